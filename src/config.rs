@@ -1,0 +1,297 @@
+//! Configuration: the protocol's knobs ([`Settings`]) and the environment
+//! that sets them ([`Config::from_env`], CONTRACT.md section 7).
+
+use std::time::Duration as StdDuration;
+
+use chrono::Duration;
+
+/// How the protocol retries one request: on 409 and on S3's retryable
+/// failures, with capped exponential backoff and full jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts per request, the first included.
+    pub max_attempts: u32,
+    pub base_delay: StdDuration,
+    pub max_delay: StdDuration,
+    /// One attempt is abandoned (and its request dropped) after this long.
+    pub attempt_timeout: StdDuration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 5,
+            base_delay: StdDuration::from_millis(25),
+            max_delay: StdDuration::from_secs(1),
+            attempt_timeout: StdDuration::from_secs(5),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Delay before attempt `n + 1` (n ≥ 1): full jitter under the cap.
+    pub fn backoff(&self, n: u32) -> StdDuration {
+        let cap = self
+            .base_delay
+            .saturating_mul(1u32 << n.min(16))
+            .min(self.max_delay);
+        let ms = cap.as_millis() as u64;
+        StdDuration::from_millis(if ms == 0 { 0 } else { fastrand::u64(0..=ms) })
+    }
+
+    /// For tests: retries without waiting.
+    pub fn immediate() -> Self {
+        RetryPolicy {
+            base_delay: StdDuration::ZERO,
+            max_delay: StdDuration::ZERO,
+            attempt_timeout: StdDuration::from_millis(500),
+            ..Self::default()
+        }
+    }
+}
+
+/// How late a signed request can still land at S3 after it was sent.
+pub const LATE_WRITE_MARGIN: Duration = Duration::minutes(15);
+
+/// The protocol's knobs. `Default` is CONTRACT.md's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub default_ttl: Duration,
+    pub max_ttl: Duration,
+    /// A record's task may only be written before `LastModified + finish_window`.
+    pub finish_window: Duration,
+    /// The sweeper finishes `creating` records older than this.
+    pub stale_creating_after: Duration,
+    pub shard_prefix_len: usize,
+    pub max_input_bytes: usize,
+    pub require_key: bool,
+    /// Every submit, all its attempts included, ends within this.
+    pub operation_timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            default_ttl: Duration::days(30),
+            max_ttl: Duration::days(365),
+            finish_window: Duration::seconds(2400),
+            stale_creating_after: Duration::seconds(600),
+            shard_prefix_len: 1,
+            max_input_bytes: 262_144,
+            require_key: false,
+            operation_timeout: Duration::seconds(30),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// The schedule's period and the longest sweep pass that the operating
+/// conditions assume (template.yaml: every 5 minutes, 5-minute timeout).
+pub const SWEEP_INTERVAL: Duration = Duration::minutes(5);
+pub const SWEEP_MAX_PASS: Duration = Duration::minutes(5);
+
+/// A variable that is malformed, or values that together break the
+/// protocol's operating conditions.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}: {reason}")]
+pub struct ConfigError {
+    pub var: &'static str,
+    pub reason: String,
+}
+
+fn err(var: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        var,
+        reason: reason.into(),
+    }
+}
+
+impl Settings {
+    /// The operating conditions of CONTRACT.md section 3 that configuration
+    /// can break.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.default_ttl < Duration::hours(1) {
+            return Err(err("IDEMPOTENCY_TTL_DAYS", "must be at least 1 hour"));
+        }
+        if self.max_ttl < self.default_ttl {
+            return Err(err(
+                "IDEMPOTENCY_MAX_TTL_DAYS",
+                "must be at least IDEMPOTENCY_TTL_DAYS",
+            ));
+        }
+        if self.finish_window > Duration::seconds(2700) {
+            return Err(err(
+                "FINISH_WINDOW_SECONDS",
+                "must be at most 2700 (the window plus 15 minutes must stay under the shortest TTL, 1 hour)",
+            ));
+        }
+        if self.finish_window < self.operation_timeout * 2 {
+            return Err(err(
+                "FINISH_WINDOW_SECONDS",
+                format!(
+                    "must be at least twice the operation timeout ({} s)",
+                    self.operation_timeout.num_seconds()
+                ),
+            ));
+        }
+        if self.stale_creating_after <= Duration::zero()
+            || self.stale_creating_after + SWEEP_INTERVAL + SWEEP_MAX_PASS >= self.finish_window
+        {
+            return Err(err(
+                "STALE_CREATING_AFTER_SECONDS",
+                format!(
+                    "must be positive, and plus the sweep interval and pass ({} s) below FINISH_WINDOW_SECONDS ({})",
+                    (SWEEP_INTERVAL + SWEEP_MAX_PASS).num_seconds(),
+                    self.finish_window.num_seconds()
+                ),
+            ));
+        }
+        if !(1..=4).contains(&self.shard_prefix_len) {
+            return Err(err("TASK_SHARD_PREFIX_LEN", "must be 1 to 4"));
+        }
+        if self.max_input_bytes == 0 || self.max_input_bytes > 64 << 20 {
+            return Err(err("MAX_INPUT_BYTES", "must be 1 to 67108864"));
+        }
+        Ok(())
+    }
+}
+
+/// Everything the functions and the CLI read from the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub bucket: String,
+    pub force_path_style: bool,
+    pub tenant_isolation: bool,
+    pub settings: Settings,
+}
+
+fn parse_num<T: std::str::FromStr>(
+    var: &'static str,
+    get: &impl Fn(&str) -> Option<String>,
+    default: T,
+) -> Result<T, ConfigError> {
+    match get(var) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| err(var, format!("{v:?} is not a valid number"))),
+    }
+}
+
+fn parse_bool(
+    var: &'static str,
+    get: &impl Fn(&str) -> Option<String>,
+    default: bool,
+) -> Result<bool, ConfigError> {
+    match get(var).as_deref().map(str::trim).map(str::to_ascii_lowercase).as_deref() {
+        None | Some("") => Ok(default),
+        Some("true" | "on" | "1" | "yes") => Ok(true),
+        Some("false" | "off" | "0" | "no") => Ok(false),
+        Some(v) => Err(err(var, format!("{v:?} is not one of true/false/on/off"))),
+    }
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads variables through `get` (tests pass a map).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let bucket = get("BUCKET_NAME").unwrap_or_default().trim().to_owned();
+        if bucket.is_empty() {
+            return Err(err("BUCKET_NAME", "is required"));
+        }
+        let d = Settings::default();
+        let days = |var, default: i64| -> Result<Duration, ConfigError> {
+            let n: i64 = parse_num(var, &get, default)?;
+            if !(1..=36_500).contains(&n) {
+                return Err(err(var, "must be 1 to 36500 days"));
+            }
+            Ok(Duration::days(n))
+        };
+        let secs = |var, default: i64| -> Result<Duration, ConfigError> {
+            let n: i64 = parse_num(var, &get, default)?;
+            if !(1..=86_400).contains(&n) {
+                return Err(err(var, "must be 1 to 86400 seconds"));
+            }
+            Ok(Duration::seconds(n))
+        };
+        let settings = Settings {
+            default_ttl: days("IDEMPOTENCY_TTL_DAYS", d.default_ttl.num_days())?,
+            max_ttl: days("IDEMPOTENCY_MAX_TTL_DAYS", d.max_ttl.num_days())?,
+            finish_window: secs("FINISH_WINDOW_SECONDS", d.finish_window.num_seconds())?,
+            stale_creating_after: secs(
+                "STALE_CREATING_AFTER_SECONDS",
+                d.stale_creating_after.num_seconds(),
+            )?,
+            shard_prefix_len: parse_num("TASK_SHARD_PREFIX_LEN", &get, d.shard_prefix_len)?,
+            max_input_bytes: parse_num("MAX_INPUT_BYTES", &get, d.max_input_bytes)?,
+            require_key: parse_bool("REQUIRE_IDEMPOTENCY_KEY", &get, false)?,
+            ..d
+        };
+        settings.check()?;
+        Ok(Config {
+            bucket,
+            force_path_style: parse_bool("S3_FORCE_PATH_STYLE", &get, false)?,
+            tenant_isolation: parse_bool("TENANT_ISOLATION", &get, false)?,
+            settings,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let m: HashMap<String, String> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn the_defaults_are_the_contracts() {
+        let c = cfg(&[("BUCKET_NAME", "b")]).unwrap();
+        assert_eq!(c.settings, Settings::default());
+        assert!(!c.force_path_style);
+        assert!(!c.tenant_isolation);
+    }
+
+    #[test]
+    fn a_bad_variable_is_named_in_the_error() {
+        assert_eq!(cfg(&[]).unwrap_err().var, "BUCKET_NAME");
+        let cases = [
+            ("IDEMPOTENCY_TTL_DAYS", "x"),
+            ("IDEMPOTENCY_TTL_DAYS", "0"),
+            ("IDEMPOTENCY_MAX_TTL_DAYS", "7"),
+            ("FINISH_WINDOW_SECONDS", "2701"),
+            ("STALE_CREATING_AFTER_SECONDS", "2000"),
+            ("TASK_SHARD_PREFIX_LEN", "5"),
+            ("MAX_INPUT_BYTES", "0"),
+            ("REQUIRE_IDEMPOTENCY_KEY", "maybe"),
+            ("TENANT_ISOLATION", "sometimes"),
+            ("S3_FORCE_PATH_STYLE", "2"),
+        ];
+        for (var, val) in cases {
+            let e = cfg(&[("BUCKET_NAME", "b"), (var, val)]).unwrap_err();
+            assert_eq!(e.var, var, "{var}={val}: {e}");
+        }
+    }
+
+    #[test]
+    fn switches_accept_on_and_true() {
+        let c = cfg(&[
+            ("BUCKET_NAME", "b"),
+            ("TENANT_ISOLATION", "on"),
+            ("S3_FORCE_PATH_STYLE", "true"),
+            ("REQUIRE_IDEMPOTENCY_KEY", "1"),
+        ])
+        .unwrap();
+        assert!(c.tenant_isolation && c.force_path_style && c.settings.require_key);
+    }
+}

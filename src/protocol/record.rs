@@ -1,0 +1,296 @@
+//! The objects of the bucket layout: the idempotency record, the task object
+//! (buquet 0.1's schema) and the paths they live at.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use uuid::Uuid;
+
+/// `status` of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordStatus {
+    /// A submit is in flight, or was interrupted: `pending_task` says what to
+    /// finish.
+    Creating,
+    /// The task object and its marker were written. Never goes back.
+    Ready,
+}
+
+/// `idempotency/{scope}/{key_hash}.json`.
+///
+/// `status`, `write_id`, `scope`, `tenant` and `pending_task` are optional on
+/// reading: buquet's own clients write records without them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    pub key: String,
+    pub key_hash: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    pub task_id: Uuid,
+    pub task_key: String,
+    pub task_type: String,
+    pub input_hash: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<RecordStatus>,
+    #[serde(with = "rfc3339")]
+    pub created_at: DateTime<Utc>,
+    #[serde(with = "rfc3339")]
+    pub expires_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_id: Option<Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// The whole task object, kept as raw JSON: written out byte for byte by
+    /// whoever finishes the submit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_task: Option<Box<RawValue>>,
+}
+
+impl Record {
+    pub fn to_bytes(&self) -> bytes::Bytes {
+        // A Record always serializes: its fields are strings, UUIDs, times
+        // and already-valid raw JSON.
+        bytes::Bytes::from(serde_json::to_vec(self).unwrap_or_default())
+    }
+
+    pub fn parse(body: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(body)
+    }
+
+    /// The same record turned `ready` by a new write: `pending_task` dropped,
+    /// a fresh `write_id`.
+    pub fn to_ready(&self) -> Record {
+        Record {
+            status: Some(RecordStatus::Ready),
+            write_id: Some(Uuid::new_v4()),
+            pending_task: None,
+            ..self.clone()
+        }
+    }
+
+    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at <= now
+    }
+}
+
+/// RFC 3339 UTC with whole seconds (`2026-01-27T12:00:00Z`) on writing; any
+/// RFC 3339 time on reading.
+pub mod rfc3339 {
+    use super::*;
+    use serde::{Deserializer, Serializer};
+
+    pub fn format(t: &DateTime<Utc>) -> String {
+        t.to_rfc3339_opts(SecondsFormat::Secs, true)
+    }
+
+    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format(t))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        DateTime::parse_from_rfc3339(&s)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Serialize)]
+struct RetryPolicy {
+    initial_interval_ms: u64,
+    max_interval_ms: u64,
+    multiplier: f64,
+    jitter_percent: f64,
+}
+
+#[derive(Serialize)]
+struct IdempotencyRef<'a> {
+    scope: &'a str,
+    key_hash: &'a str,
+}
+
+/// The task object that buquet 0.1's workers claim and run.
+#[derive(Serialize)]
+struct TaskObject<'a> {
+    id: Uuid,
+    shard: &'a str,
+    task_type: &'a str,
+    input: &'a RawValue,
+    output: Option<()>,
+    timeout_seconds: u64,
+    max_retries: u32,
+    retry_count: u32,
+    retry_policy: RetryPolicy,
+    status: &'static str,
+    #[serde(with = "rfc3339")]
+    created_at: DateTime<Utc>,
+    #[serde(with = "rfc3339")]
+    available_at: DateTime<Utc>,
+    #[serde(with = "rfc3339")]
+    updated_at: DateTime<Utc>,
+    lease_expires_at: Option<()>,
+    lease_id: Option<()>,
+    attempt: u32,
+    completed_at: Option<()>,
+    worker_id: Option<()>,
+    last_error: Option<()>,
+    reschedule_count: u32,
+    cancel_requested: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idempotency: Option<IdempotencyRef<'a>>,
+}
+
+/// Where a task lives, derived from its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskLocation {
+    pub id: Uuid,
+    pub shard: String,
+    pub available_at: DateTime<Utc>,
+}
+
+impl TaskLocation {
+    pub fn new(id: Uuid, shard_len: usize, available_at: DateTime<Utc>) -> Self {
+        let mut buf = Uuid::encode_buffer();
+        let hyphenated = id.hyphenated().encode_lower(&mut buf);
+        TaskLocation {
+            id,
+            shard: hyphenated[..shard_len.clamp(1, 4)].to_owned(),
+            available_at,
+        }
+    }
+
+    /// `tasks/{shard}/{task_id}.json`
+    pub fn task_key(&self) -> String {
+        format!("tasks/{}/{}.json", self.shard, self.id)
+    }
+
+    /// `ready/{shard}/{minute}/{task_id}`, the minute zero-padded to 10 digits.
+    pub fn marker_key(&self) -> String {
+        let minute = self.available_at.timestamp().div_euclid(60);
+        format!("ready/{}/{:010}/{}", self.shard, minute, self.id)
+    }
+}
+
+/// The task object's JSON for a new task.
+pub fn task_json(
+    loc: &TaskLocation,
+    task_type: &str,
+    input: &RawValue,
+    now: DateTime<Utc>,
+    idempotency: Option<(&str, &str)>,
+) -> Box<RawValue> {
+    let task = TaskObject {
+        id: loc.id,
+        shard: &loc.shard,
+        task_type,
+        input,
+        output: None,
+        timeout_seconds: 300,
+        max_retries: 3,
+        retry_count: 0,
+        retry_policy: RetryPolicy {
+            initial_interval_ms: 1000,
+            max_interval_ms: 60000,
+            multiplier: 2.0,
+            jitter_percent: 0.25,
+        },
+        status: "pending",
+        created_at: now,
+        available_at: loc.available_at,
+        updated_at: now,
+        lease_expires_at: None,
+        lease_id: None,
+        attempt: 0,
+        completed_at: None,
+        worker_id: None,
+        last_error: None,
+        reschedule_count: 0,
+        cancel_requested: false,
+        idempotency: idempotency.map(|(scope, key_hash)| IdempotencyRef { scope, key_hash }),
+    };
+    // Serializing this struct cannot fail; the fallback is never taken.
+    serde_json::value::to_raw_value(&task)
+        .unwrap_or_else(|_| RawValue::from_string("null".into()).unwrap_or_default())
+}
+
+/// The fields of a pending task that locate it.
+#[derive(Deserialize)]
+pub(crate) struct TaskHead {
+    pub id: Uuid,
+    pub shard: String,
+    #[serde(with = "rfc3339")]
+    pub available_at: DateTime<Utc>,
+}
+
+impl TaskHead {
+    pub fn location(&self) -> TaskLocation {
+        TaskLocation {
+            id: self.id,
+            shard: self.shard.clone(),
+            available_at: self.available_at,
+        }
+    }
+}
+
+/// `idempotency/{scope}/{key_hash}.json`
+pub fn record_key(scope: &str, key_hash: &str) -> String {
+    format!("idempotency/{scope}/{key_hash}.json")
+}
+
+/// A task's current `status` field, read leniently: workers add fields.
+pub(crate) fn task_status(body: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct S {
+        status: Option<String>,
+    }
+    serde_json::from_slice::<S>(body).ok().and_then(|s| s.status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_and_markers_follow_the_layout() {
+        let id = Uuid::parse_str("A1B2C3D4-0000-4000-8000-000000000000").unwrap();
+        let t = DateTime::parse_from_rfc3339("2026-01-27T12:00:59Z").unwrap().with_timezone(&Utc);
+        let loc = TaskLocation::new(id, 1, t);
+        assert_eq!(loc.task_key(), "tasks/a/a1b2c3d4-0000-4000-8000-000000000000.json");
+        assert_eq!(
+            loc.marker_key(),
+            format!("ready/a/{:010}/a1b2c3d4-0000-4000-8000-000000000000", 1_769_515_200 / 60)
+        );
+        assert_eq!(TaskLocation::new(id, 4, t).shard, "a1b2");
+    }
+
+    #[test]
+    fn a_new_task_has_every_field_buquet_reads() {
+        let loc = TaskLocation::new(Uuid::new_v4(), 1, Utc::now());
+        let input = RawValue::from_string(r#"{"a":1}"#.into()).unwrap();
+        let raw = task_json(&loc, "t", &input, Utc::now(), Some(("t", "sha256:00")));
+        let v: serde_json::Value = serde_json::from_str(raw.get()).unwrap();
+        for f in [
+            "id", "shard", "task_type", "input", "output", "timeout_seconds", "max_retries",
+            "retry_count", "retry_policy", "status", "created_at", "available_at", "updated_at",
+            "lease_expires_at", "lease_id", "attempt", "completed_at", "worker_id", "last_error",
+            "reschedule_count", "cancel_requested", "idempotency",
+        ] {
+            assert!(v.get(f).is_some(), "missing {f}");
+        }
+        assert_eq!(v["status"], "pending");
+        assert_eq!(v["retry_policy"]["multiplier"], 2.0);
+        assert_eq!(v["input"]["a"], 1);
+        assert!(v["output"].is_null());
+    }
+
+    #[test]
+    fn records_written_by_buquet_without_status_parse() {
+        let body = br#"{"key":"k","key_hash":"sha256:00","task_id":"a1b2c3d4-0000-4000-8000-000000000000",
+            "task_key":"tasks/a/a1b2c3d4-0000-4000-8000-000000000000.json","created_at":"2026-01-27T12:00:00.123456Z",
+            "expires_at":"2026-02-26T12:00:00Z","task_type":"t","input_hash":"sha256:11"}"#;
+        let r = Record::parse(body).unwrap();
+        assert_eq!(r.status, None);
+        assert!(r.pending_task.is_none());
+    }
+}

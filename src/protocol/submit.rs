@@ -1,0 +1,610 @@
+//! The submit state machine (docs/protocol.md walks through it step by step).
+//!
+//! A keyed submit writes its record first (`If-None-Match: *`), then the task
+//! object and its ready marker in parallel, then turns the record `ready` by
+//! compare-and-swap, and only then answers. Whoever meets a `creating` record
+//! before its finish deadline (a later submit of the key, the sweeper)
+//! finishes it the same way, through [`Engine::finish`].
+
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use bytes::Bytes;
+use chrono::{DateTime, SubsecRound, Utc};
+use serde_json::value::RawValue;
+use uuid::Uuid;
+
+use super::hash;
+use super::names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
+use super::record::{
+    Record, RecordStatus, TaskHead, TaskLocation, record_key, task_json, task_status,
+};
+use crate::clock::Clock;
+use crate::config::{LATE_WRITE_MARGIN, Settings};
+use crate::store::{ETag, ObjectMeta, PutMode, Store, StoreError};
+
+/// How many times a submit starts over when the record changes under it
+/// (deleted by the sweeper, replaced after expiry) before giving up.
+const MAX_ROUNDS: usize = 6;
+
+/// The input, serialized once: canonical bytes (sorted keys, compact), their
+/// hash, and their size.
+#[derive(Debug, Clone)]
+pub struct Input {
+    canonical: Box<RawValue>,
+    hash: String,
+}
+
+impl Input {
+    /// Canonicalizes `value`; refuses it when it is larger than `max_bytes`.
+    pub fn new(value: &serde_json::Value, max_bytes: usize) -> Result<Self, SubmitError> {
+        let bytes = hash::canonical_json(value);
+        if bytes.len() > max_bytes {
+            return Err(SubmitError::InputTooLarge {
+                size: bytes.len(),
+                limit: max_bytes,
+            });
+        }
+        let hash = hash::input_hash(&bytes);
+        // Canonical JSON is valid UTF-8 JSON by construction.
+        let text = String::from_utf8(bytes)
+            .map_err(|_| ValidationError::field("input", "is not valid UTF-8"))?;
+        let canonical = RawValue::from_string(text)
+            .map_err(|e| ValidationError::field("input", e.to_string()))?;
+        Ok(Input { canonical, hash })
+    }
+
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    pub fn len(&self) -> usize {
+        self.canonical.get().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// The idempotency part of a request.
+#[derive(Debug, Clone)]
+pub struct KeySpec {
+    pub key: IdempotencyKey,
+    pub scope: Scope,
+    pub ttl: Ttl,
+    pub tenant: Option<Tenant>,
+}
+
+/// A submit, parsed.
+#[derive(Debug, Clone)]
+pub struct SubmitRequest {
+    pub task_type: TaskType,
+    pub input: Input,
+    pub idempotency: Option<KeySpec>,
+}
+
+/// What a successful submit answers.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Submitted {
+    pub task_id: Uuid,
+    pub task_key: String,
+    pub task_type: String,
+    /// The task object's current status; `missing` when it is gone.
+    pub status: String,
+    #[serde(with = "super::record::rfc3339")]
+    pub created_at: DateTime<Utc>,
+    /// `false`: this submit created the task (201). `true`: an earlier submit
+    /// of the key did (200).
+    pub replayed: bool,
+    pub idempotency: Option<IdempotencyInfo>,
+    /// This submit finished an interrupted earlier one (for metrics only).
+    #[serde(skip)]
+    pub recovered: bool,
+}
+
+impl Submitted {
+    pub fn created(&self) -> bool {
+        !self.replayed
+    }
+}
+
+/// The key a submit was made with, as answered.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct IdempotencyInfo {
+    pub key: String,
+    pub scope: String,
+    pub key_hash: String,
+    #[serde(with = "super::record::rfc3339")]
+    pub expires_at: DateTime<Utc>,
+}
+
+/// What differs between a replay and the record it met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConflictKind {
+    TaskType,
+    Input,
+}
+
+/// Every way a submit can fail. Outcomes, not HTTP codes: the HTTP edge maps
+/// them in one place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// The request is malformed (400).
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// The input is over the limit (413).
+    #[error("input is {size} bytes; the limit is {limit}")]
+    InputTooLarge { size: usize, limit: usize },
+    /// The key is taken by a submit of another task type or input (422).
+    /// Nothing was written.
+    #[error("idempotency conflict: the key was used with another {}",
+        match .kind { ConflictKind::TaskType => "task type", ConflictKind::Input => "input" })]
+    Conflict { kind: ConflictKind, task_id: Uuid },
+    /// A submit of this key may still be landing: it cannot be said yet
+    /// whether its task exists. Retry after `retry_after`.
+    #[error("the submit of this key is still undetermined; retry in {} s", .retry_after.as_secs())]
+    Undetermined { task_id: Uuid, retry_after: StdDuration },
+    /// S3 failed after retries.
+    #[error("storage: {0}")]
+    Storage(StoreError),
+    /// The submit's own deadline passed before it could finish.
+    #[error("the operation deadline passed")]
+    DeadlineExceeded,
+    /// The object at `key` is not what the layout says it should be.
+    #[error("corrupt object at {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+}
+
+impl SubmitError {
+    /// Would the same request, sent again later, possibly succeed?
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SubmitError::Undetermined { .. } | SubmitError::DeadlineExceeded => true,
+            SubmitError::Storage(e) => e.is_retryable() || *e == StoreError::Crashed,
+            _ => false,
+        }
+    }
+
+    /// The hint for a retry, where there is one.
+    pub fn retry_after(&self) -> Option<StdDuration> {
+        match self {
+            SubmitError::Undetermined { retry_after, .. } => Some(*retry_after),
+            e if e.is_retryable() => Some(StdDuration::from_secs(1)),
+            _ => None,
+        }
+    }
+}
+
+/// A store call that did not succeed: the store's answer, or no attempt left
+/// before the deadline.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    Store(StoreError),
+    Deadline,
+}
+
+impl From<Failure> for SubmitError {
+    fn from(f: Failure) -> Self {
+        match f {
+            Failure::Store(e) => SubmitError::Storage(e),
+            Failure::Deadline => SubmitError::DeadlineExceeded,
+        }
+    }
+}
+
+/// The protocol over a store, a clock and settings.
+#[derive(Clone)]
+pub struct Engine {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) settings: Settings,
+}
+
+impl Engine {
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, settings: Settings) -> Self {
+        Engine {
+            store,
+            clock,
+            settings,
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    /// One store request with retries: on 409 and retryable failures, with
+    /// backoff, each attempt bounded in time, and none started at or after
+    /// `deadline` (by the injected clock).
+    pub(crate) async fn call<T, F, Fut>(
+        &self,
+        deadline: DateTime<Utc>,
+        mut f: F,
+    ) -> Result<T, Failure>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let policy = self.settings.retry;
+        let mut last = StoreError::Unavailable("no attempt made".into());
+        for attempt in 0..policy.max_attempts.max(1) {
+            if attempt > 0 {
+                tokio::time::sleep(policy.backoff(attempt)).await;
+            }
+            if self.now() >= deadline {
+                return Err(Failure::Deadline);
+            }
+            // The timeout drops a hung request, so no attempt outlives the
+            // call that made it.
+            match tokio::time::timeout(policy.attempt_timeout, f()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if e.is_retryable() => last = e,
+                Ok(Err(e)) => return Err(Failure::Store(e)),
+                Err(_) => last = StoreError::Unavailable("request timed out".into()),
+            }
+        }
+        Err(Failure::Store(last))
+    }
+
+    /// Submits a task: a plain new task without a key, the idempotency
+    /// protocol with one.
+    pub async fn submit(&self, req: &SubmitRequest) -> Result<Submitted, SubmitError> {
+        let op_deadline = self.now() + self.settings.operation_timeout;
+        match &req.idempotency {
+            None => self.submit_plain(req, op_deadline).await,
+            Some(k) => self.submit_keyed(req, k, op_deadline).await,
+        }
+    }
+
+    async fn submit_plain(
+        &self,
+        req: &SubmitRequest,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Submitted, SubmitError> {
+        let now = self.now().trunc_subsecs(0);
+        let loc = TaskLocation::new(Uuid::new_v4(), self.settings.shard_prefix_len, now);
+        let task = task_json(&loc, req.task_type.as_str(), &req.input.canonical, now, None);
+        let body = Bytes::copy_from_slice(task.get().as_bytes());
+        let (task_key, marker_key) = (loc.task_key(), loc.marker_key());
+        let (t, m) = tokio::join!(
+            self.call(op_deadline, || self.store.put(&task_key, body.clone(), PutMode::Create)),
+            self.call(op_deadline, || self.store.put(&marker_key, Bytes::new(), PutMode::Overwrite)),
+        );
+        match t {
+            // A fresh UUID is never taken: a 412 is our own write whose
+            // answer was lost.
+            Ok(_) | Err(Failure::Store(StoreError::PreconditionFailed)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        m?;
+        Ok(Submitted {
+            task_id: loc.id,
+            task_key,
+            task_type: req.task_type.to_string(),
+            status: "pending".into(),
+            created_at: now,
+            replayed: false,
+            idempotency: None,
+            recovered: false,
+        })
+    }
+
+    async fn submit_keyed(
+        &self,
+        req: &SubmitRequest,
+        k: &KeySpec,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Submitted, SubmitError> {
+        let scope = k.scope.resolve(&req.task_type).to_owned();
+        let key_hash = hash::key_hash(&scope, &k.key, k.tenant.as_ref());
+        let rkey = record_key(&scope, &key_hash);
+        let now = self.now().trunc_subsecs(0);
+        // The task id and write_id are chosen once and kept across retries:
+        // that is how a retry recognizes its own earlier write.
+        let loc = TaskLocation::new(Uuid::new_v4(), self.settings.shard_prefix_len, now);
+        let write_id = Uuid::new_v4();
+        let task = task_json(
+            &loc,
+            req.task_type.as_str(),
+            &req.input.canonical,
+            now,
+            Some((&scope, &key_hash)),
+        );
+        let mine = Record {
+            key: k.key.to_string(),
+            key_hash: key_hash.clone(),
+            scope: Some(scope.clone()),
+            task_id: loc.id,
+            task_key: loc.task_key(),
+            task_type: req.task_type.to_string(),
+            input_hash: req.input.hash.clone(),
+            status: Some(RecordStatus::Creating),
+            created_at: now,
+            expires_at: now + k.ttl.duration(),
+            write_id: Some(write_id),
+            tenant: k.tenant.as_ref().map(Tenant::id),
+            pending_task: Some(task),
+        };
+        let body = mine.to_bytes();
+
+        for _ in 0..MAX_ROUNDS {
+            // 1. Claim the key.
+            let sent_at = self.now();
+            match self
+                .call(op_deadline, || self.store.put(&rkey, body.clone(), PutMode::Create))
+                .await
+            {
+                Ok(put) => {
+                    return self
+                        .finish_as_owner(&rkey, &mine, &put.etag, sent_at, op_deadline)
+                        .await;
+                }
+                Err(Failure::Store(StoreError::PreconditionFailed)) => {}
+                Err(e) => return Err(e.into()),
+            }
+
+            // 2. The key is taken: read what holds it.
+            let obj = match self.call(op_deadline, || self.store.get(&rkey)).await {
+                Ok(o) => o,
+                // Deleted since (it had expired): claim it again.
+                Err(Failure::Store(StoreError::NotFound)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let mut existing = Record::parse(&obj.body).map_err(|e| SubmitError::Corrupt {
+                key: rkey.clone(),
+                reason: e.to_string(),
+            })?;
+            // buquet's records do not name their scope; it is ours.
+            existing.scope.get_or_insert_with(|| scope.clone());
+
+            if existing.write_id == Some(write_id) {
+                // Our own write: its answer was lost, and a retry met it.
+                return self
+                    .finish_as_owner(&rkey, &mine, &obj.meta.etag, obj.meta.last_modified, op_deadline)
+                    .await;
+            }
+
+            if existing.is_expired(self.now()) {
+                // An expired record counts as absent: replace it, but only if
+                // it is still the one we read.
+                let sent_at = self.now();
+                let cond = PutMode::Update(obj.meta.etag.clone());
+                match self
+                    .call(op_deadline, || self.store.put(&rkey, body.clone(), cond.clone()))
+                    .await
+                {
+                    Ok(put) => {
+                        return self
+                            .finish_as_owner(&rkey, &mine, &put.etag, sent_at, op_deadline)
+                            .await;
+                    }
+                    Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => {
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+
+            // 3. Same key: the same request, or a conflict.
+            if existing.task_type != req.task_type.as_str() {
+                return Err(SubmitError::Conflict {
+                    kind: ConflictKind::TaskType,
+                    task_id: existing.task_id,
+                });
+            }
+            if existing.input_hash != req.input.hash {
+                return Err(SubmitError::Conflict {
+                    kind: ConflictKind::Input,
+                    task_id: existing.task_id,
+                });
+            }
+            return self
+                .answer_existing(&rkey, &existing, &obj.meta, loc.id, op_deadline)
+                .await;
+        }
+        Err(SubmitError::Storage(StoreError::Unavailable(
+            "the idempotency record kept changing; gave up".into(),
+        )))
+    }
+
+    /// We wrote the record: finish it and answer 201.
+    async fn finish_as_owner(
+        &self,
+        rkey: &str,
+        mine: &Record,
+        etag: &ETag,
+        written_not_before: DateTime<Utc>,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Submitted, SubmitError> {
+        // Our estimate of the record's LastModified is the time we sent it,
+        // which is never later: the deadline we keep is never later than the
+        // real one.
+        let deadline = written_not_before + self.settings.finish_window;
+        let created = self.finish(rkey, mine, etag, deadline, op_deadline).await?;
+        let status = if created {
+            "pending".to_owned()
+        } else {
+            self.read_status(&mine.task_key, op_deadline)
+                .await?
+                .unwrap_or_else(|| "missing".into())
+        };
+        Ok(self.answer(mine, status, false, false))
+    }
+
+    /// The key holds a record of the same request: replay it, finishing it
+    /// first if it was interrupted.
+    async fn answer_existing(
+        &self,
+        rkey: &str,
+        rec: &Record,
+        meta: &ObjectMeta,
+        my_task_id: Uuid,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Submitted, SubmitError> {
+        // Our own task id on a record we did not recognize by write_id: we
+        // wrote it, and someone else turned it ready. It is still our 201.
+        let replayed = rec.task_id != my_task_id;
+        let now = self.now();
+        let finish_deadline = meta.last_modified + self.settings.finish_window;
+        match rec.status {
+            Some(RecordStatus::Ready) => {
+                let status = self.read_status(&rec.task_key, op_deadline).await?;
+                Ok(self.answer(rec, status.unwrap_or_else(|| "missing".into()), replayed, false))
+            }
+            Some(RecordStatus::Creating) if rec.pending_task.is_some() && now < finish_deadline => {
+                let created = self
+                    .finish(rkey, rec, &meta.etag, finish_deadline, op_deadline)
+                    .await?;
+                let status = if created {
+                    "pending".to_owned()
+                } else {
+                    self.read_status(&rec.task_key, op_deadline)
+                        .await?
+                        .unwrap_or_else(|| "missing".into())
+                };
+                Ok(self.answer(rec, status, replayed, created))
+            }
+            // A `creating` record past its finish deadline, or one without
+            // `status` (buquet's): nothing is written for it. Its task exists
+            // or, once no late write can land any more, it is missing.
+            _ => {
+                let until = meta.last_modified + self.settings.finish_window + LATE_WRITE_MARGIN;
+                match self.read_status(&rec.task_key, op_deadline).await? {
+                    Some(status) => Ok(self.answer(rec, status, replayed, false)),
+                    None if now < until => Err(SubmitError::Undetermined {
+                        task_id: rec.task_id,
+                        retry_after: (until - now).to_std().unwrap_or_default(),
+                    }),
+                    None => Ok(self.answer(rec, "missing".into(), replayed, false)),
+                }
+            }
+        }
+    }
+
+    /// Finishes a `creating` record: the task object with If-None-Match (412:
+    /// it is already there), its ready marker (always), then the record to
+    /// `ready` by compare-and-swap. No task write is attempted at or after
+    /// `finish_deadline`. Returns whether this call created the task.
+    ///
+    /// The one finishing path of the first submit, a later submit and the
+    /// sweeper.
+    pub(crate) async fn finish(
+        &self,
+        rkey: &str,
+        rec: &Record,
+        etag: &ETag,
+        finish_deadline: DateTime<Utc>,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<bool, SubmitError> {
+        let corrupt = |reason: String| SubmitError::Corrupt {
+            key: rkey.to_owned(),
+            reason,
+        };
+        let pending = rec
+            .pending_task
+            .as_ref()
+            .ok_or_else(|| corrupt("a creating record without pending_task".into()))?;
+        let head: TaskHead =
+            serde_json::from_str(pending.get()).map_err(|e| corrupt(format!("pending_task: {e}")))?;
+        if head.id != rec.task_id {
+            return Err(corrupt("pending_task.id is not the record's task_id".into()));
+        }
+        let loc = head.location();
+        let task_body = Bytes::copy_from_slice(pending.get().as_bytes());
+        let (task_key, marker_key) = (rec.task_key.clone(), loc.marker_key());
+        let task_deadline = finish_deadline.min(op_deadline);
+
+        let (t, m) = tokio::join!(
+            self.call(task_deadline, || {
+                self.store.put(&task_key, task_body.clone(), PutMode::Create)
+            }),
+            self.call(op_deadline, || {
+                self.store.put(&marker_key, Bytes::new(), PutMode::Overwrite)
+            }),
+        );
+        let created = match t {
+            Ok(_) => true,
+            // Before the finish deadline, 412 can only mean that the task was
+            // created (by us, or by another finisher): nobody deletes a task
+            // that young, and nobody writes one after the deadline.
+            Err(Failure::Store(StoreError::PreconditionFailed)) => false,
+            Err(Failure::Deadline) if self.now() >= finish_deadline => {
+                let until = finish_deadline + LATE_WRITE_MARGIN;
+                return Err(SubmitError::Undetermined {
+                    task_id: rec.task_id,
+                    retry_after: (until - self.now()).to_std().unwrap_or_default(),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        m?;
+
+        let ready = rec.to_ready().to_bytes();
+        let cond = PutMode::Update(etag.clone());
+        match self
+            .call(op_deadline, || self.store.put(rkey, ready.clone(), cond.clone()))
+            .await
+        {
+            Ok(_) => Ok(created),
+            // Somebody wrote the record since we read it. Before the finish
+            // deadline that can only be a finisher turning it ready (or our
+            // own write whose answer was lost); make sure.
+            Err(Failure::Store(StoreError::PreconditionFailed)) => {
+                let obj = self.call(op_deadline, || self.store.get(rkey)).await?;
+                let now = Record::parse(&obj.body).map_err(|e| corrupt(e.to_string()))?;
+                if now.task_id == rec.task_id && now.status == Some(RecordStatus::Ready) {
+                    Ok(created)
+                } else {
+                    Err(SubmitError::Storage(StoreError::Unavailable(
+                        "the idempotency record changed while it was being finished".into(),
+                    )))
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The task's current status; `None` if it is not there.
+    pub(crate) async fn read_status(
+        &self,
+        task_key: &str,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Option<String>, SubmitError> {
+        match self.call(op_deadline, || self.store.get(task_key)).await {
+            Ok(obj) => Ok(Some(task_status(&obj.body).unwrap_or_else(|| "unknown".into()))),
+            Err(Failure::Store(StoreError::NotFound)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn answer(&self, rec: &Record, status: String, replayed: bool, recovered: bool) -> Submitted {
+        Submitted {
+            task_id: rec.task_id,
+            task_key: rec.task_key.clone(),
+            task_type: rec.task_type.clone(),
+            status,
+            created_at: rec.created_at,
+            replayed,
+            idempotency: Some(IdempotencyInfo {
+                key: rec.key.clone(),
+                scope: rec.scope.clone().unwrap_or_default(),
+                key_hash: rec.key_hash.clone(),
+                expires_at: rec.expires_at,
+            }),
+            recovered,
+        }
+    }
+}

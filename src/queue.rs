@@ -1,0 +1,199 @@
+//! The Rust API: `queue.submit(type, input).idempotency_key(k).idempotency_ttl(d).await`.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::Duration;
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{Config, Settings};
+use crate::protocol::hash;
+use crate::protocol::record::{TaskLocation, record_key};
+use crate::protocol::{
+    Engine, IdempotencyKey, Input, KeySpec, Record, Scope, SubmitError, SubmitRequest, Submitted,
+    TaskType, Tenant, Ttl, ValidationError,
+};
+use crate::store::{ObjectMeta, S3Store, Store, StoreError};
+
+/// A queue in a bucket, seen through the idempotent submit protocol.
+#[derive(Clone)]
+pub struct Queue {
+    engine: Engine,
+}
+
+impl Queue {
+    /// A queue over any store, on the system clock.
+    pub fn new(store: impl Store, settings: Settings) -> Self {
+        Self::with_clock(store, Arc::new(SystemClock), settings)
+    }
+
+    /// A queue whose deadlines and expiries follow `clock`.
+    pub fn with_clock(store: impl Store, clock: Arc<dyn Clock>, settings: Settings) -> Self {
+        Queue {
+            engine: Engine::new(Arc::new(store), clock, settings),
+        }
+    }
+
+    /// The queue in S3 that `config` names, with a client built from the
+    /// environment.
+    pub async fn from_config(config: &Config) -> Self {
+        let store = S3Store::from_env(config.bucket.clone(), config.force_path_style).await;
+        Self::new(store, config.settings.clone())
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn settings(&self) -> &Settings {
+        self.engine.settings()
+    }
+
+    /// Starts a submit; await it (or call [`SubmitBuilder::send`]).
+    pub fn submit(&self, task_type: impl Into<String>, input: impl Serialize) -> SubmitBuilder<'_> {
+        SubmitBuilder {
+            queue: self,
+            task_type: task_type.into(),
+            input: serde_json::to_value(input).map_err(|e| e.to_string()),
+            key: None,
+            ttl: None,
+            scope: Scope::TaskType,
+            tenant: None,
+        }
+    }
+
+    /// Reads a task object; `None` if there is none.
+    pub async fn task(&self, task_id: Uuid) -> Result<Option<Bytes>, SubmitError> {
+        let loc = TaskLocation::new(task_id, self.settings().shard_prefix_len, Default::default());
+        self.get_optional(&loc.task_key()).await.map(|o| o.map(|(b, _)| b))
+    }
+
+    /// Reads the record of `key` in the scope named `scope` (a task type,
+    /// `queue`, or a custom name); `None` if there is none.
+    pub async fn record(
+        &self,
+        scope: &str,
+        key: &str,
+        tenant: Option<&Tenant>,
+    ) -> Result<Option<(Record, ObjectMeta)>, SubmitError> {
+        // The scope argument names the namespace directly.
+        let name = match Scope::parse(Some(scope))? {
+            Scope::Custom(n) => n,
+            _ => scope.to_owned(),
+        };
+        let key = IdempotencyKey::parse(key)?;
+        let rkey = record_key(&name, &hash::key_hash(&name, &key, tenant));
+        match self.get_optional(&rkey).await? {
+            None => Ok(None),
+            Some((body, meta)) => {
+                let rec = Record::parse(&body).map_err(|e| SubmitError::Corrupt {
+                    key: rkey,
+                    reason: e.to_string(),
+                })?;
+                Ok(Some((rec, meta)))
+            }
+        }
+    }
+
+    async fn get_optional(&self, key: &str) -> Result<Option<(Bytes, ObjectMeta)>, SubmitError> {
+        let deadline = self.engine.now() + self.settings().operation_timeout;
+        match self.engine.call(deadline, || self.engine.store().get(key)).await {
+            Ok(o) => Ok(Some((o.body, o.meta))),
+            Err(crate::protocol::submit::Failure::Store(StoreError::NotFound)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// A submit being put together. Nothing is checked until it is awaited; then
+/// every part is parsed and the first invalid one is reported.
+#[must_use = "a submit does nothing until it is awaited"]
+pub struct SubmitBuilder<'q> {
+    queue: &'q Queue,
+    task_type: String,
+    input: Result<serde_json::Value, String>,
+    key: Option<String>,
+    ttl: Option<Duration>,
+    scope: Scope,
+    tenant: Option<String>,
+}
+
+impl<'q> SubmitBuilder<'q> {
+    /// The same key always maps to the same task (within the record's life).
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// How long the key is remembered (default `IDEMPOTENCY_TTL_DAYS`).
+    pub fn idempotency_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// The key's namespace: the task type (default), the queue, or a custom
+    /// name.
+    pub fn idempotency_scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// Keeps this principal's keys apart from everyone else's.
+    pub fn tenant(mut self, principal: impl Into<String>) -> Self {
+        self.tenant = Some(principal.into());
+        self
+    }
+
+    /// Parses the request without sending it.
+    pub fn parse(self) -> Result<SubmitRequest, SubmitError> {
+        let settings = self.queue.settings();
+        let task_type = TaskType::parse(self.task_type)?;
+        let value = self
+            .input
+            .map_err(|e| ValidationError::field("input", format!("cannot be serialized: {e}")))?;
+        let input = Input::new(&value, settings.max_input_bytes)?;
+        let idempotency = match self.key {
+            None if settings.require_key => return Err(ValidationError::KeyRequired.into()),
+            None => None,
+            Some(k) => {
+                let scope = match self.scope {
+                    Scope::Custom(n) => Scope::parse(Some(&n))?,
+                    s => s,
+                };
+                let ttl = Ttl::new(self.ttl.unwrap_or(settings.default_ttl), settings.max_ttl)?;
+                let tenant = self.tenant.as_deref().map(Tenant::from_principal).transpose()?;
+                Some(KeySpec {
+                    key: IdempotencyKey::parse(k)?,
+                    scope,
+                    ttl,
+                    tenant,
+                })
+            }
+        };
+        Ok(SubmitRequest {
+            task_type,
+            input,
+            idempotency,
+        })
+    }
+
+    /// Sends the submit.
+    pub async fn send(self) -> Result<Submitted, SubmitError> {
+        let engine = self.queue.engine.clone();
+        let req = self.parse()?;
+        engine.submit(&req).await
+    }
+}
+
+impl<'q> IntoFuture for SubmitBuilder<'q> {
+    type Output = Result<Submitted, SubmitError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'q>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.send())
+    }
+}

@@ -1,0 +1,175 @@
+//! An in-memory bucket that answers exactly as S3 does (see the module docs of
+//! [`crate::store`]), for unit tests, fault injection and the CPU benchmark.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::{DateTime, SubsecRound, Utc};
+use sha2::{Digest, Sha256};
+
+use super::{ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError};
+use crate::clock::{Clock, SystemClock};
+
+#[derive(Debug, Clone)]
+struct Entry {
+    body: Bytes,
+    etag: ETag,
+    last_modified: DateTime<Utc>,
+}
+
+/// An in-memory bucket. Clones share one bucket.
+#[derive(Clone)]
+pub struct MemoryStore {
+    objects: Arc<Mutex<BTreeMap<String, Entry>>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new(Arc::new(SystemClock))
+    }
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore").field("objects", &self.len()).finish()
+    }
+}
+
+/// Content-derived, like S3's MD5 ETag for single-part uploads: the same
+/// bytes always get the same ETag.
+fn etag_of(body: &[u8]) -> ETag {
+    let digest = Sha256::digest(body);
+    ETag(format!("\"{}\"", hex::encode(&digest[..16])))
+}
+
+impl MemoryStore {
+    /// A bucket whose `LastModified` comes from `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        MemoryStore {
+            objects: Arc::new(Mutex::new(BTreeMap::new())),
+            clock,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
+        self.objects.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many objects the bucket holds.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every key, in order (for assertions).
+    pub fn keys(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    fn meta(key: &str, e: &Entry) -> ObjectMeta {
+        ObjectMeta {
+            key: key.to_owned(),
+            etag: e.etag.clone(),
+            last_modified: e.last_modified,
+            size: e.body.len() as u64,
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn get(&self, key: &str) -> Result<Object, StoreError> {
+        let objects = self.lock();
+        let e = objects.get(key).ok_or(StoreError::NotFound)?;
+        Ok(Object {
+            body: e.body.clone(),
+            meta: Self::meta(key, e),
+        })
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
+        let objects = self.lock();
+        let e = objects.get(key).ok_or(StoreError::NotFound)?;
+        Ok(Self::meta(key, e))
+    }
+
+    async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
+        let mut objects = self.lock();
+        match (&mode, objects.get(key)) {
+            (PutMode::Create, Some(_)) => return Err(StoreError::PreconditionFailed),
+            (PutMode::Update(_), None) => return Err(StoreError::NotFound),
+            (PutMode::Update(want), Some(e)) if &e.etag != want => {
+                return Err(StoreError::PreconditionFailed);
+            }
+            _ => {}
+        }
+        let etag = etag_of(&body);
+        let entry = Entry {
+            body,
+            etag: etag.clone(),
+            // S3 keeps LastModified to the second.
+            last_modified: self.clock.now().trunc_subsecs(0),
+        };
+        objects.insert(key.to_owned(), entry);
+        Ok(PutResult { etag })
+    }
+
+    async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
+        let mut objects = self.lock();
+        if let Some(want) = if_match {
+            match objects.get(key) {
+                None => return Err(StoreError::NotFound),
+                Some(e) if &e.etag != want => return Err(StoreError::PreconditionFailed),
+                Some(_) => {}
+            }
+        }
+        objects.remove(key);
+        Ok(())
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        page: Option<String>,
+        limit: usize,
+    ) -> Result<ListPage, StoreError> {
+        let objects = self.lock();
+        // The page token is the last key handed out; the later of it and
+        // start_after is where this page begins.
+        let after = match (page.as_deref(), start_after) {
+            (Some(p), Some(s)) => Some(p.max(s)),
+            (p, s) => p.or(s),
+        };
+        let lower = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a.to_owned()),
+            _ => Bound::Included(prefix.to_owned()),
+        };
+        let limit = limit.max(1);
+        let mut out = Vec::new();
+        let mut more = false;
+        for (k, e) in objects.range((lower, Bound::Unbounded)) {
+            if !k.starts_with(prefix) {
+                break;
+            }
+            if out.len() == limit {
+                more = true;
+                break;
+            }
+            out.push(Self::meta(k, e));
+        }
+        let next = if more {
+            out.last().map(|m| m.key.clone())
+        } else {
+            None
+        };
+        Ok(ListPage { objects: out, next })
+    }
+}

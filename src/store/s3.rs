@@ -1,0 +1,246 @@
+//! The S3 store on aws-sdk-s3. This is the one place where S3's status codes
+//! become outcomes; each quirk is commented where it is mapped.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::{RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+
+use super::{ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError};
+
+/// A bucket on S3 (or anything that speaks its API).
+#[derive(Clone, Debug)]
+pub struct S3Store {
+    client: Client,
+    bucket: String,
+}
+
+impl S3Store {
+    pub fn new(client: Client, bucket: impl Into<String>) -> Self {
+        S3Store {
+            client,
+            bucket: bucket.into(),
+        }
+    }
+
+    /// A client configured from the environment, as the SDK reads it
+    /// (credentials, region, `AWS_ENDPOINT_URL_S3`), plus
+    /// `S3_FORCE_PATH_STYLE`. The SDK's own retries are off: the protocol
+    /// retries itself so that it can check its deadlines before every attempt.
+    pub async fn from_env(bucket: impl Into<String>, force_path_style: bool) -> Self {
+        Self::new(client_from_env(force_path_style).await, bucket)
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+}
+
+/// See [`S3Store::from_env`].
+pub async fn client_from_env(force_path_style: bool) -> Client {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https();
+    let region = aws_config::meta::region::RegionProviderChain::default_provider().or_else("us-east-1");
+    let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(http)
+        .region(region)
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(3))
+                .read_timeout(Duration::from_secs(10))
+                .build(),
+        )
+        .load()
+        .await;
+    let conf = aws_sdk_s3::config::Builder::from(&shared)
+        .force_path_style(force_path_style)
+        // Checksums only where S3 requires them: the bodies are small JSON,
+        // and trailing checksums cost a chunked upload on every write.
+        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+        .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+        .build();
+    Client::from_conf(conf)
+}
+
+/// Maps any SDK failure to the protocol's outcome.
+fn map_err<E, R>(err: SdkError<E, R>) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + HasStatus,
+{
+    match &err {
+        SdkError::ServiceError(se) => {
+            let status = se.raw().status();
+            let code = se.err().code().unwrap_or("");
+            let message = format!("{status} {code}: {}", se.err().message().unwrap_or(""));
+            match (status, code) {
+                // 404 NoSuchKey (and HEAD's bodiless 404). On an If-Match write
+                // or delete it means the object is gone, not "changed".
+                (404, "NoSuchBucket") => StoreError::Fatal(message),
+                (404, _) => StoreError::NotFound,
+                // 412 is an answer: If-None-Match found the key taken, or
+                // If-Match found another ETag. Never retried blindly.
+                (412, _) => StoreError::PreconditionFailed,
+                // 409 ConditionalRequestConflict: a concurrent conditional
+                // write on the key; S3 asks us to retry.
+                (409, _) => StoreError::Conflict,
+                // Throttling and server errors: the request may have landed.
+                (429 | 500..=599, _) => StoreError::Unavailable(message),
+                (_, "SlowDown" | "RequestTimeout" | "InternalError" | "ServiceUnavailable") => {
+                    StoreError::Unavailable(message)
+                }
+                _ => StoreError::Fatal(message),
+            }
+        }
+        // No answer, or no readable one: the request may or may not have
+        // landed. Retryable; the protocol's write_id and If-None-Match make
+        // a retry safe.
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            StoreError::Unavailable(format!("{}", aws_sdk_s3::error::DisplayErrorContext(&err)))
+        }
+        _ => StoreError::Fatal(format!("{}", aws_sdk_s3::error::DisplayErrorContext(&err))),
+    }
+}
+
+/// The status of a raw response, whatever its type.
+trait HasStatus {
+    fn status(&self) -> u16;
+}
+
+impl HasStatus for aws_sdk_s3::config::http::HttpResponse {
+    fn status(&self) -> u16 {
+        self.status().as_u16()
+    }
+}
+
+fn to_chrono(t: Option<&aws_sdk_s3::primitives::DateTime>) -> DateTime<Utc> {
+    t.and_then(|t| DateTime::from_timestamp(t.secs(), t.subsec_nanos()))
+        .unwrap_or_default()
+}
+
+fn etag(e: Option<&str>) -> ETag {
+    ETag(e.unwrap_or_default().to_owned())
+}
+
+#[async_trait]
+impl Store for S3Store {
+    async fn get(&self, key: &str) -> Result<Object, StoreError> {
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(map_err)?;
+        let meta = ObjectMeta {
+            key: key.to_owned(),
+            etag: etag(out.e_tag()),
+            last_modified: to_chrono(out.last_modified()),
+            size: out.content_length().unwrap_or(0).max(0) as u64,
+        };
+        let body = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("reading body: {e}")))?
+            .into_bytes();
+        Ok(Object { body, meta })
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
+        let out = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(map_err)?;
+        Ok(ObjectMeta {
+            key: key.to_owned(),
+            etag: etag(out.e_tag()),
+            last_modified: to_chrono(out.last_modified()),
+            size: out.content_length().unwrap_or(0).max(0) as u64,
+        })
+    }
+
+    async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
+        let mut req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type("application/json")
+            .body(ByteStream::from(body));
+        match &mode {
+            PutMode::Create => req = req.if_none_match("*"),
+            PutMode::Update(e) => req = req.if_match(&e.0),
+            PutMode::Overwrite => {}
+        }
+        let out = req.send().await.map_err(map_err)?;
+        Ok(PutResult {
+            etag: etag(out.e_tag()),
+        })
+    }
+
+    async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
+        let mut req = self.client.delete_object().bucket(&self.bucket).key(key);
+        if let Some(e) = if_match {
+            req = req.if_match(&e.0);
+        }
+        req.send().await.map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        page: Option<String>,
+        limit: usize,
+    ) -> Result<ListPage, StoreError> {
+        let out = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .set_start_after(start_after.map(str::to_owned))
+            .set_continuation_token(page)
+            .max_keys(limit.clamp(1, 1000) as i32)
+            .send()
+            .await
+            .map_err(map_err)?;
+        let objects = out
+            .contents()
+            .iter()
+            .map(|o| ObjectMeta {
+                key: o.key().unwrap_or_default().to_owned(),
+                etag: etag(o.e_tag()),
+                last_modified: to_chrono(o.last_modified()),
+                size: o.size().unwrap_or(0).max(0) as u64,
+            })
+            .collect();
+        let next = if out.is_truncated().unwrap_or(false) {
+            out.next_continuation_token().map(str::to_owned)
+        } else {
+            None
+        };
+        Ok(ListPage { objects, next })
+    }
+}
