@@ -38,6 +38,26 @@ impl S3Store {
         Self::new(client_from_env(force_path_style).await, bucket)
     }
 
+    /// A store on a local S3 endpoint (moto, MinIO) with static test
+    /// credentials and path-style URLs, for tests and benchmarks.
+    pub fn for_endpoint(endpoint: &str, bucket: impl Into<String>) -> Self {
+        let conf = aws_sdk_s3::config::Builder::new()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .http_client(https_client())
+            .endpoint_url(endpoint)
+            .region(aws_sdk_s3::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_s3::config::Credentials::new(
+                "test", "test", None, None, "static",
+            ))
+            .force_path_style(true)
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(timeouts())
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+            .build();
+        Self::new(Client::from_conf(conf), bucket)
+    }
+
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -49,22 +69,13 @@ impl S3Store {
 
 /// See [`S3Store::from_env`].
 pub async fn client_from_env(force_path_style: bool) -> Client {
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-        ))
-        .build_https();
+    let http = https_client();
     let region = aws_config::meta::region::RegionProviderChain::default_provider().or_else("us-east-1");
     let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .http_client(http)
         .region(region)
         .retry_config(RetryConfig::disabled())
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(3))
-                .read_timeout(Duration::from_secs(10))
-                .build(),
-        )
+        .timeout_config(timeouts())
         .load()
         .await;
     let conf = aws_sdk_s3::config::Builder::from(&shared)
@@ -75,6 +86,21 @@ pub async fn client_from_env(force_path_style: bool) -> Client {
         .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
         .build();
     Client::from_conf(conf)
+}
+
+fn https_client() -> aws_sdk_s3::config::SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https()
+}
+
+fn timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(3))
+        .read_timeout(Duration::from_secs(10))
+        .build()
 }
 
 /// Maps any SDK failure to the protocol's outcome.

@@ -1,0 +1,104 @@
+//! Test harness: a moto S3 server (the one `make test` started, named by
+//! `S3_TEST_ENDPOINT`, or one this process starts on a free loopback port),
+//! a fresh bucket per test, and the in-memory twin.
+//!
+//! A test that needs S3 fails when no S3 can be had: it never skips.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use idempotent_submit::store::{FaultyStore, MemoryStore, S3Store};
+use idempotent_submit::{Clock, ManualClock, RetryPolicy, Settings};
+
+pub fn moto_endpoint() -> String {
+    static ENDPOINT: OnceLock<String> = OnceLock::new();
+    ENDPOINT
+        .get_or_init(|| match std::env::var("S3_TEST_ENDPOINT") {
+            Ok(e) if !e.is_empty() => e,
+            _ => start_moto(),
+        })
+        .clone()
+}
+
+/// Starts moto_server on a free port, watched by a shell that stops it when
+/// this test process is gone.
+fn start_moto() -> String {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port");
+    let script = format!(
+        "moto_server -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
+         while kill -0 {parent} 2>/dev/null && kill -0 $m 2>/dev/null; do sleep 1; done; kill $m 2>/dev/null",
+        parent = std::process::id()
+    );
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("cannot start moto_server: run `make test`, or `pip install 'moto[server]'`");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return format!("http://127.0.0.1:{port}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("moto_server did not come up on port {port}: is `moto[server]` installed?");
+}
+
+/// A store on a new, empty bucket of the moto server.
+pub async fn moto_store() -> S3Store {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let bucket = format!(
+        "t{}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst),
+        fastrand::u32(..)
+    );
+    let store = S3Store::for_endpoint(&moto_endpoint(), &bucket);
+    store
+        .client()
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("creating bucket {bucket} on moto: {e:?}"));
+    store
+}
+
+pub fn memory_store(clock: &ManualClock) -> MemoryStore {
+    MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>)
+}
+
+pub fn faulty(clock: &ManualClock) -> FaultyStore<MemoryStore> {
+    FaultyStore::new(memory_store(clock))
+}
+
+/// Contract defaults, with retries that do not wait.
+pub fn settings() -> Settings {
+    Settings {
+        retry: RetryPolicy::immediate(),
+        ..Settings::default()
+    }
+}
+
+/// Every key in an S3 bucket.
+pub async fn s3_keys(store: &S3Store) -> Vec<String> {
+    use idempotent_submit::Store;
+    let mut out = Vec::new();
+    let mut page = None;
+    loop {
+        let p = store.list("", None, page, 1000).await.expect("listing");
+        out.extend(p.objects.into_iter().map(|o| o.key));
+        match p.next {
+            Some(n) => page = Some(n),
+            None => return out,
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! One conformance suite, run on the in-memory store and on moto: every
+//! conditional outcome, and races that assert exact counts.
+
+mod common;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use idempotent_submit::store::{ETag, PutMode, Store, StoreError};
+
+async fn create_succeeds_once_then_answers_412(s: Arc<dyn Store>) {
+    let a = s.put("k", Bytes::from_static(b"1"), PutMode::Create).await.unwrap();
+    assert_eq!(
+        s.put("k", Bytes::from_static(b"2"), PutMode::Create).await,
+        Err(StoreError::PreconditionFailed)
+    );
+    let o = s.get("k").await.unwrap();
+    assert_eq!(&o.body[..], b"1");
+    assert_eq!(o.meta.etag, a.etag);
+}
+
+async fn update_needs_the_current_etag(s: Arc<dyn Store>) {
+    let a = s.put("k", Bytes::from_static(b"1"), PutMode::Create).await.unwrap();
+    let b = s
+        .put("k", Bytes::from_static(b"2"), PutMode::Update(a.etag.clone()))
+        .await
+        .unwrap();
+    assert_ne!(a.etag, b.etag, "a new content has a new ETag");
+    // The old ETag is stale now: 412, and nothing changes.
+    assert_eq!(
+        s.put("k", Bytes::from_static(b"3"), PutMode::Update(a.etag)).await,
+        Err(StoreError::PreconditionFailed)
+    );
+    assert_eq!(&s.get("k").await.unwrap().body[..], b"2");
+    assert_eq!(s.head("k").await.unwrap().etag, b.etag);
+}
+
+async fn update_of_a_missing_key_is_404(s: Arc<dyn Store>) {
+    let e = ETag("\"0123456789abcdef0123456789abcdef\"".into());
+    assert_eq!(
+        s.put("nope", Bytes::from_static(b"1"), PutMode::Update(e)).await,
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(s.head("nope").await, Err(StoreError::NotFound));
+}
+
+async fn same_bytes_give_the_same_etag(s: Arc<dyn Store>) {
+    let a = s.put("k1", Bytes::from_static(b"same"), PutMode::Overwrite).await.unwrap();
+    let b = s.put("k2", Bytes::from_static(b"same"), PutMode::Overwrite).await.unwrap();
+    assert_eq!(a.etag, b.etag, "ETags are content-derived, as in S3");
+}
+
+async fn get_and_head_of_a_missing_key_are_404(s: Arc<dyn Store>) {
+    assert_eq!(s.get("missing").await.err(), Some(StoreError::NotFound));
+    assert_eq!(s.head("missing").await, Err(StoreError::NotFound));
+}
+
+async fn get_returns_body_etag_and_last_modified(s: Arc<dyn Store>) {
+    let p = s.put("a/b.json", Bytes::from_static(b"{}"), PutMode::Overwrite).await.unwrap();
+    let o = s.get("a/b.json").await.unwrap();
+    assert_eq!(&o.body[..], b"{}");
+    assert_eq!(o.meta.etag, p.etag);
+    assert_eq!(o.meta.size, 2);
+    assert!(o.meta.last_modified.timestamp() > 1_700_000_000);
+    assert_eq!(o.meta.last_modified.timestamp_subsec_nanos(), 0, "whole seconds");
+}
+
+async fn conditional_delete_checks_the_etag(s: Arc<dyn Store>) {
+    let a = s.put("k", Bytes::from_static(b"1"), PutMode::Create).await.unwrap();
+    let b = s
+        .put("k", Bytes::from_static(b"2"), PutMode::Update(a.etag.clone()))
+        .await
+        .unwrap();
+    assert_eq!(s.delete("k", Some(&a.etag)).await, Err(StoreError::PreconditionFailed));
+    assert!(s.head("k").await.is_ok(), "a stale delete leaves the object");
+    s.delete("k", Some(&b.etag)).await.unwrap();
+    assert_eq!(s.head("k").await, Err(StoreError::NotFound));
+}
+
+async fn unconditional_delete_of_a_missing_key_succeeds(s: Arc<dyn Store>) {
+    s.delete("never-there", None).await.unwrap();
+}
+
+async fn listing_pages_in_key_order_under_a_prefix(s: Arc<dyn Store>) {
+    for i in (0..7).rev() {
+        s.put(&format!("p/{i}"), Bytes::new(), PutMode::Overwrite).await.unwrap();
+    }
+    s.put("q/0", Bytes::new(), PutMode::Overwrite).await.unwrap();
+    s.put("o/0", Bytes::new(), PutMode::Overwrite).await.unwrap();
+    let mut keys = Vec::new();
+    let mut page = None;
+    let mut pages = 0;
+    loop {
+        let p = s.list("p/", None, page, 3).await.unwrap();
+        assert!(p.objects.len() <= 3);
+        keys.extend(p.objects.into_iter().map(|o| o.key));
+        pages += 1;
+        match p.next {
+            Some(n) => page = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(keys, (0..7).map(|i| format!("p/{i}")).collect::<Vec<_>>());
+    assert_eq!(pages, 3);
+    let after = s.list("p/", Some("p/4"), None, 100).await.unwrap();
+    let after: Vec<_> = after.objects.into_iter().map(|o| o.key).collect();
+    assert_eq!(after, vec!["p/5", "p/6"]);
+}
+
+async fn exactly_one_of_32_racing_creates_wins(s: Arc<dyn Store>) {
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            s.put("race", Bytes::from(format!("{i}")), PutMode::Create).await
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => wins += 1,
+            // 409 is S3's way to say "another conditional write was in flight".
+            Err(StoreError::PreconditionFailed | StoreError::Conflict) => {}
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    assert_eq!(wins, 1);
+}
+
+async fn sixteen_racing_cas_increments_count_exactly(s: Arc<dyn Store>) {
+    s.put("n", Bytes::from_static(b"0"), PutMode::Create).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                assert!(tries < 1000, "livelock");
+                let o = s.get("n").await.unwrap();
+                let n: u64 = std::str::from_utf8(&o.body).unwrap().parse().unwrap();
+                let next = Bytes::from((n + 1).to_string());
+                match s.put("n", next, PutMode::Update(o.meta.etag)).await {
+                    Ok(_) => return,
+                    Err(StoreError::PreconditionFailed | StoreError::Conflict) => continue,
+                    Err(e) => panic!("unexpected {e:?}"),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(&s.get("n").await.unwrap().body[..], b"16");
+}
+
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let clock = idempotent_submit::ManualClock::at_epoch();
+                    super::$name(Arc::new(common::memory_store(&clock))).await;
+                }
+            )*
+        }
+        mod moto {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(Arc::new(common::moto_store().await)).await;
+                }
+            )*
+        }
+    };
+}
+
+suite!(
+    create_succeeds_once_then_answers_412,
+    update_needs_the_current_etag,
+    update_of_a_missing_key_is_404,
+    same_bytes_give_the_same_etag,
+    get_and_head_of_a_missing_key_are_404,
+    get_returns_body_etag_and_last_modified,
+    conditional_delete_checks_the_etag,
+    unconditional_delete_of_a_missing_key_succeeds,
+    listing_pages_in_key_order_under_a_prefix,
+    exactly_one_of_32_racing_creates_wins,
+    sixteen_racing_cas_increments_count_exactly,
+);
