@@ -234,6 +234,8 @@ impl<S: Store + Clone> FaultyStore<S> {
         // Let calls started together (join) overlap, so the log can tell
         // parallel requests from sequential ones.
         tokio::task::yield_now().await;
+        // A call still on its way when the process died never reaches S3.
+        let fault = if self.crashed() { Some(Fault::CrashBefore) } else { fault };
         let result = match fault {
             None => call.await,
             Some(Fault::Fail(e)) => Err(e),

@@ -1,0 +1,404 @@
+//! Crashes, lost answers, retries and the finish deadline, with the
+//! fault-injecting store and the injectable clock; and request counts.
+
+mod common;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::Duration;
+use idempotent_submit::protocol::RecordStatus;
+use idempotent_submit::store::{
+    ETag, Fault, FaultyStore, ListPage, MemoryStore, Object, ObjectMeta, Op, PutMode, PutResult,
+    Store, StoreError,
+};
+use idempotent_submit::{Clock, ManualClock, Queue, SubmitError};
+use serde_json::json;
+
+struct World {
+    clock: ManualClock,
+    faulty: FaultyStore<MemoryStore>,
+}
+
+impl World {
+    fn new() -> Self {
+        let clock = ManualClock::at_epoch();
+        let faulty = common::faulty(&clock);
+        World { clock, faulty }
+    }
+
+    /// A process whose store calls go through the fault injector.
+    fn process(&self) -> Queue {
+        Queue::with_clock(self.faulty.clone(), Arc::new(self.clock.clone()), common::settings())
+    }
+
+    /// A fresh process after a crash: straight to the bucket.
+    fn restarted(&self) -> Queue {
+        Queue::with_clock(self.faulty.inner().clone(), Arc::new(self.clock.clone()), common::settings())
+    }
+
+    fn bucket(&self) -> &MemoryStore {
+        self.faulty.inner()
+    }
+
+    fn count(&self, prefix: &str) -> usize {
+        self.bucket().keys().iter().filter(|k| k.starts_with(prefix)).count()
+    }
+
+    async fn record(&self) -> idempotent_submit::protocol::Record {
+        self.restarted().record("t", "k", None).await.unwrap().unwrap().0
+    }
+}
+
+async fn submit(q: &Queue) -> Result<idempotent_submit::Submitted, SubmitError> {
+    q.submit("t", json!({"n": 1})).idempotency_key("k").await
+}
+
+/// After a crash at some step, the next submit answers the crashed submit's
+/// task id; exactly one task and one marker exist; the record ends ready.
+async fn next_submit_recovers(w: &World) {
+    let crashed = submit(&w.process()).await.unwrap_err();
+    assert_eq!(crashed, SubmitError::Storage(StoreError::Crashed));
+    assert!(w.faulty.crashed());
+    let pending = w.record().await;
+    assert_eq!(pending.status, Some(RecordStatus::Creating));
+    assert!(pending.pending_task.is_some());
+
+    let next = submit(&w.restarted()).await.unwrap();
+    assert_eq!(next.task_id, pending.task_id);
+    assert!(next.replayed && next.recovered == (w.count("tasks/") == 1));
+    assert_eq!(next.status, "pending");
+    assert_eq!(w.count("tasks/"), 1);
+    assert_eq!(w.count("ready/"), 1);
+    let rec = w.record().await;
+    assert_eq!(rec.status, Some(RecordStatus::Ready));
+    assert!(rec.pending_task.is_none());
+    assert_eq!(rec.task_id, pending.task_id);
+    // And a third submit is a plain replay.
+    let third = submit(&w.restarted()).await.unwrap();
+    assert_eq!(third.task_id, pending.task_id);
+}
+
+#[tokio::test]
+async fn a_crash_after_the_record_is_finished_by_the_next_submit() {
+    let w = World::new();
+    w.faulty.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+    next_submit_recovers(&w).await;
+}
+
+#[tokio::test]
+async fn a_crash_after_the_task_before_the_marker_is_finished_by_the_next_submit() {
+    let w = World::new();
+    // The marker's first attempt fails, so the task lands first, then the
+    // process dies before the marker's retry.
+    w.faulty.inject(Some(Op::Put), "ready/", 1, 1, Fault::Fail(StoreError::Unavailable("503".into())));
+    w.faulty.inject(Some(Op::PutCreate), "tasks/", 1, 1, Fault::CrashAfter);
+    submit(&w.process()).await.unwrap_err();
+    assert_eq!(w.count("tasks/"), 1);
+    assert_eq!(w.count("ready/"), 0, "the crash came before the marker");
+    let w2 = World { clock: w.clock.clone(), faulty: FaultyStore::new(w.bucket().clone()) };
+    let next = submit(&w2.process()).await.unwrap();
+    assert_eq!(next.task_id, w.record().await.task_id);
+    assert_eq!(w.count("tasks/"), 1);
+    assert_eq!(w.count("ready/"), 1);
+    assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
+    // The finisher found the task there (412) and wrote no second one.
+    let calls = w2.faulty.calls();
+    let task_put = calls.iter().find(|c| c.op == Op::PutCreate && c.key.starts_with("tasks/")).unwrap();
+    assert_eq!(task_put.error, Some(StoreError::PreconditionFailed));
+}
+
+#[tokio::test]
+async fn a_crash_after_task_and_marker_before_ready_is_finished_by_the_next_submit() {
+    let w = World::new();
+    w.faulty.inject(Some(Op::PutUpdate), "idempotency/", 1, 1, Fault::CrashBefore);
+    submit(&w.process()).await.unwrap_err();
+    assert_eq!(w.count("tasks/"), 1);
+    assert_eq!(w.count("ready/"), 1);
+    let rec = w.record().await;
+    let next = submit(&w.restarted()).await.unwrap();
+    assert_eq!(next.task_id, rec.task_id);
+    assert_eq!(w.count("tasks/"), 1);
+    assert_eq!(w.count("ready/"), 1);
+    assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
+}
+
+#[tokio::test]
+async fn a_crash_before_the_record_leaves_nothing_and_the_next_submit_creates() {
+    let w = World::new();
+    w.faulty.at_call(1, Fault::CrashBefore);
+    submit(&w.process()).await.unwrap_err();
+    assert!(w.bucket().is_empty());
+    let next = submit(&w.restarted()).await.unwrap();
+    assert!(next.created());
+}
+
+#[tokio::test]
+async fn a_lost_answer_to_our_own_record_write_is_recognized_by_write_id() {
+    let w = World::new();
+    w.faulty.inject(
+        Some(Op::PutCreate),
+        "idempotency/",
+        1,
+        1,
+        Fault::FailAfter(StoreError::Unavailable("connection reset".into())),
+    );
+    let r = submit(&w.process()).await.unwrap();
+    assert!(r.created(), "our own write, retried, is still our 201");
+    assert_eq!(w.count("tasks/"), 1);
+    assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
+}
+
+#[tokio::test]
+async fn a_lost_answer_to_the_task_write_still_creates_one_task() {
+    let w = World::new();
+    w.faulty.inject(
+        Some(Op::PutCreate),
+        "tasks/",
+        1,
+        1,
+        Fault::FailAfter(StoreError::Unavailable("timeout".into())),
+    );
+    let r = submit(&w.process()).await.unwrap();
+    assert!(r.created());
+    assert_eq!(r.status, "pending");
+    assert_eq!(w.count("tasks/"), 1);
+}
+
+#[tokio::test]
+async fn a_lost_answer_to_the_ready_write_is_checked_by_reading_the_record() {
+    let w = World::new();
+    w.faulty.inject(
+        Some(Op::PutUpdate),
+        "idempotency/",
+        1,
+        1,
+        Fault::FailAfter(StoreError::Unavailable("timeout".into())),
+    );
+    let r = submit(&w.process()).await.unwrap();
+    assert!(r.created());
+    assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
+}
+
+#[tokio::test]
+async fn conflicts_409_and_503s_are_retried() {
+    let w = World::new();
+    w.faulty.inject(Some(Op::PutCreate), "idempotency/", 1, 2, Fault::Fail(StoreError::Conflict));
+    w.faulty.inject(Some(Op::Put), "ready/", 1, 1, Fault::Fail(StoreError::Unavailable("503 SlowDown".into())));
+    w.faulty.inject(Some(Op::PutUpdate), "idempotency/", 1, 1, Fault::Fail(StoreError::Conflict));
+    let r = submit(&w.process()).await.unwrap();
+    assert!(r.created());
+    assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
+    assert_eq!(w.faulty.calls().len(), 4 + 4);
+}
+
+#[tokio::test]
+async fn a_hung_request_is_abandoned_and_retried() {
+    let w = World::new();
+    w.faulty.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::Hang);
+    let r = submit(&w.process()).await.unwrap();
+    assert!(r.created());
+}
+
+#[tokio::test]
+async fn storage_that_keeps_failing_is_a_retryable_error_never_a_success() {
+    let w = World::new();
+    w.faulty.inject(None, "", 1, usize::MAX, Fault::Fail(StoreError::Unavailable("500".into())));
+    let e = submit(&w.process()).await.unwrap_err();
+    assert!(matches!(e, SubmitError::Storage(StoreError::Unavailable(_))), "{e:?}");
+    assert!(e.is_retryable());
+    assert!(w.bucket().is_empty());
+    assert_eq!(w.faulty.calls().len(), 5, "bounded: max_attempts");
+}
+
+#[tokio::test]
+async fn a_412_is_never_retried_blindly() {
+    let w = World::new();
+    submit(&w.restarted()).await.unwrap();
+    w.faulty.reset_log();
+    submit(&w.process()).await.unwrap();
+    let creates = w.faulty.calls().iter().filter(|c| c.op == Op::PutCreate).count();
+    assert_eq!(creates, 1);
+}
+
+// ---- the finish deadline ----
+
+/// A `creating` record whose submit died right after writing it.
+async fn interrupted(w: &World) -> idempotent_submit::protocol::Record {
+    w.faulty.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+    submit(&w.process()).await.unwrap_err();
+    w.record().await
+}
+
+#[tokio::test]
+async fn a_creating_record_is_finished_just_before_its_deadline() {
+    let w = World::new();
+    let rec = interrupted(&w).await;
+    w.clock.advance(Duration::seconds(2400 - 1));
+    let r = submit(&w.restarted()).await.unwrap();
+    assert_eq!(r.task_id, rec.task_id);
+    assert_eq!(w.count("tasks/"), 1);
+}
+
+#[tokio::test]
+async fn just_after_the_deadline_a_taskless_creating_record_is_undetermined_and_nothing_is_written() {
+    let w = World::new();
+    let rec = interrupted(&w).await;
+    w.clock.advance(Duration::seconds(2400 + 1));
+    let before = w.bucket().keys();
+    let e = submit(&w.restarted()).await.unwrap_err();
+    match e {
+        SubmitError::Undetermined { task_id, retry_after } => {
+            assert_eq!(task_id, rec.task_id);
+            assert_eq!(retry_after.as_secs(), 15 * 60 - 1);
+        }
+        other => panic!("expected undetermined, got {other:?}"),
+    }
+    assert!(e.is_retryable());
+    assert_eq!(w.bucket().keys(), before);
+}
+
+#[tokio::test]
+async fn long_after_the_deadline_a_taskless_creating_record_answers_missing_and_writes_nothing() {
+    let w = World::new();
+    let rec = interrupted(&w).await;
+    w.clock.advance(Duration::seconds(2400 + 15 * 60));
+    let before = w.bucket().keys();
+    let r = submit(&w.restarted()).await.unwrap();
+    assert_eq!(r.task_id, rec.task_id);
+    assert_eq!(r.status, "missing");
+    assert!(r.replayed);
+    assert_eq!(w.bucket().keys(), before);
+    assert_eq!(w.record().await.status, Some(RecordStatus::Creating), "left as it is until it expires");
+}
+
+#[tokio::test]
+async fn past_the_deadline_a_creating_record_whose_task_exists_answers_its_status() {
+    let w = World::new();
+    w.faulty.inject(Some(Op::PutUpdate), "idempotency/", 1, 1, Fault::CrashBefore);
+    submit(&w.process()).await.unwrap_err();
+    w.clock.advance(Duration::seconds(2400 + 1));
+    let before = w.bucket().keys();
+    let r = submit(&w.restarted()).await.unwrap();
+    assert_eq!(r.status, "pending");
+    assert_eq!(w.bucket().keys(), before);
+}
+
+#[tokio::test]
+async fn a_task_deleted_after_the_deadline_is_never_written_again() {
+    let w = World::new();
+    w.faulty.inject(Some(Op::PutUpdate), "idempotency/", 1, 1, Fault::CrashBefore);
+    submit(&w.process()).await.unwrap_err();
+    let rec = w.record().await;
+    w.clock.advance(Duration::hours(1));
+    w.bucket().delete(&rec.task_key, None).await.unwrap();
+    let r = submit(&w.restarted()).await.unwrap();
+    assert_eq!(r.task_id, rec.task_id);
+    assert_eq!(r.status, "missing");
+    assert_eq!(w.count("tasks/"), 0);
+}
+
+#[tokio::test]
+async fn an_expired_creating_record_is_replaced_not_finished() {
+    let w = World::new();
+    let rec = interrupted(&w).await;
+    w.clock.advance(Duration::days(31));
+    let r = submit(&w.restarted()).await.unwrap();
+    assert!(r.created());
+    assert_ne!(r.task_id, rec.task_id);
+    assert_eq!(w.count("tasks/"), 1);
+}
+
+/// Moves the clock at a chosen write and fails it, as if the attempt took
+/// that long: the retry must see the deadline.
+#[derive(Clone)]
+struct SlowTaskWrites {
+    inner: MemoryStore,
+    clock: ManualClock,
+    by: Duration,
+}
+
+#[async_trait]
+impl Store for SlowTaskWrites {
+    async fn get(&self, key: &str) -> Result<Object, StoreError> {
+        self.inner.get(key).await
+    }
+    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
+        self.inner.head(key).await
+    }
+    async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
+        if key.starts_with("tasks/") {
+            self.clock.advance(self.by);
+            return Err(StoreError::Unavailable("503 SlowDown".into()));
+        }
+        self.inner.put(key, body, mode).await
+    }
+    async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
+        self.inner.delete(key, if_match).await
+    }
+    async fn list(&self, p: &str, s: Option<&str>, pg: Option<String>, l: usize) -> Result<ListPage, StoreError> {
+        self.inner.list(p, s, pg, l).await
+    }
+}
+
+#[tokio::test]
+async fn no_task_write_is_attempted_once_the_finish_deadline_has_passed_even_by_a_retry() {
+    let w = World::new();
+    let rec = interrupted(&w).await;
+    // The finisher starts 10 s before the deadline; its first task write
+    // takes 20 s and fails. Its retry would land after the deadline.
+    w.clock.advance(Duration::seconds(2400 - 10));
+    let slow = FaultyStore::new(SlowTaskWrites {
+        inner: w.bucket().clone(),
+        clock: w.clock.clone(),
+        by: Duration::seconds(20),
+    });
+    let q = Queue::with_clock(slow.clone(), Arc::new(w.clock.clone()) as Arc<dyn Clock>, common::settings());
+    let e = submit(&q).await.unwrap_err();
+    assert!(matches!(e, SubmitError::Undetermined { task_id, .. } if task_id == rec.task_id), "{e:?}");
+    let task_writes = slow.calls().iter().filter(|c| c.key.starts_with("tasks/")).count();
+    assert_eq!(task_writes, 1);
+    assert_eq!(w.record().await.status, Some(RecordStatus::Creating));
+}
+
+// ---- request counts (guarantee 8) ----
+
+#[tokio::test]
+async fn a_new_submit_is_three_round_trips_and_four_requests() {
+    let w = World::new();
+    submit(&w.process()).await.unwrap();
+    let calls = w.faulty.calls();
+    let ops: Vec<(Op, usize)> = calls.iter().map(|c| (c.op, c.round_trip)).collect();
+    assert_eq!(calls.len(), 4, "{calls:#?}");
+    assert_eq!(w.faulty.round_trips(), 3, "{calls:#?}");
+    assert_eq!(ops[0], (Op::PutCreate, 1));
+    assert!(ops[1..3].contains(&(Op::PutCreate, 2)) && ops[1..3].contains(&(Op::Put, 2)));
+    assert_eq!(ops[3], (Op::PutUpdate, 3));
+}
+
+#[tokio::test]
+async fn a_replay_of_a_ready_record_is_at_most_three_requests() {
+    let w = World::new();
+    submit(&w.restarted()).await.unwrap();
+    submit(&w.process()).await.unwrap();
+    let ops: Vec<Op> = w.faulty.calls().iter().map(|c| c.op).collect();
+    assert_eq!(ops, vec![Op::PutCreate, Op::Get, Op::Get]);
+}
+
+#[tokio::test]
+async fn a_conflict_is_at_most_two_requests() {
+    let w = World::new();
+    submit(&w.restarted()).await.unwrap();
+    w.process().submit("t", json!({"n": 2})).idempotency_key("k").await.unwrap_err();
+    let ops: Vec<Op> = w.faulty.calls().iter().map(|c| c.op).collect();
+    assert_eq!(ops, vec![Op::PutCreate, Op::Get]);
+}
+
+#[tokio::test]
+async fn a_submit_without_a_key_is_one_round_trip_of_two_requests() {
+    let w = World::new();
+    w.process().submit("t", json!(1)).await.unwrap();
+    assert_eq!(w.faulty.calls().len(), 2);
+    assert_eq!(w.faulty.round_trips(), 1);
+}
