@@ -34,6 +34,7 @@
 //!
 //! docs/protocol.md has every step, with its failure cases.
 
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod protocol;

@@ -166,6 +166,19 @@ impl SubmitError {
         }
     }
 
+    /// The problem code of CONTRACT.md section 4, shared by the HTTP API, SQS
+    /// rejections and the CLI.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SubmitError::Invalid(ValidationError::KeyRequired) => "idempotency_key_missing",
+            SubmitError::Invalid(_) => "invalid_request",
+            SubmitError::InputTooLarge { .. } => "input_too_large",
+            SubmitError::Conflict { .. } => "idempotency_conflict",
+            e if e.is_retryable() => "storage_unavailable",
+            _ => "storage_error",
+        }
+    }
+
     /// The hint for a retry, where there is one.
     pub fn retry_after(&self) -> Option<StdDuration> {
         match self {

@@ -70,15 +70,18 @@ impl S3Store {
 /// See [`S3Store::from_env`].
 pub async fn client_from_env(force_path_style: bool) -> Client {
     let http = https_client();
-    let region = aws_config::meta::region::RegionProviderChain::default_provider().or_else("us-east-1");
     let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .http_client(http)
-        .region(region)
         .retry_config(RetryConfig::disabled())
         .timeout_config(timeouts())
         .load()
         .await;
-    let conf = aws_sdk_s3::config::Builder::from(&shared)
+    let mut conf = aws_sdk_s3::config::Builder::from(&shared);
+    if shared.region().is_none() {
+        // A local S3 does not care; AWS always sets AWS_REGION in Lambda.
+        conf = conf.region(aws_sdk_s3::config::Region::new("us-east-1"));
+    }
+    let conf = conf
         .force_path_style(force_path_style)
         // Checksums only where S3 requires them: the bodies are small JSON,
         // and trailing checksums cost a chunked upload on every write.
