@@ -10,7 +10,11 @@ use crate::protocol::{Scope, SubmitError};
 use crate::queue::Queue;
 
 #[derive(Debug, Parser)]
-#[command(name = "idem", about = "Operate the idempotent submit protocol on a queue bucket", version)]
+#[command(
+    name = "idem",
+    about = "Operate the idempotent submit protocol on a queue bucket",
+    version
+)]
 pub struct Cli {
     /// The bucket (default: BUCKET_NAME).
     #[arg(long, global = true)]
@@ -120,7 +124,11 @@ pub async fn run(command: Command, queue: &Queue) -> Outcome {
                 match chrono::Duration::try_seconds(secs) {
                     Some(d) => b = b.idempotency_ttl(d),
                     None => {
-                        return error(exit::INVALID, "invalid_request", "idempotency_ttl_seconds: out of range");
+                        return error(
+                            exit::INVALID,
+                            "invalid_request",
+                            "idempotency_ttl_seconds: out of range",
+                        );
                     }
                 }
             }
@@ -153,7 +161,10 @@ pub async fn run(command: Command, queue: &Queue) -> Outcome {
             };
             match queue.task(id).await {
                 Ok(Some(body)) => match serde_json::from_slice(&body) {
-                    Ok(v) => Outcome { exit: exit::OK, output: v },
+                    Ok(v) => Outcome {
+                        exit: exit::OK,
+                        output: v,
+                    },
                     Err(e) => error(exit::FAILED, "storage_error", format!("task object: {e}")),
                 },
                 Ok(None) => error(exit::NOT_FOUND, "not_found", "no such task"),

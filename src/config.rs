@@ -185,7 +185,12 @@ fn parse_bool(
     get: &impl Fn(&str) -> Option<String>,
     default: bool,
 ) -> Result<bool, ConfigError> {
-    match get(var).as_deref().map(str::trim).map(str::to_ascii_lowercase).as_deref() {
+    match get(var)
+        .as_deref()
+        .map(str::trim)
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
         None | Some("") => Ok(default),
         Some("true" | "on" | "1" | "yes") => Ok(true),
         Some("false" | "off" | "0" | "no") => Ok(false),
@@ -249,8 +254,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn cfg(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let m: HashMap<String, String> =
-            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Config::from_lookup(|k| m.get(k).cloned())
     }
 

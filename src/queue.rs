@@ -68,8 +68,14 @@ impl Queue {
 
     /// Reads a task object; `None` if there is none.
     pub async fn task(&self, task_id: Uuid) -> Result<Option<Bytes>, SubmitError> {
-        let loc = TaskLocation::new(task_id, self.settings().shard_prefix_len, Default::default());
-        self.get_optional(&loc.task_key()).await.map(|o| o.map(|(b, _)| b))
+        let loc = TaskLocation::new(
+            task_id,
+            self.settings().shard_prefix_len,
+            Default::default(),
+        );
+        self.get_optional(&loc.task_key())
+            .await
+            .map(|o| o.map(|(b, _)| b))
     }
 
     /// Reads the record of `key` in the scope named `scope` (a task type,
@@ -101,7 +107,11 @@ impl Queue {
 
     async fn get_optional(&self, key: &str) -> Result<Option<(Bytes, ObjectMeta)>, SubmitError> {
         let deadline = self.engine.now() + self.settings().operation_timeout;
-        match self.engine.call(deadline, || self.engine.store().get(key)).await {
+        match self
+            .engine
+            .call(deadline, || self.engine.store().get(key))
+            .await
+        {
             Ok(o) => Ok(Some((o.body, o.meta))),
             Err(crate::protocol::submit::Failure::Store(StoreError::NotFound)) => Ok(None),
             Err(e) => Err(e.into()),
@@ -165,7 +175,11 @@ impl<'q> SubmitBuilder<'q> {
                     s => s,
                 };
                 let ttl = Ttl::new(self.ttl.unwrap_or(settings.default_ttl), settings.max_ttl)?;
-                let tenant = self.tenant.as_deref().map(Tenant::from_principal).transpose()?;
+                let tenant = self
+                    .tenant
+                    .as_deref()
+                    .map(Tenant::from_principal)
+                    .transpose()?;
                 Some(KeySpec {
                     key: IdempotencyKey::parse(k)?,
                     scope,

@@ -11,7 +11,9 @@ struct Idem {
 impl Idem {
     async fn new() -> Self {
         let store = common::moto_store().await;
-        Idem { bucket: store.bucket().to_owned() }
+        Idem {
+            bucket: store.bucket().to_owned(),
+        }
     }
 
     async fn run(&self, args: &[&str]) -> (i32, Value) {
@@ -29,8 +31,12 @@ impl Idem {
             .await
             .expect("running idem");
         let stdout = String::from_utf8_lossy(&out.stdout);
-        let v: Value = serde_json::from_str(stdout.trim())
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {stdout:?} stderr: {}", String::from_utf8_lossy(&out.stderr)));
+        let v: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}): {stdout:?} stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
         (out.status.code().unwrap_or(-1), v)
     }
 }
@@ -38,7 +44,15 @@ impl Idem {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_creates_then_replays_with_exit_0() {
     let idem = Idem::new().await;
-    let args = ["submit", "--type", "charge_customer", "--input", r#"{"order":"ORD-123","cents":1999}"#, "--key", "charge-ORD-123"];
+    let args = [
+        "submit",
+        "--type",
+        "charge_customer",
+        "--input",
+        r#"{"order":"ORD-123","cents":1999}"#,
+        "--key",
+        "charge-ORD-123",
+    ];
     let (code, first) = idem.run(&args).await;
     assert_eq!(code, 0, "{first}");
     assert_eq!(first["replayed"], false);
@@ -55,30 +69,83 @@ async fn submit_exits_2_when_invalid_and_3_on_conflict() {
     let idem = Idem::new().await;
     let (code, v) = idem.run(&["submit", "--type", "a/b", "--input", "1"]).await;
     assert_eq!((code, v["error"].as_str()), (2, Some("invalid_request")));
-    let (code, _) = idem.run(&["submit", "--type", "t", "--input", "{not json"]).await;
+    let (code, _) = idem
+        .run(&["submit", "--type", "t", "--input", "{not json"])
+        .await;
     assert_eq!(code, 2);
-    let (code, _) = idem.run(&["submit", "--type", "t", "--input", "1", "--key", "k", "--ttl-seconds", "60"]).await;
+    let (code, _) = idem
+        .run(&[
+            "submit",
+            "--type",
+            "t",
+            "--input",
+            "1",
+            "--key",
+            "k",
+            "--ttl-seconds",
+            "60",
+        ])
+        .await;
     assert_eq!(code, 2);
-    let (code, _) = idem.run(&["submit", "--type", "t", "--input", "1", "--key", "k", "--scope", "bad scope"]).await;
+    let (code, _) = idem
+        .run(&[
+            "submit",
+            "--type",
+            "t",
+            "--input",
+            "1",
+            "--key",
+            "k",
+            "--scope",
+            "bad scope",
+        ])
+        .await;
     assert_eq!(code, 2);
-    let (code, _) = idem.run(&["submit", "--type", "t", "--input", "1", "--key", "k", "--scope", "queue"]).await;
+    let (code, _) = idem
+        .run(&[
+            "submit", "--type", "t", "--input", "1", "--key", "k", "--scope", "queue",
+        ])
+        .await;
     assert_eq!(code, 0);
-    let (code, v) = idem.run(&["submit", "--type", "t", "--input", "2", "--key", "k", "--scope", "queue"]).await;
-    assert_eq!((code, v["error"].as_str()), (3, Some("idempotency_conflict")));
+    let (code, v) = idem
+        .run(&[
+            "submit", "--type", "t", "--input", "2", "--key", "k", "--scope", "queue",
+        ])
+        .await;
+    assert_eq!(
+        (code, v["error"].as_str()),
+        (3, Some("idempotency_conflict"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_and_task_print_the_objects_or_exit_4() {
     let idem = Idem::new().await;
-    let (_, s) = idem.run(&["submit", "--type", "t", "--input", r#"{"x":1}"#, "--key", "k1", "--scope", "billing"]).await;
+    let (_, s) = idem
+        .run(&[
+            "submit",
+            "--type",
+            "t",
+            "--input",
+            r#"{"x":1}"#,
+            "--key",
+            "k1",
+            "--scope",
+            "billing",
+        ])
+        .await;
     let id = s["task_id"].as_str().unwrap().to_owned();
 
-    let (code, rec) = idem.run(&["key", "--scope", "billing", "--key", "k1"]).await;
+    let (code, rec) = idem
+        .run(&["key", "--scope", "billing", "--key", "k1"])
+        .await;
     assert_eq!(code, 0, "{rec}");
     assert_eq!(rec["task_id"], id.as_str());
     assert_eq!(rec["status"], "ready");
     assert!(rec.get("pending_task").is_none());
-    let (code, _) = idem.run(&["key", "--scope", "billing", "--key", "nope"]).await;
+    let (code, _) = idem
+        .run(&["key", "--scope", "billing", "--key", "nope"])
+        .await;
     assert_eq!(code, 4);
 
     let (code, task) = idem.run(&["task", &id]).await;
@@ -93,7 +160,9 @@ async fn key_and_task_print_the_objects_or_exit_4() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_bucket_name_is_named_in_the_error() {
-    let idem = Idem { bucket: String::new() };
+    let idem = Idem {
+        bucket: String::new(),
+    };
     let (code, v) = idem.run(&["task", &uuid::Uuid::new_v4().to_string()]).await;
     assert_eq!(code, 2);
     assert!(v["detail"].as_str().unwrap().contains("BUCKET_NAME"));

@@ -49,11 +49,22 @@ async fn sixty_four_concurrent_submits_of_each_of_20_keys_make_exactly_20_tasks(
     let keys = common::s3_keys(&store).await;
     assert_eq!(keys.iter().filter(|k| k.starts_with("tasks/")).count(), 20);
     assert_eq!(keys.iter().filter(|k| k.starts_with("ready/")).count(), 20);
-    assert_eq!(keys.iter().filter(|k| k.starts_with("idempotency/")).count(), 20);
+    assert_eq!(
+        keys.iter()
+            .filter(|k| k.starts_with("idempotency/"))
+            .count(),
+        20
+    );
     let task_ids: HashSet<String> = keys
         .iter()
         .filter(|k| k.starts_with("tasks/"))
-        .map(|k| k.rsplit('/').next().unwrap().trim_end_matches(".json").to_owned())
+        .map(|k| {
+            k.rsplit('/')
+                .next()
+                .unwrap()
+                .trim_end_matches(".json")
+                .to_owned()
+        })
         .collect();
     for ids in answers.values() {
         assert!(task_ids.contains(&ids[0].to_string()));

@@ -35,7 +35,11 @@ impl Env {
     }
 
     async fn count(&self, prefix: &str) -> usize {
-        self.keys().await.iter().filter(|k| k.starts_with(prefix)).count()
+        self.keys()
+            .await
+            .iter()
+            .filter(|k| k.starts_with(prefix))
+            .count()
     }
 
     async fn task(&self, key: &str) -> Value {
@@ -47,7 +51,10 @@ impl Env {
 async fn a_new_key_creates_one_task_its_marker_and_a_ready_record(env: Env) {
     let r = env
         .queue
-        .submit("charge_customer", json!({"order": "ORD-123", "cents": 1999}))
+        .submit(
+            "charge_customer",
+            json!({"order": "ORD-123", "cents": 1999}),
+        )
         .idempotency_key("charge-ORD-123")
         .idempotency_ttl(Duration::days(30))
         .await
@@ -67,21 +74,47 @@ async fn a_new_key_creates_one_task_its_marker_and_a_ready_record(env: Env) {
     assert_eq!(task["input"], json!({"cents": 1999, "order": "ORD-123"}));
     assert_eq!(task["idempotency"]["key_hash"], idem.key_hash.as_str());
     assert_eq!(env.count("ready/").await, 1);
-    let marker = env.keys().await.into_iter().find(|k| k.starts_with("ready/")).unwrap();
+    let marker = env
+        .keys()
+        .await
+        .into_iter()
+        .find(|k| k.starts_with("ready/"))
+        .unwrap();
     assert!(marker.ends_with(&r.task_id.to_string()));
-    assert!(marker.starts_with(&format!("ready/{shard}/{:010}/", r.created_at.timestamp() / 60)));
+    assert!(marker.starts_with(&format!(
+        "ready/{shard}/{:010}/",
+        r.created_at.timestamp() / 60
+    )));
 
-    let (rec, _) = env.queue.record("charge_customer", "charge-ORD-123", None).await.unwrap().unwrap();
+    let (rec, _) = env
+        .queue
+        .record("charge_customer", "charge-ORD-123", None)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(rec.status, Some(RecordStatus::Ready));
     assert_eq!(rec.task_id, r.task_id);
-    assert!(rec.pending_task.is_none(), "pending_task is dropped once ready");
+    assert!(
+        rec.pending_task.is_none(),
+        "pending_task is dropped once ready"
+    );
     assert_eq!(env.keys().await.len(), 3);
 }
 
 async fn a_replay_answers_the_same_task_and_writes_nothing(env: Env) {
-    let first = env.queue.submit("t", json!({"a": 1})).idempotency_key("k").await.unwrap();
+    let first = env
+        .queue
+        .submit("t", json!({"a": 1}))
+        .idempotency_key("k")
+        .await
+        .unwrap();
     let before = env.keys().await;
-    let again = env.queue.submit("t", json!({"a": 1})).idempotency_key("k").await.unwrap();
+    let again = env
+        .queue
+        .submit("t", json!({"a": 1}))
+        .idempotency_key("k")
+        .await
+        .unwrap();
     assert!(again.replayed);
     assert_eq!(again.task_id, first.task_id);
     assert_eq!(again.task_key, first.task_key);
@@ -91,33 +124,77 @@ async fn a_replay_answers_the_same_task_and_writes_nothing(env: Env) {
 }
 
 async fn a_replay_reports_the_tasks_current_status(env: Env) {
-    let first = env.queue.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    let first = env
+        .queue
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .await
+        .unwrap();
     // A worker claims the task.
     let mut task = env.task(&first.task_key).await;
     task["status"] = json!("running");
     env.store()
-        .put(&first.task_key, serde_json::to_vec(&task).unwrap().into(), idempotent_submit::store::PutMode::Overwrite)
+        .put(
+            &first.task_key,
+            serde_json::to_vec(&task).unwrap().into(),
+            idempotent_submit::store::PutMode::Overwrite,
+        )
         .await
         .unwrap();
-    let again = env.queue.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    let again = env
+        .queue
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .await
+        .unwrap();
     assert_eq!(again.status, "running");
 }
 
 async fn a_ready_record_whose_task_is_gone_answers_missing_and_writes_nothing(env: Env) {
-    let first = env.queue.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    let first = env
+        .queue
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .await
+        .unwrap();
     env.store().delete(&first.task_key, None).await.unwrap();
     let before = env.keys().await;
-    let again = env.queue.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    let again = env
+        .queue
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .await
+        .unwrap();
     assert_eq!(again.task_id, first.task_id);
     assert_eq!(again.status, "missing");
-    assert_eq!(env.keys().await, before, "a deleted task is never written again");
+    assert_eq!(
+        env.keys().await,
+        before,
+        "a deleted task is never written again"
+    );
 }
 
 async fn another_input_under_the_same_key_is_a_conflict_and_writes_nothing(env: Env) {
-    let first = env.queue.submit("t", json!({"a": 1})).idempotency_key("k").await.unwrap();
+    let first = env
+        .queue
+        .submit("t", json!({"a": 1}))
+        .idempotency_key("k")
+        .await
+        .unwrap();
     let before = env.keys().await;
-    let e = env.queue.submit("t", json!({"a": 2})).idempotency_key("k").await.unwrap_err();
-    assert_eq!(e, SubmitError::Conflict { kind: ConflictKind::Input, task_id: first.task_id });
+    let e = env
+        .queue
+        .submit("t", json!({"a": 2}))
+        .idempotency_key("k")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e,
+        SubmitError::Conflict {
+            kind: ConflictKind::Input,
+            task_id: first.task_id
+        }
+    );
     assert!(!e.is_retryable());
     assert_eq!(env.keys().await, before);
 }
@@ -136,14 +213,28 @@ async fn another_task_type_under_a_shared_scope_is_a_conflict(env: Env) {
         .idempotency_scope(Scope::Queue)
         .await
         .unwrap_err();
-    assert!(matches!(e, SubmitError::Conflict { kind: ConflictKind::TaskType, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            SubmitError::Conflict {
+                kind: ConflictKind::TaskType,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
 }
 
 async fn scopes_keep_keys_apart(env: Env) {
     let q = &env.queue;
     let a = q.submit("a", json!(1)).idempotency_key("k").await.unwrap();
     let b = q.submit("b", json!(1)).idempotency_key("k").await.unwrap();
-    let g = q.submit("a", json!(1)).idempotency_key("k").idempotency_scope(Scope::Queue).await.unwrap();
+    let g = q
+        .submit("a", json!(1))
+        .idempotency_key("k")
+        .idempotency_scope(Scope::Queue)
+        .await
+        .unwrap();
     let c = q
         .submit("a", json!(1))
         .idempotency_key("k")
@@ -159,7 +250,12 @@ async fn scopes_keep_keys_apart(env: Env) {
     assert_eq!(g.idempotency.unwrap().scope, "queue");
     assert_eq!(c.idempotency.unwrap().scope, "billing");
     assert_eq!(env.count("idempotency/").await, 4);
-    assert!(env.keys().await.iter().any(|k| k.starts_with("idempotency/billing/sha256:")));
+    assert!(
+        env.keys()
+            .await
+            .iter()
+            .any(|k| k.starts_with("idempotency/billing/sha256:"))
+    );
     // A custom scope named like a task type shares that type's namespace.
     let same = q
         .submit("a", json!(1))
@@ -173,8 +269,18 @@ async fn scopes_keep_keys_apart(env: Env) {
 async fn key_order_and_whitespace_in_the_input_do_not_matter(env: Env) {
     let one: Value = serde_json::from_str(r#"{"b": {"y": 1, "x": [1, 2]}, "a": "s"}"#).unwrap();
     let two: Value = serde_json::from_str(r#"{"a":"s","b":{"x":[1,2],"y":1}}"#).unwrap();
-    let first = env.queue.submit("t", one).idempotency_key("k").await.unwrap();
-    let again = env.queue.submit("t", two).idempotency_key("k").await.unwrap();
+    let first = env
+        .queue
+        .submit("t", one)
+        .idempotency_key("k")
+        .await
+        .unwrap();
+    let again = env
+        .queue
+        .submit("t", two)
+        .idempotency_key("k")
+        .await
+        .unwrap();
     assert_eq!(first.task_id, again.task_id);
     assert!(again.replayed);
 }
@@ -189,14 +295,28 @@ async fn an_expired_record_is_replaced_and_a_new_task_made(env: Env) {
         .unwrap();
     env.clock.advance(Duration::hours(1) + Duration::seconds(1));
     // Even another input: an expired record counts as absent.
-    let second = env.queue.submit("t", json!(2)).idempotency_key("k").await.unwrap();
+    let second = env
+        .queue
+        .submit("t", json!(2))
+        .idempotency_key("k")
+        .await
+        .unwrap();
     assert!(second.created());
     assert_ne!(second.task_id, first.task_id);
     let (rec, _) = env.queue.record("t", "k", None).await.unwrap().unwrap();
     assert_eq!(rec.task_id, second.task_id);
     assert_eq!(rec.status, Some(RecordStatus::Ready));
-    assert_eq!(env.count("tasks/").await, 2, "the old task is the queue's to keep");
-    let third = env.queue.submit("t", json!(2)).idempotency_key("k").await.unwrap();
+    assert_eq!(
+        env.count("tasks/").await,
+        2,
+        "the old task is the queue's to keep"
+    );
+    let third = env
+        .queue
+        .submit("t", json!(2))
+        .idempotency_key("k")
+        .await
+        .unwrap();
     assert_eq!(third.task_id, second.task_id);
 }
 
@@ -217,15 +337,45 @@ async fn every_invalid_part_is_refused_before_anything_is_written(env: Env) {
         SubmitError::Invalid(ValidationError::Field { field, .. }) => field,
         other => panic!("expected a field error, got {other:?}"),
     };
-    assert_eq!(field(q.submit("", json!(1)).await.unwrap_err()), "task_type");
-    assert_eq!(field(q.submit("a/b", json!(1)).await.unwrap_err()), "task_type");
-    assert_eq!(field(q.submit(".x", json!(1)).await.unwrap_err()), "task_type");
-    assert_eq!(field(q.submit("t", json!(1)).idempotency_key("").await.unwrap_err()), "idempotency_key");
     assert_eq!(
-        field(q.submit("t", json!(1)).idempotency_key("x".repeat(256)).await.unwrap_err()),
+        field(q.submit("", json!(1)).await.unwrap_err()),
+        "task_type"
+    );
+    assert_eq!(
+        field(q.submit("a/b", json!(1)).await.unwrap_err()),
+        "task_type"
+    );
+    assert_eq!(
+        field(q.submit(".x", json!(1)).await.unwrap_err()),
+        "task_type"
+    );
+    assert_eq!(
+        field(
+            q.submit("t", json!(1))
+                .idempotency_key("")
+                .await
+                .unwrap_err()
+        ),
         "idempotency_key"
     );
-    assert_eq!(field(q.submit("t", json!(1)).idempotency_key("a\tb").await.unwrap_err()), "idempotency_key");
+    assert_eq!(
+        field(
+            q.submit("t", json!(1))
+                .idempotency_key("x".repeat(256))
+                .await
+                .unwrap_err()
+        ),
+        "idempotency_key"
+    );
+    assert_eq!(
+        field(
+            q.submit("t", json!(1))
+                .idempotency_key("a\tb")
+                .await
+                .unwrap_err()
+        ),
+        "idempotency_key"
+    );
     assert_eq!(
         field(
             q.submit("t", json!(1))
@@ -237,16 +387,34 @@ async fn every_invalid_part_is_refused_before_anything_is_written(env: Env) {
         "idempotency_scope"
     );
     assert_eq!(
-        field(q.submit("t", json!(1)).idempotency_key("k").idempotency_ttl(Duration::minutes(59)).await.unwrap_err()),
+        field(
+            q.submit("t", json!(1))
+                .idempotency_key("k")
+                .idempotency_ttl(Duration::minutes(59))
+                .await
+                .unwrap_err()
+        ),
         "idempotency_ttl_seconds"
     );
     assert_eq!(
-        field(q.submit("t", json!(1)).idempotency_key("k").idempotency_ttl(Duration::days(366)).await.unwrap_err()),
+        field(
+            q.submit("t", json!(1))
+                .idempotency_key("k")
+                .idempotency_ttl(Duration::days(366))
+                .await
+                .unwrap_err()
+        ),
         "idempotency_ttl_seconds"
     );
     let big = "x".repeat(262_144);
     let e = q.submit("t", json!(big)).await.unwrap_err();
-    assert_eq!(e, SubmitError::InputTooLarge { size: 262_146, limit: 262_144 });
+    assert_eq!(
+        e,
+        SubmitError::InputTooLarge {
+            size: 262_146,
+            limit: 262_144
+        }
+    );
     assert!(env.keys().await.is_empty());
 }
 
@@ -261,15 +429,35 @@ async fn a_required_key_that_is_missing_is_refused(env: Env) {
 
 async fn tenants_never_share_a_key(env: Env) {
     let q = &env.queue;
-    let a = q.submit("t", json!(1)).idempotency_key("k").tenant("user-a").await.unwrap();
-    let b = q.submit("t", json!(1)).idempotency_key("k").tenant("user-b").await.unwrap();
+    let a = q
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .tenant("user-a")
+        .await
+        .unwrap();
+    let b = q
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .tenant("user-b")
+        .await
+        .unwrap();
     let plain = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
     assert_ne!(a.task_id, b.task_id);
     assert_ne!(a.task_id, plain.task_id);
-    let a2 = q.submit("t", json!(1)).idempotency_key("k").tenant("user-a").await.unwrap();
+    let a2 = q
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .tenant("user-a")
+        .await
+        .unwrap();
     assert_eq!(a2.task_id, a.task_id);
     // The record keeps the principal's hash, never the principal.
-    for k in env.keys().await.into_iter().filter(|k| k.starts_with("idempotency/")) {
+    for k in env
+        .keys()
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with("idempotency/"))
+    {
         let body = env.store().get(&k).await.unwrap().body;
         assert!(!String::from_utf8_lossy(&body).contains("user-a"));
     }

@@ -30,12 +30,20 @@ impl World {
 
     /// A process whose store calls go through the fault injector.
     fn process(&self) -> Queue {
-        Queue::with_clock(self.faulty.clone(), Arc::new(self.clock.clone()), common::settings())
+        Queue::with_clock(
+            self.faulty.clone(),
+            Arc::new(self.clock.clone()),
+            common::settings(),
+        )
     }
 
     /// A fresh process after a crash: straight to the bucket.
     fn restarted(&self) -> Queue {
-        Queue::with_clock(self.faulty.inner().clone(), Arc::new(self.clock.clone()), common::settings())
+        Queue::with_clock(
+            self.faulty.inner().clone(),
+            Arc::new(self.clock.clone()),
+            common::settings(),
+        )
     }
 
     fn bucket(&self) -> &MemoryStore {
@@ -43,11 +51,20 @@ impl World {
     }
 
     fn count(&self, prefix: &str) -> usize {
-        self.bucket().keys().iter().filter(|k| k.starts_with(prefix)).count()
+        self.bucket()
+            .keys()
+            .iter()
+            .filter(|k| k.starts_with(prefix))
+            .count()
     }
 
     async fn record(&self) -> idempotent_submit::protocol::Record {
-        self.restarted().record("t", "k", None).await.unwrap().unwrap().0
+        self.restarted()
+            .record("t", "k", None)
+            .await
+            .unwrap()
+            .unwrap()
+            .0
     }
 }
 
@@ -83,7 +100,8 @@ async fn next_submit_recovers(w: &World) {
 #[tokio::test]
 async fn a_crash_after_the_record_is_finished_by_the_next_submit() {
     let w = World::new();
-    w.faulty.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+    w.faulty
+        .inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
     next_submit_recovers(&w).await;
 }
 
@@ -92,12 +110,22 @@ async fn a_crash_after_the_task_before_the_marker_is_finished_by_the_next_submit
     let w = World::new();
     // The marker's first attempt fails, so the task lands first, then the
     // process dies before the marker's retry.
-    w.faulty.inject(Some(Op::Put), "ready/", 1, 1, Fault::Fail(StoreError::Unavailable("503".into())));
-    w.faulty.inject(Some(Op::PutCreate), "tasks/", 1, 1, Fault::CrashAfter);
+    w.faulty.inject(
+        Some(Op::Put),
+        "ready/",
+        1,
+        1,
+        Fault::Fail(StoreError::Unavailable("503".into())),
+    );
+    w.faulty
+        .inject(Some(Op::PutCreate), "tasks/", 1, 1, Fault::CrashAfter);
     submit(&w.process()).await.unwrap_err();
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 0, "the crash came before the marker");
-    let w2 = World { clock: w.clock.clone(), faulty: FaultyStore::new(w.bucket().clone()) };
+    let w2 = World {
+        clock: w.clock.clone(),
+        faulty: FaultyStore::new(w.bucket().clone()),
+    };
     let next = submit(&w2.process()).await.unwrap();
     assert_eq!(next.task_id, w.record().await.task_id);
     assert_eq!(w.count("tasks/"), 1);
@@ -105,14 +133,23 @@ async fn a_crash_after_the_task_before_the_marker_is_finished_by_the_next_submit
     assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
     // The finisher found the task there (412) and wrote no second one.
     let calls = w2.faulty.calls();
-    let task_put = calls.iter().find(|c| c.op == Op::PutCreate && c.key.starts_with("tasks/")).unwrap();
+    let task_put = calls
+        .iter()
+        .find(|c| c.op == Op::PutCreate && c.key.starts_with("tasks/"))
+        .unwrap();
     assert_eq!(task_put.error, Some(StoreError::PreconditionFailed));
 }
 
 #[tokio::test]
 async fn a_crash_after_task_and_marker_before_ready_is_finished_by_the_next_submit() {
     let w = World::new();
-    w.faulty.inject(Some(Op::PutUpdate), "idempotency/", 1, 1, Fault::CrashBefore);
+    w.faulty.inject(
+        Some(Op::PutUpdate),
+        "idempotency/",
+        1,
+        1,
+        Fault::CrashBefore,
+    );
     submit(&w.process()).await.unwrap_err();
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
@@ -184,9 +221,27 @@ async fn a_lost_answer_to_the_ready_write_is_checked_by_reading_the_record() {
 #[tokio::test]
 async fn conflicts_409_and_503s_are_retried() {
     let w = World::new();
-    w.faulty.inject(Some(Op::PutCreate), "idempotency/", 1, 2, Fault::Fail(StoreError::Conflict));
-    w.faulty.inject(Some(Op::Put), "ready/", 1, 1, Fault::Fail(StoreError::Unavailable("503 SlowDown".into())));
-    w.faulty.inject(Some(Op::PutUpdate), "idempotency/", 1, 1, Fault::Fail(StoreError::Conflict));
+    w.faulty.inject(
+        Some(Op::PutCreate),
+        "idempotency/",
+        1,
+        2,
+        Fault::Fail(StoreError::Conflict),
+    );
+    w.faulty.inject(
+        Some(Op::Put),
+        "ready/",
+        1,
+        1,
+        Fault::Fail(StoreError::Unavailable("503 SlowDown".into())),
+    );
+    w.faulty.inject(
+        Some(Op::PutUpdate),
+        "idempotency/",
+        1,
+        1,
+        Fault::Fail(StoreError::Conflict),
+    );
     let r = submit(&w.process()).await.unwrap();
     assert!(r.created());
     assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
@@ -196,7 +251,8 @@ async fn conflicts_409_and_503s_are_retried() {
 #[tokio::test]
 async fn a_hung_request_is_abandoned_and_retried() {
     let w = World::new();
-    w.faulty.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::Hang);
+    w.faulty
+        .inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::Hang);
     let r = submit(&w.process()).await.unwrap();
     assert!(r.created());
 }
@@ -204,9 +260,18 @@ async fn a_hung_request_is_abandoned_and_retried() {
 #[tokio::test]
 async fn storage_that_keeps_failing_is_a_retryable_error_never_a_success() {
     let w = World::new();
-    w.faulty.inject(None, "", 1, usize::MAX, Fault::Fail(StoreError::Unavailable("500".into())));
+    w.faulty.inject(
+        None,
+        "",
+        1,
+        usize::MAX,
+        Fault::Fail(StoreError::Unavailable("500".into())),
+    );
     let e = submit(&w.process()).await.unwrap_err();
-    assert!(matches!(e, SubmitError::Storage(StoreError::Unavailable(_))), "{e:?}");
+    assert!(
+        matches!(e, SubmitError::Storage(StoreError::Unavailable(_))),
+        "{e:?}"
+    );
     assert!(e.is_retryable());
     assert!(w.bucket().is_empty());
     assert_eq!(w.faulty.calls().len(), 5, "bounded: max_attempts");
@@ -218,7 +283,12 @@ async fn a_412_is_never_retried_blindly() {
     submit(&w.restarted()).await.unwrap();
     w.faulty.reset_log();
     submit(&w.process()).await.unwrap();
-    let creates = w.faulty.calls().iter().filter(|c| c.op == Op::PutCreate).count();
+    let creates = w
+        .faulty
+        .calls()
+        .iter()
+        .filter(|c| c.op == Op::PutCreate)
+        .count();
     assert_eq!(creates, 1);
 }
 
@@ -226,7 +296,8 @@ async fn a_412_is_never_retried_blindly() {
 
 /// A `creating` record whose submit died right after writing it.
 async fn interrupted(w: &World) -> idempotent_submit::protocol::Record {
-    w.faulty.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+    w.faulty
+        .inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
     submit(&w.process()).await.unwrap_err();
     w.record().await
 }
@@ -242,14 +313,18 @@ async fn a_creating_record_is_finished_just_before_its_deadline() {
 }
 
 #[tokio::test]
-async fn just_after_the_deadline_a_taskless_creating_record_is_undetermined_and_nothing_is_written() {
+async fn just_after_the_deadline_a_taskless_creating_record_is_undetermined_and_nothing_is_written()
+{
     let w = World::new();
     let rec = interrupted(&w).await;
     w.clock.advance(Duration::seconds(2400 + 1));
     let before = w.bucket().keys();
     let e = submit(&w.restarted()).await.unwrap_err();
     match e {
-        SubmitError::Undetermined { task_id, retry_after } => {
+        SubmitError::Undetermined {
+            task_id,
+            retry_after,
+        } => {
             assert_eq!(task_id, rec.task_id);
             assert_eq!(retry_after.as_secs(), 15 * 60 - 1);
         }
@@ -270,13 +345,23 @@ async fn long_after_the_deadline_a_taskless_creating_record_answers_missing_and_
     assert_eq!(r.status, "missing");
     assert!(r.replayed);
     assert_eq!(w.bucket().keys(), before);
-    assert_eq!(w.record().await.status, Some(RecordStatus::Creating), "left as it is until it expires");
+    assert_eq!(
+        w.record().await.status,
+        Some(RecordStatus::Creating),
+        "left as it is until it expires"
+    );
 }
 
 #[tokio::test]
 async fn past_the_deadline_a_creating_record_whose_task_exists_answers_its_status() {
     let w = World::new();
-    w.faulty.inject(Some(Op::PutUpdate), "idempotency/", 1, 1, Fault::CrashBefore);
+    w.faulty.inject(
+        Some(Op::PutUpdate),
+        "idempotency/",
+        1,
+        1,
+        Fault::CrashBefore,
+    );
     submit(&w.process()).await.unwrap_err();
     w.clock.advance(Duration::seconds(2400 + 1));
     let before = w.bucket().keys();
@@ -288,7 +373,13 @@ async fn past_the_deadline_a_creating_record_whose_task_exists_answers_its_statu
 #[tokio::test]
 async fn a_task_deleted_after_the_deadline_is_never_written_again() {
     let w = World::new();
-    w.faulty.inject(Some(Op::PutUpdate), "idempotency/", 1, 1, Fault::CrashBefore);
+    w.faulty.inject(
+        Some(Op::PutUpdate),
+        "idempotency/",
+        1,
+        1,
+        Fault::CrashBefore,
+    );
     submit(&w.process()).await.unwrap_err();
     let rec = w.record().await;
     w.clock.advance(Duration::hours(1));
@@ -337,7 +428,13 @@ impl Store for SlowTaskWrites {
     async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
         self.inner.delete(key, if_match).await
     }
-    async fn list(&self, p: &str, s: Option<&str>, pg: Option<String>, l: usize) -> Result<ListPage, StoreError> {
+    async fn list(
+        &self,
+        p: &str,
+        s: Option<&str>,
+        pg: Option<String>,
+        l: usize,
+    ) -> Result<ListPage, StoreError> {
         self.inner.list(p, s, pg, l).await
     }
 }
@@ -354,10 +451,21 @@ async fn no_task_write_is_attempted_once_the_finish_deadline_has_passed_even_by_
         clock: w.clock.clone(),
         by: Duration::seconds(20),
     });
-    let q = Queue::with_clock(slow.clone(), Arc::new(w.clock.clone()) as Arc<dyn Clock>, common::settings());
+    let q = Queue::with_clock(
+        slow.clone(),
+        Arc::new(w.clock.clone()) as Arc<dyn Clock>,
+        common::settings(),
+    );
     let e = submit(&q).await.unwrap_err();
-    assert!(matches!(e, SubmitError::Undetermined { task_id, .. } if task_id == rec.task_id), "{e:?}");
-    let task_writes = slow.calls().iter().filter(|c| c.key.starts_with("tasks/")).count();
+    assert!(
+        matches!(e, SubmitError::Undetermined { task_id, .. } if task_id == rec.task_id),
+        "{e:?}"
+    );
+    let task_writes = slow
+        .calls()
+        .iter()
+        .filter(|c| c.key.starts_with("tasks/"))
+        .count();
     assert_eq!(task_writes, 1);
     assert_eq!(w.record().await.status, Some(RecordStatus::Creating));
 }
@@ -390,7 +498,11 @@ async fn a_replay_of_a_ready_record_is_at_most_three_requests() {
 async fn a_conflict_is_at_most_two_requests() {
     let w = World::new();
     submit(&w.restarted()).await.unwrap();
-    w.process().submit("t", json!({"n": 2})).idempotency_key("k").await.unwrap_err();
+    w.process()
+        .submit("t", json!({"n": 2}))
+        .idempotency_key("k")
+        .await
+        .unwrap_err();
     let ops: Vec<Op> = w.faulty.calls().iter().map(|c| c.op).collect();
     assert_eq!(ops, vec![Op::PutCreate, Op::Get]);
 }

@@ -9,7 +9,10 @@ use bytes::Bytes;
 use idempotent_submit::store::{ETag, PutMode, Store, StoreError};
 
 async fn create_succeeds_once_then_answers_412(s: Arc<dyn Store>) {
-    let a = s.put("k", Bytes::from_static(b"1"), PutMode::Create).await.unwrap();
+    let a = s
+        .put("k", Bytes::from_static(b"1"), PutMode::Create)
+        .await
+        .unwrap();
     assert_eq!(
         s.put("k", Bytes::from_static(b"2"), PutMode::Create).await,
         Err(StoreError::PreconditionFailed)
@@ -20,15 +23,23 @@ async fn create_succeeds_once_then_answers_412(s: Arc<dyn Store>) {
 }
 
 async fn update_needs_the_current_etag(s: Arc<dyn Store>) {
-    let a = s.put("k", Bytes::from_static(b"1"), PutMode::Create).await.unwrap();
+    let a = s
+        .put("k", Bytes::from_static(b"1"), PutMode::Create)
+        .await
+        .unwrap();
     let b = s
-        .put("k", Bytes::from_static(b"2"), PutMode::Update(a.etag.clone()))
+        .put(
+            "k",
+            Bytes::from_static(b"2"),
+            PutMode::Update(a.etag.clone()),
+        )
         .await
         .unwrap();
     assert_ne!(a.etag, b.etag, "a new content has a new ETag");
     // The old ETag is stale now: 412, and nothing changes.
     assert_eq!(
-        s.put("k", Bytes::from_static(b"3"), PutMode::Update(a.etag)).await,
+        s.put("k", Bytes::from_static(b"3"), PutMode::Update(a.etag))
+            .await,
         Err(StoreError::PreconditionFailed)
     );
     assert_eq!(&s.get("k").await.unwrap().body[..], b"2");
@@ -38,15 +49,22 @@ async fn update_needs_the_current_etag(s: Arc<dyn Store>) {
 async fn update_of_a_missing_key_is_404(s: Arc<dyn Store>) {
     let e = ETag("\"0123456789abcdef0123456789abcdef\"".into());
     assert_eq!(
-        s.put("nope", Bytes::from_static(b"1"), PutMode::Update(e)).await,
+        s.put("nope", Bytes::from_static(b"1"), PutMode::Update(e))
+            .await,
         Err(StoreError::NotFound)
     );
     assert_eq!(s.head("nope").await, Err(StoreError::NotFound));
 }
 
 async fn same_bytes_give_the_same_etag(s: Arc<dyn Store>) {
-    let a = s.put("k1", Bytes::from_static(b"same"), PutMode::Overwrite).await.unwrap();
-    let b = s.put("k2", Bytes::from_static(b"same"), PutMode::Overwrite).await.unwrap();
+    let a = s
+        .put("k1", Bytes::from_static(b"same"), PutMode::Overwrite)
+        .await
+        .unwrap();
+    let b = s
+        .put("k2", Bytes::from_static(b"same"), PutMode::Overwrite)
+        .await
+        .unwrap();
     assert_eq!(a.etag, b.etag, "ETags are content-derived, as in S3");
 }
 
@@ -56,23 +74,43 @@ async fn get_and_head_of_a_missing_key_are_404(s: Arc<dyn Store>) {
 }
 
 async fn get_returns_body_etag_and_last_modified(s: Arc<dyn Store>) {
-    let p = s.put("a/b.json", Bytes::from_static(b"{}"), PutMode::Overwrite).await.unwrap();
+    let p = s
+        .put("a/b.json", Bytes::from_static(b"{}"), PutMode::Overwrite)
+        .await
+        .unwrap();
     let o = s.get("a/b.json").await.unwrap();
     assert_eq!(&o.body[..], b"{}");
     assert_eq!(o.meta.etag, p.etag);
     assert_eq!(o.meta.size, 2);
     assert!(o.meta.last_modified.timestamp() > 1_700_000_000);
-    assert_eq!(o.meta.last_modified.timestamp_subsec_nanos(), 0, "whole seconds");
+    assert_eq!(
+        o.meta.last_modified.timestamp_subsec_nanos(),
+        0,
+        "whole seconds"
+    );
 }
 
 async fn conditional_delete_checks_the_etag(s: Arc<dyn Store>) {
-    let a = s.put("k", Bytes::from_static(b"1"), PutMode::Create).await.unwrap();
-    let b = s
-        .put("k", Bytes::from_static(b"2"), PutMode::Update(a.etag.clone()))
+    let a = s
+        .put("k", Bytes::from_static(b"1"), PutMode::Create)
         .await
         .unwrap();
-    assert_eq!(s.delete("k", Some(&a.etag)).await, Err(StoreError::PreconditionFailed));
-    assert!(s.head("k").await.is_ok(), "a stale delete leaves the object");
+    let b = s
+        .put(
+            "k",
+            Bytes::from_static(b"2"),
+            PutMode::Update(a.etag.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        s.delete("k", Some(&a.etag)).await,
+        Err(StoreError::PreconditionFailed)
+    );
+    assert!(
+        s.head("k").await.is_ok(),
+        "a stale delete leaves the object"
+    );
     s.delete("k", Some(&b.etag)).await.unwrap();
     assert_eq!(s.head("k").await, Err(StoreError::NotFound));
 }
@@ -83,10 +121,16 @@ async fn unconditional_delete_of_a_missing_key_succeeds(s: Arc<dyn Store>) {
 
 async fn listing_pages_in_key_order_under_a_prefix(s: Arc<dyn Store>) {
     for i in (0..7).rev() {
-        s.put(&format!("p/{i}"), Bytes::new(), PutMode::Overwrite).await.unwrap();
+        s.put(&format!("p/{i}"), Bytes::new(), PutMode::Overwrite)
+            .await
+            .unwrap();
     }
-    s.put("q/0", Bytes::new(), PutMode::Overwrite).await.unwrap();
-    s.put("o/0", Bytes::new(), PutMode::Overwrite).await.unwrap();
+    s.put("q/0", Bytes::new(), PutMode::Overwrite)
+        .await
+        .unwrap();
+    s.put("o/0", Bytes::new(), PutMode::Overwrite)
+        .await
+        .unwrap();
     let mut keys = Vec::new();
     let mut page = None;
     let mut pages = 0;
@@ -112,7 +156,8 @@ async fn exactly_one_of_32_racing_creates_wins(s: Arc<dyn Store>) {
     for i in 0..32 {
         let s = s.clone();
         tasks.push(tokio::spawn(async move {
-            s.put("race", Bytes::from(format!("{i}")), PutMode::Create).await
+            s.put("race", Bytes::from(format!("{i}")), PutMode::Create)
+                .await
         }));
     }
     let mut wins = 0;
@@ -128,7 +173,9 @@ async fn exactly_one_of_32_racing_creates_wins(s: Arc<dyn Store>) {
 }
 
 async fn sixteen_racing_cas_increments_count_exactly(s: Arc<dyn Store>) {
-    s.put("n", Bytes::from_static(b"0"), PutMode::Create).await.unwrap();
+    s.put("n", Bytes::from_static(b"0"), PutMode::Create)
+        .await
+        .unwrap();
     let mut tasks = Vec::new();
     for _ in 0..16 {
         let s = s.clone();

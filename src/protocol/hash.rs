@@ -86,7 +86,8 @@ mod tests {
 
     #[test]
     fn key_order_and_whitespace_do_not_change_the_canonical_form() {
-        let a: Value = serde_json::from_str(r#"{ "b": [1, {"z": 1, "a": null}], "a": "x" }"#).unwrap();
+        let a: Value =
+            serde_json::from_str(r#"{ "b": [1, {"z": 1, "a": null}], "a": "x" }"#).unwrap();
         let b = json!({"a": "x", "b": [1, {"a": null, "z": 1}]});
         assert_eq!(canonical_json(&a), canonical_json(&b));
         assert_eq!(

@@ -115,7 +115,10 @@ impl IdempotencyKey {
     pub fn parse(s: impl Into<String>) -> Result<Self, ValidationError> {
         let s = s.into();
         if s.is_empty() {
-            return Err(ValidationError::field("idempotency_key", "must not be empty"));
+            return Err(ValidationError::field(
+                "idempotency_key",
+                "must not be empty",
+            ));
         }
         if s.chars().count() > Self::MAX_CHARS {
             return Err(ValidationError::field(
@@ -166,9 +169,8 @@ impl Ttl {
 
     /// A TTL from seconds, as the HTTP API and the CLI take it.
     pub fn from_seconds(secs: i64, max: Duration) -> Result<Self, ValidationError> {
-        let d = Duration::try_seconds(secs).ok_or_else(|| {
-            ValidationError::field("idempotency_ttl_seconds", "out of range")
-        })?;
+        let d = Duration::try_seconds(secs)
+            .ok_or_else(|| ValidationError::field("idempotency_ttl_seconds", "out of range"))?;
         Self::new(d, max)
     }
 
@@ -234,7 +236,10 @@ mod tests {
         let t = TaskType::parse("t").unwrap();
         assert_eq!(Scope::parse(Some("queue")).unwrap(), Scope::Queue);
         assert_eq!(Scope::parse(None).unwrap().resolve(&t), "t");
-        assert_eq!(Scope::parse(Some("billing")).unwrap().resolve(&t), "billing");
+        assert_eq!(
+            Scope::parse(Some("billing")).unwrap().resolve(&t),
+            "billing"
+        );
     }
 
     #[test]

@@ -244,7 +244,9 @@ pub(crate) fn task_status(body: &[u8]) -> Option<String> {
     struct S {
         status: Option<String>,
     }
-    serde_json::from_slice::<S>(body).ok().and_then(|s| s.status)
+    serde_json::from_slice::<S>(body)
+        .ok()
+        .and_then(|s| s.status)
 }
 
 #[cfg(test)]
@@ -254,12 +256,20 @@ mod tests {
     #[test]
     fn shards_and_markers_follow_the_layout() {
         let id = Uuid::parse_str("A1B2C3D4-0000-4000-8000-000000000000").unwrap();
-        let t = DateTime::parse_from_rfc3339("2026-01-27T12:00:59Z").unwrap().with_timezone(&Utc);
+        let t = DateTime::parse_from_rfc3339("2026-01-27T12:00:59Z")
+            .unwrap()
+            .with_timezone(&Utc);
         let loc = TaskLocation::new(id, 1, t);
-        assert_eq!(loc.task_key(), "tasks/a/a1b2c3d4-0000-4000-8000-000000000000.json");
+        assert_eq!(
+            loc.task_key(),
+            "tasks/a/a1b2c3d4-0000-4000-8000-000000000000.json"
+        );
         assert_eq!(
             loc.marker_key(),
-            format!("ready/a/{:010}/a1b2c3d4-0000-4000-8000-000000000000", 1_769_515_200 / 60)
+            format!(
+                "ready/a/{:010}/a1b2c3d4-0000-4000-8000-000000000000",
+                1_769_515_200 / 60
+            )
         );
         assert_eq!(TaskLocation::new(id, 4, t).shard, "a1b2");
     }
@@ -271,10 +281,28 @@ mod tests {
         let raw = task_json(&loc, "t", &input, Utc::now(), Some(("t", "sha256:00")));
         let v: serde_json::Value = serde_json::from_str(raw.get()).unwrap();
         for f in [
-            "id", "shard", "task_type", "input", "output", "timeout_seconds", "max_retries",
-            "retry_count", "retry_policy", "status", "created_at", "available_at", "updated_at",
-            "lease_expires_at", "lease_id", "attempt", "completed_at", "worker_id", "last_error",
-            "reschedule_count", "cancel_requested", "idempotency",
+            "id",
+            "shard",
+            "task_type",
+            "input",
+            "output",
+            "timeout_seconds",
+            "max_retries",
+            "retry_count",
+            "retry_policy",
+            "status",
+            "created_at",
+            "available_at",
+            "updated_at",
+            "lease_expires_at",
+            "lease_id",
+            "attempt",
+            "completed_at",
+            "worker_id",
+            "last_error",
+            "reschedule_count",
+            "cancel_requested",
+            "idempotency",
         ] {
             assert!(v.get(f).is_some(), "missing {f}");
         }

@@ -144,7 +144,10 @@ pub enum SubmitError {
     /// A submit of this key may still be landing: it cannot be said yet
     /// whether its task exists. Retry after `retry_after`.
     #[error("the submit of this key is still undetermined; retry in {} s", .retry_after.as_secs())]
-    Undetermined { task_id: Uuid, retry_after: StdDuration },
+    Undetermined {
+        task_id: Uuid,
+        retry_after: StdDuration,
+    },
     /// S3 failed after retries.
     #[error("storage: {0}")]
     Storage(StoreError),
@@ -289,12 +292,26 @@ impl Engine {
     ) -> Result<Submitted, SubmitError> {
         let now = self.now().trunc_subsecs(0);
         let loc = TaskLocation::new(Uuid::new_v4(), self.settings.shard_prefix_len, now);
-        let task = task_json(&loc, req.task_type.as_str(), &req.input.canonical, now, None);
+        let task = task_json(
+            &loc,
+            req.task_type.as_str(),
+            &req.input.canonical,
+            now,
+            None,
+        );
         let body = Bytes::copy_from_slice(task.get().as_bytes());
         let (task_key, marker_key) = (loc.task_key(), loc.marker_key());
         let (t, m) = tokio::join!(
-            self.call(op_deadline, || self.store.put(&task_key, body.clone(), PutMode::Create)),
-            self.call(op_deadline, || self.store.put(&marker_key, Bytes::new(), PutMode::Overwrite)),
+            self.call(op_deadline, || self.store.put(
+                &task_key,
+                body.clone(),
+                PutMode::Create
+            )),
+            self.call(op_deadline, || self.store.put(
+                &marker_key,
+                Bytes::new(),
+                PutMode::Overwrite
+            )),
         );
         match t {
             // A fresh UUID is never taken: a 412 is our own write whose
@@ -357,7 +374,9 @@ impl Engine {
             // 1. Claim the key.
             let sent_at = self.now();
             match self
-                .call(op_deadline, || self.store.put(&rkey, body.clone(), PutMode::Create))
+                .call(op_deadline, || {
+                    self.store.put(&rkey, body.clone(), PutMode::Create)
+                })
                 .await
             {
                 Ok(put) => {
@@ -386,7 +405,13 @@ impl Engine {
             if existing.write_id == Some(write_id) {
                 // Our own write: its answer was lost, and a retry met it.
                 return self
-                    .finish_as_owner(&rkey, &mine, &obj.meta.etag, obj.meta.last_modified, op_deadline)
+                    .finish_as_owner(
+                        &rkey,
+                        &mine,
+                        &obj.meta.etag,
+                        obj.meta.last_modified,
+                        op_deadline,
+                    )
                     .await;
             }
 
@@ -396,7 +421,9 @@ impl Engine {
                 let sent_at = self.now();
                 let cond = PutMode::Update(obj.meta.etag.clone());
                 match self
-                    .call(op_deadline, || self.store.put(&rkey, body.clone(), cond.clone()))
+                    .call(op_deadline, || {
+                        self.store.put(&rkey, body.clone(), cond.clone())
+                    })
                     .await
                 {
                     Ok(put) => {
@@ -475,7 +502,12 @@ impl Engine {
         match rec.status {
             Some(RecordStatus::Ready) => {
                 let status = self.read_status(&rec.task_key, op_deadline).await?;
-                Ok(self.answer(rec, status.unwrap_or_else(|| "missing".into()), replayed, false))
+                Ok(self.answer(
+                    rec,
+                    status.unwrap_or_else(|| "missing".into()),
+                    replayed,
+                    false,
+                ))
             }
             Some(RecordStatus::Creating) if rec.pending_task.is_some() && now < finish_deadline => {
                 let created = self
@@ -530,10 +562,12 @@ impl Engine {
             .pending_task
             .as_ref()
             .ok_or_else(|| corrupt("a creating record without pending_task".into()))?;
-        let head: TaskHead =
-            serde_json::from_str(pending.get()).map_err(|e| corrupt(format!("pending_task: {e}")))?;
+        let head: TaskHead = serde_json::from_str(pending.get())
+            .map_err(|e| corrupt(format!("pending_task: {e}")))?;
         if head.id != rec.task_id {
-            return Err(corrupt("pending_task.id is not the record's task_id".into()));
+            return Err(corrupt(
+                "pending_task.id is not the record's task_id".into(),
+            ));
         }
         let loc = head.location();
         let task_body = Bytes::copy_from_slice(pending.get().as_bytes());
@@ -542,10 +576,12 @@ impl Engine {
 
         let (t, m) = tokio::join!(
             self.call(task_deadline, || {
-                self.store.put(&task_key, task_body.clone(), PutMode::Create)
+                self.store
+                    .put(&task_key, task_body.clone(), PutMode::Create)
             }),
             self.call(op_deadline, || {
-                self.store.put(&marker_key, Bytes::new(), PutMode::Overwrite)
+                self.store
+                    .put(&marker_key, Bytes::new(), PutMode::Overwrite)
             }),
         );
         let created = match t {
@@ -568,7 +604,9 @@ impl Engine {
         let ready = rec.to_ready().to_bytes();
         let cond = PutMode::Update(etag.clone());
         match self
-            .call(op_deadline, || self.store.put(rkey, ready.clone(), cond.clone()))
+            .call(op_deadline, || {
+                self.store.put(rkey, ready.clone(), cond.clone())
+            })
             .await
         {
             Ok(_) => Ok(created),
@@ -597,7 +635,9 @@ impl Engine {
         op_deadline: DateTime<Utc>,
     ) -> Result<Option<String>, SubmitError> {
         match self.call(op_deadline, || self.store.get(task_key)).await {
-            Ok(obj) => Ok(Some(task_status(&obj.body).unwrap_or_else(|| "unknown".into()))),
+            Ok(obj) => Ok(Some(
+                task_status(&obj.body).unwrap_or_else(|| "unknown".into()),
+            )),
             Err(Failure::Store(StoreError::NotFound)) => Ok(None),
             Err(e) => Err(e.into()),
         }

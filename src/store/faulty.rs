@@ -173,7 +173,12 @@ impl<S: Store + Clone> FaultyStore<S> {
 
     /// Sequential round trips in the log.
     pub fn round_trips(&self) -> usize {
-        self.lock().calls.iter().map(|c| c.round_trip).max().unwrap_or(0)
+        self.lock()
+            .calls
+            .iter()
+            .map(|c| c.round_trip)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Registers a call: its round trip, and the fault it gets, if any.
@@ -235,7 +240,11 @@ impl<S: Store + Clone> FaultyStore<S> {
         // parallel requests from sequential ones.
         tokio::task::yield_now().await;
         // A call still on its way when the process died never reaches S3.
-        let fault = if self.crashed() { Some(Fault::CrashBefore) } else { fault };
+        let fault = if self.crashed() {
+            Some(Fault::CrashBefore)
+        } else {
+            fault
+        };
         let result = match fault {
             None => call.await,
             Some(Fault::Fail(e)) => Err(e),
@@ -291,7 +300,8 @@ impl<S: Store + Clone> Store for FaultyStore<S> {
     }
 
     async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
-        self.run(Op::Delete, key, self.inner.delete(key, if_match)).await
+        self.run(Op::Delete, key, self.inner.delete(key, if_match))
+            .await
     }
 
     async fn list(

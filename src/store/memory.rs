@@ -35,7 +35,9 @@ impl Default for MemoryStore {
 
 impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryStore").field("objects", &self.len()).finish()
+        f.debug_struct("MemoryStore")
+            .field("objects", &self.len())
+            .finish()
     }
 }
 

@@ -36,12 +36,15 @@ fn start_moto() -> String {
          while kill -0 {parent} 2>/dev/null && kill -0 $m 2>/dev/null; do sleep 1; done; kill $m 2>/dev/null",
         parent = std::process::id()
     );
-    Command::new("sh")
+    // The watcher outlives this function on purpose; it ends with the
+    // process, and takes moto with it.
+    let child = Command::new("sh")
         .arg("-c")
         .arg(script)
         .stdin(Stdio::null())
         .spawn()
         .expect("cannot start moto_server: run `make test`, or `pip install 'moto[server]'`");
+    std::mem::forget(child);
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs a command with a moto S3 server on a free loopback port, installing
+# moto[server] with pip where it is missing; stops the server afterwards.
+# The command sees S3_TEST_ENDPOINT (for the tests) and AWS_ENDPOINT_URL_S3.
+set -euo pipefail
+
+if ! command -v moto_server >/dev/null 2>&1; then
+  echo "moto_server not found: installing moto[server] with pip" >&2
+  python3 -m pip install --quiet 'moto[server]>=5.1' >&2
+  hash -r
+fi
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+log=$(mktemp -t moto.XXXXXX.log)
+moto_server -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
+moto_pid=$!
+trap 'kill "$moto_pid" 2>/dev/null || true; wait "$moto_pid" 2>/dev/null || true; rm -f "$log"' EXIT INT TERM
+
+for _ in $(seq 1 100); do
+  if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null; then
+    break
+  fi
+  if ! kill -0 "$moto_pid" 2>/dev/null; then
+    echo "moto_server exited:" >&2; cat "$log" >&2; exit 1
+  fi
+  sleep 0.1
+done
+
+export S3_TEST_ENDPOINT="http://127.0.0.1:$port"
+export AWS_ENDPOINT_URL_S3="$S3_TEST_ENDPOINT"
+export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"
+export AWS_REGION="${AWS_REGION:-us-east-1}" S3_FORCE_PATH_STYLE=true
+echo "moto S3 at $S3_TEST_ENDPOINT" >&2
+"$@"
