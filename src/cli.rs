@@ -53,6 +53,12 @@ pub enum Command {
     },
     /// Print a task object.
     Task { task_id: String },
+    /// Run one sweep and print its summary.
+    Sweep {
+        /// Report what would be done; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 /// Exit codes.
@@ -155,6 +161,19 @@ pub async fn run(command: Command, queue: &Queue) -> Outcome {
             Ok(None) => error(exit::NOT_FOUND, "not_found", "no record for this key"),
             Err(e) => submit_error(&e),
         },
+        Command::Sweep { dry_run } => {
+            let opts = crate::protocol::SweepOptions {
+                dry_run,
+                ..Default::default()
+            };
+            match queue.engine().sweep(&opts).await {
+                Ok(summary) => Outcome {
+                    exit: exit::OK,
+                    output: serde_json::to_value(&summary).unwrap_or(Value::Null),
+                },
+                Err(e) => submit_error(&e),
+            }
+        }
         Command::Task { task_id } => {
             let Ok(id) = Uuid::parse_str(&task_id) else {
                 return error(exit::INVALID, "invalid_request", "task_id: not a UUID");

@@ -167,3 +167,27 @@ async fn a_missing_bucket_name_is_named_in_the_error() {
     assert_eq!(code, 2);
     assert!(v["detail"].as_str().unwrap().contains("BUCKET_NAME"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_prints_its_summary() {
+    let idem = Idem::new().await;
+    idem.run(&["submit", "--type", "t", "--input", "1", "--key", "k"])
+        .await;
+    let (code, dry) = idem.run(&["sweep", "--dry-run"]).await;
+    assert_eq!(code, 0, "{dry}");
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["scanned"], 1);
+    let (code, s) = idem.run(&["sweep"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(s["complete"], true);
+    assert_eq!(s["dry_run"], false);
+    for f in [
+        "scanned",
+        "finished",
+        "promoted",
+        "expired_deleted",
+        "errors",
+    ] {
+        assert!(s[f].is_u64(), "{f} in {s}");
+    }
+}

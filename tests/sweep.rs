@@ -1,0 +1,443 @@
+//! The sweeper: finishing, promoting, expiry, dry runs, keeping its place,
+//! races, and reads per record that do not grow with how often it runs.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::Duration;
+use idempotent_submit::protocol::{RecordStatus, SweepOptions, SweepSummary};
+use idempotent_submit::store::{
+    ETag, Fault, FaultyStore, ListPage, MemoryStore, Object, ObjectMeta, Op, PutMode, PutResult,
+    Store, StoreError,
+};
+use idempotent_submit::{ManualClock, Queue};
+use serde_json::json;
+
+struct World {
+    clock: ManualClock,
+    bucket: MemoryStore,
+}
+
+impl World {
+    fn new() -> Self {
+        let clock = ManualClock::at_epoch();
+        let bucket = common::memory_store(&clock);
+        World { clock, bucket }
+    }
+
+    fn queue_over(&self, store: impl Store) -> Queue {
+        Queue::with_clock(store, Arc::new(self.clock.clone()), common::settings())
+    }
+
+    fn queue(&self) -> Queue {
+        self.queue_over(self.bucket.clone())
+    }
+
+    /// A submit of `key` that dies at `fault` (on the first call matching
+    /// `op` and `prefix`).
+    async fn interrupted(&self, key: &str, op: Op, prefix: &str, fault: Fault) -> uuid::Uuid {
+        let f = FaultyStore::new(self.bucket.clone());
+        f.inject(Some(op), prefix, 1, 1, fault);
+        self.queue_over(f)
+            .submit("t", json!({"k": key}))
+            .idempotency_key(key)
+            .await
+            .unwrap_err();
+        self.record(key).await.task_id
+    }
+
+    async fn record(&self, key: &str) -> idempotent_submit::protocol::Record {
+        self.queue()
+            .record("t", key, None)
+            .await
+            .unwrap()
+            .unwrap()
+            .0
+    }
+
+    async fn sweep(&self, dry_run: bool) -> SweepSummary {
+        self.queue()
+            .engine()
+            .sweep(&SweepOptions {
+                dry_run,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+    }
+
+    fn count(&self, prefix: &str) -> usize {
+        self.bucket
+            .keys()
+            .iter()
+            .filter(|k| k.starts_with(prefix))
+            .count()
+    }
+}
+
+#[tokio::test]
+async fn a_stale_creating_record_is_finished_with_its_task_and_marker() {
+    let w = World::new();
+    let id = w
+        .interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        .await;
+    w.clock.advance(Duration::minutes(11));
+    let s = w.sweep(false).await;
+    assert_eq!(
+        (s.scanned, s.finished, s.promoted, s.errors, s.complete),
+        (1, 1, 0, 0, true)
+    );
+    let rec = w.record("a").await;
+    assert_eq!(rec.status, Some(RecordStatus::Ready));
+    assert_eq!(rec.task_id, id);
+    assert_eq!(w.count("tasks/"), 1);
+    assert_eq!(w.count("ready/"), 1);
+    // The next submit is a plain replay of the same task.
+    let r = w
+        .queue()
+        .submit("t", json!({"k": "a"}))
+        .idempotency_key("a")
+        .await
+        .unwrap();
+    assert_eq!(r.task_id, id);
+}
+
+#[tokio::test]
+async fn a_stale_record_whose_task_is_there_is_promoted() {
+    let w = World::new();
+    w.interrupted("a", Op::PutUpdate, "idempotency/", Fault::CrashBefore)
+        .await;
+    w.clock.advance(Duration::minutes(11));
+    let s = w.sweep(false).await;
+    assert_eq!((s.finished, s.promoted), (0, 1));
+    assert_eq!(w.record("a").await.status, Some(RecordStatus::Ready));
+    assert_eq!(w.count("tasks/"), 1);
+}
+
+#[tokio::test]
+async fn a_young_creating_record_is_left_to_its_submit() {
+    let w = World::new();
+    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        .await;
+    w.clock.advance(Duration::minutes(5));
+    let s = w.sweep(false).await;
+    assert_eq!((s.scanned, s.finished, s.errors), (1, 0, 0));
+    assert_eq!(w.record("a").await.status, Some(RecordStatus::Creating));
+    assert_eq!(w.count("tasks/"), 0);
+}
+
+#[tokio::test]
+async fn a_creating_record_past_its_deadline_is_counted_and_left_alone() {
+    let w = World::new();
+    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        .await;
+    let before = w.bucket.keys();
+    w.clock.advance(Duration::seconds(2400));
+    // The first pass ever reads every record old enough.
+    let s = w.sweep(false).await;
+    assert_eq!((s.finished, s.errors), (0, 1));
+    assert_eq!(w.count("tasks/"), 0);
+    assert_eq!(w.record("a").await.status, Some(RecordStatus::Creating));
+    assert_eq!(
+        w.bucket
+            .keys()
+            .into_iter()
+            .filter(|k| !k.starts_with("sweeper/"))
+            .collect::<Vec<_>>(),
+        before
+    );
+}
+
+#[tokio::test]
+async fn expired_records_are_deleted_whatever_their_status() {
+    let w = World::new();
+    w.queue()
+        .submit("t", json!(1))
+        .idempotency_key("ready")
+        .idempotency_ttl(Duration::hours(1))
+        .await
+        .unwrap();
+    w.interrupted("creating", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        .await;
+    w.queue()
+        .submit("t", json!(1))
+        .idempotency_key("young")
+        .idempotency_ttl(Duration::hours(2))
+        .await
+        .unwrap();
+    w.clock.advance(Duration::days(31));
+    w.queue()
+        .submit("t", json!(1))
+        .idempotency_key("fresh")
+        .await
+        .unwrap();
+    w.clock.advance(Duration::hours(1));
+    let s = w.sweep(false).await;
+    assert_eq!(s.expired_deleted, 3, "{s:?}");
+    assert_eq!(s.finished, 0, "an expired creating record is not finished");
+    assert_eq!(w.count("idempotency/"), 1);
+    assert!(
+        w.queue()
+            .record("t", "fresh", None)
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn a_dry_run_reports_and_changes_nothing() {
+    let w = World::new();
+    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        .await;
+    w.queue()
+        .submit("t", json!(1))
+        .idempotency_key("b")
+        .idempotency_ttl(Duration::hours(1))
+        .await
+        .unwrap();
+    w.clock.advance(Duration::minutes(30));
+    w.queue()
+        .submit("t", json!(1))
+        .idempotency_key("c")
+        .await
+        .unwrap();
+    w.clock.advance(Duration::minutes(31));
+    let before = w.bucket.keys();
+    let s = w.sweep(true).await;
+    assert!(s.dry_run);
+    assert_eq!(
+        (s.scanned, s.finished, s.expired_deleted),
+        (3, 0, 1),
+        "{s:?}"
+    );
+    assert_eq!(w.bucket.keys(), before);
+}
+
+#[tokio::test]
+async fn a_sweep_that_runs_out_of_time_keeps_its_place() {
+    let w = World::new();
+    for k in ["a", "b", "c", "d", "e"] {
+        w.interrupted(k, Op::PutCreate, "idempotency/", Fault::CrashAfter)
+            .await;
+    }
+    w.clock.advance(Duration::minutes(11));
+    let q = w.queue();
+    let opts = SweepOptions {
+        max_records: Some(2),
+        ..Default::default()
+    };
+    let first = q.engine().sweep(&opts).await.unwrap();
+    assert_eq!(
+        (first.scanned, first.finished, first.complete),
+        (2, 2, false)
+    );
+    assert!(
+        w.bucket
+            .keys()
+            .iter()
+            .any(|k| k == "sweeper/checkpoint.json")
+    );
+    let second = q.engine().sweep(&opts).await.unwrap();
+    assert_eq!(
+        (second.scanned, second.finished, second.complete),
+        (2, 2, false)
+    );
+    let third = q.engine().sweep(&opts).await.unwrap();
+    assert_eq!(
+        (third.scanned, third.finished, third.complete),
+        (1, 1, true)
+    );
+    assert_eq!(w.count("tasks/"), 5);
+}
+
+#[tokio::test]
+async fn a_sweep_stops_at_a_storage_failure_and_the_next_run_retries_that_record() {
+    let w = World::new();
+    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        .await;
+    w.clock.advance(Duration::minutes(11));
+    let f = FaultyStore::new(w.bucket.clone());
+    f.inject(
+        Some(Op::PutCreate),
+        "tasks/",
+        1,
+        usize::MAX,
+        Fault::Fail(StoreError::Unavailable("503".into())),
+    );
+    let s = w
+        .queue_over(f.clone())
+        .engine()
+        .sweep(&SweepOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((s.errors, s.complete), (1, false));
+    f.heal();
+    let s = w
+        .queue_over(f)
+        .engine()
+        .sweep(&SweepOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((s.finished, s.complete), (1, true));
+}
+
+/// Replaces the record (a new submit after expiry) just before the
+/// sweeper's conditional delete reaches the bucket.
+#[derive(Clone)]
+struct ReplaceBeforeDelete {
+    inner: MemoryStore,
+}
+
+#[async_trait]
+impl Store for ReplaceBeforeDelete {
+    async fn get(&self, key: &str) -> Result<Object, StoreError> {
+        self.inner.get(key).await
+    }
+    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
+        self.inner.head(key).await
+    }
+    async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
+        self.inner.put(key, body, mode).await
+    }
+    async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
+        let cur = self.inner.get(key).await?;
+        let mut v: serde_json::Value = serde_json::from_slice(&cur.body).unwrap();
+        v["write_id"] = json!(uuid::Uuid::new_v4());
+        v["expires_at"] = json!("2099-01-01T00:00:00Z");
+        self.inner
+            .put(
+                key,
+                serde_json::to_vec(&v).unwrap().into(),
+                PutMode::Update(cur.meta.etag),
+            )
+            .await?;
+        self.inner.delete(key, if_match).await
+    }
+    async fn list(
+        &self,
+        p: &str,
+        s: Option<&str>,
+        pg: Option<String>,
+        l: usize,
+    ) -> Result<ListPage, StoreError> {
+        self.inner.list(p, s, pg, l).await
+    }
+}
+
+#[tokio::test]
+async fn a_record_replaced_between_the_sweepers_read_and_its_delete_survives() {
+    let w = World::new();
+    w.queue()
+        .submit("t", json!(1))
+        .idempotency_key("a")
+        .idempotency_ttl(Duration::hours(1))
+        .await
+        .unwrap();
+    w.clock.advance(Duration::hours(2));
+    let q = w.queue_over(ReplaceBeforeDelete {
+        inner: w.bucket.clone(),
+    });
+    let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+    assert_eq!(s.expired_deleted, 0);
+    assert_eq!(w.count("idempotency/"), 1);
+}
+
+#[tokio::test]
+async fn a_sweeper_and_a_late_submit_finishing_together_leave_one_task_and_a_ready_record() {
+    for _ in 0..20 {
+        let w = World::new();
+        let id = w
+            .interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+            .await;
+        w.clock.advance(Duration::minutes(11));
+        // Both go through a yielding store, so their requests interleave.
+        let (sweeper, submitter) = (
+            FaultyStore::new(w.bucket.clone()),
+            FaultyStore::new(w.bucket.clone()),
+        );
+        let (qs, qu) = (w.queue_over(sweeper), w.queue_over(submitter));
+        let opts = SweepOptions::default();
+        let (s, r) = tokio::join!(
+            qs.engine().sweep(&opts),
+            qu.submit("t", json!({"k": "a"}))
+                .idempotency_key("a")
+                .into_future(),
+        );
+        let (s, r) = (s.unwrap(), r.unwrap());
+        assert_eq!(r.task_id, id);
+        assert_eq!(s.errors, 0);
+        assert_eq!(w.count("tasks/"), 1);
+        assert_eq!(w.count("ready/"), 1);
+        assert_eq!(w.record("a").await.status, Some(RecordStatus::Ready));
+    }
+}
+
+/// Sweeps every `every` for `span` over a bucket of records of mixed ages,
+/// statuses and TTLs; returns the reads (GETs) per record key.
+async fn reads_per_record(every: Duration, span: Duration) -> HashMap<String, usize> {
+    let w = World::new();
+    let ttls = [
+        Duration::hours(1),
+        Duration::days(1),
+        Duration::days(30),
+        Duration::days(90),
+    ];
+    for i in 0..24 {
+        let key = format!("k{i}");
+        if i % 4 == 0 {
+            w.interrupted(&key, Op::PutCreate, "idempotency/", Fault::CrashAfter)
+                .await;
+        } else {
+            w.queue()
+                .submit("t", json!({"k": key}))
+                .idempotency_key(&key)
+                .idempotency_ttl(ttls[i % 4])
+                .await
+                .unwrap();
+        }
+        w.clock.advance(Duration::minutes(7));
+    }
+    let f = FaultyStore::new(w.bucket.clone());
+    let q = w.queue_over(f.clone());
+    let mut t = Duration::zero();
+    while t < span {
+        w.clock.advance(every);
+        t += every;
+        let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+        assert!(s.complete);
+    }
+    let mut reads = HashMap::new();
+    for c in f.calls() {
+        if c.op == Op::Get && c.key.starts_with("idempotency/") {
+            *reads.entry(c.key).or_default() += 1;
+        }
+    }
+    reads
+}
+
+#[tokio::test]
+async fn each_record_is_read_a_bounded_number_of_times_however_often_the_sweeper_runs() {
+    let span = Duration::days(3);
+    let every_5 = reads_per_record(Duration::minutes(5), span).await;
+    let every_1 = reads_per_record(Duration::minutes(1), span).await;
+    // 864 and 4320 runs over three days; per record, the same few reads:
+    // the stale threshold and 1 h, 2 h, ... 64 h of age at most.
+    let max5 = every_5.values().copied().max().unwrap();
+    let max1 = every_1.values().copied().max().unwrap();
+    assert!(max5 <= 9, "{every_5:?}");
+    assert!(max1 <= 9, "{every_1:?}");
+    // Five times the runs, the same reads: up to one more per record, where
+    // the sweeper's own finish (a write, so a new LastModified) landed at
+    // another age.
+    let total5: usize = every_5.values().sum();
+    let total1: usize = every_1.values().sum();
+    assert!(
+        total1.abs_diff(total5) <= every_5.len(),
+        "{total1} vs {total5}"
+    );
+}
