@@ -37,6 +37,7 @@
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod lambda;
 pub mod protocol;
 pub mod queue;
 pub mod store;

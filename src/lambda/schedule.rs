@@ -1,0 +1,57 @@
+//! The `sweep` function: invoked by EventBridge Scheduler or a rule (any
+//! event), or directly with `{}` or `{"dry_run": true}`.
+
+use std::time::{Duration as StdDuration, SystemTime};
+
+use chrono::{DateTime, Utc};
+use lambda_runtime::LambdaEvent;
+use serde_json::Value;
+
+use crate::protocol::{Engine, SubmitError, SweepOptions, SweepSummary};
+
+/// How long before the invocation's deadline the sweep stops, to save its
+/// place and answer.
+pub const DEADLINE_MARGIN: StdDuration = StdDuration::from_secs(10);
+
+/// Runs one sweep for one invocation, and logs its summary.
+pub async fn handle(
+    engine: &Engine,
+    event: LambdaEvent<Value>,
+) -> Result<SweepSummary, SubmitError> {
+    let dry_run = event
+        .payload
+        .get("dry_run")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let opts = SweepOptions {
+        dry_run,
+        deadline: stop_at(engine, event.context.deadline()),
+        max_records: None,
+    };
+    let summary = engine.sweep(&opts).await;
+    match &summary {
+        Ok(s) => tracing::info!(
+            request_id = %event.context.request_id,
+            scanned = s.scanned,
+            finished = s.finished,
+            promoted = s.promoted,
+            expired_deleted = s.expired_deleted,
+            errors = s.errors,
+            complete = s.complete,
+            dry_run = s.dry_run,
+            "sweep summary"
+        ),
+        Err(e) => {
+            tracing::error!(request_id = %event.context.request_id, error = %e, "sweep failed")
+        }
+    }
+    summary
+}
+
+/// The invocation's deadline, less the margin, on the engine's clock. A
+/// context without a deadline (tests, `Context::default()`) has none.
+fn stop_at(engine: &Engine, deadline: SystemTime) -> Option<DateTime<Utc>> {
+    let left = deadline.duration_since(SystemTime::now()).ok()?;
+    let left = chrono::Duration::from_std(left.saturating_sub(DEADLINE_MARGIN)).ok()?;
+    Some(engine.clock().now() + left)
+}

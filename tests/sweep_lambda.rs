@@ -1,0 +1,96 @@
+//! The `sweep` handler on the sample events of events/.
+
+mod common;
+
+use std::sync::Arc;
+
+use chrono::Duration;
+use idempotent_submit::lambda::schedule;
+use idempotent_submit::store::{Fault, FaultyStore, Op};
+use idempotent_submit::{ManualClock, Queue};
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::{Value, json};
+
+fn event(name: &str) -> Value {
+    let path = format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+async fn interrupted_bucket() -> (ManualClock, idempotent_submit::MemoryStore) {
+    let clock = ManualClock::at_epoch();
+    let bucket = common::memory_store(&clock);
+    let f = FaultyStore::new(bucket.clone());
+    f.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+    Queue::with_clock(f, Arc::new(clock.clone()), common::settings())
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .await
+        .unwrap_err();
+    clock.advance(Duration::minutes(11));
+    (clock, bucket)
+}
+
+#[tokio::test]
+async fn a_scheduled_event_runs_a_sweep_and_answers_its_summary() {
+    let (clock, bucket) = interrupted_bucket().await;
+    let q = Queue::with_clock(bucket.clone(), Arc::new(clock), common::settings());
+    let s = schedule::handle(
+        q.engine(),
+        LambdaEvent::new(event("sweep-scheduled.json"), Context::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (s.scanned, s.finished, s.complete, s.dry_run),
+        (1, 1, true, false)
+    );
+    let v = serde_json::to_value(&s).unwrap();
+    let mut fields: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
+    fields.sort();
+    assert_eq!(
+        fields,
+        [
+            "complete",
+            "dry_run",
+            "errors",
+            "expired_deleted",
+            "finished",
+            "promoted",
+            "scanned"
+        ]
+    );
+    assert_eq!(
+        bucket
+            .keys()
+            .iter()
+            .filter(|k| k.starts_with("tasks/"))
+            .count(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_dry_run_event_changes_nothing() {
+    let (clock, bucket) = interrupted_bucket().await;
+    let before = bucket.keys();
+    let q = Queue::with_clock(bucket.clone(), Arc::new(clock), common::settings());
+    let s = schedule::handle(
+        q.engine(),
+        LambdaEvent::new(event("sweep-dry-run.json"), Context::default()),
+    )
+    .await
+    .unwrap();
+    assert!(s.dry_run);
+    assert_eq!(s.finished, 1, "it reports what it would finish");
+    assert_eq!(bucket.keys(), before);
+}
+
+#[tokio::test]
+async fn an_empty_event_is_a_plain_sweep() {
+    let (clock, bucket) = interrupted_bucket().await;
+    let q = Queue::with_clock(bucket, Arc::new(clock), common::settings());
+    let s = schedule::handle(q.engine(), LambdaEvent::new(json!({}), Context::default()))
+        .await
+        .unwrap();
+    assert!(!s.dry_run && s.complete);
+}
