@@ -5,14 +5,9 @@ mod common;
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use chrono::Duration;
 use idempotent_submit::protocol::RecordStatus;
-use idempotent_submit::store::{
-    ETag, Fault, FaultyStore, ListPage, MemoryStore, Object, ObjectMeta, Op, PutMode, PutResult,
-    Store, StoreError,
-};
+use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, Store, StoreError};
 use idempotent_submit::{Clock, ManualClock, Queue, SubmitError};
 use serde_json::json;
 
@@ -401,44 +396,6 @@ async fn an_expired_creating_record_is_replaced_not_finished() {
     assert_eq!(w.count("tasks/"), 1);
 }
 
-/// Moves the clock at a chosen write and fails it, as if the attempt took
-/// that long: the retry must see the deadline.
-#[derive(Clone)]
-struct SlowTaskWrites {
-    inner: MemoryStore,
-    clock: ManualClock,
-    by: Duration,
-}
-
-#[async_trait]
-impl Store for SlowTaskWrites {
-    async fn get(&self, key: &str) -> Result<Object, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
-        self.inner.head(key).await
-    }
-    async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
-        if key.starts_with("tasks/") {
-            self.clock.advance(self.by);
-            return Err(StoreError::Unavailable("503 SlowDown".into()));
-        }
-        self.inner.put(key, body, mode).await
-    }
-    async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
-        self.inner.delete(key, if_match).await
-    }
-    async fn list(
-        &self,
-        p: &str,
-        s: Option<&str>,
-        pg: Option<String>,
-        l: usize,
-    ) -> Result<ListPage, StoreError> {
-        self.inner.list(p, s, pg, l).await
-    }
-}
-
 #[tokio::test]
 async fn no_task_write_is_attempted_once_the_finish_deadline_has_passed_even_by_a_retry() {
     let w = World::new();
@@ -446,10 +403,15 @@ async fn no_task_write_is_attempted_once_the_finish_deadline_has_passed_even_by_
     // The finisher starts 10 s before the deadline; its first task write
     // takes 20 s and fails. Its retry would land after the deadline.
     w.clock.advance(Duration::seconds(2400 - 10));
-    let slow = FaultyStore::new(SlowTaskWrites {
+    let clock = w.clock.clone();
+    let slow = FaultyStore::new(common::Intercept {
         inner: w.bucket().clone(),
-        clock: w.clock.clone(),
-        by: Duration::seconds(20),
+        hook: move |_: Op, key: &str| {
+            key.starts_with("tasks/").then(|| {
+                clock.advance(Duration::seconds(20));
+                StoreError::Unavailable("503 SlowDown".into())
+            })
+        },
     });
     let q = Queue::with_clock(
         slow.clone(),

@@ -6,14 +6,10 @@ mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use chrono::Duration;
+use futures::FutureExt;
 use idempotent_submit::protocol::{RecordStatus, SweepOptions, SweepSummary};
-use idempotent_submit::store::{
-    ETag, Fault, FaultyStore, ListPage, MemoryStore, Object, ObjectMeta, Op, PutMode, PutResult,
-    Store, StoreError,
-};
+use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, PutMode, Store, StoreError};
 use idempotent_submit::{ManualClock, Queue};
 use serde_json::json;
 
@@ -286,49 +282,6 @@ async fn a_sweep_stops_at_a_storage_failure_and_the_next_run_retries_that_record
     assert_eq!((s.finished, s.complete), (1, true));
 }
 
-/// Replaces the record (a new submit after expiry) just before the
-/// sweeper's conditional delete reaches the bucket.
-#[derive(Clone)]
-struct ReplaceBeforeDelete {
-    inner: MemoryStore,
-}
-
-#[async_trait]
-impl Store for ReplaceBeforeDelete {
-    async fn get(&self, key: &str) -> Result<Object, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
-        self.inner.head(key).await
-    }
-    async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
-        self.inner.put(key, body, mode).await
-    }
-    async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
-        let cur = self.inner.get(key).await?;
-        let mut v: serde_json::Value = serde_json::from_slice(&cur.body).unwrap();
-        v["write_id"] = json!(uuid::Uuid::new_v4());
-        v["expires_at"] = json!("2099-01-01T00:00:00Z");
-        self.inner
-            .put(
-                key,
-                serde_json::to_vec(&v).unwrap().into(),
-                PutMode::Update(cur.meta.etag),
-            )
-            .await?;
-        self.inner.delete(key, if_match).await
-    }
-    async fn list(
-        &self,
-        p: &str,
-        s: Option<&str>,
-        pg: Option<String>,
-        l: usize,
-    ) -> Result<ListPage, StoreError> {
-        self.inner.list(p, s, pg, l).await
-    }
-}
-
 #[tokio::test]
 async fn a_record_replaced_between_the_sweepers_read_and_its_delete_survives() {
     let w = World::new();
@@ -339,8 +292,25 @@ async fn a_record_replaced_between_the_sweepers_read_and_its_delete_survives() {
         .await
         .unwrap();
     w.clock.advance(Duration::hours(2));
-    let q = w.queue_over(ReplaceBeforeDelete {
+    // A new submit (after expiry) replaces the record just before the
+    // sweeper's conditional delete reaches the bucket.
+    let bucket = w.bucket.clone();
+    let q = w.queue_over(common::Intercept {
         inner: w.bucket.clone(),
+        hook: move |op: Op, key: &str| {
+            if op == Op::Delete {
+                let cur = bucket.get(key).now_or_never()?.ok()?;
+                let mut v: serde_json::Value = serde_json::from_slice(&cur.body).ok()?;
+                v["write_id"] = json!(uuid::Uuid::new_v4());
+                v["expires_at"] = json!("2099-01-01T00:00:00Z");
+                let body = serde_json::to_vec(&v).ok()?.into();
+                bucket
+                    .put(key, body, PutMode::Update(cur.meta.etag))
+                    .now_or_never()?
+                    .ok()?;
+            }
+            None
+        },
     });
     let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
     assert_eq!(s.expired_deleted, 0);

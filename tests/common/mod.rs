@@ -105,3 +105,69 @@ pub async fn s3_keys(store: &S3Store) -> Vec<String> {
         }
     }
 }
+
+/// A bucket whose writes first pass through `hook(op, key)`: it can act on
+/// the bucket or the clock (another writer, a slow attempt), and fail the
+/// write by answering an error.
+#[derive(Clone)]
+pub struct Intercept<F> {
+    pub inner: MemoryStore,
+    pub hook: F,
+}
+
+type HookResult = Option<idempotent_submit::StoreError>;
+
+#[async_trait::async_trait]
+impl<F> idempotent_submit::Store for Intercept<F>
+where
+    F: Fn(idempotent_submit::store::Op, &str) -> HookResult + Clone + Send + Sync + 'static,
+{
+    async fn get(
+        &self,
+        key: &str,
+    ) -> Result<idempotent_submit::store::Object, idempotent_submit::StoreError> {
+        self.inner.get(key).await
+    }
+    async fn head(
+        &self,
+        key: &str,
+    ) -> Result<idempotent_submit::store::ObjectMeta, idempotent_submit::StoreError> {
+        self.inner.head(key).await
+    }
+    async fn put(
+        &self,
+        key: &str,
+        body: bytes::Bytes,
+        mode: idempotent_submit::store::PutMode,
+    ) -> Result<idempotent_submit::store::PutResult, idempotent_submit::StoreError> {
+        use idempotent_submit::store::{Op, PutMode};
+        let op = match mode {
+            PutMode::Create => Op::PutCreate,
+            PutMode::Update(_) => Op::PutUpdate,
+            PutMode::Overwrite => Op::Put,
+        };
+        if let Some(e) = (self.hook)(op, key) {
+            return Err(e);
+        }
+        self.inner.put(key, body, mode).await
+    }
+    async fn delete(
+        &self,
+        key: &str,
+        if_match: Option<&idempotent_submit::store::ETag>,
+    ) -> Result<(), idempotent_submit::StoreError> {
+        if let Some(e) = (self.hook)(idempotent_submit::store::Op::Delete, key) {
+            return Err(e);
+        }
+        self.inner.delete(key, if_match).await
+    }
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        page: Option<String>,
+        limit: usize,
+    ) -> Result<idempotent_submit::store::ListPage, idempotent_submit::StoreError> {
+        self.inner.list(prefix, start_after, page, limit).await
+    }
+}
