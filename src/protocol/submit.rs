@@ -58,12 +58,9 @@ impl Input {
         &self.hash
     }
 
-    pub fn len(&self) -> usize {
+    /// Size of the canonical form, in bytes (what `MAX_INPUT_BYTES` limits).
+    pub fn size(&self) -> usize {
         self.canonical.get().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        false
     }
 }
 
