@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 
 use chrono::Duration;
-use idempotent_submit::lambda::schedule;
+use idempotent_submit::lambda::{Metrics, schedule};
 use idempotent_submit::store::{Fault, FaultyStore, Op};
 use idempotent_submit::{ManualClock, Queue};
 use lambda_runtime::{Context, LambdaEvent};
@@ -34,8 +34,10 @@ async fn interrupted_bucket() -> (ManualClock, idempotent_submit::MemoryStore) {
 async fn a_scheduled_event_runs_a_sweep_and_answers_its_summary() {
     let (clock, bucket) = interrupted_bucket().await;
     let q = Queue::with_clock(bucket.clone(), Arc::new(clock), common::settings());
+    let metrics = Metrics::collecting("sweep");
     let s = schedule::handle(
         q.engine(),
+        &metrics,
         LambdaEvent::new(event("sweep-scheduled.json"), Context::default()),
     )
     .await
@@ -74,8 +76,10 @@ async fn a_dry_run_event_changes_nothing() {
     let (clock, bucket) = interrupted_bucket().await;
     let before = bucket.keys();
     let q = Queue::with_clock(bucket.clone(), Arc::new(clock), common::settings());
+    let metrics = Metrics::collecting("sweep");
     let s = schedule::handle(
         q.engine(),
+        &metrics,
         LambdaEvent::new(event("sweep-dry-run.json"), Context::default()),
     )
     .await
@@ -89,8 +93,12 @@ async fn a_dry_run_event_changes_nothing() {
 async fn an_empty_event_is_a_plain_sweep() {
     let (clock, bucket) = interrupted_bucket().await;
     let q = Queue::with_clock(bucket, Arc::new(clock), common::settings());
-    let s = schedule::handle(q.engine(), LambdaEvent::new(json!({}), Context::default()))
-        .await
-        .unwrap();
+    let s = schedule::handle(
+        q.engine(),
+        &Metrics::collecting("sweep"),
+        LambdaEvent::new(json!({}), Context::default()),
+    )
+    .await
+    .unwrap();
     assert!(!s.dry_run && s.complete);
 }

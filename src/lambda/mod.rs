@@ -2,7 +2,64 @@
 //! directly with `LambdaEvent::new(event, Context::default())`; the binaries
 //! in `src/bin/` only wire them to the runtime.
 
+pub mod http;
+pub mod metrics;
+pub mod problem;
+pub mod request;
 pub mod schedule;
+pub mod sqs;
+
+use lambda_runtime::LambdaEvent;
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::queue::Queue;
+
+pub use metrics::Metrics;
+
+/// What the `submit` function holds between invocations.
+#[derive(Clone)]
+pub struct App {
+    pub queue: Queue,
+    pub tenant_isolation: bool,
+    /// How many messages of a standard batch (or FIFO groups) run at once.
+    pub sqs_concurrency: usize,
+    pub metrics: Metrics,
+}
+
+impl App {
+    pub fn new(queue: Queue, config: &Config, metrics: Metrics) -> Self {
+        App {
+            queue,
+            tenant_isolation: config.tenant_isolation,
+            sqs_concurrency: 10,
+            metrics,
+        }
+    }
+}
+
+/// An event the `submit` function does not take.
+#[derive(Debug, thiserror::Error)]
+#[error("unrecognized event: neither an HTTP request nor an SQS batch")]
+pub struct UnrecognizedEvent;
+
+/// The `submit` function: HTTP events (REST, HTTP API, function URLs) and
+/// SQS batches, told apart by shape.
+pub async fn handle_submit(
+    app: &App,
+    event: LambdaEvent<Value>,
+) -> Result<Value, lambda_runtime::Error> {
+    let payload = event.payload;
+    if payload.get("Records").is_some() {
+        let batch: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(payload)?;
+        let resp = sqs::handle(app, batch).await;
+        return Ok(serde_json::to_value(resp)?);
+    }
+    if http::HttpRequest::looks_like(&payload) {
+        return Ok(http::handle(app, payload).await);
+    }
+    Err(UnrecognizedEvent.into())
+}
 
 /// JSON log lines through tracing, for every function.
 pub fn init_logging() {

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
+use super::Metrics;
 use crate::protocol::{Engine, SubmitError, SweepOptions, SweepSummary};
 
 /// How long before the invocation's deadline the sweep stops, to save its
@@ -16,6 +17,7 @@ pub const DEADLINE_MARGIN: StdDuration = StdDuration::from_secs(10);
 /// Runs one sweep for one invocation, and logs its summary.
 pub async fn handle(
     engine: &Engine,
+    metrics: &Metrics,
     event: LambdaEvent<Value>,
 ) -> Result<SweepSummary, SubmitError> {
     let dry_run = event
@@ -30,7 +32,9 @@ pub async fn handle(
     };
     let summary = engine.sweep(&opts).await;
     match &summary {
-        Ok(s) => tracing::info!(
+        Ok(s) => {
+            metrics.sweep(s);
+            tracing::info!(
             request_id = %event.context.request_id,
             scanned = s.scanned,
             finished = s.finished,
@@ -40,7 +44,8 @@ pub async fn handle(
             complete = s.complete,
             dry_run = s.dry_run,
             "sweep summary"
-        ),
+            )
+        }
         Err(e) => {
             tracing::error!(request_id = %event.context.request_id, error = %e, "sweep failed")
         }

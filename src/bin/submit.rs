@@ -1,0 +1,22 @@
+//! The `submit` Lambda function (API Gateway, function URLs, SQS). Wiring
+//! only: configuration and the S3 client once, then the runtime loop over
+//! `lambda::handle_submit`.
+
+use idempotent_submit::lambda::{self, App, Metrics};
+use idempotent_submit::{Config, Queue};
+use lambda_runtime::{Error, LambdaEvent, run, service_fn};
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda::init_logging();
+    let config =
+        Config::from_env().inspect_err(|e| tracing::error!(error = %e, "invalid configuration"))?;
+    let queue = Queue::from_config(&config).await;
+    let app = App::new(queue, &config, Metrics::stdout("submit"));
+    let app = &app;
+    run(service_fn(move |event: LambdaEvent<Value>| async move {
+        lambda::handle_submit(app, event).await
+    }))
+    .await
+}

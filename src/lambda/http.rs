@@ -1,0 +1,432 @@
+//! API Gateway REST (payload 1.0), HTTP API (2.0) and function URL events:
+//! `POST /tasks`, `GET /tasks/{task_id}` (CONTRACT.md section 4).
+//!
+//! Requests are read with a lenient struct of our own rather than the typed
+//! `aws_lambda_events` requests: one struct reads all three shapes, and odd
+//! values (a method outside the standard set, non-string JWT claims, null
+//! headers) become a clear 4xx instead of a deserialization failure.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use super::App;
+use super::problem::Problem;
+use super::request::SubmitBody;
+use crate::protocol::Submitted;
+
+/// How much larger than `MAX_INPUT_BYTES` a body may be (its other fields,
+/// whitespace) before it is refused unread.
+const BODY_OVERHEAD: usize = 64 * 1024;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct RawHttp {
+    version: Option<String>,
+    http_method: Option<String>,
+    path: Option<String>,
+    raw_path: Option<String>,
+    headers: Option<Map<String, Value>>,
+    body: Option<String>,
+    is_base64_encoded: bool,
+    request_context: Value,
+}
+
+/// One HTTP request, whatever shape it came in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpRequest {
+    pub method: String,
+    pub path: String,
+    pub stage: Option<String>,
+    /// Lower-case names.
+    pub headers: Vec<(String, String)>,
+    /// The raw body text and whether it is base64.
+    pub body: Option<String>,
+    pub base64: bool,
+    pub request_id: String,
+    /// The authenticated caller, in an injective text form.
+    pub principal: Option<String>,
+}
+
+impl HttpRequest {
+    /// Is this event an HTTP request?
+    pub fn looks_like(event: &Value) -> bool {
+        event.get("httpMethod").is_some()
+            || event.pointer("/requestContext/http").is_some()
+            || event.get("rawPath").is_some()
+    }
+
+    pub fn from_event(event: Value) -> Result<Self, Problem> {
+        let raw: RawHttp = serde_json::from_value(event)
+            .map_err(|e| Problem::invalid(format!("malformed HTTP event: {e}")))?;
+        let ctx = &raw.request_context;
+        let str_at = |p: &str| ctx.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let v2 = raw.version.as_deref() == Some("2.0") || ctx.get("http").is_some();
+        let method = if v2 {
+            str_at("/http/method")
+        } else {
+            raw.http_method.clone()
+        };
+        let path = if v2 {
+            raw.raw_path.clone().or_else(|| str_at("/http/path"))
+        } else {
+            raw.path.clone()
+        };
+        let headers = raw
+            .headers
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(k, v)| v.as_str().map(|v| (k.to_ascii_lowercase(), v.to_owned())))
+            .collect();
+        Ok(HttpRequest {
+            method: method.unwrap_or_default().to_ascii_uppercase(),
+            path: path.unwrap_or_else(|| "/".into()),
+            stage: str_at("/stage"),
+            headers,
+            body: raw.body,
+            base64: raw.is_base64_encoded,
+            request_id: str_at("/requestId").unwrap_or_default(),
+            principal: principal(ctx),
+        })
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn body_bytes(&self) -> Result<Vec<u8>, Problem> {
+        match (&self.body, self.base64) {
+            (None, _) => Ok(Vec::new()),
+            (Some(b), false) => Ok(b.as_bytes().to_vec()),
+            (Some(b), true) => base64::engine::general_purpose::STANDARD
+                .decode(b.trim())
+                .map_err(|e| Problem::invalid(format!("body: invalid base64: {e}"))),
+        }
+    }
+}
+
+/// The caller's principal, where API Gateway authenticated one: an IAM user
+/// or role ARN, a JWT's issuer and subject (HTTP API JWT authorizer, Cognito
+/// user pool authorizer), or a Lambda authorizer's principalId. Each kind is
+/// tagged, and the JWT form is length-prefixed, so no two principals read
+/// alike.
+fn principal(ctx: &Value) -> Option<String> {
+    let s = |p: &str| {
+        ctx.pointer(p)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
+    if let Some(arn) = s("/authorizer/iam/userArn").or_else(|| s("/identity/userArn")) {
+        return Some(format!("iam:{arn}"));
+    }
+    let jwt = ["/authorizer/jwt/claims", "/authorizer/claims"]
+        .iter()
+        .find_map(|p| ctx.pointer(p).filter(|c| c.get("sub").is_some()));
+    if let Some(claims) = jwt {
+        let iss = claims.get("iss").and_then(Value::as_str).unwrap_or("");
+        let sub = claims.get("sub").and_then(Value::as_str).unwrap_or("");
+        if !sub.is_empty() {
+            return Some(format!("jwt:{}:{iss}:{sub}", iss.len()));
+        }
+    }
+    s("/authorizer/principalId")
+        .or_else(|| s("/authorizer/lambda/principalId"))
+        .map(|p| format!("lambda:{p}"))
+}
+
+/// Parses an `Idempotency-Key` header: an RFC 8941 sf-string
+/// (`"charge-ORD-123"`, with `\"` and `\\` escapes), or a bare token
+/// (visible ASCII without quotes or commas).
+pub fn parse_key_header(value: &str) -> Result<String, String> {
+    let v = value.trim_matches([' ', '\t']);
+    let Some(rest) = v.strip_prefix('"') else {
+        if v.is_empty()
+            || v.chars()
+                .any(|c| !c.is_ascii_graphic() || c == '"' || c == ',')
+        {
+            return Err("must be a quoted string or a token".into());
+        }
+        return Ok(v.to_owned());
+    };
+    let mut out = String::new();
+    let mut chars = rest.chars();
+    loop {
+        match chars.next() {
+            None => return Err("unterminated string".into()),
+            Some('"') => break,
+            Some('\\') => match chars.next() {
+                Some(c @ ('"' | '\\')) => out.push(c),
+                _ => return Err("only \\\" and \\\\ may be escaped".into()),
+            },
+            Some(c) if (' '..='~').contains(&c) => out.push(c),
+            Some(_) => return Err("only printable ASCII is allowed".into()),
+        }
+    }
+    if !chars.as_str().is_empty() {
+        return Err("trailing characters after the string".into());
+    }
+    Ok(out)
+}
+
+/// The routes, under any stage name and under a function URL's root.
+#[derive(Debug, PartialEq, Eq)]
+enum Route<'a> {
+    Tasks,
+    Task(&'a str),
+    None,
+}
+
+fn route<'a>(path: &'a str, stage: Option<&str>) -> Route<'a> {
+    let mut segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if let (Some(stage), Some(first)) = (stage, segs.first())
+        && stage != "$default"
+        && *first == stage
+        && segs.len() > 1
+    {
+        segs.remove(0);
+    }
+    match segs.as_slice() {
+        ["tasks"] | [_, "tasks"] => Route::Tasks,
+        ["tasks", id] | [_, "tasks", id] => Route::Task(id),
+        _ => Route::None,
+    }
+}
+
+/// An HTTP response in the shape all three event sources accept.
+fn response(status: u16, headers: Vec<(&str, String)>, body: &Value) -> Value {
+    let headers: Map<String, Value> = headers
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), Value::String(v)))
+        .collect();
+    json!({
+        "statusCode": status,
+        "headers": headers,
+        "body": body.to_string(),
+        "isBase64Encoded": false,
+    })
+}
+
+fn problem_response(p: &Problem) -> Value {
+    let mut headers = vec![("content-type", "application/problem+json".to_owned())];
+    if let Some(d) = p.retry_after {
+        headers.push(("retry-after", retry_after_secs(d).to_string()));
+    }
+    if let Some(allow) = p.allow {
+        headers.push(("allow", allow.to_owned()));
+    }
+    response(p.status, headers, &p.body())
+}
+
+fn retry_after_secs(d: Duration) -> u64 {
+    d.as_secs_f64().ceil().max(1.0) as u64
+}
+
+fn success(s: &Submitted) -> Value {
+    let mut headers = vec![("content-type", "application/json".to_owned())];
+    if s.created() {
+        headers.push(("location", format!("/tasks/{}", s.task_id)));
+    }
+    if s.idempotency.is_some() {
+        headers.push(("idempotent-replayed", s.replayed.to_string()));
+    }
+    let body = serde_json::to_value(s).unwrap_or(Value::Null);
+    response(if s.created() { 201 } else { 200 }, headers, &body)
+}
+
+/// Handles one HTTP event; never fails (every failure is an answer).
+pub async fn handle(app: &App, event: Value) -> Value {
+    let req = match HttpRequest::from_event(event) {
+        Ok(r) => r,
+        Err(p) => return problem_response(&p),
+    };
+    let (status, answer) = match serve(app, &req).await {
+        Ok(v) => (v["statusCode"].as_u64().unwrap_or(200), v),
+        Err(p) => {
+            let v = problem_response(&p);
+            (u64::from(p.status), v)
+        }
+    };
+    tracing::info!(
+        request_id = %req.request_id,
+        method = %req.method,
+        path = %req.path,
+        status,
+        "http request"
+    );
+    answer
+}
+
+async fn serve(app: &App, req: &HttpRequest) -> Result<Value, Problem> {
+    match route(&req.path, req.stage.as_deref()) {
+        Route::Tasks if req.method == "POST" => submit(app, req).await,
+        Route::Tasks => Err(Problem::method_not_allowed("POST")),
+        Route::Task(id) if req.method == "GET" => get_task(app, id).await,
+        Route::Task(_) => Err(Problem::method_not_allowed("GET")),
+        Route::None => Err(Problem::not_found(format!("no route for {}", req.path))),
+    }
+}
+
+fn is_json(content_type: &str) -> bool {
+    let mime = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+}
+
+async fn submit(app: &App, req: &HttpRequest) -> Result<Value, Problem> {
+    let limit = app.queue.settings().max_input_bytes;
+    if let Some(ct) = req.header("content-type")
+        && !is_json(ct)
+    {
+        return Err(Problem::invalid(format!(
+            "Content-Type must be application/json, not {ct:?}"
+        )));
+    }
+    if req
+        .body
+        .as_ref()
+        .is_some_and(|b| b.len() > (limit + BODY_OVERHEAD) * 4 / 3 + 4)
+    {
+        return Err(Problem::too_large(format!(
+            "the body is far over the input limit of {limit} bytes"
+        )));
+    }
+    let bytes = req.body_bytes()?;
+    if bytes.len() > limit + BODY_OVERHEAD {
+        return Err(Problem::too_large(format!(
+            "the body is far over the input limit of {limit} bytes"
+        )));
+    }
+    let body = SubmitBody::parse(&bytes).map_err(|e| Problem::invalid(e.to_string()))?;
+    let header_key = match req.header("idempotency-key") {
+        None => None,
+        Some(h) => Some(
+            parse_key_header(h)
+                .map_err(|e| Problem::invalid(format!("Idempotency-Key header: {e}")))?,
+        ),
+    };
+    let key = match (header_key, body.idempotency_key.clone()) {
+        (Some(h), Some(b)) if h != b => {
+            return Err(Problem::invalid(
+                "the Idempotency-Key header and idempotency_key in the body disagree",
+            ));
+        }
+        (h, b) => h.or(b),
+    };
+    let principal = if app.tenant_isolation {
+        req.principal.clone()
+    } else {
+        None
+    };
+    let builder = body
+        .into_submit(&app.queue, key, principal)
+        .map_err(|e| Problem::from_submit(&e.into()))?;
+    let result = builder.await;
+    app.metrics.submit(&result);
+    match result {
+        Ok(s) => {
+            tracing::info!(
+                request_id = %req.request_id,
+                task_id = %s.task_id,
+                replayed = s.replayed,
+                recovered = s.recovered,
+                "submitted"
+            );
+            Ok(success(&s))
+        }
+        Err(e) => {
+            tracing::warn!(request_id = %req.request_id, code = e.code(), error = %e, "submit failed");
+            Err(Problem::from_submit(&e))
+        }
+    }
+}
+
+async fn get_task(app: &App, id: &str) -> Result<Value, Problem> {
+    let Ok(id) = Uuid::parse_str(id) else {
+        return Err(Problem::not_found("no such task"));
+    };
+    match app.queue.task(id).await {
+        Ok(Some(body)) => {
+            let v: Value = serde_json::from_slice(&body).map_err(|e| {
+                Problem::new(
+                    500,
+                    "storage_error",
+                    "Storage error",
+                    format!("task object: {e}"),
+                )
+            })?;
+            Ok(response(
+                200,
+                vec![("content-type", "application/json".to_owned())],
+                &v,
+            ))
+        }
+        Ok(None) => Err(Problem::not_found("no such task")),
+        Err(e) => Err(Problem::from_submit(&e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_match_under_stages_and_function_url_roots() {
+        assert_eq!(route("/tasks", None), Route::Tasks);
+        assert_eq!(route("/tasks/", Some("$default")), Route::Tasks);
+        assert_eq!(route("/prod/tasks", Some("prod")), Route::Tasks);
+        assert_eq!(route("/v1/tasks/abc", None), Route::Task("abc"));
+        assert_eq!(route("/tasks/abc", Some("prod")), Route::Task("abc"));
+        assert_eq!(route("/", None), Route::None);
+        assert_eq!(route("/a/b/tasks", None), Route::None);
+        assert_eq!(route("/tasks/a/b", None), Route::None);
+    }
+
+    #[test]
+    fn key_headers_are_sf_strings_or_bare_tokens() {
+        assert_eq!(
+            parse_key_header(r#""charge-ORD-123""#).unwrap(),
+            "charge-ORD-123"
+        );
+        assert_eq!(
+            parse_key_header(r#" "a \"b\" \\c" "#).unwrap(),
+            r#"a "b" \c"#
+        );
+        assert_eq!(
+            parse_key_header("charge-ORD-123").unwrap(),
+            "charge-ORD-123"
+        );
+        assert!(parse_key_header(r#""unterminated"#).is_err());
+        assert!(parse_key_header(r#""a"b"#).is_err());
+        assert!(parse_key_header(r#""a\nb""#).is_err());
+        assert!(parse_key_header(r#""a", "b""#).is_err());
+        assert!(parse_key_header("a, b").is_err());
+        assert!(parse_key_header("").is_err());
+        assert!(parse_key_header("\"é\"").is_err());
+    }
+
+    #[test]
+    fn principals_of_each_kind_never_read_alike() {
+        let iam = json!({"authorizer": {"iam": {"userArn": "arn:aws:iam::1:user/a"}}});
+        let v1_iam = json!({"identity": {"userArn": "arn:aws:iam::1:user/a"}});
+        let jwt1 = json!({"authorizer": {"jwt": {"claims": {"iss": "a:b", "sub": "c"}}}});
+        let jwt2 = json!({"authorizer": {"jwt": {"claims": {"iss": "a", "sub": "b:c"}}}});
+        let cognito = json!({"authorizer": {"claims": {"sub": "c", "iss": "a:b"}}});
+        let lambda = json!({"authorizer": {"principalId": "arn:aws:iam::1:user/a"}});
+        assert_eq!(principal(&iam), principal(&v1_iam));
+        assert_ne!(principal(&jwt1), principal(&jwt2));
+        assert_eq!(principal(&jwt1), principal(&cognito));
+        assert_ne!(principal(&lambda), principal(&iam));
+        assert_eq!(principal(&json!({})), None);
+    }
+}

@@ -1,0 +1,128 @@
+//! CloudWatch Embedded Metric Format: one JSON line on stdout per outcome,
+//! which CloudWatch Logs turns into metrics (namespace `IdempotentSubmit`,
+//! dimension `Function`) without any API call.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Map, Value, json};
+
+use crate::protocol::{SubmitError, Submitted, SweepSummary};
+
+pub const NAMESPACE: &str = "IdempotentSubmit";
+
+/// Where metric lines go.
+#[derive(Clone, Default)]
+pub struct Metrics {
+    function: String,
+    /// `None`: stdout. `Some`: collected (tests).
+    buffer: Option<Arc<Mutex<Vec<Value>>>>,
+}
+
+impl Metrics {
+    pub fn stdout(function: &str) -> Self {
+        Metrics {
+            function: function.to_owned(),
+            buffer: None,
+        }
+    }
+
+    /// Collects lines instead of printing them.
+    pub fn collecting(function: &str) -> Self {
+        Metrics {
+            function: function.to_owned(),
+            buffer: Some(Arc::default()),
+        }
+    }
+
+    /// The lines collected so far.
+    pub fn lines(&self) -> Vec<Value> {
+        self.buffer
+            .as_ref()
+            .map(|b| b.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .unwrap_or_default()
+    }
+
+    /// One EMF line with the given counts.
+    pub fn line(&self, counts: &[(&str, u64)]) -> Value {
+        let mut root = Map::new();
+        root.insert(
+            "_aws".into(),
+            json!({
+                "Timestamp": chrono::Utc::now().timestamp_millis(),
+                "CloudWatchMetrics": [{
+                    "Namespace": NAMESPACE,
+                    "Dimensions": [["Function"]],
+                    "Metrics": counts.iter().map(|(n, _)| json!({"Name": n, "Unit": "Count"})).collect::<Vec<_>>(),
+                }],
+            }),
+        );
+        root.insert("Function".into(), json!(self.function));
+        for (n, v) in counts {
+            root.insert((*n).into(), json!(v));
+        }
+        Value::Object(root)
+    }
+
+    fn emit(&self, counts: &[(&str, u64)]) {
+        let line = self.line(counts);
+        match &self.buffer {
+            Some(b) => b.lock().unwrap_or_else(|e| e.into_inner()).push(line),
+            None => {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{line}");
+            }
+        }
+    }
+
+    /// A submit's outcome.
+    pub fn submit(&self, result: &Result<Submitted, SubmitError>) {
+        let name = match result {
+            Ok(s) if s.created() => "Created",
+            Ok(_) => "Replayed",
+            Err(SubmitError::Conflict { .. }) => "Conflict",
+            Err(SubmitError::Invalid(_) | SubmitError::InputTooLarge { .. }) => "Invalid",
+            Err(_) => "StorageError",
+        };
+        if matches!(result, Ok(s) if s.recovered) {
+            self.emit(&[(name, 1), ("Recovered", 1)]);
+        } else {
+            self.emit(&[(name, 1)]);
+        }
+    }
+
+    /// An SQS message written to `rejected/`.
+    pub fn rejected(&self) {
+        self.emit(&[("Rejected", 1)]);
+    }
+
+    /// A sweep's summary.
+    pub fn sweep(&self, s: &SweepSummary) {
+        self.emit(&[
+            ("SweepScanned", s.scanned),
+            ("SweepFinished", s.finished),
+            ("SweepPromoted", s.promoted),
+            ("SweepExpiredDeleted", s.expired_deleted),
+            ("SweepErrors", s.errors),
+        ]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_declares_every_metric_it_carries() {
+        let m = Metrics::collecting("submit");
+        m.submit(&Err(SubmitError::DeadlineExceeded));
+        let l = &m.lines()[0];
+        assert_eq!(l["Function"], "submit");
+        assert_eq!(l["StorageError"], 1);
+        let decl = &l["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(decl["Namespace"], NAMESPACE);
+        assert_eq!(decl["Metrics"][0]["Name"], "StorageError");
+        assert_eq!(decl["Dimensions"][0][0], "Function");
+        assert!(l["_aws"]["Timestamp"].is_i64());
+    }
+}

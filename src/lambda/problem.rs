@@ -1,0 +1,169 @@
+//! Errors to HTTP, once: every failure of a request becomes its status and an
+//! `application/problem+json` body here, and nowhere else.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::protocol::SubmitError;
+
+/// An HTTP error answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub status: u16,
+    pub code: &'static str,
+    pub title: &'static str,
+    pub detail: String,
+    pub retry_after: Option<Duration>,
+    /// The task a conflict is about (a `task_id` member).
+    pub task_id: Option<uuid::Uuid>,
+    /// For 405: the methods the route takes.
+    pub allow: Option<&'static str>,
+}
+
+impl Problem {
+    pub fn new(
+        status: u16,
+        code: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
+        Problem {
+            status,
+            code,
+            title,
+            detail: detail.into(),
+            retry_after: None,
+            task_id: None,
+            allow: None,
+        }
+    }
+
+    pub fn invalid(detail: impl Into<String>) -> Self {
+        Self::new(400, "invalid_request", "Invalid request", detail)
+    }
+
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(404, "not_found", "Not found", detail)
+    }
+
+    pub fn method_not_allowed(allow: &'static str) -> Self {
+        Problem {
+            allow: Some(allow),
+            ..Self::new(
+                405,
+                "method_not_allowed",
+                "Method not allowed",
+                format!("this route takes {allow}"),
+            )
+        }
+    }
+
+    pub fn too_large(detail: impl Into<String>) -> Self {
+        Self::new(413, "input_too_large", "Input too large", detail)
+    }
+
+    /// The one mapping of protocol outcomes to HTTP.
+    pub fn from_submit(e: &SubmitError) -> Self {
+        let mut p = match e {
+            SubmitError::Invalid(v) => match v {
+                crate::protocol::ValidationError::KeyRequired => {
+                    Self::new(400, e.code(), "Idempotency key required", v.to_string())
+                }
+                _ => Self::new(400, e.code(), "Invalid request", v.to_string()),
+            },
+            SubmitError::InputTooLarge { .. } => Self::too_large(e.to_string()),
+            SubmitError::Conflict { task_id, .. } => Problem {
+                task_id: Some(*task_id),
+                ..Self::new(422, e.code(), "Idempotency conflict", e.to_string())
+            },
+            e if e.is_retryable() => Self::new(503, e.code(), "Storage unavailable", e.to_string()),
+            _ => Self::new(500, e.code(), "Storage error", e.to_string()),
+        };
+        p.retry_after = e.retry_after();
+        p
+    }
+
+    pub fn body(&self) -> Value {
+        let mut b = json!({
+            "type": format!("urn:idempotent-submit:problem:{}", self.code),
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "code": self.code,
+        });
+        if let (Some(id), Some(obj)) = (self.task_id, b.as_object_mut()) {
+            obj.insert("task_id".into(), json!(id));
+        }
+        b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{ConflictKind, ValidationError};
+    use crate::store::StoreError;
+
+    #[test]
+    fn each_outcome_has_its_status_and_code() {
+        let cases = [
+            (
+                SubmitError::Invalid(ValidationError::field("task_type", "x")),
+                400,
+                "invalid_request",
+            ),
+            (
+                SubmitError::Invalid(ValidationError::KeyRequired),
+                400,
+                "idempotency_key_missing",
+            ),
+            (
+                SubmitError::InputTooLarge { size: 2, limit: 1 },
+                413,
+                "input_too_large",
+            ),
+            (
+                SubmitError::Conflict {
+                    kind: ConflictKind::Input,
+                    task_id: uuid::Uuid::nil(),
+                },
+                422,
+                "idempotency_conflict",
+            ),
+            (
+                SubmitError::Storage(StoreError::Unavailable("x".into())),
+                503,
+                "storage_unavailable",
+            ),
+            (
+                SubmitError::Storage(StoreError::Conflict),
+                503,
+                "storage_unavailable",
+            ),
+            (SubmitError::DeadlineExceeded, 503, "storage_unavailable"),
+            (
+                SubmitError::Undetermined {
+                    task_id: uuid::Uuid::nil(),
+                    retry_after: Duration::from_secs(7),
+                },
+                503,
+                "storage_unavailable",
+            ),
+            (
+                SubmitError::Storage(StoreError::Fatal("403".into())),
+                500,
+                "storage_error",
+            ),
+        ];
+        for (e, status, code) in cases {
+            let p = Problem::from_submit(&e);
+            assert_eq!((p.status, p.code), (status, code), "{e:?}");
+            assert_eq!(p.retry_after.is_some(), status == 503, "{e:?}");
+            let b = p.body();
+            assert_eq!(b["status"], status);
+            assert_eq!(b["code"], code);
+            assert!(b["type"].is_string() && b["title"].is_string() && b["detail"].is_string());
+        }
+    }
+}

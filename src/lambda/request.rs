@@ -1,0 +1,162 @@
+//! The body of `POST /tasks` (and of every SQS message), parsed field by
+//! field so that each mistake gets a message naming the field.
+
+use serde_json::{Map, Value};
+
+use crate::protocol::{Scope, ValidationError};
+use crate::queue::{Queue, SubmitBuilder};
+
+/// The fields of a submit body. Unknown fields are refused: a misspelt
+/// `idempotency_key` must not silently turn a safe retry into a duplicate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubmitBody {
+    pub task_type: String,
+    pub input: Value,
+    pub idempotency_key: Option<String>,
+    pub idempotency_ttl_seconds: Option<i64>,
+    pub idempotency_scope: Option<String>,
+}
+
+const FIELDS: [&str; 5] = [
+    "task_type",
+    "input",
+    "idempotency_key",
+    "idempotency_ttl_seconds",
+    "idempotency_scope",
+];
+
+fn optional_string(
+    obj: &Map<String, Value>,
+    field: &'static str,
+) -> Result<Option<String>, ValidationError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(ValidationError::field(field, "must be a string")),
+    }
+}
+
+impl SubmitBody {
+    pub fn parse(body: &[u8]) -> Result<Self, ValidationError> {
+        let v: Value = serde_json::from_slice(body)
+            .map_err(|e| ValidationError::field("body", format!("is not valid JSON: {e}")))?;
+        let Value::Object(obj) = v else {
+            return Err(ValidationError::field("body", "must be a JSON object"));
+        };
+        if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(ValidationError::field(
+                "body",
+                format!(
+                    "unknown field {unknown:?} (expected one of {})",
+                    FIELDS.join(", ")
+                ),
+            ));
+        }
+        let task_type = match obj.get("task_type") {
+            Some(Value::String(s)) => s.clone(),
+            None | Some(Value::Null) => {
+                return Err(ValidationError::field("task_type", "is required"));
+            }
+            Some(_) => return Err(ValidationError::field("task_type", "must be a string")),
+        };
+        let input = obj
+            .get("input")
+            .cloned()
+            .ok_or_else(|| ValidationError::field("input", "is required (any JSON value)"))?;
+        let idempotency_ttl_seconds = match obj.get("idempotency_ttl_seconds") {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) => Some(n.as_i64().ok_or_else(|| {
+                ValidationError::field(
+                    "idempotency_ttl_seconds",
+                    "must be a whole number of seconds",
+                )
+            })?),
+            Some(_) => {
+                return Err(ValidationError::field(
+                    "idempotency_ttl_seconds",
+                    "must be a number",
+                ));
+            }
+        };
+        Ok(SubmitBody {
+            task_type,
+            input,
+            idempotency_key: optional_string(&obj, "idempotency_key")?,
+            idempotency_ttl_seconds,
+            idempotency_scope: optional_string(&obj, "idempotency_scope")?,
+        })
+    }
+
+    /// The submit this body asks for, with `key` (wherever it came from)
+    /// and the caller's principal, if any.
+    pub fn into_submit(
+        self,
+        queue: &Queue,
+        key: Option<String>,
+        principal: Option<String>,
+    ) -> Result<SubmitBuilder<'_>, ValidationError> {
+        let mut b = queue
+            .submit(self.task_type, self.input)
+            .idempotency_scope(Scope::parse(self.idempotency_scope.as_deref())?);
+        if let Some(k) = key {
+            b = b.idempotency_key(k);
+        }
+        if let Some(secs) = self.idempotency_ttl_seconds {
+            let d = chrono::Duration::try_seconds(secs)
+                .ok_or_else(|| ValidationError::field("idempotency_ttl_seconds", "out of range"))?;
+            b = b.idempotency_ttl(d);
+        }
+        if let Some(p) = principal {
+            b = b.tenant(p);
+        }
+        Ok(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(body: &str) -> &'static str {
+        match SubmitBody::parse(body.as_bytes()) {
+            Err(ValidationError::Field { field, .. }) => field,
+            other => panic!("{body}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_malformed_field_is_named() {
+        assert_eq!(field("{"), "body");
+        assert_eq!(field("[]"), "body");
+        assert_eq!(
+            field(r#"{"task_type":"t","input":1,"idempotency_ky":"k"}"#),
+            "body"
+        );
+        assert_eq!(field(r#"{"input":1}"#), "task_type");
+        assert_eq!(field(r#"{"task_type":1,"input":1}"#), "task_type");
+        assert_eq!(field(r#"{"task_type":"t"}"#), "input");
+        assert_eq!(
+            field(r#"{"task_type":"t","input":1,"idempotency_key":5}"#),
+            "idempotency_key"
+        );
+        assert_eq!(
+            field(r#"{"task_type":"t","input":1,"idempotency_ttl_seconds":1.5}"#),
+            "idempotency_ttl_seconds"
+        );
+        assert_eq!(
+            field(r#"{"task_type":"t","input":1,"idempotency_ttl_seconds":"60"}"#),
+            "idempotency_ttl_seconds"
+        );
+        assert_eq!(
+            field(r#"{"task_type":"t","input":1,"idempotency_scope":[]}"#),
+            "idempotency_scope"
+        );
+    }
+
+    #[test]
+    fn input_may_be_any_json_value_including_null() {
+        let b = SubmitBody::parse(br#"{"task_type":"t","input":null}"#).unwrap();
+        assert_eq!(b.input, Value::Null);
+        assert_eq!(b.idempotency_key, None);
+    }
+}

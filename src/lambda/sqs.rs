@@ -1,0 +1,197 @@
+//! SQS events, standard and FIFO (CONTRACT.md section 5).
+//!
+//! Every message is a `POST /tasks` body. The answer lists exactly the
+//! messages to retry (storage failures); a message that can never succeed is
+//! written to `rejected/{yyyy}/{mm}/{dd}/{message_id}.json` and not retried.
+
+use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::App;
+use super::problem::Problem;
+use super::request::SubmitBody;
+use crate::protocol::SubmitError;
+use crate::store::PutMode;
+
+/// What became of one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Submitted,
+    /// Written to `rejected/`: never retried.
+    Rejected,
+    /// Listed in `batchItemFailures`.
+    Retry,
+}
+
+fn is_fifo(event: &SqsEvent) -> bool {
+    event.records.iter().any(|m| {
+        m.attributes.contains_key("MessageGroupId")
+            || m.event_source_arn
+                .as_deref()
+                .is_some_and(|a| a.ends_with(".fifo"))
+    })
+}
+
+/// Handles a batch; never fails (every failure is a listed message).
+pub async fn handle(app: &App, event: SqsEvent) -> SqsBatchResponse {
+    let n = event.records.len();
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; n];
+    if is_fifo(&event) {
+        // Messages of one group in order; groups side by side.
+        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+        for (i, m) in event.records.iter().enumerate() {
+            let g = m
+                .attributes
+                .get("MessageGroupId")
+                .cloned()
+                .unwrap_or_default();
+            match groups.iter_mut().find(|(k, _)| *k == g) {
+                Some((_, v)) => v.push(i),
+                None => groups.push((g, vec![i])),
+            }
+        }
+        let records = &event.records;
+        let results: Vec<Vec<(usize, Outcome)>> = futures::stream::iter(groups)
+            .map(|(_, idx)| async move {
+                let mut out = Vec::with_capacity(idx.len());
+                let mut failed = false;
+                for i in idx {
+                    // After a failure, the group's later messages are listed
+                    // untouched, so that SQS redelivers them in order.
+                    let o = if failed {
+                        Outcome::Retry
+                    } else {
+                        process(app, &records[i]).await
+                    };
+                    failed |= o == Outcome::Retry;
+                    out.push((i, o));
+                }
+                out
+            })
+            .buffer_unordered(app.sqs_concurrency.max(1))
+            .collect()
+            .await;
+        for (i, o) in results.into_iter().flatten() {
+            outcomes[i] = Some(o);
+        }
+    } else {
+        let records = &event.records;
+        let results: Vec<(usize, Outcome)> = futures::stream::iter(0..n)
+            .map(|i| async move { (i, process(app, &records[i]).await) })
+            .buffer_unordered(app.sqs_concurrency.max(1))
+            .collect()
+            .await;
+        for (i, o) in results {
+            outcomes[i] = Some(o);
+        }
+    }
+    let mut resp = SqsBatchResponse::default();
+    for (m, o) in event.records.iter().zip(outcomes) {
+        if o == Some(Outcome::Retry) {
+            let mut f = BatchItemFailure::default();
+            f.item_identifier = m.message_id.clone().unwrap_or_default();
+            resp.batch_item_failures.push(f);
+        }
+    }
+    resp
+}
+
+/// The key of a message: the body's, else the `Idempotency-Key` attribute,
+/// else the FIFO deduplication id, else the message id.
+fn message_key(body: &SubmitBody, m: &SqsMessage) -> Option<String> {
+    body.idempotency_key
+        .clone()
+        .or_else(|| {
+            m.message_attributes
+                .get("Idempotency-Key")
+                .and_then(|a| a.string_value.clone())
+        })
+        .or_else(|| m.attributes.get("MessageDeduplicationId").cloned())
+        .or_else(|| m.message_id.clone())
+}
+
+pub async fn process(app: &App, m: &SqsMessage) -> Outcome {
+    let id = m.message_id.as_deref().unwrap_or("");
+    let limit = app.queue.settings().max_input_bytes;
+    let raw = m.body.as_deref().unwrap_or("");
+    if raw.len() > limit + 64 * 1024 {
+        let p = Problem::too_large(format!(
+            "the body is far over the input limit of {limit} bytes"
+        ));
+        return reject(app, m, &p).await;
+    }
+    let body = match SubmitBody::parse(raw.as_bytes()) {
+        Ok(b) => b,
+        Err(e) => return reject(app, m, &Problem::invalid(e.to_string())).await,
+    };
+    let key = message_key(&body, m);
+    let result = match body.into_submit(&app.queue, key, None) {
+        Ok(b) => b.await,
+        Err(e) => Err(e.into()),
+    };
+    app.metrics.submit(&result);
+    match result {
+        Ok(s) => {
+            tracing::info!(message_id = id, task_id = %s.task_id, replayed = s.replayed, "submitted");
+            Outcome::Submitted
+        }
+        Err(
+            e @ (SubmitError::Invalid(_)
+            | SubmitError::InputTooLarge { .. }
+            | SubmitError::Conflict { .. }),
+        ) => reject(app, m, &Problem::from_submit(&e)).await,
+        Err(e) => {
+            tracing::warn!(message_id = id, code = e.code(), error = %e, "submit failed; message will be retried");
+            Outcome::Retry
+        }
+    }
+}
+
+/// A path segment for a message id: itself when it is plain, else a hash
+/// (so a hand-made event cannot write outside `rejected/`).
+fn safe_id(id: &str) -> String {
+    let plain = !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if plain {
+        id.to_owned()
+    } else {
+        format!("sha256-{}", hex::encode(Sha256::digest(id.as_bytes())))
+    }
+}
+
+async fn reject(app: &App, m: &SqsMessage, p: &Problem) -> Outcome {
+    let engine = app.queue.engine();
+    let now = engine.clock().now();
+    let id = m.message_id.as_deref().unwrap_or("");
+    let key = format!("rejected/{}/{}.json", now.format("%Y/%m/%d"), safe_id(id));
+    let doc = json!({
+        "message": m,
+        "error": p.body(),
+        "rejected_at": crate::protocol::record::rfc3339::format(&now),
+    });
+    let body = Bytes::from(doc.to_string());
+    let deadline = now + engine.settings().operation_timeout;
+    let put = engine
+        .call(deadline, || {
+            engine.store().put(&key, body.clone(), PutMode::Overwrite)
+        })
+        .await;
+    match put {
+        Ok(_) => {
+            app.metrics.rejected();
+            tracing::warn!(message_id = id, code = p.code, detail = %p.detail, rejected = %key, "message rejected");
+            Outcome::Rejected
+        }
+        Err(e) => {
+            tracing::warn!(message_id = id, error = ?e, "could not write the rejected message; it will be retried");
+            Outcome::Retry
+        }
+    }
+}

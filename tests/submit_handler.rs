@@ -1,0 +1,959 @@
+//! The `submit` handler on every sample event of events/ (against moto), a
+//! table of bad inputs across REST, HTTP API and SQS, SQS batches, tenants,
+//! and storage failures (with the fault-injecting store).
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use idempotent_submit::lambda::{App, Metrics, handle_submit};
+use idempotent_submit::protocol::hash;
+use idempotent_submit::store::{Fault, FaultyStore, Op, Store, StoreError};
+use idempotent_submit::{Config, IdempotencyKey, ManualClock, Queue};
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::{Value, json};
+
+fn event(name: &str) -> Value {
+    let path = format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn config(tenants: bool) -> Config {
+    Config {
+        bucket: "unused".into(),
+        force_path_style: true,
+        tenant_isolation: tenants,
+        settings: common::settings(),
+    }
+}
+
+struct Harness {
+    app: App,
+}
+
+struct Resp {
+    status: u64,
+    headers: HashMap<String, String>,
+    body: Value,
+}
+
+impl Harness {
+    fn over(store: impl Store, clock: Option<&ManualClock>, tenants: bool) -> Self {
+        let cfg = config(tenants);
+        let queue = match clock {
+            Some(c) => Queue::with_clock(store, Arc::new(c.clone()), cfg.settings.clone()),
+            None => Queue::new(store, cfg.settings.clone()),
+        };
+        Harness {
+            app: App::new(queue, &cfg, Metrics::collecting("submit")),
+        }
+    }
+
+    async fn moto() -> Self {
+        Self::over(common::moto_store().await, None, false)
+    }
+
+    fn memory() -> (Self, idempotent_submit::MemoryStore) {
+        let clock = ManualClock::at_epoch();
+        let store = common::memory_store(&clock);
+        (Self::over(store.clone(), Some(&clock), false), store)
+    }
+
+    async fn raw(&self, event: Value) -> Value {
+        handle_submit(&self.app, LambdaEvent::new(event, Context::default()))
+            .await
+            .unwrap()
+    }
+
+    async fn http(&self, event: Value) -> Resp {
+        let v = self.raw(event).await;
+        let headers = v["headers"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str().unwrap().to_owned()))
+            .collect();
+        let body = serde_json::from_str(v["body"].as_str().unwrap()).unwrap();
+        Resp {
+            status: v["statusCode"].as_u64().unwrap(),
+            headers,
+            body,
+        }
+    }
+
+    /// The message ids listed for retry.
+    async fn sqs(&self, event: Value) -> Vec<String> {
+        let v = self.raw(event).await;
+        v["batchItemFailures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["itemIdentifier"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    async fn keys(&self) -> Vec<String> {
+        let store = self.app.queue.engine().store();
+        let mut out = Vec::new();
+        let mut page = None;
+        loop {
+            let p = store.list("", None, page, 1000).await.unwrap();
+            out.extend(p.objects.into_iter().map(|o| o.key));
+            match p.next {
+                Some(n) => page = Some(n),
+                None => return out,
+            }
+        }
+    }
+
+    async fn count(&self, prefix: &str) -> usize {
+        self.keys()
+            .await
+            .iter()
+            .filter(|k| k.starts_with(prefix))
+            .count()
+    }
+
+    async fn rejected(&self) -> Vec<Value> {
+        let store = self.app.queue.engine().store();
+        let mut out = Vec::new();
+        for k in self
+            .keys()
+            .await
+            .into_iter()
+            .filter(|k| k.starts_with("rejected/"))
+        {
+            out.push(serde_json::from_slice(&store.get(&k).await.unwrap().body).unwrap());
+        }
+        out
+    }
+}
+
+fn assert_problem(r: &Resp, status: u64, code: &str) {
+    assert_eq!(r.status, status, "{}", r.body);
+    assert_eq!(r.headers["content-type"], "application/problem+json");
+    assert_eq!(r.body["code"], code, "{}", r.body);
+    assert_eq!(r.body["status"], status);
+    for f in ["type", "title", "detail"] {
+        assert!(r.body[f].is_string(), "{f} in {}", r.body);
+    }
+}
+
+// ---- every sample event ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rest_api_post_creates_then_replays() {
+    let h = Harness::moto().await;
+    let r = h.http(event("http-v1-post.json")).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let id = r.body["task_id"].as_str().unwrap().to_owned();
+    assert_eq!(r.headers["location"], format!("/tasks/{id}"));
+    assert_eq!(r.headers["idempotent-replayed"], "false");
+    assert_eq!(r.headers["content-type"], "application/json");
+    assert_eq!(r.body["task_key"], format!("tasks/{}/{id}.json", &id[..1]));
+    assert_eq!(r.body["task_type"], "charge_customer");
+    assert_eq!(r.body["status"], "pending");
+    assert_eq!(r.body["replayed"], false);
+    assert_eq!(r.body["idempotency"]["key"], "charge-ORD-123");
+    assert_eq!(r.body["idempotency"]["scope"], "charge_customer");
+    assert!(
+        r.body["idempotency"]["key_hash"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert!(r.body["created_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(
+        (
+            h.count("tasks/").await,
+            h.count("ready/").await,
+            h.count("idempotency/").await
+        ),
+        (1, 1, 1)
+    );
+
+    let again = h.http(event("http-v1-post.json")).await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again.headers["idempotent-replayed"], "true");
+    assert!(!again.headers.contains_key("location"));
+    assert_eq!(again.body["task_id"], id.as_str());
+    assert_eq!(again.body["replayed"], true);
+    assert_eq!(h.keys().await.len(), 3);
+    let m = h.app.metrics.lines();
+    assert_eq!(
+        (m[0]["Created"].as_u64(), m[1]["Replayed"].as_u64()),
+        (Some(1), Some(1))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_through_rest_http_api_and_a_function_url_is_one_task() {
+    let h = Harness::moto().await;
+    let a = h.http(event("http-v1-post.json")).await;
+    let b = h.http(event("http-v2-post.json")).await;
+    let c = h.http(event("function-url-post.json")).await;
+    assert_eq!((a.status, b.status, c.status), (201, 200, 200));
+    assert_eq!(a.body["task_id"], b.body["task_id"]);
+    assert_eq!(a.body["task_id"], c.body["task_id"]);
+    assert_eq!(h.count("tasks/").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_input_under_a_used_key_is_a_422_and_writes_nothing() {
+    let h = Harness::moto().await;
+    let first = h.http(event("http-v2-post.json")).await;
+    let before = h.keys().await;
+    let r = h.http(event("http-v2-post-conflict.json")).await;
+    assert_problem(&r, 422, "idempotency_conflict");
+    assert_eq!(r.body["task_id"], first.body["task_id"]);
+    assert_eq!(h.keys().await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staged_base64_post_with_a_bare_token_key_creates_its_task() {
+    let h = Harness::moto().await;
+    let r = h.http(event("http-v2-post-staged-base64.json")).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(r.body["idempotency"]["key"], "email-42");
+    let task = h.http(get_event(r.body["task_id"].as_str().unwrap())).await;
+    assert_eq!(task.status, 200);
+    assert_eq!(task.body["input"]["to"], "a@example.com");
+    assert_eq!(task.body["task_type"], "send_email");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_without_a_key_creates_a_task_without_idempotency() {
+    let h = Harness::moto().await;
+    let r = h.http(event("http-v2-post-no-key.json")).await;
+    assert_eq!(r.status, 201);
+    assert!(r.body["idempotency"].is_null());
+    assert!(!r.headers.contains_key("idempotent-replayed"));
+    let again = h.http(event("http-v2-post-no-key.json")).await;
+    assert_ne!(again.body["task_id"], r.body["task_id"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_error_events_answer_their_problems() {
+    let h = Harness::moto().await;
+    assert_problem(
+        &h.http(event("http-v2-post-invalid.json")).await,
+        400,
+        "invalid_request",
+    );
+    assert_problem(
+        &h.http(event("http-v1-get-missing.json")).await,
+        404,
+        "not_found",
+    );
+    assert_problem(
+        &h.http(event("http-v2-get-missing.json")).await,
+        404,
+        "not_found",
+    );
+    assert_problem(
+        &h.http(event("http-v2-unknown-route.json")).await,
+        404,
+        "not_found",
+    );
+    let r = h.http(event("http-v2-wrong-method.json")).await;
+    assert_problem(&r, 405, "method_not_allowed");
+    assert_eq!(r.headers["allow"], "POST");
+    assert!(h.keys().await.is_empty());
+}
+
+fn get_event(id: &str) -> Value {
+    let mut e = event("http-v2-get-missing.json");
+    e["rawPath"] = json!(format!("/tasks/{id}"));
+    e["requestContext"]["http"]["path"] = json!(format!("/tasks/{id}"));
+    e
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_answers_the_task_object() {
+    let h = Harness::moto().await;
+    let r = h.http(event("http-v2-post.json")).await;
+    let id = r.body["task_id"].as_str().unwrap();
+    let t = h.http(get_event(id)).await;
+    assert_eq!(t.status, 200);
+    assert_eq!(t.body["id"], id);
+    assert_eq!(t.body["status"], "pending");
+    assert_eq!(t.body["input"], json!({"cents": 1999, "order": "ORD-123"}));
+    // Under a stage, too (REST API).
+    let mut v1 = event("http-v1-get-missing.json");
+    v1["path"] = json!(format!("/tasks/{id}"));
+    assert_eq!(h.http(v1).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tenant_isolation_an_authenticated_callers_key_is_its_own() {
+    let store = common::moto_store().await;
+    let plain = Harness::over(store.clone(), None, false);
+    let isolated = Harness::over(store, None, true);
+    let a = plain.http(event("http-v2-post.json")).await;
+    let jwt = isolated.http(event("http-v2-post-jwt.json")).await;
+    assert_eq!(jwt.status, 201, "another tenant: a new task");
+    assert_ne!(jwt.body["task_id"], a.body["task_id"]);
+    let again = isolated.http(event("http-v2-post-jwt.json")).await;
+    assert_eq!(again.body["task_id"], jwt.body["task_id"]);
+    // Without a principal the plain form stands, isolation on or off.
+    let anon = isolated.http(event("http-v2-post.json")).await;
+    assert_eq!(anon.body["task_id"], a.body["task_id"]);
+    // Off: the JWT caller shares the plain namespace.
+    let off = plain.http(event("http-v2-post-jwt.json")).await;
+    assert_eq!(off.body["task_id"], a.body["task_id"]);
+}
+
+// ---- SQS ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_standard_batch_lists_no_failures_and_rejects_what_can_never_succeed() {
+    let h = Harness::moto().await;
+    h.http(event("http-v2-post.json")).await; // message 6 conflicts with it
+    let failures = h.sqs(event("sqs-standard-batch.json")).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(h.count("tasks/").await, 1 + 3);
+    let rejected = h.rejected().await;
+    let mut codes: Vec<(String, String)> = rejected
+        .iter()
+        .map(|r| {
+            (
+                r["message"]["messageId"].as_str().unwrap().to_owned(),
+                r["error"]["code"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    codes.sort();
+    assert_eq!(
+        codes,
+        [
+            (
+                "a1b2c3d4-0000-4000-8000-000000000004".to_owned(),
+                "invalid_request".to_owned()
+            ),
+            (
+                "a1b2c3d4-0000-4000-8000-000000000005".to_owned(),
+                "invalid_request".to_owned()
+            ),
+            (
+                "a1b2c3d4-0000-4000-8000-000000000006".to_owned(),
+                "idempotency_conflict".to_owned()
+            ),
+        ]
+    );
+    let key = h
+        .keys()
+        .await
+        .into_iter()
+        .find(|k| k.starts_with("rejected/"))
+        .unwrap();
+    assert!(
+        key.starts_with("rejected/20") && key.ends_with(".json"),
+        "{key}"
+    );
+
+    // Redelivered: no second task, nothing listed.
+    let before = h.keys().await;
+    assert!(h.sqs(event("sqs-standard-batch.json")).await.is_empty());
+    assert_eq!(h.keys().await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_falls_back_to_the_attribute_then_the_message_id() {
+    let h = Harness::moto().await;
+    h.sqs(event("sqs-standard-batch.json")).await;
+    let q = &h.app.queue;
+    let attr = q.record("send_email", "email-7", None).await.unwrap();
+    assert!(attr.is_some(), "the Idempotency-Key attribute is the key");
+    let by_id = q
+        .record("resize_image", "a1b2c3d4-0000-4000-8000-000000000003", None)
+        .await
+        .unwrap();
+    assert!(by_id.is_some(), "the message id is the key of last resort");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_through_http_then_sqs_lands_on_one_task() {
+    let h = Harness::moto().await;
+    let r = h.http(event("http-v2-post.json")).await;
+    let mut batch = event("sqs-standard-batch.json");
+    let mut m = batch["Records"][0].clone();
+    m["body"] = json!(json!({"task_type": "charge_customer", "input": {"order": "ORD-123", "cents": 1999}, "idempotency_key": "charge-ORD-123"}).to_string());
+    batch["Records"] = json!([m]);
+    assert!(h.sqs(batch).await.is_empty());
+    assert_eq!(h.count("tasks/").await, 1);
+    let (rec, _) = h
+        .app
+        .queue
+        .record("charge_customer", "charge-ORD-123", None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.task_id.to_string(), r.body["task_id"].as_str().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_batch_rejects_without_stopping_its_group() {
+    let h = Harness::moto().await;
+    assert!(h.sqs(event("sqs-fifo-batch.json")).await.is_empty());
+    assert_eq!(h.count("tasks/").await, 4);
+    assert_eq!(h.count("rejected/").await, 1);
+    // The deduplication id is the key.
+    assert!(
+        h.app
+            .queue
+            .record("ship", "A-2", None)
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+fn record_prefix(scope: &str, key: &str) -> String {
+    let k = IdempotencyKey::parse(key).unwrap();
+    format!("idempotency/{scope}/{}", hash::key_hash(scope, &k, None))
+}
+
+#[tokio::test]
+async fn a_fifo_group_stops_at_its_first_failure_and_lists_the_rest_untouched() {
+    let clock = ManualClock::at_epoch();
+    let f = FaultyStore::new(common::memory_store(&clock));
+    f.inject(
+        Some(Op::PutCreate),
+        &record_prefix("ship", "A-1"),
+        1,
+        usize::MAX,
+        Fault::Fail(StoreError::Unavailable("503 SlowDown".into())),
+    );
+    let h = Harness::over(f.clone(), Some(&clock), false);
+    let failures = h.sqs(event("sqs-fifo-batch.json")).await;
+    assert_eq!(
+        failures,
+        [
+            "11111111-0000-4000-8000-000000000001",
+            "11111111-0000-4000-8000-000000000003"
+        ]
+    );
+    // A-2 was never touched; group B went on.
+    assert!(
+        !f.calls()
+            .iter()
+            .any(|c| c.key.starts_with(&record_prefix("ship", "A-2")))
+    );
+    assert!(
+        h.app
+            .queue
+            .record("ship", "B-3", None)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(h.count("tasks/").await, 2);
+}
+
+#[tokio::test]
+async fn a_standard_batch_lists_exactly_the_storage_failures() {
+    let clock = ManualClock::at_epoch();
+    let f = FaultyStore::new(common::memory_store(&clock));
+    f.inject(
+        Some(Op::PutCreate),
+        &record_prefix("charge_customer", "charge-ORD-200"),
+        1,
+        usize::MAX,
+        Fault::Fail(StoreError::Unavailable("500".into())),
+    );
+    let h = Harness::over(f, Some(&clock), false);
+    let failures = h.sqs(event("sqs-standard-batch.json")).await;
+    assert_eq!(failures, ["059f36b4-87a3-44ab-83d2-661975830a7d"]);
+}
+
+#[tokio::test]
+async fn a_rejection_that_cannot_be_written_is_retried() {
+    let clock = ManualClock::at_epoch();
+    let f = FaultyStore::new(common::memory_store(&clock));
+    f.inject(
+        Some(Op::Put),
+        "rejected/",
+        1,
+        usize::MAX,
+        Fault::Fail(StoreError::Unavailable("503".into())),
+    );
+    let h = Harness::over(f, Some(&clock), false);
+    let mut failures = h.sqs(event("sqs-standard-batch.json")).await;
+    failures.sort();
+    assert_eq!(
+        failures,
+        [
+            "a1b2c3d4-0000-4000-8000-000000000004",
+            "a1b2c3d4-0000-4000-8000-000000000005"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn storage_failures_are_503_with_retry_after_never_success() {
+    let clock = ManualClock::at_epoch();
+    let f = FaultyStore::new(common::memory_store(&clock));
+    f.inject(
+        None,
+        "",
+        1,
+        usize::MAX,
+        Fault::Fail(StoreError::Unavailable("503 SlowDown".into())),
+    );
+    let h = Harness::over(f, Some(&clock), false);
+    let r = h.http(event("http-v2-post.json")).await;
+    assert_problem(&r, 503, "storage_unavailable");
+    assert!(r.headers["retry-after"].parse::<u64>().unwrap() >= 1);
+    let m = h.app.metrics.lines();
+    assert_eq!(m[0]["StorageError"], 1);
+}
+
+#[tokio::test]
+async fn an_event_of_no_known_shape_is_an_error_not_a_panic() {
+    let (h, _) = Harness::memory();
+    let r = handle_submit(
+        &h.app,
+        LambdaEvent::new(json!({"hello": 1}), Context::default()),
+    )
+    .await;
+    assert!(r.is_err());
+}
+
+// ---- bad input, at least 30 cases ----
+
+fn v2_post(body: Value) -> Value {
+    let mut e = event("http-v2-post.json");
+    e["body"] = json!(body.to_string());
+    e
+}
+
+fn v2_raw(body: &str) -> Value {
+    let mut e = event("http-v2-post.json");
+    e["body"] = json!(body);
+    e
+}
+
+fn v1_post(body: Value) -> Value {
+    let mut e = event("http-v1-post.json");
+    e["body"] = json!(body.to_string());
+    e["headers"] = json!({"content-type": "application/json"});
+    e
+}
+
+fn with_header(mut e: Value, k: &str, v: &str) -> Value {
+    e["headers"][k] = json!(v);
+    e
+}
+
+fn ok_body() -> Value {
+    json!({"task_type": "t", "input": {"a": 1}})
+}
+
+#[tokio::test]
+async fn every_bad_http_input_gets_its_4xx_and_writes_nothing() {
+    let big = "x".repeat(262_145);
+    let cases: Vec<(&str, Value, u64, &str)> = vec![
+        ("invalid JSON", v2_raw("{"), 400, "invalid_request"),
+        ("empty body", v2_raw(""), 400, "invalid_request"),
+        ("an array body", v2_raw("[1,2]"), 400, "invalid_request"),
+        ("a string body", v2_raw("\"task\""), 400, "invalid_request"),
+        (
+            "missing task_type",
+            v2_post(json!({"input": 1})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "missing input",
+            v2_post(json!({"task_type": "t"})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "task_type a number",
+            v2_post(json!({"task_type": 5, "input": 1})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "task_type empty",
+            v2_post(json!({"task_type": "", "input": 1})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "task_type with a slash",
+            v2_post(json!({"task_type": "a/b", "input": 1})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "task_type starting with a dot",
+            v2_post(json!({"task_type": ".a", "input": 1})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "task_type too long",
+            v2_post(json!({"task_type": "a".repeat(129), "input": 1})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "unknown field",
+            v2_post(json!({"task_type": "t", "input": 1, "idempotency_ky": "k"})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "key a number",
+            v2_post(json!({"task_type": "t", "input": 1, "idempotency_key": 7})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "key empty",
+            v2_post(json!({"task_type": "t", "input": 1, "idempotency_key": ""})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "key too long",
+            v2_post(json!({"task_type": "t", "input": 1, "idempotency_key": "k".repeat(256)})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "key with a newline",
+            v2_post(json!({"task_type": "t", "input": 1, "idempotency_key": "a\nb"})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "scope with a space",
+            v2_post(
+                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_scope": "a b"}),
+            ),
+            400,
+            "invalid_request",
+        ),
+        (
+            "scope a number",
+            v2_post(
+                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_scope": 1}),
+            ),
+            400,
+            "invalid_request",
+        ),
+        (
+            "TTL under an hour",
+            v2_post(
+                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_ttl_seconds": 3599}),
+            ),
+            400,
+            "invalid_request",
+        ),
+        (
+            "TTL over the maximum",
+            v2_post(
+                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_ttl_seconds": 365 * 86400 + 1}),
+            ),
+            400,
+            "invalid_request",
+        ),
+        (
+            "TTL negative",
+            v2_post(
+                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_ttl_seconds": -5}),
+            ),
+            400,
+            "invalid_request",
+        ),
+        (
+            "TTL a fraction",
+            v2_post(
+                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_ttl_seconds": 3600.5}),
+            ),
+            400,
+            "invalid_request",
+        ),
+        (
+            "TTL a string",
+            v2_post(
+                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_ttl_seconds": "3600"}),
+            ),
+            400,
+            "invalid_request",
+        ),
+        (
+            "TTL huge",
+            v2_post(
+                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_ttl_seconds": 1e300}),
+            ),
+            400,
+            "invalid_request",
+        ),
+        (
+            "header and body keys disagree",
+            with_header(
+                v2_post(json!({"task_type": "t", "input": 1, "idempotency_key": "a"})),
+                "idempotency-key",
+                "\"b\"",
+            ),
+            400,
+            "invalid_request",
+        ),
+        (
+            "header key unterminated",
+            with_header(v2_post(ok_body()), "idempotency-key", "\"abc"),
+            400,
+            "invalid_request",
+        ),
+        (
+            "header key with a bad escape",
+            with_header(v2_post(ok_body()), "idempotency-key", "\"a\\nb\""),
+            400,
+            "invalid_request",
+        ),
+        (
+            "header key a list",
+            with_header(v2_post(ok_body()), "idempotency-key", "\"a\", \"b\""),
+            400,
+            "invalid_request",
+        ),
+        (
+            "header key empty",
+            with_header(v2_post(ok_body()), "idempotency-key", ""),
+            400,
+            "invalid_request",
+        ),
+        (
+            "oversized input",
+            v2_post(json!({"task_type": "t", "input": big})),
+            413,
+            "input_too_large",
+        ),
+        (
+            "oversized body",
+            v2_raw(&"x".repeat(400_000)),
+            413,
+            "input_too_large",
+        ),
+        (
+            "invalid base64",
+            {
+                let mut e = v2_raw("!!!not base64!!!");
+                e["isBase64Encoded"] = json!(true);
+                e
+            },
+            400,
+            "invalid_request",
+        ),
+        (
+            "wrong content type",
+            with_header(v2_post(ok_body()), "content-type", "text/plain"),
+            400,
+            "invalid_request",
+        ),
+        (
+            "REST: invalid JSON",
+            {
+                let mut e = event("http-v1-post.json");
+                e["body"] = json!("{{");
+                e
+            },
+            400,
+            "invalid_request",
+        ),
+        (
+            "REST: missing task_type",
+            v1_post(json!({"input": 1})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "REST: bad scope",
+            v1_post(
+                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_scope": "é"}),
+            ),
+            400,
+            "invalid_request",
+        ),
+        (
+            "REST: oversized input",
+            v1_post(json!({"task_type": "t", "input": big})),
+            413,
+            "input_too_large",
+        ),
+        (
+            "REST: unknown route",
+            {
+                let mut e = event("http-v1-post.json");
+                e["path"] = json!("/jobs");
+                e
+            },
+            404,
+            "not_found",
+        ),
+        (
+            "REST: wrong method",
+            {
+                let mut e = event("http-v1-post.json");
+                e["httpMethod"] = json!("PUT");
+                e
+            },
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "REST: a made-up method",
+            {
+                let mut e = event("http-v1-post.json");
+                e["httpMethod"] = json!("BREW");
+                e
+            },
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "GET of a task id that is no UUID",
+            {
+                let mut e = get_event("x");
+                e["rawPath"] = json!("/tasks/not-a-uuid");
+                e
+            },
+            404,
+            "not_found",
+        ),
+        (
+            "POST to a task",
+            {
+                let mut e = get_event("00000000-0000-4000-8000-000000000000");
+                e["requestContext"]["http"]["method"] = json!("POST");
+                e
+            },
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "a path with too many segments",
+            {
+                let mut e = event("http-v2-post.json");
+                e["rawPath"] = json!("/a/b/tasks");
+                e
+            },
+            404,
+            "not_found",
+        ),
+        (
+            "headers of the wrong type",
+            {
+                let mut e = event("http-v2-post.json");
+                e["headers"] = json!("nope");
+                e
+            },
+            400,
+            "invalid_request",
+        ),
+    ];
+    assert!(cases.len() >= 30);
+    for (name, ev, status, code) in cases {
+        let (h, store) = Harness::memory();
+        let r = h.http(ev).await;
+        assert_eq!(r.status, status, "{name}: {}", r.body);
+        assert_eq!(r.body["code"], code, "{name}: {}", r.body);
+        assert_eq!(
+            r.headers["content-type"], "application/problem+json",
+            "{name}"
+        );
+        assert!(store.is_empty(), "{name} wrote {:?}", store.keys());
+    }
+}
+
+#[tokio::test]
+async fn a_required_key_that_is_missing_is_400_idempotency_key_missing() {
+    let clock = ManualClock::at_epoch();
+    let mut cfg = config(false);
+    cfg.settings.require_key = true;
+    let store = common::memory_store(&clock);
+    let queue = Queue::with_clock(store.clone(), Arc::new(clock), cfg.settings.clone());
+    let h = Harness {
+        app: App::new(queue, &cfg, Metrics::collecting("submit")),
+    };
+    let r = h.http(event("http-v2-post-no-key.json")).await;
+    assert_problem(&r, 400, "idempotency_key_missing");
+    assert!(store.is_empty());
+    assert_eq!(h.http(event("http-v2-post.json")).await.status, 201);
+}
+
+fn sqs_with_bodies(bodies: &[&str]) -> Value {
+    let mut batch = event("sqs-standard-batch.json");
+    let template = batch["Records"][0].clone();
+    let records: Vec<Value> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let mut m = template.clone();
+            m["messageId"] = json!(format!("bad-{i}"));
+            m["body"] = json!(b);
+            m
+        })
+        .collect();
+    batch["Records"] = json!(records);
+    batch
+}
+
+#[tokio::test]
+async fn every_bad_sqs_message_is_rejected_to_its_own_object_and_writes_nothing_else() {
+    let big = json!({"task_type": "t", "input": "x".repeat(262_145)}).to_string();
+    let bodies = [
+        "",
+        "{",
+        "[]",
+        "null",
+        r#"{"input": 1}"#,
+        r#"{"task_type": "t"}"#,
+        r#"{"task_type": "a/b", "input": 1}"#,
+        r#"{"task_type": "t", "input": 1, "idempotency_key": ""}"#,
+        r#"{"task_type": "t", "input": 1, "idempotency_ttl_seconds": 1}"#,
+        r#"{"task_type": "t", "input": 1, "idempotency_scope": "no way"}"#,
+        r#"{"task_type": "t", "input": 1, "extra": true}"#,
+        big.as_str(),
+    ];
+    let (h, store) = Harness::memory();
+    let failures = h.sqs(sqs_with_bodies(&bodies)).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    let keys = store.keys();
+    assert!(keys.iter().all(|k| k.starts_with("rejected/")), "{keys:?}");
+    assert_eq!(keys.len(), bodies.len());
+    let rejected = h.rejected().await;
+    let too_large = rejected
+        .iter()
+        .filter(|r| r["error"]["code"] == "input_too_large")
+        .count();
+    assert_eq!(too_large, 1);
+    for r in &rejected {
+        assert!(
+            r["message"]["messageId"]
+                .as_str()
+                .unwrap()
+                .starts_with("bad-")
+        );
+        assert!(r["rejected_at"].is_string());
+    }
+}
+
+#[tokio::test]
+async fn a_message_id_that_is_not_a_plain_name_cannot_write_outside_rejected() {
+    let (h, store) = Harness::memory();
+    let mut batch = sqs_with_bodies(&["{"]);
+    batch["Records"][0]["messageId"] = json!("../../tasks/x");
+    h.sqs(batch).await;
+    let keys = store.keys();
+    assert_eq!(keys.len(), 1);
+    assert!(
+        keys[0].starts_with("rejected/") && !keys[0].contains(".."),
+        "{keys:?}"
+    );
+}
