@@ -5,6 +5,8 @@
 //! A test that needs S3 fails when no S3 can be had: it never skips.
 #![allow(dead_code)]
 
+pub mod runtime_api;
+
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};

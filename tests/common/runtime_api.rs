@@ -1,0 +1,137 @@
+//! A stand-in for the Lambda runtime API (the HTTP interface a function's
+//! runtime polls), enough to run the real `submit` and `sweep` binaries:
+//! `GET /2018-06-01/runtime/invocation/next` hands out queued events, and
+//! responses and errors are collected.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+use tokio::sync::{Mutex, mpsc};
+
+/// What the function posted back for one invocation.
+#[derive(Debug, Clone)]
+pub struct Posted {
+    pub request_id: String,
+    /// `response`, `error`, or `init-error`.
+    pub kind: String,
+    pub body: Value,
+}
+
+pub struct RuntimeApi {
+    pub addr: String,
+    events: mpsc::UnboundedSender<(String, Value)>,
+    posted: mpsc::UnboundedReceiver<Posted>,
+}
+
+impl RuntimeApi {
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (etx, erx) = mpsc::unbounded_channel::<(String, Value)>();
+        let (ptx, prx) = mpsc::unbounded_channel::<Posted>();
+        let erx = Arc::new(Mutex::new(erx));
+        tokio::spawn(async move {
+            loop {
+                let Ok((sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let (erx, ptx) = (erx.clone(), ptx.clone());
+                tokio::spawn(async move {
+                    let (r, mut w) = sock.into_split();
+                    let mut r = BufReader::new(r);
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let mut parts = line.split_whitespace();
+                        let (method, path) = (
+                            parts.next().unwrap_or("").to_owned(),
+                            parts.next().unwrap_or("").to_owned(),
+                        );
+                        let mut len = 0usize;
+                        loop {
+                            let mut h = String::new();
+                            if r.read_line(&mut h).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                            let h = h.trim_end();
+                            if h.is_empty() {
+                                break;
+                            }
+                            if let Some((k, v)) = h.split_once(':')
+                                && k.eq_ignore_ascii_case("content-length")
+                            {
+                                len = v.trim().parse().unwrap_or(0);
+                            }
+                        }
+                        let mut body = vec![0u8; len];
+                        if r.read_exact(&mut body).await.is_err() {
+                            return;
+                        }
+                        let reply = if method == "GET" && path.ends_with("/runtime/invocation/next")
+                        {
+                            let next = erx.lock().await.recv().await;
+                            let Some((id, event)) = next else { return };
+                            let payload = event.to_string();
+                            let deadline = chrono::Utc::now().timestamp_millis() + 60_000;
+                            format!(
+                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nlambda-runtime-aws-request-id: {id}\r\n\
+                                 lambda-runtime-deadline-ms: {deadline}\r\n\
+                                 lambda-runtime-invoked-function-arn: arn:aws:lambda:us-east-1:123456789012:function:test\r\n\
+                                 lambda-runtime-trace-id: Root=1-00000000-000000000000000000000000\r\n\
+                                 content-length: {}\r\n\r\n{payload}",
+                                payload.len()
+                            )
+                        } else {
+                            let segs: Vec<&str> = path.split('/').collect();
+                            let (request_id, kind) = if path.ends_with("/init/error") {
+                                (String::new(), "init-error".to_owned())
+                            } else {
+                                (
+                                    segs.get(segs.len().wrapping_sub(2))
+                                        .unwrap_or(&"")
+                                        .to_string(),
+                                    segs.last().unwrap_or(&"").to_string(),
+                                )
+                            };
+                            let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                            let _ = ptx.send(Posted {
+                                request_id,
+                                kind,
+                                body,
+                            });
+                            "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n".to_owned()
+                        };
+                        if w.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        RuntimeApi {
+            addr,
+            events: etx,
+            posted: prx,
+        }
+    }
+
+    /// Queues an event; returns its request id.
+    pub fn invoke(&self, event: Value) -> String {
+        let id = uuid::Uuid::new_v4().to_string();
+        self.events.send((id.clone(), event)).unwrap();
+        id
+    }
+
+    /// The next thing the function posted.
+    pub async fn next_posted(&mut self) -> Posted {
+        tokio::time::timeout(Duration::from_secs(60), self.posted.recv())
+            .await
+            .expect("the function answered within 60 s")
+            .expect("the runtime API is running")
+    }
+}

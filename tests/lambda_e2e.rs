@@ -1,0 +1,126 @@
+//! The built `submit` and `sweep` binaries through a Lambda runtime API
+//! stand-in, against moto.
+
+mod common;
+
+use common::runtime_api::RuntimeApi;
+use serde_json::{Value, json};
+
+fn event(name: &str) -> Value {
+    let path = format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn function(bin: &str, api: &RuntimeApi, bucket: &str) -> tokio::process::Child {
+    tokio::process::Command::new(bin)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("AWS_LAMBDA_RUNTIME_API", &api.addr)
+        .env("AWS_LAMBDA_FUNCTION_NAME", "test")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_LAMBDA_LOG_STREAM_NAME", "stream")
+        .env("AWS_LAMBDA_LOG_GROUP_NAME", "group")
+        .env("BUCKET_NAME", bucket)
+        .env("AWS_ENDPOINT_URL_S3", common::moto_endpoint())
+        .env("S3_FORCE_PATH_STYLE", "true")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting the function")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_submit_binary_serves_http_and_sqs_events_through_the_runtime_api() {
+    let store = common::moto_store().await;
+    let mut api = RuntimeApi::start().await;
+    let mut child = function(env!("CARGO_BIN_EXE_submit"), &api, store.bucket());
+
+    let id = api.invoke(event("http-v2-post.json"));
+    let p = api.next_posted().await;
+    assert_eq!(
+        (p.request_id.as_str(), p.kind.as_str()),
+        (id.as_str(), "response"),
+        "{p:?}"
+    );
+    assert_eq!(p.body["statusCode"], 201);
+    let body: Value = serde_json::from_str(p.body["body"].as_str().unwrap()).unwrap();
+    let task_id = body["task_id"].as_str().unwrap().to_owned();
+
+    api.invoke(event("sqs-standard-batch.json"));
+    let p = api.next_posted().await;
+    assert_eq!(p.kind, "response");
+    assert_eq!(p.body, json!({"batchItemFailures": []}));
+
+    api.invoke(event("function-url-post.json"));
+    let p = api.next_posted().await;
+    assert_eq!(p.body["statusCode"], 200);
+    assert_eq!(p.body["headers"]["idempotent-replayed"], "true");
+    assert!(p.body["body"].as_str().unwrap().contains(&task_id));
+
+    // An event of no known shape is the invocation's error, not a crash.
+    api.invoke(json!({"what": "is this"}));
+    let p = api.next_posted().await;
+    assert_eq!(p.kind, "error");
+    api.invoke(event("http-v2-get-missing.json"));
+    assert_eq!(api.next_posted().await.body["statusCode"], 404);
+
+    child.start_kill().unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let logs = String::from_utf8_lossy(&out.stdout);
+    // JSON log lines and EMF metric lines; never the input.
+    let lines: Vec<Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["Created"] == 1 && l["_aws"].is_object()),
+        "{logs}"
+    );
+    assert!(
+        lines.iter().any(|l| l["fields"]["message"] == "submitted"),
+        "{logs}"
+    );
+    assert!(
+        !logs.contains("ORD-123\",\"cents") && !logs.contains("1999"),
+        "the input leaked into the logs"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_binary_answers_its_summary() {
+    let store = common::moto_store().await;
+    let mut api = RuntimeApi::start().await;
+    let _child = function(env!("CARGO_BIN_EXE_sweep"), &api, store.bucket());
+    api.invoke(event("sweep-scheduled.json"));
+    let p = api.next_posted().await;
+    assert_eq!(p.kind, "response", "{p:?}");
+    assert_eq!(p.body["complete"], true);
+    assert_eq!(p.body["dry_run"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_variable_stops_the_function_at_start_naming_it() {
+    let api = RuntimeApi::start().await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_submit"))
+        .env_clear()
+        .env("AWS_LAMBDA_RUNTIME_API", &api.addr)
+        .env("BUCKET_NAME", "b")
+        .env("FINISH_WINDOW_SECONDS", "9999")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains("FINISH_WINDOW_SECONDS"), "{all}");
+}
