@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test fmt-check clippy unit build run clean
+.PHONY: test fmt-check clippy build run clean
 
 test: fmt-check clippy
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked
@@ -14,6 +14,9 @@ fmt-check:
 
 clippy:
 	$(CARGO) clippy --all-targets --locked -- -D warnings
+
+run:
+	./scripts/run.sh
 
 build:
 	$(CARGO) build --release --locked --bins

@@ -957,3 +957,16 @@ async fn a_message_id_that_is_not_a_plain_name_cannot_write_outside_rejected() {
         "{keys:?}"
     );
 }
+
+#[tokio::test]
+async fn payload_2_responses_carry_cookies_and_rest_responses_do_not() {
+    // A function URL (and `cargo lambda watch`) reads `cookies`; a REST API
+    // refuses a proxy response with members it does not know.
+    let (h, _) = Harness::memory();
+    let v2 = h.raw(event("function-url-post.json")).await;
+    assert_eq!(v2["cookies"], json!([]));
+    let v1 = h.raw(event("http-v1-post.json")).await;
+    let mut keys: Vec<&str> = v1.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["body", "headers", "isBase64Encoded", "statusCode"]);
+}

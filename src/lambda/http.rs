@@ -49,6 +49,9 @@ pub struct HttpRequest {
     pub request_id: String,
     /// The authenticated caller, in an injective text form.
     pub principal: Option<String>,
+    /// Payload 2.0 (HTTP API, function URL): its response may carry
+    /// `cookies`; a REST API's (1.0) must not.
+    pub v2: bool,
 }
 
 impl HttpRequest {
@@ -90,6 +93,7 @@ impl HttpRequest {
             base64: raw.is_base64_encoded,
             request_id: str_at("/requestId").unwrap_or_default(),
             principal: principal(ctx),
+            v2,
         })
     }
 
@@ -246,7 +250,7 @@ pub async fn handle(app: &App, event: Value) -> Value {
         Ok(r) => r,
         Err(p) => return problem_response(&p),
     };
-    let (status, answer) = match serve(app, &req).await {
+    let (status, mut answer) = match serve(app, &req).await {
         Ok(v) => (v["statusCode"].as_u64().unwrap_or(200), v),
         Err(p) => {
             let v = problem_response(&p);
@@ -260,6 +264,11 @@ pub async fn handle(app: &App, event: Value) -> Value {
         status,
         "http request"
     );
+    if req.v2
+        && let Some(obj) = answer.as_object_mut()
+    {
+        obj.insert("cookies".into(), json!([]));
+    }
     answer
 }
 
