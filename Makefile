@@ -4,10 +4,16 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test fmt-check clippy build run clean
+.PHONY: test tools fmt-check clippy build run clean
 
-test: fmt-check clippy
+test: tools fmt-check clippy
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked
+
+# The Python tools the tests use: moto (S3), cfn-lint and the SAM translator
+# (template checks). Installed with pip where missing.
+tools:
+	@python3 -c 'import moto, cfnlint, samtranslator' 2>/dev/null || \
+	  python3 -m pip install --quiet 'moto[server]>=5.1' 'cfn-lint>=1' 'aws-sam-translator>=1.90'
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
