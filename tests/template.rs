@@ -28,7 +28,10 @@ fn templates() -> Templates {
         String::from_utf8_lossy(&o.stderr)
     );
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    Templates { source: v["source"].clone(), out: v["translated"].clone() }
+    Templates {
+        source: v["source"].clone(),
+        out: v["translated"].clone(),
+    }
 }
 
 impl Templates {
@@ -39,7 +42,12 @@ impl Templates {
     }
 
     fn of_type(&self, ty: &str) -> Vec<(&String, &Value)> {
-        self.out["Resources"].as_object().unwrap().iter().filter(|(_, r)| r["Type"] == ty).collect()
+        self.out["Resources"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, r)| r["Type"] == ty)
+            .collect()
     }
 
     fn param_default(&self, name: &str) -> &Value {
@@ -64,7 +72,10 @@ fn as_list(v: &Value) -> Vec<Value> {
 }
 
 fn sub(v: &Value) -> String {
-    v["Fn::Sub"].as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())
+    v["Fn::Sub"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| v.to_string())
 }
 
 #[test]
@@ -92,9 +103,18 @@ fn both_functions_are_arm64_al2023_rust_builds_of_their_binaries() {
         assert_eq!(p["Runtime"], "provided.al2023");
         assert_eq!(p["Architectures"], serde_json::json!(["arm64"]));
         assert_eq!(p["Handler"], "bootstrap");
-        assert!(p["LoggingConfig"]["LogGroup"]["Ref"].is_string(), "{name} logs to its own group");
+        assert!(
+            p["LoggingConfig"]["LogGroup"]["Ref"].is_string(),
+            "{name} logs to its own group"
+        );
         let env = &p["Environment"]["Variables"];
-        for var in ["BUCKET_NAME", "IDEMPOTENCY_TTL_DAYS", "STALE_CREATING_AFTER_SECONDS", "FINISH_WINDOW_SECONDS", "TENANT_ISOLATION"] {
+        for var in [
+            "BUCKET_NAME",
+            "IDEMPOTENCY_TTL_DAYS",
+            "STALE_CREATING_AFTER_SECONDS",
+            "FINISH_WINDOW_SECONDS",
+            "TENANT_ISOLATION",
+        ] {
             assert!(!env[var].is_null(), "{name} lacks {var}");
         }
     }
@@ -109,14 +129,20 @@ fn the_http_api_routes_post_and_get_with_a_switch_for_iam_auth() {
     let t = templates();
     assert_eq!(t.res("HttpApi")["Properties"]["ProtocolType"], "HTTP");
     let routes = t.of_type("AWS::ApiGatewayV2::Route");
-    let mut keys: Vec<&str> = routes.iter().map(|(_, r)| r["Properties"]["RouteKey"].as_str().unwrap()).collect();
+    let mut keys: Vec<&str> = routes
+        .iter()
+        .map(|(_, r)| r["Properties"]["RouteKey"].as_str().unwrap())
+        .collect();
     keys.sort();
     assert_eq!(keys, ["GET /tasks/{task_id}", "POST /tasks"]);
     for (_, r) in routes {
         assert_eq!(r["Properties"]["AuthorizationType"]["Ref"], "ApiAuth");
     }
     assert_eq!(t.param_default("ApiAuth"), "AWS_IAM");
-    assert_eq!(t.out["Parameters"]["ApiAuth"]["AllowedValues"], serde_json::json!(["AWS_IAM", "NONE"]));
+    assert_eq!(
+        t.out["Parameters"]["ApiAuth"]["AllowedValues"],
+        serde_json::json!(["AWS_IAM", "NONE"])
+    );
     let integ = &t.res("HttpApiIntegration")["Properties"];
     assert_eq!(integ["PayloadFormatVersion"], "2.0");
     assert_eq!(integ["IntegrationUri"]["Fn::GetAtt"][0], "SubmitFunction");
@@ -126,14 +152,22 @@ fn the_http_api_routes_post_and_get_with_a_switch_for_iam_auth() {
 fn the_queue_has_a_dead_letter_queue_partial_batch_failures_and_a_long_enough_visibility() {
     let t = templates();
     let q = &t.res("TaskQueue")["Properties"];
-    assert_eq!(q["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0], "TaskDeadLetterQueue");
+    assert_eq!(
+        q["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0],
+        "TaskDeadLetterQueue"
+    );
     assert!(q["RedrivePolicy"]["maxReceiveCount"].as_u64().unwrap() >= 1);
-    let timeout = t.res("SubmitFunction")["Properties"]["Timeout"].as_u64().unwrap();
+    let timeout = t.res("SubmitFunction")["Properties"]["Timeout"]
+        .as_u64()
+        .unwrap();
     assert!(q["VisibilityTimeout"].as_u64().unwrap() >= 6 * timeout);
     let maps = t.of_type("AWS::Lambda::EventSourceMapping");
     assert_eq!(maps.len(), 1);
     let m = &maps[0].1["Properties"];
-    assert_eq!(m["FunctionResponseTypes"], serde_json::json!(["ReportBatchItemFailures"]));
+    assert_eq!(
+        m["FunctionResponseTypes"],
+        serde_json::json!(["ReportBatchItemFailures"])
+    );
     assert_eq!(m["EventSourceArn"]["Fn::GetAtt"][0], "TaskQueue");
     assert_eq!(m["FunctionName"]["Ref"], "SubmitFunction");
 }
@@ -156,19 +190,43 @@ fn the_bucket_is_private_encrypted_tls_only_and_expires_records_and_rejections()
     let t = templates();
     let b = &t.res("QueueBucket")["Properties"];
     let pab = &b["PublicAccessBlockConfiguration"];
-    for k in ["BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"] {
+    for k in [
+        "BlockPublicAcls",
+        "BlockPublicPolicy",
+        "IgnorePublicAcls",
+        "RestrictPublicBuckets",
+    ] {
         assert_eq!(pab[k], true, "{k}");
     }
     assert!(b["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]["SSEAlgorithm"].is_string());
     let rules = b["LifecycleConfiguration"]["Rules"].as_array().unwrap();
-    let rule = |prefix: &str| rules.iter().find(|r| r["Prefix"] == prefix).unwrap_or_else(|| panic!("no rule for {prefix}")).clone();
-    assert_eq!(rule("idempotency/")["ExpirationInDays"]["Ref"], "IdempotencyLifecycleDays");
+    let rule = |prefix: &str| {
+        rules
+            .iter()
+            .find(|r| r["Prefix"] == prefix)
+            .unwrap_or_else(|| panic!("no rule for {prefix}"))
+            .clone()
+    };
+    assert_eq!(
+        rule("idempotency/")["ExpirationInDays"]["Ref"],
+        "IdempotencyLifecycleDays"
+    );
     assert!(!rule("rejected/")["ExpirationInDays"].is_null());
     let max = t.param_default("IdempotencyMaxTtlDays").as_u64().unwrap();
-    assert!(t.param_default("IdempotencyLifecycleDays").as_u64().unwrap() >= max + 1);
+    assert!(
+        t.param_default("IdempotencyLifecycleDays")
+            .as_u64()
+            .unwrap()
+            >= max + 1
+    );
 
     let stmts = &t.res("QueueBucketPolicy")["Properties"]["PolicyDocument"]["Statement"];
-    let tls = stmts.as_array().unwrap().iter().find(|s| s["Effect"] == "Deny").unwrap();
+    let tls = stmts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["Effect"] == "Deny")
+        .unwrap();
     assert_eq!(tls["Condition"]["Bool"]["aws:SecureTransport"], "false");
     // An existing bucket may be named instead.
     assert_eq!(t.res("QueueBucket")["Condition"], "MakeBucket");
@@ -181,14 +239,23 @@ fn each_function_gets_explicit_actions_on_the_prefixes_it_uses_and_nothing_wider
     assert!(!src.contains("S3CrudPolicy") && !src.contains("S3FullAccess"));
     for role in ["SubmitFunctionRole", "SweepFunctionRole"] {
         let managed = &t.res(role)["Properties"]["ManagedPolicyArns"];
-        assert_eq!(managed, &serde_json::json!(["arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"]), "{role}");
+        assert_eq!(
+            managed,
+            &serde_json::json!([
+                "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
+            ]),
+            "{role}"
+        );
         for s in t.role_statements(role) {
             for a in as_list(&s["Action"]) {
                 let a = a.as_str().unwrap();
                 assert!(!a.ends_with('*'), "{role}: wildcard action {a}");
             }
             for r in as_list(&s["Resource"]) {
-                assert!(!r.is_string() || r != "*", "{role}: a statement on every resource");
+                assert!(
+                    !r.is_string() || r != "*",
+                    "{role}: a statement on every resource"
+                );
             }
         }
     }
@@ -199,32 +266,54 @@ fn each_function_gets_explicit_actions_on_the_prefixes_it_uses_and_nothing_wider
             .flat_map(|s| {
                 let actions = as_list(&s["Action"]);
                 let resources = as_list(&s["Resource"]);
-                actions
-                    .into_iter()
-                    .flat_map(move |a| resources.clone().into_iter().map(move |r| (a.as_str().unwrap().to_owned(), sub(&r))))
+                actions.into_iter().flat_map(move |a| {
+                    resources
+                        .clone()
+                        .into_iter()
+                        .map(move |r| (a.as_str().unwrap().to_owned(), sub(&r)))
+                })
             })
             .collect()
     };
-    let has = |g: &[(String, String)], action: &str, suffix: &str| g.iter().any(|(a, r)| a == action && r.ends_with(suffix));
+    let has = |g: &[(String, String)], action: &str, suffix: &str| {
+        g.iter().any(|(a, r)| a == action && r.ends_with(suffix))
+    };
     let submit = grants("SubmitFunctionRole");
     for prefix in ["/idempotency/*", "/tasks/*"] {
         // If-Match and If-None-Match writes need GetObject as well as PutObject.
-        assert!(has(&submit, "s3:PutObject", prefix) && has(&submit, "s3:GetObject", prefix), "submit {prefix}");
+        assert!(
+            has(&submit, "s3:PutObject", prefix) && has(&submit, "s3:GetObject", prefix),
+            "submit {prefix}"
+        );
     }
-    assert!(has(&submit, "s3:PutObject", "/ready/*") && has(&submit, "s3:PutObject", "/rejected/*"));
-    assert!(!submit.iter().any(|(a, _)| a == "s3:DeleteObject"), "submit never deletes");
+    assert!(
+        has(&submit, "s3:PutObject", "/ready/*") && has(&submit, "s3:PutObject", "/rejected/*")
+    );
+    assert!(
+        !submit.iter().any(|(a, _)| a == "s3:DeleteObject"),
+        "submit never deletes"
+    );
     assert!(has(&submit, "sqs:ReceiveMessage", "") && has(&submit, "sqs:DeleteMessage", ""));
     let sweep = grants("SweepFunctionRole");
     assert!(has(&sweep, "s3:DeleteObject", "/idempotency/*"));
-    assert!(has(&sweep, "s3:GetObject", "/idempotency/*") && has(&sweep, "s3:PutObject", "/tasks/*"));
+    assert!(
+        has(&sweep, "s3:GetObject", "/idempotency/*") && has(&sweep, "s3:PutObject", "/tasks/*")
+    );
     assert!(has(&sweep, "s3:PutObject", "/sweeper/*"));
-    assert!(!sweep.iter().any(|(a, r)| a == "s3:DeleteObject" && !r.ends_with("/idempotency/*")));
+    assert!(
+        !sweep
+            .iter()
+            .any(|(a, r)| a == "s3:DeleteObject" && !r.ends_with("/idempotency/*"))
+    );
     for g in [&submit, &sweep] {
         for (a, r) in g.iter().filter(|(a, _)| a.starts_with("s3:")) {
             if a == "s3:ListBucket" {
                 assert!(r.ends_with("${BucketName}"), "{a} on {r}");
             } else {
-                assert!(r.contains("${BucketName}/") && r.ends_with("/*"), "{a} on {r}");
+                assert!(
+                    r.contains("${BucketName}/") && r.ends_with("/*"),
+                    "{a} on {r}"
+                );
             }
         }
     }
@@ -240,20 +329,43 @@ fn alarms_watch_the_dead_letter_queue_and_both_functions_and_a_dashboard_shows_t
             p["MetricName"] == metric && p["Dimensions"][0]["Value"].to_string().contains(dim)
         })
     };
-    assert!(on("ApproximateNumberOfMessagesVisible", "TaskDeadLetterQueue"));
+    assert!(on(
+        "ApproximateNumberOfMessagesVisible",
+        "TaskDeadLetterQueue"
+    ));
     assert!(on("Errors", "SubmitFunction"));
     assert!(on("Errors", "SweepFunction"));
     assert!(on("SweepErrors", "sweep"));
     let body = sub(&t.res("Dashboard")["Properties"]["DashboardBody"]);
-    for m in ["Created", "Replayed", "Recovered", "Conflict", "Rejected", "StorageError", "SweepFinished", "SweepExpiredDeleted", "SweepErrors"] {
-        assert!(body.contains(&format!("\"{m}\"")), "the dashboard lacks {m}");
+    for m in [
+        "Created",
+        "Replayed",
+        "Recovered",
+        "Conflict",
+        "Rejected",
+        "StorageError",
+        "SweepFinished",
+        "SweepExpiredDeleted",
+        "SweepErrors",
+    ] {
+        assert!(
+            body.contains(&format!("\"{m}\"")),
+            "the dashboard lacks {m}"
+        );
     }
 }
 
 #[test]
 fn parameters_and_outputs_are_there_for_operators() {
     let t = templates();
-    for p in ["IdempotencyTtlDays", "IdempotencyMaxTtlDays", "StaleCreatingAfterSeconds", "SweepSchedule", "BucketName", "CreateBucket"] {
+    for p in [
+        "IdempotencyTtlDays",
+        "IdempotencyMaxTtlDays",
+        "StaleCreatingAfterSeconds",
+        "SweepSchedule",
+        "BucketName",
+        "CreateBucket",
+    ] {
         assert!(t.out["Parameters"][p].is_object(), "parameter {p}");
     }
     assert_eq!(t.param_default("IdempotencyTtlDays"), 30);
