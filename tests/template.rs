@@ -217,7 +217,7 @@ fn the_bucket_is_private_encrypted_tls_only_and_expires_records_and_rejections()
         t.param_default("IdempotencyLifecycleDays")
             .as_u64()
             .unwrap()
-            >= max + 1
+            > max
     );
 
     let stmts = &t.res("QueueBucketPolicy")["Properties"]["PolicyDocument"]["Statement"];
