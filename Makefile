@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test tools fmt-check clippy build run clean
+.PHONY: test tools fmt-check clippy build run clean soak
 
 test: tools fmt-check clippy
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked
@@ -23,6 +23,11 @@ clippy:
 
 run:
 	./scripts/run.sh
+
+# The model-based randomized test at length (CI runs 1,000 schedules).
+SOAK_SCHEDULES ?= 50000
+soak:
+	MODEL_SCHEDULES=$(SOAK_SCHEDULES) MODEL_BASE_SEED=$$(date +%s) $(CARGO) test --release --locked --test model -- --nocapture
 
 build:
 	$(CARGO) build --release --locked --bins

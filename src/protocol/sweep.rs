@@ -13,7 +13,9 @@
 //!
 //! **Place.** A pass that runs out of time stops, and records where it stopped
 //! in `sweeper/checkpoint.json` (outside `idempotency/`); the next run goes on
-//! from there with the same window of ages.
+//! from there, judging the remaining records up to its own start. The next
+//! pass starts its window where the stopped pass started, so the records
+//! handled before the stop miss no crossing either (they wait one run longer).
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
@@ -56,6 +58,9 @@ pub struct SweepSummary {
     /// Records read (GET) in this run.
     #[serde(skip)]
     pub reads: u64,
+    /// This run went on with a pass that an earlier run had to stop.
+    #[serde(skip)]
+    pub resumed: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -123,6 +128,8 @@ impl Engine {
             Err(Failure::Store(StoreError::NotFound)) => (None, None),
             Err(e) => return Err(e.into()),
         };
+        let run_started = self.now();
+        summary.resumed = saved.as_ref().is_some_and(|c| !c.complete);
         let mut cp = match saved {
             // An unfinished pass: go on with its window.
             Some(c) if !c.complete => c,
@@ -157,7 +164,12 @@ impl Engine {
                     break 'pages;
                 }
                 summary.scanned += 1;
-                if self.due(meta.last_modified, cp.previous_pass, cp.pass) {
+                // A resumed pass judges its remaining records up to now, so a
+                // record that crossed a threshold while the pass was stopped
+                // is not left for the pass after; the pass keeps its start
+                // as the next pass's lower bound, so the records it handled
+                // before it stopped miss nothing either.
+                if self.due(meta.last_modified, cp.previous_pass, run_started) {
                     summary.reads += 1;
                     if let Handled::Stop = self.sweep_record(meta, opts.dry_run, &mut summary).await
                     {
