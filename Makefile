@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test tools fmt-check clippy build run clean soak
+.PHONY: test tools fmt-check clippy build run clean soak fuzz
 
 test: tools fmt-check clippy
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked
@@ -28,6 +28,11 @@ run:
 SOAK_SCHEDULES ?= 50000
 soak:
 	MODEL_SCHEDULES=$(SOAK_SCHEDULES) MODEL_BASE_SEED=$$(date +%s) $(CARGO) test --release --locked --test model -- --nocapture
+
+# The event fuzzer at length (CI runs 10,000 inputs).
+FUZZ_ITERATIONS ?= 2000000
+fuzz:
+	FUZZ_ITERATIONS=$(FUZZ_ITERATIONS) FUZZ_SEED=$$(date +%s) $(CARGO) test --release --locked --test fuzz -- --nocapture
 
 build:
 	$(CARGO) build --release --locked --bins
