@@ -5,6 +5,7 @@
 //! A test that needs S3 fails when no S3 can be had: it never skips.
 #![allow(dead_code)]
 
+pub mod chaos_proxy;
 pub mod runtime_api;
 
 use std::net::TcpListener;

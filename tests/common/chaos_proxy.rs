@@ -1,0 +1,246 @@
+//! A fault-injecting HTTP proxy between the AWS SDK and moto, on loopback.
+//! On a share of requests it answers 503 SlowDown or 500 without forwarding,
+//! forwards and then answers 500 or drops the connection (the write landed,
+//! its answer is lost), resets the connection before forwarding, holds the
+//! request past the client's timeout, or, for conditional writes, answers
+//! 409 ConditionalRequestConflict (which no emulator sends by itself).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub forwarded: AtomicU64,
+    pub faults: AtomicU64,
+}
+
+pub struct ChaosProxy {
+    pub endpoint: String,
+    pub counts: Arc<Counts>,
+    per_mille: Arc<AtomicU64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Chaos {
+    SlowDown,
+    InternalError,
+    LandedThen500,
+    LandedThenReset,
+    ResetBefore,
+    Hold,
+    Conflict409,
+}
+
+struct Request {
+    head: String,
+    body: Vec<u8>,
+    conditional: bool,
+}
+
+async fn read_request<R: AsyncBufReadExt + Unpin>(r: &mut R) -> Option<Request> {
+    let mut head = String::new();
+    let mut len = 0usize;
+    let mut conditional = false;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).await.ok()? == 0 {
+            return None;
+        }
+        let lower = line.to_ascii_lowercase();
+        if let Some(v) = lower.strip_prefix("content-length:") {
+            len = v.trim().parse().ok()?;
+        }
+        if lower.starts_with("if-none-match:") || lower.starts_with("if-match:") {
+            conditional = true;
+        }
+        let end = line == "\r\n";
+        head.push_str(&line);
+        if end {
+            break;
+        }
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await.ok()?;
+    Some(Request {
+        head,
+        body,
+        conditional,
+    })
+}
+
+/// Sends one request to the upstream on a fresh connection and returns the
+/// whole response, re-framed with a Content-Length.
+async fn forward(upstream: &str, req: &Request) -> Option<Vec<u8>> {
+    let mut s = TcpStream::connect(upstream).await.ok()?;
+    let head: String = req
+        .head
+        .lines()
+        .filter(|l| !l.to_ascii_lowercase().starts_with("connection:") && !l.is_empty())
+        .map(|l| format!("{l}\r\n"))
+        .collect();
+    s.write_all(format!("{head}connection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    s.write_all(&req.body).await.ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.ok()?;
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut body = raw[split..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body)?;
+    }
+    let mut out = String::new();
+    for line in head.lines().filter(|l| !l.is_empty()) {
+        let l = line.to_ascii_lowercase();
+        if l.starts_with("content-length:")
+            || l.starts_with("transfer-encoding:")
+            || l.starts_with("connection:")
+        {
+            continue;
+        }
+        out.push_str(line);
+        out.push_str("\r\n");
+    }
+    out.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
+    let mut resp = out.into_bytes();
+    resp.extend_from_slice(&body);
+    Some(resp)
+}
+
+fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let nl = b.windows(2).position(|w| w == b"\r\n")?;
+        let size = usize::from_str_radix(
+            std::str::from_utf8(&b[..nl])
+                .ok()?
+                .split(';')
+                .next()?
+                .trim(),
+            16,
+        )
+        .ok()?;
+        b = &b[nl + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(b.get(..size)?);
+        b = b.get(size + 2..)?;
+    }
+}
+
+fn error_response(status: u16, code: &str) -> Vec<u8> {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>injected by the chaos proxy</Message></Error>"
+    );
+    let reason = match status {
+        409 => "Conflict",
+        500 => "Internal Server Error",
+        _ => "Service Unavailable",
+    };
+    format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/xml\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+impl ChaosProxy {
+    pub async fn start(upstream: &str, per_mille: u64, seed: u64) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let upstream = upstream.trim_start_matches("http://").to_owned();
+        let counts = Arc::new(Counts::default());
+        let rate = Arc::new(AtomicU64::new(per_mille));
+        let rng = Arc::new(Mutex::new(fastrand::Rng::with_seed(seed)));
+        let (c, r) = (counts.clone(), rate.clone());
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                let (upstream, counts, rate, rng) =
+                    (upstream.clone(), c.clone(), r.clone(), rng.clone());
+                tokio::spawn(async move {
+                    let (rd, mut wr) = sock.into_split();
+                    let mut rd = BufReader::new(rd);
+                    while let Some(req) = read_request(&mut rd).await {
+                        let chaos = {
+                            let mut g = rng.lock().unwrap();
+                            (g.u64(0..1000) < rate.load(Ordering::SeqCst)).then(|| {
+                                let all = [
+                                    Chaos::SlowDown,
+                                    Chaos::InternalError,
+                                    Chaos::LandedThen500,
+                                    Chaos::LandedThenReset,
+                                    Chaos::ResetBefore,
+                                    Chaos::Hold,
+                                    Chaos::Conflict409,
+                                ];
+                                all[g.usize(..all.len())]
+                            })
+                        };
+                        let chaos = match chaos {
+                            Some(Chaos::Conflict409) if !req.conditional => Some(Chaos::SlowDown),
+                            c => c,
+                        };
+                        if chaos.is_some() {
+                            counts.faults.fetch_add(1, Ordering::SeqCst);
+                        }
+                        let reply = match chaos {
+                            None => {
+                                counts.forwarded.fetch_add(1, Ordering::SeqCst);
+                                forward(&upstream, &req).await
+                            }
+                            Some(Chaos::SlowDown) => Some(error_response(503, "SlowDown")),
+                            Some(Chaos::InternalError) => {
+                                Some(error_response(500, "InternalError"))
+                            }
+                            Some(Chaos::Conflict409) => {
+                                Some(error_response(409, "ConditionalRequestConflict"))
+                            }
+                            Some(Chaos::LandedThen500) => {
+                                forward(&upstream, &req).await;
+                                Some(error_response(500, "InternalError"))
+                            }
+                            Some(Chaos::LandedThenReset) => {
+                                forward(&upstream, &req).await;
+                                None
+                            }
+                            Some(Chaos::ResetBefore) => None,
+                            Some(Chaos::Hold) => {
+                                // Longer than the client's attempt timeout; it
+                                // gives up and retries on another connection.
+                                tokio::time::sleep(Duration::from_secs(3)).await;
+                                None
+                            }
+                        };
+                        match reply {
+                            Some(bytes) => {
+                                if wr.write_all(&bytes).await.is_err() {
+                                    return;
+                                }
+                            }
+                            None => return, // drops the connection
+                        }
+                    }
+                });
+            }
+        });
+        ChaosProxy {
+            endpoint,
+            counts,
+            per_mille: rate,
+        }
+    }
+
+    /// Stops injecting faults.
+    pub fn heal(&self) {
+        self.per_mille.store(0, Ordering::SeqCst);
+    }
+}
