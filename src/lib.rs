@@ -18,7 +18,8 @@
 //!
 //! - Bucket layout: `tasks/{shard}/{task_id}.json` (buquet 0.1's task object),
 //!   `ready/{shard}/{minute}/{task_id}` (its marker),
-//!   `idempotency/{scope}/{key_hash}.json` (the record),
+//!   `idempotency/{scope}/{hex}.json` (the record; `hex` is the key hash
+//!   without its `sha256:` tag, as buquet's clients write it),
 //!   `rejected/{yyyy}/{mm}/{dd}/{message_id}.json` (SQS messages that can
 //!   never succeed).
 //! - Within a record's life every submit of one (tenant, scope, key) gets the

@@ -350,7 +350,7 @@ impl World {
         let k = idempotent_submit::IdempotencyKey::parse(key_name(key)).unwrap();
         let hash =
             idempotent_submit::protocol::hash::key_hash(TASK_TYPES[task_type as usize], &k, None);
-        let full = format!("{prefix}{hash}.json");
+        let full = format!("{prefix}{}.json", hash.trim_start_matches("sha256:"));
         let o = futures::executor::block_on(self.bucket.get(&full)).ok()?;
         Some((Record::parse(&o.body).unwrap(), o.meta))
     }

@@ -411,7 +411,9 @@ async fn a_fifo_batch_rejects_without_stopping_its_group() {
 
 fn record_prefix(scope: &str, key: &str) -> String {
     let k = IdempotencyKey::parse(key).unwrap();
-    format!("idempotency/{scope}/{}", hash::key_hash(scope, &k, None))
+    idempotent_submit::protocol::record::record_key(scope, &hash::key_hash(scope, &k, None))
+        .trim_end_matches(".json")
+        .to_owned()
 }
 
 #[tokio::test]

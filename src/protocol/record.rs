@@ -17,7 +17,7 @@ pub enum RecordStatus {
     Ready,
 }
 
-/// `idempotency/{scope}/{key_hash}.json`.
+/// `idempotency/{scope}/{hex of key_hash}.json`.
 ///
 /// `status`, `write_id`, `scope`, `tenant` and `pending_task` are optional on
 /// reading: buquet's own clients write records without them.
@@ -233,9 +233,12 @@ impl TaskHead {
     }
 }
 
-/// `idempotency/{scope}/{key_hash}.json`
+/// `idempotency/{scope}/{hex}.json`, where `hex` is the key hash's digest
+/// without its `sha256:` tag: the path buquet's own clients read and write
+/// (checked against buquet 0.1 in tests/interop.rs).
 pub fn record_key(scope: &str, key_hash: &str) -> String {
-    format!("idempotency/{scope}/{key_hash}.json")
+    let hex = key_hash.strip_prefix("sha256:").unwrap_or(key_hash);
+    format!("idempotency/{scope}/{hex}.json")
 }
 
 /// A task's current `status` field, read leniently: workers add fields.
