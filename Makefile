@@ -10,10 +10,11 @@ test: tools fmt-check clippy
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked
 
 # The Python tools the tests use: moto (S3), cfn-lint and the SAM translator
-# (template checks). Installed with pip where missing.
+# (template checks), buquet (the queue's own client and worker, for interop).
+# Installed with pip where missing.
 tools:
-	@python3 -c 'import moto, cfnlint, samtranslator' 2>/dev/null || \
-	  python3 -m pip install --quiet 'moto[server]>=5.1' 'cfn-lint>=1' 'aws-sam-translator>=1.90'
+	@python3 -c 'import moto, cfnlint, samtranslator, buquet' 2>/dev/null || \
+	  python3 -m pip install --quiet 'moto[server]>=5.1' 'cfn-lint>=1' 'aws-sam-translator>=1.90' 'buquet==0.1.*'
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

@@ -1,0 +1,144 @@
+//! Interop with the queue's own clients: buquet 0.1 from PyPI (its Python
+//! client and worker) against the same moto bucket as our handler.
+
+mod common;
+
+use std::process::Command;
+
+use idempotent_submit::lambda::{App, Metrics, handle_submit};
+use idempotent_submit::{Config, Queue, Settings};
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::{Value, json};
+
+struct Shared {
+    bucket: String,
+    app: App,
+}
+
+impl Shared {
+    async fn new() -> Self {
+        let store = common::moto_store().await;
+        let bucket = store.bucket().to_owned();
+        let cfg = Config {
+            bucket: bucket.clone(),
+            force_path_style: true,
+            tenant_isolation: false,
+            settings: Settings::default(),
+        };
+        let app = App::new(
+            Queue::new(store, cfg.settings.clone()),
+            &cfg,
+            Metrics::collecting("submit"),
+        );
+        Shared { bucket, app }
+    }
+
+    /// Runs the buquet client; its JSON answer.
+    fn buquet(&self, args: &[&str]) -> Value {
+        let out = Command::new("python3")
+            .arg(format!(
+                "{}/tests/interop/buquet_client.py",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .args(args)
+            .env("BUQUET_ENDPOINT", common::moto_endpoint())
+            .env("BUQUET_BUCKET", &self.bucket)
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .output()
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "buquet {args:?} failed (is `buquet` installed? make test installs it): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    async fn post(&self, body: Value) -> (u64, Value) {
+        let path = format!("{}/events/http-v2-post.json", env!("CARGO_MANIFEST_DIR"));
+        let mut event: Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        event["body"] = json!(body.to_string());
+        let out = handle_submit(&self.app, LambdaEvent::new(event, Context::default()))
+            .await
+            .unwrap();
+        (
+            out["statusCode"].as_u64().unwrap(),
+            serde_json::from_str(out["body"].as_str().unwrap()).unwrap(),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_submitted_through_our_handler_is_claimed_and_completed_by_a_buquet_worker() {
+    let s = Shared::new().await;
+    let (status, body) = s
+        .post(json!({"task_type": "charge_customer", "input": {"order": "ORD-7", "cents": 5}, "idempotency_key": "k-7"}))
+        .await;
+    assert_eq!(status, 201);
+    let id = body["task_id"].as_str().unwrap();
+    let run = s.buquet(&["work", "charge_customer", "1"]);
+    assert_eq!(run["processed"], 1);
+    let task = s.buquet(&["get", id]);
+    assert_eq!(task["status"], "completed", "{task}");
+    assert_eq!(
+        task["output"]["handled"],
+        json!({"order": "ORD-7", "cents": 5})
+    );
+    // And a replay through us now reports what the worker did.
+    let (status, again) = s
+        .post(json!({"task_type": "charge_customer", "input": {"cents": 5, "order": "ORD-7"}, "idempotency_key": "k-7"}))
+        .await;
+    assert_eq!((status, again["task_id"].as_str()), (200, Some(id)));
+    assert_eq!(again["status"], "completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_submitted_through_buquet_first_then_us_is_one_task_and_its_record_replays() {
+    let s = Shared::new().await;
+    let theirs = s.buquet(&[
+        "submit",
+        "charge_customer",
+        r#"{"order":"ORD-1","cents":1999,"é":"ü"}"#,
+        "charge-ORD-1",
+    ]);
+    // buquet's record has no `status`: a young one whose task is there is
+    // answered with that task.
+    let (status, ours) = s
+        .post(json!({"task_type": "charge_customer", "input": {"é": "ü", "cents": 1999, "order": "ORD-1"}, "idempotency_key": "charge-ORD-1"}))
+        .await;
+    assert_eq!(status, 200, "{ours}");
+    assert_eq!(ours["task_id"], theirs["id"]);
+    assert_eq!(ours["replayed"], true);
+    assert_eq!(ours["idempotency"]["scope"], "charge_customer");
+    // Another input under their key is a conflict: the input hashes agree.
+    let (status, conflict) = s
+        .post(json!({"task_type": "charge_customer", "input": {"order": "ORD-1", "cents": 2}, "idempotency_key": "charge-ORD-1"}))
+        .await;
+    assert_eq!(
+        (status, conflict["code"].as_str()),
+        (422, Some("idempotency_conflict"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_submitted_through_us_first_then_buquet_is_one_task() {
+    let s = Shared::new().await;
+    let (status, ours) = s
+        .post(json!({"task_type": "send_email", "input": {"to": "a@example.com"}, "idempotency_key": "mail-1", "idempotency_scope": "queue"}))
+        .await;
+    assert_eq!(status, 201);
+    let theirs = s.buquet(&[
+        "submit",
+        "send_email",
+        r#"{"to":"a@example.com"}"#,
+        "mail-1",
+        "queue",
+    ]);
+    assert_eq!(theirs["id"], ours["task_id"]);
+    let direct = idempotent_submit::S3Store::for_endpoint(&common::moto_endpoint(), &s.bucket);
+    let keys = common::s3_keys(&direct).await;
+    assert_eq!(keys.iter().filter(|k| k.starts_with("tasks/")).count(), 1);
+}
