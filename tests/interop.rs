@@ -50,7 +50,9 @@ impl Shared {
             .expect("python3 runs");
         assert!(
             out.status.success(),
-            "buquet {args:?} failed (is `buquet` installed? make test installs it): {}",
+            "buquet {args:?} failed (is `buquet` installed? make test installs it): {:?} {} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_slice(&out.stdout).unwrap()

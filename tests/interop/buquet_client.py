@@ -58,3 +58,7 @@ async def main(argv):
 
 if __name__ == "__main__":
     asyncio.run(main(sys.argv[1:]))
+    sys.stdout.flush()
+    # buquet 0.1's native runtime sometimes aborts while the interpreter
+    # tears down (SIGABRT after the work is done); leave without teardown.
+    os._exit(0)
