@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test tools fmt-check clippy build run clean soak fuzz
+.PHONY: test tools fmt-check clippy build run clean soak fuzz bench
 
 test: tools fmt-check clippy
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked
@@ -34,6 +34,10 @@ soak:
 FUZZ_ITERATIONS ?= 2000000
 fuzz:
 	FUZZ_ITERATIONS=$(FUZZ_ITERATIONS) FUZZ_SEED=$$(date +%s) $(CARGO) test --release --locked --test fuzz -- --nocapture
+
+# Figures for docs/benchmarks.md (not part of make test).
+bench: tools build
+	./scripts/with-moto.sh $(CARGO) bench --locked --bench bench -- --bench
 
 build:
 	$(CARGO) build --release --locked --bins

@@ -63,13 +63,18 @@ pub async fn handle_submit(
 
 /// JSON log lines through tracing, for every function.
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    // `Targets` reads RUST_LOG's common forms (`info`, `idempotent_submit=debug,warn`)
+    // without the regex engine that a full EnvFilter brings (a megabyte of binary).
+    let filter: tracing_subscriber::filter::Targets = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO));
+    let fmt = tracing_subscriber::fmt::layer()
         .json()
-        .with_env_filter(filter)
         .with_current_span(false)
         .with_target(false)
-        .without_time()
-        .try_init();
+        .without_time();
+    let _ = tracing_subscriber::registry().with(fmt).with(filter).try_init();
 }

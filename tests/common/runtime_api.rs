@@ -24,6 +24,7 @@ pub struct RuntimeApi {
     pub addr: String,
     events: mpsc::UnboundedSender<(String, Value)>,
     posted: mpsc::UnboundedReceiver<Posted>,
+    first_poll: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
 impl RuntimeApi {
@@ -33,12 +34,14 @@ impl RuntimeApi {
         let (etx, erx) = mpsc::unbounded_channel::<(String, Value)>();
         let (ptx, prx) = mpsc::unbounded_channel::<Posted>();
         let erx = Arc::new(Mutex::new(erx));
+        let first_poll = Arc::new(std::sync::Mutex::new(None));
+        let fp = first_poll.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((sock, _)) = listener.accept().await else {
                     return;
                 };
-                let (erx, ptx) = (erx.clone(), ptx.clone());
+                let (erx, ptx, fp) = (erx.clone(), ptx.clone(), fp.clone());
                 tokio::spawn(async move {
                     let (r, mut w) = sock.into_split();
                     let mut r = BufReader::new(r);
@@ -74,6 +77,7 @@ impl RuntimeApi {
                         }
                         let reply = if method == "GET" && path.ends_with("/runtime/invocation/next")
                         {
+                            fp.lock().unwrap().get_or_insert_with(std::time::Instant::now);
                             let next = erx.lock().await.recv().await;
                             let Some((id, event)) = next else { return };
                             let payload = event.to_string();
@@ -117,7 +121,20 @@ impl RuntimeApi {
             addr,
             events: etx,
             posted: prx,
+            first_poll,
         }
+    }
+
+    /// When the function first asked for an invocation (its cold start ends
+    /// there), waiting for it up to 10 s.
+    pub async fn first_poll(&self) -> Option<std::time::Instant> {
+        for _ in 0..10_000 {
+            if let Some(t) = *self.first_poll.lock().unwrap() {
+                return Some(t);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        None
     }
 
     /// Queues an event; returns its request id.

@@ -1,0 +1,333 @@
+//! `make bench`: what the protocol costs, measured on this machine, written to
+//! docs/benchmarks.md. Not part of `make test`: figures are measured, never
+//! asserted. Needs a moto server (`S3_TEST_ENDPOINT`, which make bench
+//! starts) and release builds of the binaries (which make bench builds).
+
+#[path = "../tests/common/runtime_api.rs"]
+#[allow(dead_code)]
+mod runtime_api;
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Duration as ChronoDuration;
+use futures::StreamExt;
+use idempotent_submit::protocol::SweepOptions;
+use idempotent_submit::store::{Fault, FaultyStore, Op, PutMode, S3Store, Store};
+use idempotent_submit::{Clock, ManualClock, MemoryStore, Queue, RetryPolicy, Settings};
+use runtime_api::RuntimeApi;
+use serde_json::json;
+
+fn endpoint() -> String {
+    std::env::var("S3_TEST_ENDPOINT").expect("S3_TEST_ENDPOINT: run `make bench`")
+}
+
+async fn bucket(name: &str) -> S3Store {
+    let b = format!("bench-{name}-{}", fastrand::u32(..));
+    let s = S3Store::for_endpoint(&endpoint(), &b);
+    s.client().create_bucket().bucket(&b).send().await.expect("creating a bucket on moto");
+    s
+}
+
+fn input(bytes: usize) -> serde_json::Value {
+    json!({"order": "ORD-123", "pad": "x".repeat(bytes.saturating_sub(30))})
+}
+
+struct Report(String);
+
+impl Report {
+    fn line(&mut self, s: impl AsRef<str>) {
+        println!("{}", s.as_ref());
+        self.0.push_str(s.as_ref());
+        self.0.push('\n');
+    }
+}
+
+// ---- 1. requests per operation ----
+
+async fn requests(r: &mut Report) {
+    let clock = ManualClock::at_epoch();
+    let mem = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+    let f = FaultyStore::new(mem.clone());
+    let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), Settings::default());
+    let count = |f: &FaultyStore<MemoryStore>| (f.calls().len(), f.round_trips());
+    let mut rows = Vec::new();
+    f.reset_log();
+    q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    rows.push(("new submit", count(&f)));
+    f.reset_log();
+    q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    rows.push(("replay of a ready record", count(&f)));
+    f.reset_log();
+    q.submit("t", json!(2)).idempotency_key("k").await.unwrap_err();
+    rows.push(("conflict", count(&f)));
+    f.reset_log();
+    q.submit("t", json!(1)).await.unwrap();
+    rows.push(("submit without a key", count(&f)));
+    // An interrupted submit, finished by the next one.
+    let crash = FaultyStore::new(mem.clone());
+    crash.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+    let qc = Queue::with_clock(crash, Arc::new(clock.clone()), Settings::default());
+    qc.submit("t", json!(1)).idempotency_key("k2").await.unwrap_err();
+    f.reset_log();
+    q.submit("t", json!(1)).idempotency_key("k2").await.unwrap();
+    rows.push(("replay that finishes an interrupted submit", count(&f)));
+
+    r.line("## S3 requests per operation\n");
+    r.line("Counted by the fault-injecting store's call log (in-memory bucket); round trips are calls that did not overlap.\n");
+    r.line("| operation | requests | sequential round trips | contract |");
+    r.line("| --- | --- | --- | --- |");
+    let contract = ["4 / 3", "≤ 3", "≤ 2", "—", "—"];
+    for ((name, (calls, rts)), c) in rows.into_iter().zip(contract) {
+        r.line(format!("| {name} | {calls} | {rts} | {c} |"));
+    }
+}
+
+// ---- 2. throughput against moto ----
+
+async fn run_concurrent<F, Fut>(n: usize, c: usize, f: F) -> f64
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let start = Instant::now();
+    futures::stream::iter(0..n).map(&f).buffer_unordered(c).collect::<Vec<()>>().await;
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+async fn throughput(r: &mut Report) {
+    r.line("\n## Throughput against moto\n");
+    r.line("Operations per second through the same S3 client, side by side in one run: a baseline of plain 1 KiB PutObject calls, new keyed submits (1 KiB input), and replays of the same keys. The ratio to the baseline is the figure: a new submit is 3 sequential round trips and 4 requests, so its limit is 1/3 of the baseline at concurrency 1 (latency-bound) and 1/4 at 64 (server-bound).\n");
+    r.line("| concurrency | baseline PUT/s | submits/s | ratio | target | replays/s | ratio |");
+    r.line("| --- | --- | --- | --- | --- | --- | --- |");
+    for (c, n) in [(1usize, 300usize), (16, 1200), (64, 2400)] {
+        let store = bucket("tp").await;
+        let settings = Settings { retry: RetryPolicy { attempt_timeout: Duration::from_secs(20), ..Default::default() }, ..Settings::default() };
+        let q = Queue::new(store.clone(), settings);
+        let body = bytes::Bytes::from(input(1024).to_string());
+        let s = &store;
+        let base = run_concurrent(n, c, |i| {
+            let body = body.clone();
+            async move {
+                s.put(&format!("baseline/{i}"), body, PutMode::Overwrite).await.unwrap();
+            }
+        })
+        .await;
+        let q = &q;
+        let inp = input(1024);
+        let inp = &inp;
+        let subs = run_concurrent(n, c, |i| async move {
+            q.submit("bench", inp.clone()).idempotency_key(format!("k{i}")).await.unwrap();
+        })
+        .await;
+        let reps = run_concurrent(n, c, |i| async move {
+            let s = q.submit("bench", inp.clone()).idempotency_key(format!("k{i}")).await.unwrap();
+            assert!(s.replayed);
+        })
+        .await;
+        let target = if c == 1 { "1/3 = 0.33" } else if c == 64 { "1/4 = 0.25" } else { "—" };
+        r.line(format!(
+            "| {c} | {base:.0} | {subs:.0} | {:.2} | {target} | {reps:.0} | {:.2} |",
+            subs / base,
+            reps / base
+        ));
+    }
+}
+
+// ---- 3. CPU cost without I/O ----
+
+async fn cpu(r: &mut Report) {
+    r.line("\n## The protocol's CPU cost (in-memory bucket, one thread)\n");
+    r.line("| operation | input | operations | per second |");
+    r.line("| --- | --- | --- | --- |");
+    for (size, n) in [(1024usize, 50_000usize), (64 * 1024, 3_000)] {
+        let clock = ManualClock::at_epoch();
+        let mem = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+        let q = Queue::with_clock(mem, Arc::new(clock), Settings::default());
+        let inp = input(size);
+        let start = Instant::now();
+        for i in 0..n {
+            q.submit("bench", inp.clone()).idempotency_key(format!("k{i}")).await.unwrap();
+        }
+        let new = n as f64 / start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        for i in 0..n {
+            q.submit("bench", inp.clone()).idempotency_key(format!("k{i}")).await.unwrap();
+        }
+        let rep = n as f64 / start.elapsed().as_secs_f64();
+        let kib = size / 1024;
+        r.line(format!("| new submit | {kib} KiB | {n} | {new:.0} |"));
+        r.line(format!("| replay | {kib} KiB | {n} | {rep:.0} |"));
+    }
+    r.line("\nTarget: at least 50,000 new submits per second per core for 1 KiB inputs.");
+}
+
+// ---- 4-6. the binaries: cold start, size, memory ----
+
+fn bin(name: &str) -> String {
+    format!("{}/target/release/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn function(name: &str, api: &RuntimeApi, bucket: &str) -> tokio::process::Child {
+    tokio::process::Command::new(bin(name))
+        .env_clear()
+        .env("AWS_LAMBDA_RUNTIME_API", &api.addr)
+        .env("AWS_LAMBDA_FUNCTION_NAME", name)
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_LAMBDA_LOG_STREAM_NAME", "s")
+        .env("AWS_LAMBDA_LOG_GROUP_NAME", "g")
+        .env("BUCKET_NAME", bucket)
+        .env("AWS_ENDPOINT_URL_S3", endpoint())
+        .env("S3_FORCE_PATH_STYLE", "true")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("release binaries: run `make bench`")
+}
+
+async fn binaries(r: &mut Report) {
+    r.line("\n## The functions\n");
+    r.line("| binary | stripped release size | cold start, median (p90) of 30 |");
+    r.line("| --- | --- | --- |");
+    for name in ["submit", "sweep", "idem"] {
+        let size = std::fs::metadata(bin(name)).map(|m| m.len()).unwrap_or(0);
+        let mb = size as f64 / 1e6;
+        if name == "idem" {
+            r.line(format!("| {name} | {mb:.1} MB | (not a function) |"));
+            continue;
+        }
+        let mut times = Vec::new();
+        for _ in 0..30 {
+            let api = RuntimeApi::start().await;
+            let start = Instant::now();
+            let mut child = function(name, &api, "cold");
+            if let Some(t) = api.first_poll().await {
+                times.push(t.duration_since(start));
+            }
+            let _ = child.kill().await;
+        }
+        times.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        r.line(format!(
+            "| {name} | {mb:.1} MB | {:.1} ms ({:.1} ms) |",
+            ms(times[times.len() / 2]),
+            ms(times[times.len() * 9 / 10])
+        ));
+    }
+    r.line("\nCold start: from spawning the process to its first `GET /runtime/invocation/next` on a local runtime API stand-in (configuration read, S3 client built). Targets: at most 20 ms, at most 10 MB.");
+
+    // Peak memory for an SQS batch of 10 messages of 256 KiB inputs.
+    let store = bucket("rss").await;
+    let mut api = RuntimeApi::start().await;
+    let child = function("submit", &api, store.bucket());
+    let pid = child.id().unwrap_or(0);
+    let big = "x".repeat(262_144 - 64);
+    let records: Vec<_> = (0..10)
+        .map(|i| {
+            json!({
+                "messageId": format!("m-{i}"), "receiptHandle": "r", "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q", "awsRegion": "us-east-1",
+                "attributes": {}, "messageAttributes": {},
+                "body": json!({"task_type": "big", "input": {"pad": big}, "idempotency_key": format!("big-{i}")}).to_string(),
+            })
+        })
+        .collect();
+    api.invoke(json!({"Records": records}));
+    let p = api.next_posted().await;
+    let hwm = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM")).map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<f64>().unwrap_or(0.0)))
+        .unwrap_or(0.0);
+    drop(child);
+    r.line(format!(
+        "\nPeak RSS of `submit` handling an SQS batch of 10 messages with 256 KiB inputs (answer {}): **{:.1} MB** (target: at most 64 MB).",
+        p.body,
+        hwm / 1024.0
+    ));
+}
+
+// ---- 7. the sweeper ----
+
+async fn sweeper(r: &mut Report) {
+    r.line("\n## The sweeper\n");
+    let clock = ManualClock::at_epoch();
+    let mem = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+    let q = Queue::with_clock(mem.clone(), Arc::new(clock.clone()), Settings::default());
+    let n = 20_000;
+    for i in 0..n {
+        q.submit("bench", json!(i)).idempotency_key(format!("k{i}")).idempotency_ttl(ChronoDuration::hours(if i % 2 == 0 { 1 } else { 720 })).await.unwrap();
+    }
+    clock.advance(ChronoDuration::hours(2));
+    let f = FaultyStore::new(mem.clone());
+    let qs = Queue::with_clock(f.clone(), Arc::new(clock.clone()), Settings::default());
+    let start = Instant::now();
+    let s = qs.engine().sweep(&SweepOptions::default()).await.unwrap();
+    let rate = s.scanned as f64 / start.elapsed().as_secs_f64();
+    r.line(format!("A first pass over {n} records in memory (half of them expired): {rate:.0} records/s ({} read, {} deleted).", s.reads, s.expired_deleted));
+    let mut reads = s.reads;
+    for _ in 0..9 {
+        clock.advance(ChronoDuration::minutes(5));
+        reads += qs.engine().sweep(&SweepOptions::default()).await.unwrap().reads;
+    }
+    r.line(format!("Reads per record over 10 runs five minutes apart: {:.2} (the first pass reads each record once; the next nine read none).", reads as f64 / n as f64));
+
+    // Against moto: one pass over 1000 records.
+    let store = bucket("sweep").await;
+    let q = Queue::new(store.clone(), Settings::default());
+    let inp = input(64);
+    let inp = &inp;
+    let q = &q;
+    run_concurrent(1000, 16, |i| async move {
+        q.submit("bench", inp.clone()).idempotency_key(format!("k{i}")).await.unwrap();
+    })
+    .await;
+    let later = ManualClock::new(chrono::Utc::now() + ChronoDuration::minutes(11));
+    let qs = Queue::with_clock(store, Arc::new(later), Settings::default());
+    let start = Instant::now();
+    let s = qs.engine().sweep(&SweepOptions::default()).await.unwrap();
+    r.line(format!(
+        "A first pass over 1000 records on moto (each read once, sequentially): {:.0} records/s.",
+        s.scanned as f64 / start.elapsed().as_secs_f64()
+    ));
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<f64>().unwrap_or(0.0) / 1024.0 / 1024.0))
+        .unwrap_or(0.0);
+    format!("{cpu}, {cores} cores, {mem:.0} GiB; moto (`moto_server`, Python) on loopback as the S3 endpoint")
+}
+
+fn main() {
+    // `cargo test --all-targets` runs bench targets too, without `--bench`:
+    // nothing to do then.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut r = Report(String::new());
+        r.line("# Benchmarks\n");
+        r.line(format!("Measured by `make bench` on {} — {}.\n", chrono::Utc::now().format("%Y-%m-%d"), machine()));
+        requests(&mut r).await;
+        cpu(&mut r).await;
+        throughput(&mut r).await;
+        binaries(&mut r).await;
+        sweeper(&mut r).await;
+        let mut out = r.0;
+        let _ = writeln!(out);
+        std::fs::write(format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR")), out).unwrap();
+    });
+}
