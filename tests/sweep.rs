@@ -411,3 +411,32 @@ async fn each_record_is_read_a_bounded_number_of_times_however_often_the_sweeper
         "{total1} vs {total5}"
     );
 }
+
+#[tokio::test]
+async fn a_pass_reads_and_finishes_records_side_by_side() {
+    let w = World::new();
+    for i in 0..32 {
+        w.interrupted(
+            &format!("k{i}"),
+            Op::PutCreate,
+            "idempotency/",
+            Fault::CrashAfter,
+        )
+        .await;
+    }
+    w.clock.advance(Duration::minutes(11));
+    let f = FaultyStore::new(w.bucket.clone());
+    let s = w
+        .queue_over(f.clone())
+        .engine()
+        .sweep(&SweepOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((s.finished, s.complete), (32, true));
+    // 32 records, 4 requests each, in chunks of 16 at a time: far fewer
+    // sequential round trips than requests.
+    let calls = f.calls().len();
+    let trips = f.round_trips();
+    assert!(calls >= 32 * 4, "{calls}");
+    assert!(trips <= 2 * 3 + 4, "{trips} round trips for {calls} calls");
+}

@@ -70,11 +70,16 @@ pub fn init_logging() {
     let filter: tracing_subscriber::filter::Targets = std::env::var("RUST_LOG")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO));
+        .unwrap_or_else(|| {
+            tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO)
+        });
     let fmt = tracing_subscriber::fmt::layer()
         .json()
         .with_current_span(false)
         .with_target(false)
         .without_time();
-    let _ = tracing_subscriber::registry().with(fmt).with(filter).try_init();
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(filter)
+        .try_init();
 }

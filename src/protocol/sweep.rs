@@ -24,6 +24,9 @@ use super::record::{Record, RecordStatus};
 use super::submit::{Engine, Failure, SubmitError};
 use crate::store::{ObjectMeta, PutMode, StoreError};
 
+/// How many records one sweep reads (and finishes or deletes) at once.
+const SWEEP_CONCURRENCY: usize = 16;
+
 /// Where the sweeper keeps its place.
 pub const CHECKPOINT_KEY: &str = "sweeper/checkpoint.json";
 const PREFIX: &str = "idempotency/";
@@ -154,30 +157,68 @@ impl Engine {
                     self.store.list(PREFIX, cp.cursor.as_deref(), None, 1000)
                 })
                 .await?;
-            for meta in &page.objects {
-                let out_of_time = opts.deadline.is_some_and(|d| self.now() >= d)
-                    || opts
-                        .max_records
-                        .is_some_and(|m| summary.scanned >= m as u64);
-                if out_of_time {
+            let mut next = 0;
+            while next < page.objects.len() {
+                if opts.deadline.is_some_and(|d| self.now() >= d) {
                     stopped = true;
                     break 'pages;
                 }
-                summary.scanned += 1;
-                // A resumed pass judges its remaining records up to now, so a
-                // record that crossed a threshold while the pass was stopped
-                // is not left for the pass after; the pass keeps its start
-                // as the next pass's lower bound, so the records it handled
-                // before it stopped miss nothing either.
-                if self.due(meta.last_modified, cp.previous_pass, run_started) {
-                    summary.reads += 1;
-                    if let Handled::Stop = self.sweep_record(meta, opts.dry_run, &mut summary).await
+                // The next chunk: up to SWEEP_CONCURRENCY records to read,
+                // with the records between them that are not due.
+                let mut chunk = Vec::new();
+                let mut reads = 0;
+                while next < page.objects.len() && reads < SWEEP_CONCURRENCY {
+                    if opts
+                        .max_records
+                        .is_some_and(|m| summary.scanned + chunk.len() as u64 >= m as u64)
                     {
-                        stopped = true;
-                        break 'pages;
+                        break;
+                    }
+                    let meta = &page.objects[next];
+                    // A resumed pass judges its remaining records up to now,
+                    // so a record that crossed a threshold while the pass was
+                    // stopped is not left for the pass after; the pass keeps
+                    // its start as the next pass's lower bound, so the records
+                    // it handled before it stopped miss nothing either.
+                    let due = self.due(meta.last_modified, cp.previous_pass, run_started);
+                    reads += usize::from(due);
+                    chunk.push((meta, due));
+                    next += 1;
+                }
+                if chunk.is_empty() {
+                    stopped = true;
+                    break 'pages;
+                }
+                summary.scanned += chunk.len() as u64;
+                let results =
+                    futures::future::join_all(chunk.iter().map(|(meta, due)| async move {
+                        if *due {
+                            Some(self.sweep_record(meta, opts.dry_run).await)
+                        } else {
+                            None
+                        }
+                    }))
+                    .await;
+                // Everything done counts; the place is kept before the first
+                // record that has to be tried again.
+                let mut stop_here = false;
+                for ((meta, _), result) in chunk.iter().zip(results) {
+                    if let Some((tally, handled)) = result {
+                        summary.reads += 1;
+                        summary.finished += tally.finished;
+                        summary.promoted += tally.promoted;
+                        summary.expired_deleted += tally.expired_deleted;
+                        summary.errors += tally.errors;
+                        stop_here |= matches!(handled, Handled::Stop);
+                    }
+                    if !stop_here {
+                        cp.cursor = Some(meta.key.clone());
                     }
                 }
-                cp.cursor = Some(meta.key.clone());
+                if stop_here {
+                    stopped = true;
+                    break 'pages;
+                }
             }
             if page.next.is_none() || page.objects.is_empty() {
                 break;
@@ -209,7 +250,15 @@ impl Engine {
         Ok(summary)
     }
 
-    async fn sweep_record(
+    /// Reads one record and does what it needs; what it did, and whether the
+    /// pass must stop here.
+    async fn sweep_record(&self, listed: &ObjectMeta, dry_run: bool) -> (SweepSummary, Handled) {
+        let mut tally = SweepSummary::default();
+        let handled = self.handle_record(listed, dry_run, &mut tally).await;
+        (tally, handled)
+    }
+
+    async fn handle_record(
         &self,
         listed: &ObjectMeta,
         dry_run: bool,

@@ -77,7 +77,9 @@ impl RuntimeApi {
                         }
                         let reply = if method == "GET" && path.ends_with("/runtime/invocation/next")
                         {
-                            fp.lock().unwrap().get_or_insert_with(std::time::Instant::now);
+                            fp.lock()
+                                .unwrap()
+                                .get_or_insert_with(std::time::Instant::now);
                             let next = erx.lock().await.recv().await;
                             let Some((id, event)) = next else { return };
                             let payload = event.to_string();
