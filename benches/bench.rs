@@ -452,6 +452,11 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    // BENCH_ONLY=cpu: just the CPU figures, printed; the report is left alone.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("cpu") {
+        rt.block_on(cpu(&mut Report(String::new())));
+        return;
+    }
     rt.block_on(async {
         let mut r = Report(String::new());
         r.line("# Benchmarks\n");
