@@ -133,6 +133,12 @@ where
                 (_, "SlowDown" | "RequestTimeout" | "InternalError" | "ServiceUnavailable") => {
                     StoreError::Unavailable(message)
                 }
+                // 403 for a request that reached S3 more than 15 minutes
+                // after it was signed (a stalled process): it did not take
+                // effect, and a newly signed retry can succeed.
+                (403, "RequestTimeTooSkewed" | "RequestExpired") => {
+                    StoreError::Unavailable(message)
+                }
                 _ => StoreError::Fatal(message),
             }
         }
