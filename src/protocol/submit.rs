@@ -599,30 +599,43 @@ impl Engine {
         m?;
 
         let ready = rec.to_ready().to_bytes();
-        let cond = PutMode::Update(etag.clone());
-        match self
-            .call(op_deadline, || {
-                self.store.put(rkey, ready.clone(), cond.clone())
-            })
-            .await
-        {
-            Ok(_) => Ok(created),
-            // Somebody wrote the record since we read it. Before the finish
-            // deadline that can only be a finisher turning it ready (or our
-            // own write whose answer was lost); make sure.
-            Err(Failure::Store(StoreError::PreconditionFailed)) => {
-                let obj = self.call(op_deadline, || self.store.get(rkey)).await?;
-                let now = Record::parse(&obj.body).map_err(|e| corrupt(e.to_string()))?;
-                if now.task_id == rec.task_id && now.status == Some(RecordStatus::Ready) {
-                    Ok(created)
-                } else {
-                    Err(SubmitError::Storage(StoreError::Unavailable(
-                        "the idempotency record changed while it was being finished".into(),
-                    )))
+        let mut etag = etag.clone();
+        for _ in 0..MAX_ROUNDS {
+            let cond = PutMode::Update(etag.clone());
+            match self
+                .call(op_deadline, || {
+                    self.store.put(rkey, ready.clone(), cond.clone())
+                })
+                .await
+            {
+                Ok(_) => return Ok(created),
+                // Somebody wrote the record since we read it. Before the
+                // finish deadline that can only be a finisher turning it
+                // ready (or our own write whose answer was lost); make sure.
+                Err(Failure::Store(StoreError::PreconditionFailed)) => {
+                    let obj = self.call(op_deadline, || self.store.get(rkey)).await?;
+                    let now = Record::parse(&obj.body).map_err(|e| corrupt(e.to_string()))?;
+                    match (now.task_id == rec.task_id, now.status) {
+                        (true, Some(RecordStatus::Ready)) => return Ok(created),
+                        // Still ours and still creating under another ETag:
+                        // an emulator that answered 412 while another write
+                        // was landing. Try again against what is there now.
+                        (true, Some(RecordStatus::Creating)) => etag = obj.meta.etag,
+                        (_, status) => {
+                            return Err(SubmitError::Storage(StoreError::Unavailable(format!(
+                                "the idempotency record changed while it was being finished \
+                                 (now {status:?} for task {})",
+                                now.task_id
+                            ))));
+                        }
+                    }
                 }
+                Err(e) => return Err(e.into()),
             }
-            Err(e) => Err(e.into()),
         }
+        Err(SubmitError::Storage(StoreError::Unavailable(
+            "the idempotency record changed while it was being finished".into(),
+        )))
     }
 
     /// The task's current status; `None` if it is not there.
