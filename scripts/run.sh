@@ -11,11 +11,11 @@ INVOKE_PORT="${INVOKE_PORT:-9000}"
 MOTO_PORT="${MOTO_PORT:-4566}"
 BUCKET="${BUCKET_NAME:-local-queue}"
 
-command -v moto_server >/dev/null 2>&1 || python3 -m pip install --quiet 'moto[server]>=5.1'
+python3 -c 'import moto.server' >/dev/null 2>&1 || python3 -m pip install --quiet 'moto[server]>=5.1'
 command -v cargo-lambda >/dev/null 2>&1 || python3 -m pip install --quiet cargo-lambda
 hash -r
 
-moto_server -H 127.0.0.1 -p "$MOTO_PORT" >/tmp/idempotent-submit-moto.log 2>&1 &
+python3 scripts/moto_serial.py -H 127.0.0.1 -p "$MOTO_PORT" >/tmp/idempotent-submit-moto.log 2>&1 &
 moto_pid=$!
 cleanup() {
   kill "$moto_pid" 2>/dev/null || true

@@ -4,7 +4,7 @@
 # The command sees S3_TEST_ENDPOINT (for the tests) and AWS_ENDPOINT_URL_S3.
 set -euo pipefail
 
-if ! command -v moto_server >/dev/null 2>&1; then
+if ! python3 -c 'import moto.server' >/dev/null 2>&1; then
   echo "moto_server not found: installing moto[server] with pip" >&2
   python3 -m pip install --quiet 'moto[server]>=5.1' >&2
   hash -r
@@ -12,7 +12,9 @@ fi
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
 log=$(mktemp -t moto.XXXXXX.log)
-moto_server -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
+# moto's S3 served one request at a time, so that its conditional writes are
+# atomic as S3's are (scripts/moto_serial.py says why).
+python3 "$(dirname "$0")/moto_serial.py" -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
 moto_pid=$!
 trap 'kill "$moto_pid" 2>/dev/null || true; wait "$moto_pid" 2>/dev/null || true; rm -f "$log"' EXIT INT TERM
 

@@ -35,9 +35,10 @@ fn start_moto() -> String {
         .map(|a| a.port())
         .expect("a free loopback port");
     let script = format!(
-        "moto_server -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
+        "python3 {root}/scripts/moto_serial.py -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
          while kill -0 {parent} 2>/dev/null && kill -0 $m 2>/dev/null; do sleep 1; done; kill $m 2>/dev/null",
-        parent = std::process::id()
+        parent = std::process::id(),
+        root = env!("CARGO_MANIFEST_DIR"),
     );
     // The watcher outlives this function on purpose; it ends with the
     // process, and takes moto with it.
