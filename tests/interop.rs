@@ -141,6 +141,6 @@ async fn a_key_submitted_through_us_first_then_buquet_is_one_task() {
     ]);
     assert_eq!(theirs["id"], ours["task_id"]);
     let direct = idempotent_submit::S3Store::for_endpoint(&common::moto_endpoint(), &s.bucket);
-    let keys = common::s3_keys(&direct).await;
+    let keys = common::all_keys(&direct).await;
     assert_eq!(keys.iter().filter(|k| k.starts_with("tasks/")).count(), 1);
 }

@@ -22,16 +22,7 @@ impl Env {
     }
 
     async fn keys(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut page = None;
-        loop {
-            let p = self.store().list("", None, page, 1000).await.unwrap();
-            out.extend(p.objects.into_iter().map(|o| o.key));
-            match p.next {
-                Some(n) => page = Some(n),
-                None => return out,
-            }
-        }
+        common::all_keys(self.store().as_ref()).await
     }
 
     async fn count(&self, prefix: &str) -> usize {

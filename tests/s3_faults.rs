@@ -109,7 +109,7 @@ async fn a_fifth_of_requests_failing_loses_and_doubles_nothing() {
             "key {k}: an acknowledged task was lost"
         );
     }
-    let keys = common::s3_keys(&direct).await;
+    let keys = common::all_keys(&direct).await;
     assert_eq!(
         keys.iter().filter(|k| k.starts_with("tasks/")).count(),
         30,

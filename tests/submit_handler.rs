@@ -94,17 +94,7 @@ impl Harness {
     }
 
     async fn keys(&self) -> Vec<String> {
-        let store = self.app.queue.engine().store();
-        let mut out = Vec::new();
-        let mut page = None;
-        loop {
-            let p = store.list("", None, page, 1000).await.unwrap();
-            out.extend(p.objects.into_iter().map(|o| o.key));
-            match p.next {
-                Some(n) => page = Some(n),
-                None => return out,
-            }
-        }
+        common::all_keys(self.app.queue.engine().store().as_ref()).await
     }
 
     async fn count(&self, prefix: &str) -> usize {

@@ -95,9 +95,8 @@ pub fn settings() -> Settings {
     }
 }
 
-/// Every key in an S3 bucket.
-pub async fn s3_keys(store: &S3Store) -> Vec<String> {
-    use idempotent_submit::Store;
+/// Every key in a bucket, whatever store holds it.
+pub async fn all_keys(store: &dyn idempotent_submit::Store) -> Vec<String> {
     let mut out = Vec::new();
     let mut page = None;
     loop {
