@@ -54,7 +54,8 @@ fn write_canonical(v: &Value, out: &mut Vec<u8>) {
                 if i > 0 {
                     out.push(b',');
                 }
-                write_scalar(&Value::String(k.clone()), out);
+                // Serializing a str into a Vec cannot fail.
+                let _ = serde_json::to_writer(&mut *out, k.as_str());
                 out.push(b':');
                 write_canonical(v, out);
             }
