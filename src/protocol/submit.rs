@@ -57,11 +57,6 @@ impl Input {
     pub fn hash(&self) -> &str {
         &self.hash
     }
-
-    /// Size of the canonical form, in bytes (what `MAX_INPUT_BYTES` limits).
-    pub fn size(&self) -> usize {
-        self.canonical.get().len()
-    }
 }
 
 /// The idempotency part of a request.
