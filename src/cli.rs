@@ -53,11 +53,21 @@ pub enum Command {
     },
     /// Print a task object.
     Task { task_id: String },
-    /// Run one sweep and print its summary.
+    /// Run one scheduled-style pass and print its summary; with
+    /// `--due-queue`, handle the due queue's messages until it is empty.
     Sweep {
-        /// Report what would be done; change nothing.
+        /// Report what would be done; change nothing (due-queue messages are
+        /// left in the queue).
         #[arg(long)]
         dry_run: bool,
+        /// The due queue's URL: receive its record events and handle them as
+        /// the function does.
+        #[arg(long)]
+        due_queue: Option<String>,
+        /// Long-poll wait of each receive, in seconds (0 to 20). A local SQS
+        /// served one request at a time (moto) is held for the wait.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(0..=20))]
+        wait_seconds: i32,
     },
 }
 
@@ -108,8 +118,125 @@ pub fn config(cli: &Cli) -> Result<Config, Outcome> {
     .map_err(|e| error(exit::INVALID, "invalid_configuration", e))
 }
 
-/// Runs one command against `queue`.
-pub async fn run(command: Command, queue: &Queue) -> Outcome {
+/// An SQS client configured from the environment as the SDK reads it
+/// (`AWS_ENDPOINT_URL_SQS` for a local SQS).
+async fn sqs_client_from_env() -> aws_sdk_sqs::Client {
+    let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(crate::store::s3::https_client())
+        .load()
+        .await;
+    let mut conf = aws_sdk_sqs::config::Builder::from(&shared);
+    if shared.region().is_none() {
+        conf = conf.region(aws_sdk_sqs::config::Region::new("us-east-1"));
+    }
+    aws_sdk_sqs::Client::from_conf(conf.build())
+}
+
+/// Receives the due queue's messages, ten at a time, and handles them as the
+/// function does: handled messages are deleted, the ones to retry are left
+/// to come back after their visibility timeout. Stops at the first empty
+/// receive. A dry run deletes nothing and makes what it received visible
+/// again at the end.
+async fn drain_due_queue(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    queue: &Queue,
+    bucket: &str,
+    dry_run: bool,
+    wait_seconds: i32,
+) -> Result<Value, String> {
+    use crate::lambda::due::{DueMessage, handle_messages};
+    let show = |e: &dyn std::fmt::Display| e.to_string();
+    let mut summary = crate::protocol::SweepSummary {
+        dry_run,
+        complete: true,
+        ..Default::default()
+    };
+    let (mut received, mut retried) = (0usize, 0usize);
+    let mut seen_handles: Vec<String> = Vec::new();
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(wait_seconds)
+            .send()
+            .await
+            .map_err(|e| show(&aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+        let msgs = out.messages.unwrap_or_default();
+        if msgs.is_empty() {
+            break;
+        }
+        received += msgs.len();
+        let due: Vec<DueMessage> = msgs
+            .iter()
+            .map(|m| DueMessage {
+                id: m.message_id.clone().unwrap_or_default(),
+                body: m.body.clone().unwrap_or_default(),
+            })
+            .collect();
+        let batch = handle_messages(queue.engine(), bucket, &due, dry_run, None).await;
+        summary.add(&batch.summary);
+        retried += batch.retry.len();
+        let handles = msgs.iter().filter_map(|m| {
+            let keep = dry_run || batch.retry.iter().any(|r| Some(r) == m.message_id.as_ref());
+            Some((keep, m.receipt_handle.clone()?))
+        });
+        let mut delete = Vec::new();
+        for (i, (keep, handle)) in handles.enumerate() {
+            if keep {
+                seen_handles.push(handle);
+            } else {
+                delete.push(
+                    aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(handle)
+                        .build()
+                        .map_err(|e| show(&e))?,
+                );
+            }
+        }
+        if !delete.is_empty() {
+            sqs.delete_message_batch()
+                .queue_url(url)
+                .set_entries(Some(delete))
+                .send()
+                .await
+                .map_err(|e| show(&aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+        }
+    }
+    if dry_run {
+        for chunk in seen_handles.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(h)
+                        .visibility_timeout(0)
+                        .build()
+                        .map_err(|e| show(&e))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            sqs.change_message_visibility_batch()
+                .queue_url(url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| show(&aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+        }
+    }
+    let mut v = serde_json::to_value(&summary).unwrap_or(Value::Null);
+    v["messages"] = json!(received);
+    v["retried"] = json!(retried);
+    v["ignored"] = json!(summary.ignored);
+    v["unrecognized"] = json!(summary.unrecognized);
+    Ok(v)
+}
+
+/// Runs one command against `queue` in `bucket`.
+pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
     match command {
         Command::Submit {
             task_type,
@@ -161,7 +288,21 @@ pub async fn run(command: Command, queue: &Queue) -> Outcome {
             Ok(None) => error(exit::NOT_FOUND, "not_found", "no record for this key"),
             Err(e) => submit_error(&e),
         },
-        Command::Sweep { dry_run } => {
+        Command::Sweep {
+            dry_run,
+            due_queue: Some(url),
+            wait_seconds,
+        } => {
+            let sqs = sqs_client_from_env().await;
+            match drain_due_queue(&sqs, &url, queue, bucket, dry_run, wait_seconds).await {
+                Ok(v) => Outcome {
+                    exit: exit::OK,
+                    output: v,
+                },
+                Err(e) => error(exit::FAILED, "queue_error", e),
+            }
+        }
+        Command::Sweep { dry_run, .. } => {
             let opts = crate::protocol::SweepOptions {
                 dry_run,
                 ..Default::default()

@@ -86,10 +86,13 @@ impl Default for Settings {
     }
 }
 
-/// The schedule's period and the longest sweep pass that the operating
-/// conditions assume (template.yaml: every 5 minutes, 5-minute timeout).
-pub const SWEEP_INTERVAL: Duration = Duration::minutes(5);
-pub const SWEEP_MAX_PASS: Duration = Duration::minutes(5);
+/// The longest delay SQS gives a message: the due queue's `DelaySeconds`,
+/// which is `STALE_CREATING_AFTER_SECONDS`, cannot be longer.
+pub const MAX_SQS_DELAY: Duration = Duration::seconds(900);
+
+/// How late a record's event may reach the sweeper after its delay: S3's
+/// event delivery and the due queue's redeliveries of a failed batch.
+pub const EVENT_DELIVERY_MARGIN: Duration = Duration::minutes(15);
 
 /// A variable that is malformed, or values that together break the
 /// protocol's operating conditions.
@@ -120,10 +123,10 @@ impl Settings {
                 "must be at least IDEMPOTENCY_TTL_DAYS",
             ));
         }
-        if self.finish_window > Duration::seconds(2700) {
+        if self.finish_window >= Duration::seconds(2700) {
             return Err(err(
                 "FINISH_WINDOW_SECONDS",
-                "must be at most 2700 (the window plus 15 minutes must stay under the shortest TTL, 1 hour)",
+                "must be below 2700 (the window plus 15 minutes must stay under the hour in which the queue keeps tasks)",
             ));
         }
         if self.finish_window < self.operation_timeout * 2 {
@@ -136,13 +139,22 @@ impl Settings {
             ));
         }
         if self.stale_creating_after <= Duration::zero()
-            || self.stale_creating_after + SWEEP_INTERVAL + SWEEP_MAX_PASS >= self.finish_window
+            || self.stale_creating_after > MAX_SQS_DELAY
         {
             return Err(err(
                 "STALE_CREATING_AFTER_SECONDS",
                 format!(
-                    "must be positive, and plus the sweep interval and pass ({} s) below FINISH_WINDOW_SECONDS ({})",
-                    (SWEEP_INTERVAL + SWEEP_MAX_PASS).num_seconds(),
+                    "must be 1 to {} (it is the due queue's delay, and SQS delays at most that long)",
+                    MAX_SQS_DELAY.num_seconds()
+                ),
+            ));
+        }
+        if self.stale_creating_after + EVENT_DELIVERY_MARGIN >= self.finish_window {
+            return Err(err(
+                "STALE_CREATING_AFTER_SECONDS",
+                format!(
+                    "plus {} s (event delivery and redeliveries) must stay below FINISH_WINDOW_SECONDS ({})",
+                    EVENT_DELIVERY_MARGIN.num_seconds(),
                     self.finish_window.num_seconds()
                 ),
             ));
@@ -276,7 +288,8 @@ mod tests {
             ("IDEMPOTENCY_TTL_DAYS", "x"),
             ("IDEMPOTENCY_TTL_DAYS", "0"),
             ("IDEMPOTENCY_MAX_TTL_DAYS", "7"),
-            ("FINISH_WINDOW_SECONDS", "2701"),
+            ("FINISH_WINDOW_SECONDS", "2700"),
+            ("STALE_CREATING_AFTER_SECONDS", "901"),
             ("STALE_CREATING_AFTER_SECONDS", "2000"),
             ("TASK_SHARD_PREFIX_LEN", "5"),
             ("MAX_INPUT_BYTES", "0"),
@@ -288,6 +301,25 @@ mod tests {
             let e = cfg(&[("BUCKET_NAME", "b"), (var, val)]).unwrap_err();
             assert_eq!(e.var, var, "{var}={val}: {e}");
         }
+    }
+
+    #[test]
+    fn the_operating_conditions_of_the_due_queue_hold_at_their_edges() {
+        let ok = |stale: &str, window: &str| {
+            cfg(&[
+                ("BUCKET_NAME", "b"),
+                ("STALE_CREATING_AFTER_SECONDS", stale),
+                ("FINISH_WINDOW_SECONDS", window),
+            ])
+            .map(|_| ())
+            .map_err(|e| e.var)
+        };
+        // The longest SQS delay, with 15 minutes of delivery below the window.
+        assert_eq!(ok("900", "1801"), Ok(()));
+        assert_eq!(ok("900", "1800"), Err("STALE_CREATING_AFTER_SECONDS"));
+        assert_eq!(ok("901", "2699"), Err("STALE_CREATING_AFTER_SECONDS"));
+        assert_eq!(ok("600", "2699"), Ok(()));
+        assert_eq!(ok("600", "2700"), Err("FINISH_WINDOW_SECONDS"));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use chrono::Duration;
 use futures::FutureExt;
+use idempotent_submit::protocol::sweep::RecordOutcome;
 use idempotent_submit::protocol::{RecordStatus, SweepOptions, SweepSummary};
 use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, PutMode, Store, StoreError};
 use idempotent_submit::{ManualClock, Queue};
@@ -133,9 +134,14 @@ async fn a_creating_record_past_its_deadline_is_counted_and_left_alone() {
         .await;
     let before = w.bucket.keys();
     w.clock.advance(Duration::seconds(2400));
-    // The first pass ever reads every record old enough.
+    let key = w.bucket.keys().into_iter().next().unwrap();
+    // Its event, late: counted as an error, acknowledged, nothing written.
+    let o = w.queue().engine().sweep_record(&key, false, None).await;
+    assert_eq!(o, RecordOutcome::PastDeadline);
+    assert!(!o.retry());
+    // A pass does not even read it: it could not finish it anyway.
     let s = w.sweep(false).await;
-    assert_eq!((s.finished, s.errors), (0, 1));
+    assert_eq!((s.reads, s.finished, s.errors), (0, 0, 0), "{s:?}");
     assert_eq!(w.count("tasks/"), 0);
     assert_eq!(w.record("a").await.status, Some(RecordStatus::Creating));
     assert_eq!(
@@ -196,19 +202,18 @@ async fn a_dry_run_reports_and_changes_nothing() {
         .idempotency_ttl(Duration::hours(1))
         .await
         .unwrap();
-    w.clock.advance(Duration::minutes(30));
-    w.queue()
-        .submit("t", json!(1))
-        .idempotency_key("c")
-        .await
-        .unwrap();
-    w.clock.advance(Duration::minutes(31));
+    w.clock.advance(Duration::days(31));
+    w.interrupted("c", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        .await;
+    w.clock.advance(Duration::minutes(11));
     let before = w.bucket.keys();
     let s = w.sweep(true).await;
     assert!(s.dry_run);
+    // a and b expired (b's shorter TTL is judged at the default TTL's age);
+    // c is stale and can still be finished.
     assert_eq!(
         (s.scanned, s.finished, s.expired_deleted),
-        (3, 0, 1),
+        (3, 1, 2),
         "{s:?}"
     );
     assert_eq!(w.bucket.keys(), before);

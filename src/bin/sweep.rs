@@ -1,7 +1,8 @@
 //! The `sweep` Lambda function. Wiring only: configuration and the S3 client
-//! once, then the runtime loop over `lambda::schedule::handle`.
+//! once, then the runtime loop over `lambda::handle_sweep` (the due queue's
+//! batches and the schedule).
 
-use idempotent_submit::lambda::{self, Metrics, schedule};
+use idempotent_submit::lambda::{self, Metrics, Sweeper};
 use idempotent_submit::{Config, Queue};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
@@ -13,13 +14,13 @@ async fn main() -> Result<(), Error> {
         tracing::error!(error = %e, "invalid configuration");
         e
     })?;
-    let queue = Queue::from_config(&config).await;
-    let engine = queue.engine();
-    let metrics = &Metrics::stdout("sweep");
+    let sweeper = &Sweeper {
+        queue: Queue::from_config(&config).await,
+        bucket: config.bucket.clone(),
+        metrics: Metrics::stdout("sweep"),
+    };
     run(service_fn(|event: LambdaEvent<Value>| async move {
-        schedule::handle(engine, metrics, event)
-            .await
-            .map_err(Error::from)
+        lambda::handle_sweep(sweeper, event).await
     }))
     .await
 }

@@ -104,6 +104,12 @@ impl Metrics {
             ("SweepPromoted", s.promoted),
             ("SweepExpiredDeleted", s.expired_deleted),
             ("SweepErrors", s.errors),
+            ("SweepPastDeadline", s.past_deadline),
+            ("SweepEarly", s.early),
+            ("SweepIgnored", s.ignored),
+            ("SweepUnrecognized", s.unrecognized),
+            ("SweepReads", s.reads),
+            ("SweepLists", s.lists),
         ]);
     }
 }

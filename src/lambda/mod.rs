@@ -2,6 +2,7 @@
 //! directly with `LambdaEvent::new(event, Context::default())`; the binaries
 //! in `src/bin/` only wire them to the runtime.
 
+pub mod due;
 pub mod http;
 pub mod metrics;
 pub mod problem;
@@ -59,6 +60,60 @@ pub async fn handle_submit(
         return Ok(http::handle(app, payload).await);
     }
     Err(UnrecognizedEvent.into())
+}
+
+/// What the `sweep` function holds between invocations.
+#[derive(Clone)]
+pub struct Sweeper {
+    pub queue: Queue,
+    /// The bucket whose record events this function takes.
+    pub bucket: String,
+    pub metrics: Metrics,
+}
+
+/// An event the `sweep` function does not take.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "unrecognized event: Records from {0:?}; the sweep function takes an SQS batch of the due queue or a scheduled event"
+)]
+pub struct UnrecognizedSweepEvent(String);
+
+/// The `sweep` function: a batch of the due queue (told by its records'
+/// `eventSource`, `aws:sqs`) answers an SQS partial batch response; any
+/// other event without `Records` (EventBridge Scheduler, `{}`) runs the
+/// scheduled pass and answers its summary. `Records` from another source (an
+/// S3 notification sent straight to the function, SNS) is refused.
+pub async fn handle_sweep(
+    sweeper: &Sweeper,
+    event: LambdaEvent<Value>,
+) -> Result<Value, lambda_runtime::Error> {
+    let engine = sweeper.queue.engine();
+    let (payload, context) = (event.payload, event.context);
+    if let Some(records) = payload.get("Records") {
+        let sources: Vec<&str> = records
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|r| r.get("eventSource").and_then(Value::as_str).unwrap_or(""))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if sources.is_empty() || sources.iter().any(|s| *s != "aws:sqs") {
+            return Err(UnrecognizedSweepEvent(sources.join(",")).into());
+        }
+        let batch: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(payload)?;
+        let resp = due::handle_sqs(
+            engine,
+            &sweeper.metrics,
+            &sweeper.bucket,
+            LambdaEvent::new(batch, context),
+        )
+        .await;
+        return Ok(serde_json::to_value(resp)?);
+    }
+    let summary =
+        schedule::handle(engine, &sweeper.metrics, LambdaEvent::new(payload, context)).await?;
+    Ok(serde_json::to_value(summary)?)
 }
 
 /// JSON log lines through tracing, for every function.

@@ -1,5 +1,6 @@
-//! The `sweep` function: invoked by EventBridge Scheduler or a rule (any
-//! event), or directly with `{}` or `{"dry_run": true}`.
+//! The scheduled pass of the `sweep` function: EventBridge Scheduler or a
+//! rule (any event that is not an SQS batch), or `{}` or `{"dry_run": true}`
+//! sent directly.
 
 use std::time::{Duration as StdDuration, SystemTime};
 
@@ -35,15 +36,19 @@ pub async fn handle(
         Ok(s) => {
             metrics.sweep(s);
             tracing::info!(
-            request_id = %event.context.request_id,
-            scanned = s.scanned,
-            finished = s.finished,
-            promoted = s.promoted,
-            expired_deleted = s.expired_deleted,
-            errors = s.errors,
-            complete = s.complete,
-            dry_run = s.dry_run,
-            "sweep summary"
+                request_id = %event.context.request_id,
+                scanned = s.scanned,
+                reads = s.reads,
+                lists = s.lists,
+                finished = s.finished,
+                promoted = s.promoted,
+                expired_deleted = s.expired_deleted,
+                errors = s.errors,
+                complete = s.complete,
+                resumed = s.resumed,
+                busy = s.busy,
+                dry_run = s.dry_run,
+                "sweep summary"
             )
         }
         Err(e) => {
@@ -55,7 +60,7 @@ pub async fn handle(
 
 /// The invocation's deadline, less the margin, on the engine's clock. A
 /// context without a deadline (tests, `Context::default()`) has none.
-fn stop_at(engine: &Engine, deadline: SystemTime) -> Option<DateTime<Utc>> {
+pub(crate) fn stop_at(engine: &Engine, deadline: SystemTime) -> Option<DateTime<Utc>> {
     let left = deadline.duration_since(SystemTime::now()).ok()?;
     let left = chrono::Duration::from_std(left.saturating_sub(DEADLINE_MARGIN)).ok()?;
     Some(engine.clock().now() + left)

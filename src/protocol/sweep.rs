@@ -1,51 +1,82 @@
 //! The sweeper (CONTRACT.md section 6): finishes interrupted submits and
-//! deletes expired records.
+//! deletes expired records. It is woken two ways, and neither lists the
+//! bucket on the finishing path.
 //!
-//! **Cost.** A listing gives every record's `LastModified` for free; a record
-//! is only read (GET) in the pass during which its age (since its last write)
-//! crosses one of a fixed set of thresholds: `STALE_CREATING_AFTER_SECONDS`
-//! (to finish it if it is still `creating`), the default TTL (when most
-//! records expire), and 1 h × 2^k (when records of other TTLs expire, at most
-//! twice their TTL late; S3's lifecycle rule on `idempotency/` is the
-//! backstop). Each pass covers the ages between the previous pass and this
-//! one, so every crossing is seen exactly once, however often the sweeper runs:
-//! a record is read at most `2 + 15` times over a life of up to 365 days.
+//! **Record events (the main path), [`Engine::sweep_record`].** Every record
+//! write sends an S3 event to the due queue, which hands it to the sweeper
+//! `STALE_CREATING_AFTER_SECONDS` later. The sweeper reads that one record
+//! (one GET when there is nothing to do) and acts on its current state, so
+//! its work per record write is the same however many records the bucket
+//! holds. The message adapter is `lambda::due`.
 //!
-//! **Place.** A pass that runs out of time stops, and records where it stopped
-//! in `sweeper/checkpoint.json` (outside `idempotency/`); the next run goes on
-//! from there, judging the remaining records up to its own start. The next
-//! pass starts its window where the stopped pass started, so the records
-//! handled before the stop miss no crossing either (they wait one run longer).
+//! **The scheduled pass, [`Engine::sweep`].** Hygiene and a safety net, once
+//! a day: it lists `idempotency/` and reads a record only in the pass during
+//! which its age (since its last write) crosses a threshold, so each record
+//! is read O(1) times over its life however often passes run:
+//!
+//! - `STALE_CREATING_AFTER_SECONDS`, while the record can still be finished
+//!   (younger than the finish window): a record whose event never came;
+//! - the default TTL, when most records expire;
+//! - 1 h × 2^k beyond the default TTL, for records with longer TTLs (they go
+//!   at most twice their TTL late; S3's lifecycle rule is the backstop, and an
+//!   expired record counts as absent whether or not it is deleted). Records
+//!   with shorter TTLs are deleted at the default TTL's age.
+//!
+//! A pass judges every record against one window, `(previous pass, pass]`,
+//! where `pass` is the one clock reading at which the pass began: resumed
+//! runs judge their records against the same window, so every crossing is
+//! judged by exactly one pass. It lists ranges of the key space side by side:
+//! one range per scope, found by a listing that skips from scope to scope,
+//! and a range whose first page is full splits into sixteen by the next hex
+//! digit of the record hash (down to three digits), so a large scope is
+//! listed by many listings at once. It stops before the invocation's deadline
+//! and keeps the ranges still to list in `sweeper/checkpoint.json`; the next
+//! run goes on from there. A run claims the checkpoint by compare-and-swap
+//! before it works, so two runs never work one pass at the same time.
+
+use std::collections::VecDeque;
 
 use chrono::{DateTime, Duration, Utc};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use serde::{Deserialize, Serialize};
 
 use super::record::{Record, RecordStatus};
 use super::submit::{Engine, Failure, SubmitError};
-use crate::store::{ObjectMeta, PutMode, StoreError};
-
-/// How many records one sweep reads (and finishes or deletes) at once.
-const SWEEP_CONCURRENCY: usize = 16;
+use crate::store::{ETag, ObjectMeta, PutMode, StoreError};
 
 /// Where the sweeper keeps its place.
 pub const CHECKPOINT_KEY: &str = "sweeper/checkpoint.json";
-const PREFIX: &str = "idempotency/";
+/// Where the records are.
+pub const RECORDS_PREFIX: &str = "idempotency/";
 
-/// How one sweep runs.
+/// Records one range reads (and finishes or deletes) at once.
+const READS_AT_ONCE: usize = 16;
+/// Ranges listed at once by a pass.
+pub const RANGES_AT_ONCE: usize = 32;
+/// Keys per listing page (S3's largest).
+const PAGE: usize = 1000;
+/// A range splits by the hex digits of the record hash down to this many.
+const MAX_SPLIT_DIGITS: usize = 3;
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// How one scheduled pass runs.
 #[derive(Debug, Clone, Default)]
 pub struct SweepOptions {
     /// Report what would be done; change nothing (not even the checkpoint).
     pub dry_run: bool,
-    /// Stop before this time (by the engine's clock), keeping the place.
+    /// Start no request at or after this time (by the engine's clock),
+    /// keeping the place.
     pub deadline: Option<DateTime<Utc>>,
-    /// Stop after this many listed records (tests, small batches).
+    /// Stop after this many listed records (tests, small batches); the pass
+    /// then lists one range at a time.
     pub max_records: Option<usize>,
 }
 
-/// What a sweep did.
+/// What a sweep did: a scheduled pass, or a batch of record events.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct SweepSummary {
-    /// Records listed.
+    /// Records listed (a pass) or named by events (the due queue).
     pub scanned: u64,
     /// Interrupted submits whose task the sweeper wrote.
     pub finished: u64,
@@ -55,72 +86,281 @@ pub struct SweepSummary {
     /// Records that could not be handled: `creating` past the finish
     /// deadline, corrupt, or storage failures.
     pub errors: u64,
-    /// The pass reached the end of the listing.
+    /// The pass reached the end of every range (events: always true).
     pub complete: bool,
     pub dry_run: bool,
     /// Records read (GET) in this run.
     #[serde(skip)]
     pub reads: u64,
+    /// Listings (LIST requests) made in this run.
+    #[serde(skip)]
+    pub lists: u64,
+    /// Of `errors`: `creating` records past their finish deadline.
+    #[serde(skip)]
+    pub past_deadline: u64,
+    /// Events whose record was still too young: handed back to the queue.
+    #[serde(skip)]
+    pub early: u64,
+    /// Events acknowledged without a read: test events, keys outside
+    /// `idempotency/`, other buckets.
+    #[serde(skip)]
+    pub ignored: u64,
+    /// Messages that were not S3 notifications (logged and acknowledged).
+    #[serde(skip)]
+    pub unrecognized: u64,
     /// This run went on with a pass that an earlier run had to stop.
     #[serde(skip)]
     pub resumed: bool,
+    /// Another run held the pass: this one did nothing.
+    #[serde(skip)]
+    pub busy: bool,
+}
+
+impl SweepSummary {
+    /// Adds another run's counts to this one.
+    pub fn add(&mut self, o: &SweepSummary) {
+        self.scanned += o.scanned;
+        self.finished += o.finished;
+        self.promoted += o.promoted;
+        self.expired_deleted += o.expired_deleted;
+        self.errors += o.errors;
+        self.reads += o.reads;
+        self.lists += o.lists;
+        self.past_deadline += o.past_deadline;
+        self.early += o.early;
+        self.ignored += o.ignored;
+        self.unrecognized += o.unrecognized;
+    }
+}
+
+/// What the sweeper did with one record it read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordOutcome {
+    /// Nothing to do: `ready`, not ours (no `status`), gone, or (in a pass)
+    /// `creating` and too young.
+    Nothing,
+    /// A `creating` record whose task the sweeper wrote; now `ready`.
+    Finished,
+    /// A `creating` record whose task was there; now `ready`.
+    Promoted,
+    /// Past `expires_at`: deleted (If-Match).
+    ExpiredDeleted,
+    /// `creating` and younger than `STALE_CREATING_AFTER_SECONDS`: its event
+    /// came early; try again later.
+    Early,
+    /// `creating` past its finish deadline: left as it is (an error).
+    PastDeadline,
+    /// Not a record of the layout: left as it is (an error).
+    Corrupt,
+    /// The store failed; worth trying again when retryable.
+    Failed(SubmitError),
+}
+
+impl RecordOutcome {
+    /// Should the event be delivered again (or the pass stop here)?
+    pub fn retry(&self) -> bool {
+        match self {
+            RecordOutcome::Early => true,
+            RecordOutcome::Failed(e) => {
+                e.is_retryable() && !matches!(e, SubmitError::Undetermined { .. })
+            }
+            _ => false,
+        }
+    }
+
+    /// Counts this outcome of one read into `s`.
+    pub fn tally(&self, s: &mut SweepSummary) {
+        s.reads += 1;
+        match self {
+            RecordOutcome::Nothing => {}
+            RecordOutcome::Finished => s.finished += 1,
+            RecordOutcome::Promoted => s.promoted += 1,
+            RecordOutcome::ExpiredDeleted => s.expired_deleted += 1,
+            RecordOutcome::Early => s.early += 1,
+            RecordOutcome::PastDeadline => {
+                s.past_deadline += 1;
+                s.errors += 1;
+            }
+            RecordOutcome::Corrupt | RecordOutcome::Failed(_) => s.errors += 1,
+        }
+    }
+}
+
+/// A part of the key space still to list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Range {
+    /// Finding the scopes: the next key after `after` names the next scope.
+    Scopes {
+        #[serde(default)]
+        after: Option<String>,
+    },
+    /// The records under `prefix` after `after`.
+    Keys {
+        prefix: String,
+        #[serde(default)]
+        after: Option<String>,
+        /// A continuation token for an empty page that was not the last;
+        /// only within a run.
+        #[serde(skip)]
+        token: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Checkpoint {
-    /// When the pass before this one started (`None`: never).
+    /// When the pass before this one began (`None`: never).
     #[serde(default)]
     previous_pass: Option<DateTime<Utc>>,
-    /// When this pass started.
+    /// When this pass began: the upper end of the window every one of its
+    /// records is judged against, in every run it takes.
     pass: DateTime<Utc>,
-    /// The last record handled in this pass.
-    #[serde(default)]
-    cursor: Option<String>,
-    /// The pass reached the end of the listing.
+    /// The pass listed every range.
     #[serde(default)]
     complete: bool,
+    /// What the pass still has to list.
+    #[serde(default)]
+    ranges: Vec<Range>,
+    /// A run is working this pass until then.
+    #[serde(default)]
+    running_until: Option<DateTime<Utc>>,
 }
 
-/// What reading a record led to.
-enum Handled {
-    Done,
-    /// A retryable storage failure: stop here and retry next run.
-    Stop,
+impl Checkpoint {
+    fn new_pass(previous_pass: Option<DateTime<Utc>>, pass: DateTime<Utc>) -> Self {
+        Checkpoint {
+            previous_pass,
+            pass,
+            complete: false,
+            ranges: vec![Range::Scopes { after: None }],
+            running_until: None,
+        }
+    }
+}
+
+/// What one unit of a pass (a page of one range) left behind.
+struct Unit {
+    tally: SweepSummary,
+    /// The ranges to go on with (none: the range is done).
+    next: Vec<Range>,
+    /// The range must wait for the next run (a retryable failure).
+    stop: bool,
 }
 
 impl Engine {
-    /// The ages (since a record's last write) at which the sweeper reads it.
-    fn thresholds(&self) -> Vec<Duration> {
-        let mut t = vec![
-            self.settings.stale_creating_after,
-            self.settings.default_ttl,
-        ];
-        t.extend((0..15).map(|k| Duration::hours(1 << k)));
-        t
+    /// Reads the record at `key` and does what its state needs (CONTRACT.md
+    /// section 6): finish and promote a stale `creating` record, delete an
+    /// expired one, report an early or a late one. The one record handler of
+    /// the event path and the scheduled pass.
+    /// No request starts at or after `deadline` (nor after the operation
+    /// timeout); a record cut short is [`RecordOutcome::Failed`], to retry.
+    pub async fn sweep_record(
+        &self,
+        key: &str,
+        dry_run: bool,
+        deadline: Option<DateTime<Utc>>,
+    ) -> RecordOutcome {
+        let op = self.now() + self.settings.operation_timeout;
+        let op = deadline.map_or(op, |d| op.min(d));
+        self.sweep_record_by(key, dry_run, op).await
     }
 
-    /// Does the record's age cross a threshold in the window `(previous, pass]`?
+    async fn sweep_record_by(
+        &self,
+        key: &str,
+        dry_run: bool,
+        op_deadline: DateTime<Utc>,
+    ) -> RecordOutcome {
+        let obj = match self.call(op_deadline, || self.store.get(key)).await {
+            Ok(o) => o,
+            Err(Failure::Store(StoreError::NotFound)) => return RecordOutcome::Nothing,
+            Err(e) => return self.failed(key, e.into()),
+        };
+        let rec = match Record::parse(&obj.body) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(record = key, error = %e, "corrupt idempotency record");
+                return RecordOutcome::Corrupt;
+            }
+        };
+        let now = self.now();
+        let meta = &obj.meta;
+        if rec.is_expired(now) {
+            // Whatever its status; only if nobody replaced it since we read it.
+            if dry_run {
+                return RecordOutcome::ExpiredDeleted;
+            }
+            return match self
+                .call(op_deadline, || self.store.delete(key, Some(&meta.etag)))
+                .await
+            {
+                Ok(()) => RecordOutcome::ExpiredDeleted,
+                Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => {
+                    RecordOutcome::Nothing
+                }
+                Err(e) => self.failed(key, e.into()),
+            };
+        }
+        if rec.status != Some(RecordStatus::Creating) {
+            return RecordOutcome::Nothing;
+        }
+        let finish_deadline = meta.last_modified + self.settings.finish_window;
+        if now >= finish_deadline {
+            tracing::warn!(record = key, task_id = %rec.task_id, "creating record past its finish deadline");
+            return RecordOutcome::PastDeadline;
+        }
+        if now - meta.last_modified < self.settings.stale_creating_after {
+            return RecordOutcome::Early;
+        }
+        if dry_run {
+            return RecordOutcome::Finished;
+        }
+        match self
+            .finish(key, &rec, &meta.etag, finish_deadline, op_deadline)
+            .await
+        {
+            Ok(true) => RecordOutcome::Finished,
+            Ok(false) => RecordOutcome::Promoted,
+            Err(e) => self.failed(key, e),
+        }
+    }
+
+    fn failed(&self, key: &str, e: SubmitError) -> RecordOutcome {
+        tracing::warn!(record = key, error = %e, "sweep could not handle a record");
+        RecordOutcome::Failed(e)
+    }
+
+    /// Does the pass with window `(previous, pass]` read a record last
+    /// written at `last_modified`? See the module docs.
     fn due(
         &self,
         last_modified: DateTime<Utc>,
         previous: Option<DateTime<Utc>>,
         pass: DateTime<Utc>,
     ) -> bool {
-        let now_age = pass - last_modified;
-        let prev_age = previous.map(|p| p - last_modified);
-        self.thresholds()
-            .into_iter()
-            .any(|t| t <= now_age && prev_age.is_none_or(|p| p < t))
+        let age = pass - last_modified;
+        let crossed = |t: Duration| t <= age && previous.is_none_or(|p| p - last_modified < t);
+        let s = &self.settings;
+        (crossed(s.stale_creating_after) && age < s.finish_window)
+            || crossed(s.default_ttl)
+            || (0..20)
+                .map(|k| Duration::hours(1 << k))
+                .filter(|t| *t > s.default_ttl)
+                .take_while(|t| *t <= age)
+                .any(crossed)
     }
 
-    /// One sweep: see the module docs.
+    /// One run of the scheduled pass: see the module docs.
     pub async fn sweep(&self, opts: &SweepOptions) -> Result<SweepSummary, SubmitError> {
-        let op_deadline = |e: &Engine| e.now() + e.settings.operation_timeout;
         let mut summary = SweepSummary {
             dry_run: opts.dry_run,
             ..SweepSummary::default()
         };
-        let (saved, saved_etag) = match self
+        let op_deadline = |e: &Engine| {
+            let d = e.now() + e.settings.operation_timeout;
+            opts.deadline.map_or(d, |o| d.min(o))
+        };
+        let (saved, mut etag) = match self
             .call(op_deadline(self), || self.store.get(CHECKPOINT_KEY))
             .await
         {
@@ -131,210 +371,371 @@ impl Engine {
             Err(Failure::Store(StoreError::NotFound)) => (None, None),
             Err(e) => return Err(e.into()),
         };
-        let run_started = self.now();
-        summary.resumed = saved.as_ref().is_some_and(|c| !c.complete);
+        // One clock reading: the new pass's instant, and the time the lease
+        // of another run is judged against.
+        let started = self.now();
+        if let Some(c) = &saved
+            && c.running_until.is_some_and(|u| u > started)
+        {
+            summary.busy = true;
+            return Ok(summary);
+        }
         let mut cp = match saved {
-            // An unfinished pass: go on with its window.
-            Some(c) if !c.complete => c,
-            Some(c) => Checkpoint {
-                previous_pass: Some(c.pass),
-                pass: self.now(),
-                cursor: None,
-                complete: false,
-            },
-            None => Checkpoint {
-                previous_pass: None,
-                pass: self.now(),
-                cursor: None,
-                complete: false,
-            },
+            Some(c) if !c.complete && !c.ranges.is_empty() => {
+                summary.resumed = true;
+                c
+            }
+            Some(c) => Checkpoint::new_pass(Some(c.pass), started),
+            None => Checkpoint::new_pass(None, started),
         };
 
-        let mut stopped = false;
-        'pages: loop {
-            let page = self
-                .call(op_deadline(self), || {
-                    self.store.list(PREFIX, cp.cursor.as_deref(), None, 1000)
-                })
-                .await?;
-            let mut next = 0;
-            while next < page.objects.len() {
-                if opts.deadline.is_some_and(|d| self.now() >= d) {
-                    stopped = true;
-                    break 'pages;
-                }
-                // The next chunk: up to SWEEP_CONCURRENCY records to read,
-                // with the records between them that are not due.
-                let mut chunk = Vec::new();
-                let mut reads = 0;
-                while next < page.objects.len() && reads < SWEEP_CONCURRENCY {
-                    if opts
-                        .max_records
-                        .is_some_and(|m| summary.scanned + chunk.len() as u64 >= m as u64)
-                    {
-                        break;
-                    }
-                    let meta = &page.objects[next];
-                    // A resumed pass judges its remaining records up to now,
-                    // so a record that crossed a threshold while the pass was
-                    // stopped is not left for the pass after; the pass keeps
-                    // its start as the next pass's lower bound, so the records
-                    // it handled before it stopped miss nothing either.
-                    let due = self.due(meta.last_modified, cp.previous_pass, run_started);
-                    reads += usize::from(due);
-                    chunk.push((meta, due));
-                    next += 1;
-                }
-                if chunk.is_empty() {
-                    stopped = true;
-                    break 'pages;
-                }
-                summary.scanned += chunk.len() as u64;
-                let results =
-                    futures::future::join_all(chunk.iter().map(|(meta, due)| async move {
-                        if *due {
-                            Some(self.sweep_record(meta, opts.dry_run).await)
-                        } else {
-                            None
-                        }
-                    }))
-                    .await;
-                // Everything done counts; the place is kept before the first
-                // record that has to be tried again.
-                let mut stop_here = false;
-                for ((meta, _), result) in chunk.iter().zip(results) {
-                    if let Some((tally, handled)) = result {
-                        summary.reads += 1;
-                        summary.finished += tally.finished;
-                        summary.promoted += tally.promoted;
-                        summary.expired_deleted += tally.expired_deleted;
-                        summary.errors += tally.errors;
-                        stop_here |= matches!(handled, Handled::Stop);
-                    }
-                    if !stop_here {
-                        cp.cursor = Some(meta.key.clone());
-                    }
-                }
-                if stop_here {
-                    stopped = true;
-                    break 'pages;
-                }
-            }
-            if page.next.is_none() || page.objects.is_empty() {
-                break;
-            }
-        }
-        summary.complete = !stopped;
-        cp.complete = !stopped;
-        if cp.complete {
-            cp.cursor = None;
-        }
         if !opts.dry_run {
-            // If another sweeper wrote the checkpoint since, its place wins.
-            let cond = match saved_etag {
-                Some(e) => PutMode::Update(e),
-                None => PutMode::Create,
-            };
-            let body = bytes::Bytes::from(serde_json::to_vec(&cp).unwrap_or_default());
+            // Claim the pass: if another run wrote the checkpoint since we
+            // read it, that run has it.
+            let lease = opts.deadline.unwrap_or(started + Duration::minutes(15))
+                + self.settings.operation_timeout;
+            cp.running_until = Some(lease);
             match self
-                .call(op_deadline(self), || {
-                    self.store.put(CHECKPOINT_KEY, body.clone(), cond.clone())
-                })
+                .write_checkpoint(&cp, etag.as_ref(), op_deadline(self))
                 .await
             {
-                Ok(_)
-                | Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => {}
+                Ok(e) => etag = Some(e),
+                Err(Failure::Store(StoreError::PreconditionFailed)) => {
+                    summary.busy = true;
+                    return Ok(summary);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+
+        let (window_from, window_to) = (cp.previous_pass, cp.pass);
+        let mut todo: VecDeque<Range> = std::mem::take(&mut cp.ranges).into();
+        let mut later: Vec<Range> = Vec::new();
+        let at_once = if opts.max_records.is_some() {
+            1
+        } else {
+            RANGES_AT_ONCE
+        };
+        let mut running = FuturesUnordered::new();
+        loop {
+            while running.len() < at_once
+                && opts.deadline.is_none_or(|d| self.now() < d)
+                && opts.max_records.is_none_or(|m| summary.scanned < m as u64)
+                && let Some(range) = todo.pop_front()
+            {
+                let left = opts.max_records.map_or(PAGE, |m| {
+                    (m as u64 - summary.scanned).min(PAGE as u64) as usize
+                });
+                running.push(self.sweep_unit(
+                    range,
+                    (window_from, window_to),
+                    left,
+                    opts,
+                    op_deadline(self),
+                ));
+            }
+            let Some(unit) = running.next().await else {
+                break;
+            };
+            summary.add(&unit.tally);
+            if unit.stop {
+                later.extend(unit.next);
+            } else {
+                todo.extend(unit.next);
+            }
+        }
+        later.extend(todo);
+        summary.complete = later.is_empty();
+        cp.ranges = later;
+        cp.complete = summary.complete;
+        cp.running_until = None;
+        if !opts.dry_run {
+            match self
+                .write_checkpoint(
+                    &cp,
+                    etag.as_ref(),
+                    self.now() + self.settings.operation_timeout,
+                )
+                .await
+            {
+                Ok(_) => {}
+                // Taken over after our lease ran out: its place wins.
+                Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => {}
                 Err(e) => return Err(e.into()),
             }
         }
         Ok(summary)
     }
 
-    /// Reads one record and does what it needs; what it did, and whether the
-    /// pass must stop here.
-    async fn sweep_record(&self, listed: &ObjectMeta, dry_run: bool) -> (SweepSummary, Handled) {
-        let mut tally = SweepSummary::default();
-        let handled = self.handle_record(listed, dry_run, &mut tally).await;
-        (tally, handled)
-    }
-
-    async fn handle_record(
+    async fn write_checkpoint(
         &self,
-        listed: &ObjectMeta,
-        dry_run: bool,
-        s: &mut SweepSummary,
-    ) -> Handled {
-        let op_deadline = self.now() + self.settings.operation_timeout;
-        let key = listed.key.as_str();
-        let obj = match self.call(op_deadline, || self.store.get(key)).await {
-            Ok(o) => o,
-            Err(Failure::Store(StoreError::NotFound)) => return Handled::Done,
-            Err(e) => return self.failed(key, SubmitError::from(e), s),
+        cp: &Checkpoint,
+        etag: Option<&ETag>,
+        deadline: DateTime<Utc>,
+    ) -> Result<ETag, Failure> {
+        let cond = match etag {
+            Some(e) => PutMode::Update(e.clone()),
+            None => PutMode::Create,
         };
-        let rec = match Record::parse(&obj.body) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(record = key, error = %e, "corrupt idempotency record");
-                s.errors += 1;
-                return Handled::Done;
-            }
-        };
-        let now = self.now();
-        let meta = &obj.meta;
-        if rec.is_expired(now) {
-            // Whatever its status; only if nobody replaced it since we read it.
-            if dry_run {
-                s.expired_deleted += 1;
-                return Handled::Done;
-            }
-            return match self
-                .call(op_deadline, || self.store.delete(key, Some(&meta.etag)))
-                .await
-            {
-                Ok(()) => {
-                    s.expired_deleted += 1;
-                    Handled::Done
-                }
-                Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => {
-                    Handled::Done
-                }
-                Err(e) => self.failed(key, SubmitError::from(e), s),
-            };
-        }
-        if rec.status != Some(RecordStatus::Creating) {
-            return Handled::Done;
-        }
-        let finish_deadline = meta.last_modified + self.settings.finish_window;
-        if now >= finish_deadline {
-            tracing::warn!(record = key, task_id = %rec.task_id, "creating record past its finish deadline");
-            s.errors += 1;
-            return Handled::Done;
-        }
-        if now - meta.last_modified < self.settings.stale_creating_after {
-            return Handled::Done;
-        }
-        if dry_run {
-            s.finished += 1;
-            return Handled::Done;
-        }
-        match self
-            .finish(key, &rec, &meta.etag, finish_deadline, op_deadline)
-            .await
-        {
-            Ok(true) => s.finished += 1,
-            Ok(false) => s.promoted += 1,
-            Err(e) => return self.failed(key, e, s),
-        }
-        Handled::Done
+        let body = bytes::Bytes::from(serde_json::to_vec(cp).unwrap_or_default());
+        self.call(deadline, || {
+            self.store.put(CHECKPOINT_KEY, body.clone(), cond.clone())
+        })
+        .await
+        .map(|p| p.etag)
     }
 
-    fn failed(&self, key: &str, e: SubmitError, s: &mut SweepSummary) -> Handled {
-        tracing::warn!(record = key, error = %e, "sweep could not handle a record");
-        s.errors += 1;
-        if e.is_retryable() && !matches!(e, SubmitError::Undetermined { .. }) {
-            Handled::Stop
-        } else {
-            Handled::Done
+    /// Lists one page of `range` and reads its due records; returns what to
+    /// go on with.
+    async fn sweep_unit(
+        &self,
+        range: Range,
+        window: (Option<DateTime<Utc>>, DateTime<Utc>),
+        limit: usize,
+        opts: &SweepOptions,
+        deadline: DateTime<Utc>,
+    ) -> Unit {
+        let mut tally = SweepSummary::default();
+        match range {
+            Range::Scopes { after } => {
+                tally.lists += 1;
+                let page = match self
+                    .call(deadline, || {
+                        self.store.list(RECORDS_PREFIX, after.as_deref(), None, 1)
+                    })
+                    .await
+                {
+                    Ok(p) => p,
+                    Err(e) => return self.unit_failed(Range::Scopes { after }, e, tally),
+                };
+                let Some(first) = page.objects.first() else {
+                    return Unit {
+                        tally,
+                        next: vec![],
+                        stop: false,
+                    };
+                };
+                let rest = &first.key[RECORDS_PREFIX.len()..];
+                let next = match rest.split_once('/') {
+                    Some((scope, _)) => {
+                        let prefix = format!("{RECORDS_PREFIX}{scope}/");
+                        // Past every key of this scope: '/' is followed by
+                        // nothing above U+10FFFF.
+                        let skip = format!("{prefix}\u{10FFFF}");
+                        let skip = if skip.as_str() > first.key.as_str() {
+                            skip
+                        } else {
+                            first.key.clone()
+                        };
+                        vec![
+                            Range::Keys {
+                                prefix,
+                                after: None,
+                                token: None,
+                            },
+                            Range::Scopes { after: Some(skip) },
+                        ]
+                    }
+                    // A key right under idempotency/ is not a record of the
+                    // layout: step over it.
+                    None => vec![Range::Scopes {
+                        after: Some(first.key.clone()),
+                    }],
+                };
+                Unit {
+                    tally,
+                    next,
+                    stop: false,
+                }
+            }
+            Range::Keys {
+                prefix,
+                after,
+                token,
+            } => {
+                tally.lists += 1;
+                let page = match self
+                    .call(deadline, || {
+                        self.store
+                            .list(&prefix, after.as_deref(), token.clone(), limit)
+                    })
+                    .await
+                {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let range = Range::Keys {
+                            prefix,
+                            after,
+                            token: None,
+                        };
+                        return self.unit_failed(range, e, tally);
+                    }
+                };
+                tally.scanned += page.objects.len() as u64;
+                let due: Vec<&ObjectMeta> = page
+                    .objects
+                    .iter()
+                    .filter(|m| self.due(m.last_modified, window.0, window.1))
+                    .collect();
+                // Read the due records side by side; keep the place before
+                // the first one that has to be tried again.
+                let outcomes: Vec<RecordOutcome> = futures::stream::iter(due.iter())
+                    .map(|m| self.sweep_record_by(&m.key, opts.dry_run, deadline))
+                    .buffered(READS_AT_ONCE)
+                    .collect()
+                    .await;
+                let mut stop_at: Option<&str> = None;
+                for (m, o) in due.iter().zip(&outcomes) {
+                    let o = if *o == RecordOutcome::Early {
+                        // A pass leaves young records to their submit and
+                        // their event.
+                        &RecordOutcome::Nothing
+                    } else {
+                        o
+                    };
+                    o.tally(&mut tally);
+                    if stop_at.is_none() && o.retry() {
+                        stop_at = Some(m.key.as_str());
+                    }
+                }
+                if let Some(failed) = stop_at {
+                    // Go on after the last listed key before it.
+                    let after = page
+                        .objects
+                        .iter()
+                        .take_while(|m| m.key.as_str() < failed)
+                        .last()
+                        .map(|m| m.key.clone())
+                        .or(after);
+                    return Unit {
+                        tally,
+                        next: vec![Range::Keys {
+                            prefix,
+                            after,
+                            token: None,
+                        }],
+                        stop: true,
+                    };
+                }
+                let last = page.objects.last().map(|m| m.key.clone());
+                let next = match (page.next, last) {
+                    (None, _) => vec![],
+                    // An empty page that is not the last: go on with its token.
+                    (Some(t), None) => vec![Range::Keys {
+                        prefix,
+                        after,
+                        token: Some(t),
+                    }],
+                    (Some(_), Some(last)) if page.objects.len() >= PAGE => split(&prefix, last),
+                    (Some(_), Some(last)) => vec![Range::Keys {
+                        prefix,
+                        after: Some(last),
+                        token: None,
+                    }],
+                };
+                Unit {
+                    tally,
+                    next,
+                    stop: false,
+                }
+            }
         }
+    }
+
+    fn unit_failed(&self, range: Range, e: Failure, tally: SweepSummary) -> Unit {
+        let e = SubmitError::from(e);
+        tracing::warn!(error = %e, "sweep could not list a range; it goes on next run");
+        let mut tally = tally;
+        tally.errors += 1;
+        Unit {
+            tally,
+            next: vec![range],
+            stop: true,
+        }
+    }
+}
+
+/// The rest of a range after its full page ending at `last`: split by the
+/// next hex digit of the record hash when it can still split, so that a
+/// large scope is listed by many listings at once.
+fn split(prefix: &str, last: String) -> Vec<Range> {
+    let scope_end = prefix[RECORDS_PREFIX.len()..]
+        .find('/')
+        .map(|i| RECORDS_PREFIX.len() + i + 1);
+    let digits = scope_end.map_or(usize::MAX, |e| prefix.len() - e);
+    let next_char = last.as_bytes().get(prefix.len()).copied();
+    match next_char {
+        Some(c) if digits < MAX_SPLIT_DIGITS && HEX.contains(&c) => {
+            let mut out = vec![Range::Keys {
+                prefix: format!("{prefix}{}", c as char),
+                after: Some(last),
+                token: None,
+            }];
+            out.extend(HEX.iter().filter(|d| **d > c).map(|d| Range::Keys {
+                prefix: format!("{prefix}{}", *d as char),
+                after: None,
+                token: None,
+            }));
+            out
+        }
+        _ => vec![Range::Keys {
+            prefix: prefix.to_owned(),
+            after: Some(last),
+            token: None,
+        }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(r: &[Range]) -> Vec<(String, Option<String>)> {
+        r.iter()
+            .map(|r| match r {
+                Range::Keys { prefix, after, .. } => (prefix.clone(), after.clone()),
+                Range::Scopes { .. } => panic!("a scope range"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_full_range_splits_by_the_next_hex_digit_after_its_place() {
+        let r = split("idempotency/t/", "idempotency/t/c3ff.json".into());
+        let k = keys(&r);
+        assert_eq!(
+            k[0],
+            (
+                "idempotency/t/c".into(),
+                Some("idempotency/t/c3ff.json".into())
+            )
+        );
+        let rest: Vec<_> = k[1..]
+            .iter()
+            .map(|(p, a)| (p.as_str(), a.is_none()))
+            .collect();
+        assert_eq!(
+            rest,
+            [
+                ("idempotency/t/d", true),
+                ("idempotency/t/e", true),
+                ("idempotency/t/f", true)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_range_three_digits_deep_goes_on_without_splitting() {
+        let r = split("idempotency/t/abc", "idempotency/t/abcd.json".into());
+        assert_eq!(
+            keys(&r),
+            [(
+                "idempotency/t/abc".into(),
+                Some("idempotency/t/abcd.json".into())
+            )]
+        );
+        // A key that is not a hex name does not split either.
+        let r = split("idempotency/t/", "idempotency/t/README".into());
+        assert_eq!(keys(&r).len(), 1);
     }
 }

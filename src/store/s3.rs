@@ -91,7 +91,8 @@ pub async fn client_from_env(force_path_style: bool) -> Client {
     Client::from_conf(conf)
 }
 
-fn https_client() -> aws_sdk_s3::config::SharedHttpClient {
+/// The HTTPS client of every SDK client here: rustls on ring.
+pub(crate) fn https_client() -> aws_sdk_s3::config::SharedHttpClient {
     aws_smithy_http_client::Builder::new()
         .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
             aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,

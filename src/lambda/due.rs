@@ -1,0 +1,277 @@
+//! The due queue (CONTRACT.md section 6): S3 event notifications of record
+//! writes, which SQS hands to `sweep` `STALE_CREATING_AFTER_SECONDS` after
+//! each write. Shared by the function (an SQS event) and `idem sweep
+//! --due-queue` (messages it receives itself).
+//!
+//! Per message: an S3 notification names records; each named record is read
+//! once (a batch that names one record twice reads it once) and handled by
+//! [`Engine::sweep_record`]. A message is handed back to the queue (listed
+//! for retry) when one of its records came early or failed retryably. S3's
+//! `s3:TestEvent`, keys outside `idempotency/` and other buckets are
+//! acknowledged without a read; a body that is not an S3 notification is
+//! logged, counted and acknowledged, so that it is never retried forever.
+
+use std::collections::HashMap;
+
+use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use lambda_runtime::LambdaEvent;
+use serde_json::Value;
+
+use crate::protocol::sweep::{RECORDS_PREFIX, RecordOutcome};
+use crate::protocol::{Engine, SweepSummary};
+
+/// Records of one batch read at once.
+const READS_AT_ONCE: usize = 16;
+
+/// One record write that an S3 notification names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    pub bucket: String,
+    /// The object key, decoded.
+    pub key: String,
+}
+
+/// What a message body is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// S3's `s3:TestEvent`, sent when the notification is configured.
+    Test,
+    /// Object events, with the objects they name.
+    Objects(Vec<Named>),
+    /// Not an S3 notification: why.
+    Unrecognized(String),
+}
+
+/// Reads an SQS message body as an S3 notification.
+pub fn parse(body: &str) -> Notice {
+    let v: Value = match serde_json::from_str(body) {
+        Ok(v) => v,
+        Err(e) => return Notice::Unrecognized(format!("not JSON: {e}")),
+    };
+    if v.get("Event").and_then(Value::as_str) == Some("s3:TestEvent") {
+        return Notice::Test;
+    }
+    let Some(records) = v.get("Records").and_then(Value::as_array) else {
+        return Notice::Unrecognized("neither Records nor an s3:TestEvent".into());
+    };
+    let mut out = Vec::with_capacity(records.len());
+    for r in records {
+        let source = r.get("eventSource").and_then(Value::as_str);
+        if source != Some("aws:s3") {
+            return Notice::Unrecognized(format!("eventSource {source:?}, not aws:s3"));
+        }
+        let s3 = r.get("s3");
+        let bucket = s3
+            .and_then(|s| s.pointer("/bucket/name"))
+            .and_then(Value::as_str);
+        let key = s3
+            .and_then(|s| s.pointer("/object/key"))
+            .and_then(Value::as_str);
+        let (Some(bucket), Some(key)) = (bucket, key) else {
+            return Notice::Unrecognized("an S3 record without bucket or key".into());
+        };
+        let Some(key) = decode_key(key) else {
+            return Notice::Unrecognized("an object key that does not decode".into());
+        };
+        out.push(Named {
+            bucket: bucket.to_owned(),
+            key,
+        });
+    }
+    Notice::Objects(out)
+}
+
+/// S3 notifications carry keys URL-encoded as in a form (`+` for a space).
+fn decode_key(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// One message of the due queue.
+#[derive(Debug, Clone)]
+pub struct DueMessage {
+    pub id: String,
+    pub body: String,
+}
+
+/// What a batch came to: its summary, and the ids of the messages to deliver
+/// again.
+#[derive(Debug, Clone, Default)]
+pub struct DueBatch {
+    pub summary: SweepSummary,
+    pub retry: Vec<String>,
+}
+
+/// Handles a batch of due-queue messages for `bucket` (events of any other
+/// bucket are acknowledged and ignored). No request starts after
+/// `deadline`.
+pub async fn handle_messages(
+    engine: &Engine,
+    bucket: &str,
+    messages: &[DueMessage],
+    dry_run: bool,
+    deadline: Option<DateTime<Utc>>,
+) -> DueBatch {
+    let mut summary = SweepSummary {
+        dry_run,
+        complete: true,
+        ..SweepSummary::default()
+    };
+    // Each record once, whichever messages name it.
+    let mut keys: Vec<String> = Vec::new();
+    let mut named_by: Vec<Vec<usize>> = vec![Vec::new(); messages.len()];
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for (i, m) in messages.iter().enumerate() {
+        match parse(&m.body) {
+            Notice::Test => summary.ignored += 1,
+            Notice::Unrecognized(why) => {
+                tracing::warn!(message_id = %m.id, reason = %why, "not an S3 notification; acknowledged");
+                summary.unrecognized += 1;
+            }
+            Notice::Objects(objects) => {
+                for o in objects {
+                    if o.bucket != bucket || !o.key.starts_with(RECORDS_PREFIX) {
+                        summary.ignored += 1;
+                        continue;
+                    }
+                    let k = *index.entry(o.key.clone()).or_insert_with(|| {
+                        keys.push(o.key);
+                        keys.len() - 1
+                    });
+                    named_by[i].push(k);
+                }
+            }
+        }
+    }
+    summary.scanned = keys.len() as u64;
+    let mut outcomes: Vec<Option<RecordOutcome>> = vec![None; keys.len()];
+    let done: Vec<(usize, RecordOutcome)> = futures::stream::iter(keys.iter().enumerate())
+        .map(|(k, key)| async move { (k, engine.sweep_record(key, dry_run, deadline).await) })
+        .buffer_unordered(READS_AT_ONCE)
+        .collect()
+        .await;
+    for (k, o) in done {
+        o.tally(&mut summary);
+        outcomes[k] = Some(o);
+    }
+    let retry = messages
+        .iter()
+        .zip(&named_by)
+        .filter(|(_, ks)| {
+            ks.iter()
+                .any(|k| outcomes[*k].as_ref().is_some_and(RecordOutcome::retry))
+        })
+        .map(|(m, _)| m.id.clone())
+        .collect();
+    DueBatch { summary, retry }
+}
+
+/// The `sweep` function on a batch of the due queue: the SQS partial batch
+/// response, its summary logged and counted.
+pub async fn handle_sqs(
+    engine: &Engine,
+    metrics: &super::Metrics,
+    bucket: &str,
+    event: LambdaEvent<SqsEvent>,
+) -> SqsBatchResponse {
+    let messages: Vec<DueMessage> = event
+        .payload
+        .records
+        .into_iter()
+        .map(|m| DueMessage {
+            id: m.message_id.unwrap_or_default(),
+            body: m.body.unwrap_or_default(),
+        })
+        .collect();
+    let deadline = super::schedule::stop_at(engine, event.context.deadline());
+    let batch = handle_messages(engine, bucket, &messages, false, deadline).await;
+    let s = &batch.summary;
+    metrics.sweep(s);
+    tracing::info!(
+        request_id = %event.context.request_id,
+        messages = messages.len(),
+        retried = batch.retry.len(),
+        scanned = s.scanned,
+        finished = s.finished,
+        promoted = s.promoted,
+        expired_deleted = s.expired_deleted,
+        errors = s.errors,
+        past_deadline = s.past_deadline,
+        early = s.early,
+        ignored = s.ignored,
+        unrecognized = s.unrecognized,
+        "due batch summary"
+    );
+    let mut resp = SqsBatchResponse::default();
+    for id in batch.retry {
+        let mut f = BatchItemFailure::default();
+        f.item_identifier = id;
+        resp.batch_item_failures.push(f);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_decoded_as_s3_encodes_them() {
+        assert_eq!(
+            decode_key("idempotency%2Fcharge_customer%2Fab12.json").as_deref(),
+            Some("idempotency/charge_customer/ab12.json")
+        );
+        assert_eq!(decode_key("a+b%2Bc").as_deref(), Some("a b+c"));
+        assert_eq!(decode_key("caf%C3%A9").as_deref(), Some("café"));
+        assert_eq!(decode_key("bad%2"), None);
+        assert_eq!(decode_key("bad%zz"), None);
+        assert_eq!(decode_key("bad%FF"), None);
+    }
+
+    #[test]
+    fn a_test_event_an_object_event_and_anything_else_are_told_apart() {
+        assert_eq!(
+            parse(r#"{"Service":"Amazon S3","Event":"s3:TestEvent","Bucket":"b"}"#),
+            Notice::Test
+        );
+        let body = r#"{"Records":[{"eventSource":"aws:s3","eventName":"ObjectCreated:Put",
+            "s3":{"bucket":{"name":"b"},"object":{"key":"idempotency%2Ft%2Fab.json","size":10}}}]}"#;
+        assert_eq!(
+            parse(body),
+            Notice::Objects(vec![Named {
+                bucket: "b".into(),
+                key: "idempotency/t/ab.json".into()
+            }])
+        );
+        for bad in [
+            "",
+            "not json",
+            "{}",
+            "[]",
+            r#"{"Records":[{"eventSource":"aws:sns"}]}"#,
+            r#"{"Records":[{"eventSource":"aws:s3","s3":{}}]}"#,
+            r#"{"Records":"x"}"#,
+        ] {
+            assert!(
+                matches!(parse(bad), Notice::Unrecognized(_)),
+                "{bad:?} was taken"
+            );
+        }
+    }
+}

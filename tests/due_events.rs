@@ -1,0 +1,383 @@
+//! The sweeper's main path: record events from the due queue, in memory.
+//! What each record state leads to, what a batch answers, and requests per
+//! record write that do not grow with the bucket.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use bytes::Bytes;
+use chrono::Duration;
+use idempotent_submit::lambda::due::{DueMessage, handle_messages};
+use idempotent_submit::lambda::{Metrics, Sweeper, handle_sweep};
+use idempotent_submit::protocol::RecordStatus;
+use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, PutMode, Store};
+use idempotent_submit::{ManualClock, Queue};
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::{Value, json};
+
+const BUCKET: &str = "queue-bucket";
+
+struct World {
+    clock: ManualClock,
+    bucket: MemoryStore,
+}
+
+impl World {
+    fn new() -> Self {
+        let clock = ManualClock::at_epoch();
+        let bucket = common::memory_store(&clock);
+        World { clock, bucket }
+    }
+
+    fn queue_over(&self, store: impl Store) -> Queue {
+        Queue::with_clock(store, Arc::new(self.clock.clone()), common::settings())
+    }
+
+    /// A submit of `key` that died right after writing its record; the
+    /// record's key.
+    async fn interrupted(&self, key: &str) -> String {
+        let f = FaultyStore::new(self.bucket.clone());
+        f.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+        self.queue_over(f)
+            .submit("t", json!({"k": key}))
+            .idempotency_key(key)
+            .await
+            .unwrap_err();
+        self.record_key(key)
+    }
+
+    async fn submitted(&self, key: &str, ttl: Duration) -> String {
+        self.queue_over(self.bucket.clone())
+            .submit("t", json!({"k": key}))
+            .idempotency_key(key)
+            .idempotency_ttl(ttl)
+            .await
+            .unwrap();
+        self.record_key(key)
+    }
+
+    fn record_key(&self, key: &str) -> String {
+        let hash = idempotent_submit::protocol::hash::key_hash(
+            "t",
+            &idempotent_submit::IdempotencyKey::parse(key).unwrap(),
+            None,
+        );
+        format!("idempotency/t/{}.json", hash.trim_start_matches("sha256:"))
+    }
+
+    fn count(&self, prefix: &str) -> usize {
+        self.bucket
+            .keys()
+            .iter()
+            .filter(|k| k.starts_with(prefix))
+            .count()
+    }
+
+    async fn status(&self, rkey: &str) -> Option<RecordStatus> {
+        let o = self.bucket.get(rkey).await.ok()?;
+        idempotent_submit::protocol::Record::parse(&o.body)
+            .unwrap()
+            .status
+    }
+}
+
+/// The body S3 sends for a write of `key` (the key URL-encoded, as S3 and
+/// moto send it).
+fn notification(bucket: &str, key: &str) -> String {
+    json!({"Records": [{
+        "eventVersion": "2.1",
+        "eventSource": "aws:s3",
+        "awsRegion": "us-east-1",
+        "eventTime": "2026-01-27T12:00:00.000Z",
+        "eventName": "ObjectCreated:Put",
+        "s3": {
+            "s3SchemaVersion": "1.0",
+            "bucket": {"name": bucket, "arn": format!("arn:aws:s3:::{bucket}")},
+            "object": {"key": key.replace('/', "%2F"), "size": 512, "eTag": "0123"},
+        },
+    }]})
+    .to_string()
+}
+
+fn msg(id: &str, body: String) -> DueMessage {
+    DueMessage {
+        id: id.into(),
+        body,
+    }
+}
+
+#[tokio::test]
+async fn a_stale_interrupted_submit_is_finished_and_promoted_by_its_event() {
+    let w = World::new();
+    let rkey = w.interrupted("a").await;
+    w.clock.advance(Duration::seconds(600));
+    let q = w.queue_over(w.bucket.clone());
+    let b = handle_messages(
+        q.engine(),
+        BUCKET,
+        &[msg("m1", notification(BUCKET, &rkey))],
+        false,
+        None,
+    )
+    .await;
+    assert!(b.retry.is_empty());
+    assert_eq!((b.summary.scanned, b.summary.finished), (1, 1));
+    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Ready));
+    assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
+}
+
+#[tokio::test]
+async fn an_early_event_goes_back_to_the_queue_and_changes_nothing() {
+    let w = World::new();
+    let rkey = w.interrupted("a").await;
+    w.clock.advance(Duration::seconds(599));
+    let before = w.bucket.keys();
+    let q = w.queue_over(w.bucket.clone());
+    let b = handle_messages(
+        q.engine(),
+        BUCKET,
+        &[msg("m1", notification(BUCKET, &rkey))],
+        false,
+        None,
+    )
+    .await;
+    assert_eq!(b.retry, ["m1"]);
+    assert_eq!((b.summary.early, b.summary.errors), (1, 0));
+    assert_eq!(w.bucket.keys(), before);
+    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Creating));
+}
+
+#[tokio::test]
+async fn an_event_past_the_finish_deadline_is_counted_and_acknowledged() {
+    let w = World::new();
+    let rkey = w.interrupted("a").await;
+    w.clock.advance(Duration::seconds(2400));
+    let q = w.queue_over(w.bucket.clone());
+    let b = handle_messages(
+        q.engine(),
+        BUCKET,
+        &[msg("m1", notification(BUCKET, &rkey))],
+        false,
+        None,
+    )
+    .await;
+    assert!(b.retry.is_empty());
+    assert_eq!((b.summary.errors, b.summary.past_deadline), (1, 1));
+    assert_eq!(w.count("tasks/"), 0);
+}
+
+#[tokio::test]
+async fn an_expired_record_named_by_an_event_is_deleted() {
+    let w = World::new();
+    let rkey = w.submitted("a", Duration::hours(1)).await;
+    w.clock.advance(Duration::hours(2));
+    let q = w.queue_over(w.bucket.clone());
+    let b = handle_messages(
+        q.engine(),
+        BUCKET,
+        &[msg("m1", notification(BUCKET, &rkey))],
+        false,
+        None,
+    )
+    .await;
+    assert!(b.retry.is_empty());
+    assert_eq!(b.summary.expired_deleted, 1);
+    assert_eq!(w.count("idempotency/"), 0);
+}
+
+#[tokio::test]
+async fn a_storage_failure_sends_the_message_back_and_the_redelivery_finishes_it() {
+    let w = World::new();
+    let rkey = w.interrupted("a").await;
+    w.clock.advance(Duration::seconds(700));
+    let f = FaultyStore::new(w.bucket.clone());
+    f.inject(
+        Some(Op::PutCreate),
+        "tasks/",
+        1,
+        usize::MAX,
+        Fault::Fail(idempotent_submit::StoreError::Unavailable("503".into())),
+    );
+    let m = [msg("m1", notification(BUCKET, &rkey))];
+    let b = handle_messages(w.queue_over(f.clone()).engine(), BUCKET, &m, false, None).await;
+    assert_eq!(b.retry, ["m1"]);
+    assert_eq!(b.summary.errors, 1);
+    f.heal();
+    let b = handle_messages(w.queue_over(f).engine(), BUCKET, &m, false, None).await;
+    assert!(b.retry.is_empty());
+    assert_eq!(b.summary.finished, 1);
+    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Ready));
+}
+
+#[tokio::test]
+async fn test_events_foreign_keys_other_buckets_and_junk_are_acknowledged_without_a_read() {
+    let w = World::new();
+    let rkey = w.interrupted("a").await;
+    w.clock.advance(Duration::seconds(700));
+    let f = FaultyStore::new(w.bucket.clone());
+    let q = w.queue_over(f.clone());
+    let messages = [
+        msg(
+            "test",
+            json!({"Service": "Amazon S3", "Event": "s3:TestEvent", "Bucket": BUCKET}).to_string(),
+        ),
+        msg("task", notification(BUCKET, "tasks/a/x.json")),
+        msg("other", notification("another-bucket", &rkey)),
+        msg("junk", "not json".into()),
+        msg(
+            "sns",
+            json!({"Records": [{"eventSource": "aws:sns"}]}).to_string(),
+        ),
+        msg("empty", "{}".into()),
+    ];
+    let b = handle_messages(q.engine(), BUCKET, &messages, false, None).await;
+    assert!(b.retry.is_empty(), "{:?}", b.retry);
+    assert_eq!((b.summary.ignored, b.summary.unrecognized), (3, 3));
+    assert_eq!((b.summary.scanned, b.summary.reads), (0, 0));
+    assert!(f.calls().is_empty(), "{:?}", f.calls());
+    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Creating));
+}
+
+#[tokio::test]
+async fn a_record_named_twice_in_a_batch_is_read_once_and_both_messages_are_answered() {
+    let w = World::new();
+    let ready = w.submitted("r", Duration::days(30)).await;
+    let early = w.interrupted("e").await;
+    w.clock.advance(Duration::seconds(300));
+    let f = FaultyStore::new(w.bucket.clone());
+    let q = w.queue_over(f.clone());
+    let messages = [
+        msg("r1", notification(BUCKET, &ready)),
+        msg("r2", notification(BUCKET, &ready)),
+        msg("e1", notification(BUCKET, &early)),
+        msg("e2", notification(BUCKET, &early)),
+    ];
+    let b = handle_messages(q.engine(), BUCKET, &messages, false, None).await;
+    let mut retry = b.retry.clone();
+    retry.sort();
+    assert_eq!(retry, ["e1", "e2"]);
+    assert_eq!(b.summary.scanned, 2);
+    let gets = f.calls().iter().filter(|c| c.op == Op::Get).count();
+    assert_eq!(gets, 2);
+}
+
+/// The requests that the events of `probe` records make, counted from the
+/// store's call log, in a bucket of `size` other records.
+async fn requests_for_events(size: usize) -> BTreeMap<String, usize> {
+    let w = World::new();
+    let template = w.submitted("template", Duration::days(30)).await;
+    let body: Bytes = w.bucket.get(&template).await.unwrap().body;
+    for i in 0..size {
+        let k = format!(
+            "idempotency/t/{:064x}.json",
+            i as u128 * 0x9e37_79b9_7f4a_7c15
+        );
+        w.bucket
+            .put(&k, body.clone(), PutMode::Create)
+            .await
+            .unwrap();
+    }
+    let interrupted = w.interrupted("probe-interrupted").await;
+    let ready = w.submitted("probe-ready", Duration::days(30)).await;
+    w.clock.advance(Duration::seconds(600));
+    let f = FaultyStore::new(w.bucket.clone());
+    let q = w.queue_over(f.clone());
+    let messages = [
+        msg("i", notification(BUCKET, &interrupted)),
+        msg("r", notification(BUCKET, &ready)),
+    ];
+    let b = handle_messages(q.engine(), BUCKET, &messages, false, None).await;
+    assert!(b.retry.is_empty());
+    assert_eq!((b.summary.finished, b.summary.reads), (1, 2));
+    let mut by_op = BTreeMap::new();
+    for c in f.calls() {
+        let prefix = c.key.split('/').next().unwrap_or("").to_owned();
+        *by_op.entry(format!("{:?} {prefix}", c.op)).or_default() += 1;
+    }
+    by_op
+}
+
+#[tokio::test]
+async fn requests_per_record_event_stay_the_same_from_a_thousand_to_a_hundred_thousand_records() {
+    let small = requests_for_events(1_000).await;
+    let large = requests_for_events(100_000).await;
+    assert_eq!(small, large);
+    // The interrupted record: read, its task and marker, then ready. The
+    // ready record: one read. No listing.
+    let expected: BTreeMap<String, usize> = [
+        ("Get idempotency", 2),
+        ("PutCreate tasks", 1),
+        ("Put ready", 1),
+        ("PutUpdate idempotency", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(large, expected);
+    assert!(!large.keys().any(|k| k.starts_with("List")));
+}
+
+fn sqs_event(messages: &[(&str, String)]) -> Value {
+    let records: Vec<SqsMessage> = messages
+        .iter()
+        .map(|(id, body)| {
+            let mut m = SqsMessage::default();
+            m.message_id = Some((*id).into());
+            m.body = Some(body.clone());
+            m.event_source = Some("aws:sqs".into());
+            m.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:due".into());
+            m
+        })
+        .collect();
+    let mut e = SqsEvent::default();
+    e.records = records;
+    serde_json::to_value(e).unwrap()
+}
+
+#[tokio::test]
+async fn the_function_tells_a_due_batch_from_the_schedule_by_event_source() {
+    let w = World::new();
+    let stale = w.interrupted("s").await;
+    w.clock.advance(Duration::seconds(300));
+    let early = w.interrupted("e").await;
+    w.clock.advance(Duration::seconds(300));
+    let sweeper = Sweeper {
+        queue: w.queue_over(w.bucket.clone()),
+        bucket: BUCKET.into(),
+        metrics: Metrics::collecting("sweep"),
+    };
+    let event = sqs_event(&[
+        ("stale", notification(BUCKET, &stale)),
+        ("early", notification(BUCKET, &early)),
+    ]);
+    let out = handle_sweep(&sweeper, LambdaEvent::new(event, Context::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        json!({"batchItemFailures": [{"itemIdentifier": "early"}]})
+    );
+    assert_eq!(w.status(&stale).await, Some(RecordStatus::Ready));
+    let line = &sweeper.metrics.lines()[0];
+    assert_eq!(
+        (line["SweepFinished"].as_u64(), line["SweepEarly"].as_u64()),
+        (Some(1), Some(1))
+    );
+
+    // An S3 notification sent straight to the function is not a due batch,
+    // nor a schedule: it is refused.
+    let direct: Value = serde_json::from_str(&notification(BUCKET, &early)).unwrap();
+    let err = handle_sweep(&sweeper, LambdaEvent::new(direct, Context::default()))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("aws:s3"), "{err}");
+
+    // Anything without Records is the schedule: a pass and its summary.
+    let out = handle_sweep(&sweeper, LambdaEvent::new(json!({}), Context::default()))
+        .await
+        .unwrap();
+    assert_eq!(out["complete"], true);
+}
