@@ -11,7 +11,7 @@ use futures::FutureExt;
 use idempotent_submit::protocol::sweep::RecordOutcome;
 use idempotent_submit::protocol::{RecordStatus, SweepOptions, SweepSummary};
 use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, PutMode, Store, StoreError};
-use idempotent_submit::{ManualClock, Queue};
+use idempotent_submit::{Clock, ManualClock, Queue};
 use serde_json::json;
 
 struct World {
@@ -444,4 +444,267 @@ async fn a_pass_reads_and_finishes_records_side_by_side() {
     let trips = f.round_trips();
     assert!(calls >= 32 * 4, "{calls}");
     assert!(trips <= 2 * 3 + 4, "{trips} round trips for {calls} calls");
+}
+
+/// A clock that moves one second every time it is read: whatever reads it
+/// twice sees two instants, as a real clock does.
+#[derive(Clone)]
+struct TickingClock(ManualClock);
+
+impl Clock for TickingClock {
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.0.advance(Duration::seconds(1));
+        self.0.now()
+    }
+}
+
+/// A bucket holding one expired record per second of `LastModified`, `n`
+/// of them under each of `scopes`, on a clock that ticks at every read.
+async fn dense_bucket(scopes: &[(&str, usize)]) -> (ManualClock, MemoryStore) {
+    let manual = ManualClock::at_epoch();
+    let ticking: Arc<dyn Clock> = Arc::new(TickingClock(manual.clone()));
+    let bucket = MemoryStore::new(ticking);
+    let q = Queue::with_clock(bucket.clone(), Arc::new(manual.clone()), common::settings());
+    q.submit("t", json!(1))
+        .idempotency_key("template")
+        .await
+        .unwrap();
+    let template_key = bucket
+        .keys()
+        .into_iter()
+        .find(|k| k.starts_with("idempotency/"))
+        .unwrap();
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&bucket.get(&template_key).await.unwrap().body).unwrap();
+    bucket.delete(&template_key, None).await.unwrap();
+    // Expired from the start: whenever a pass reads one, it deletes it.
+    v["expires_at"] = json!("2026-01-27T13:00:00Z");
+    let body: bytes::Bytes = serde_json::to_vec(&v).unwrap().into();
+    let mut i: u64 = 0;
+    for (scope, n) in scopes {
+        for _ in 0..*n {
+            i += 1;
+            let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(i.to_le_bytes()));
+            bucket
+                .put(
+                    &format!("idempotency/{scope}/{hash}.json"),
+                    body.clone(),
+                    PutMode::Create,
+                )
+                .await
+                .unwrap();
+        }
+    }
+    (manual, bucket)
+}
+
+/// A default TTL of an hour; an operation timeout long enough for a clock
+/// that ticks at every read by every one of the records read side by side.
+fn short_ttl_settings() -> idempotent_submit::Settings {
+    idempotent_submit::Settings {
+        default_ttl: Duration::hours(1),
+        operation_timeout: Duration::minutes(10),
+        ..common::settings()
+    }
+}
+
+#[tokio::test]
+async fn no_threshold_crossing_is_missed_when_the_clock_moves_between_its_reads() {
+    // 1,800 records, one per second of LastModified: any instant that no
+    // pass's window covers leaves a record unread at its expiry threshold.
+    let (manual, bucket) = dense_bucket(&[("t", 1800)]).await;
+    let clock: Arc<dyn Clock> = Arc::new(TickingClock(manual.clone()));
+    let q = Queue::with_clock(bucket.clone(), clock, short_ttl_settings());
+    // Passes every 97 s (plus the clock's own ticks) from before the first
+    // record is an hour old until the last one is an hour and a bit old,
+    // and before any reaches 2 h (the next threshold).
+    let first = bucket
+        .keys()
+        .iter()
+        .filter(|k| k.starts_with("idempotency/"))
+        .count();
+    let mut deleted = 0;
+    manual.advance(Duration::minutes(50));
+    for _ in 0..60 {
+        let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+        assert!(s.complete && s.errors == 0, "{s:?}");
+        deleted += s.expired_deleted;
+        manual.advance(Duration::seconds(97));
+    }
+    let left: Vec<_> = bucket
+        .keys()
+        .into_iter()
+        .filter(|k| k.starts_with("idempotency/"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "{} records never judged expired",
+        left.len()
+    );
+    assert_eq!(deleted as usize, first, "each record deleted once");
+}
+
+#[tokio::test]
+async fn a_pass_over_parallel_ranges_resumed_across_runs_misses_nothing_and_reads_each_record_once_or_twice()
+ {
+    let (manual, bucket) = dense_bucket(&[
+        ("big", 2500),
+        ("s1", 7),
+        ("s2", 3),
+        ("s3", 1),
+        ("z.z-z", 40),
+    ])
+    .await;
+    let total = 2500 + 7 + 3 + 1 + 40;
+    manual.advance(Duration::days(31));
+    let f = FaultyStore::new(bucket.clone());
+    let clock: Arc<dyn Clock> = Arc::new(TickingClock(manual.clone()));
+    let q = Queue::with_clock(f.clone(), clock, short_ttl_settings());
+    let mut sum = SweepSummary::default();
+    let mut runs = 0;
+    let mut resumed = 0;
+    loop {
+        runs += 1;
+        assert!(runs < 1000, "the pass never completes");
+        // A short invocation: it stops at its deadline, keeping its place.
+        let opts = SweepOptions {
+            deadline: Some(manual.now() + Duration::seconds(3000)),
+            ..Default::default()
+        };
+        let s = q.engine().sweep(&opts).await.unwrap();
+        if runs < 5 {
+            eprintln!("{s:?}");
+        }
+        assert!(!s.busy);
+        resumed += usize::from(s.resumed);
+        sum.add(&s);
+        if s.complete {
+            break;
+        }
+    }
+    assert!(
+        runs > 2 && resumed == runs - 1,
+        "{runs} runs, {resumed} resumed"
+    );
+    assert_eq!(sum.expired_deleted as usize, total, "{sum:?}");
+    let left = bucket
+        .keys()
+        .iter()
+        .filter(|k| k.starts_with("idempotency/"))
+        .count();
+    assert_eq!(left, 0);
+    // A record cut short by a deadline is read again next run, never more.
+    let mut reads: HashMap<String, usize> = HashMap::new();
+    for c in f.calls() {
+        if c.op == Op::Get && c.key.starts_with("idempotency/") {
+            *reads.entry(c.key).or_default() += 1;
+        }
+    }
+    assert_eq!(reads.len(), total);
+    assert!(
+        reads.values().all(|n| *n <= 2),
+        "{:?}",
+        reads.values().max()
+    );
+    // The big scope was split by the hex digits of its records' hashes.
+    let split: std::collections::HashSet<String> = f
+        .calls()
+        .into_iter()
+        .filter(|c| c.op == Op::List && c.key.len() == "idempotency/big/".len() + 1)
+        .map(|c| c.key)
+        .collect();
+    assert!(split.len() >= 8, "{split:?}");
+}
+
+#[tokio::test]
+async fn a_run_that_finds_the_pass_claimed_by_another_does_nothing() {
+    let w = World::new();
+    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        .await;
+    w.clock.advance(Duration::minutes(11));
+    // Another run claims the pass and is still working it.
+    let claimed = json!({
+        "previous_pass": null,
+        "pass": "2026-01-27T12:10:00Z",
+        "complete": false,
+        "ranges": [{"kind": "scopes"}],
+        "running_until": "2099-01-01T00:00:00Z",
+    });
+    w.bucket
+        .put(
+            "sweeper/checkpoint.json",
+            serde_json::to_vec(&claimed).unwrap().into(),
+            PutMode::Create,
+        )
+        .await
+        .unwrap();
+    let s = w.sweep(false).await;
+    assert!(s.busy && !s.complete);
+    assert_eq!((s.scanned, s.reads), (0, 0));
+    assert_eq!(w.count("tasks/"), 0);
+}
+
+/// A bucket whose first listing of each records range answers an empty page
+/// that is not the last (S3 may).
+#[derive(Clone)]
+struct EmptyFirstPages {
+    inner: MemoryStore,
+    seen: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+#[async_trait::async_trait]
+impl Store for EmptyFirstPages {
+    async fn get(&self, key: &str) -> Result<idempotent_submit::store::Object, StoreError> {
+        self.inner.get(key).await
+    }
+    async fn head(&self, key: &str) -> Result<idempotent_submit::store::ObjectMeta, StoreError> {
+        self.inner.head(key).await
+    }
+    async fn put(
+        &self,
+        key: &str,
+        body: bytes::Bytes,
+        mode: PutMode,
+    ) -> Result<idempotent_submit::store::PutResult, StoreError> {
+        self.inner.put(key, body, mode).await
+    }
+    async fn delete(
+        &self,
+        key: &str,
+        if_match: Option<&idempotent_submit::store::ETag>,
+    ) -> Result<(), StoreError> {
+        self.inner.delete(key, if_match).await
+    }
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        page: Option<String>,
+        limit: usize,
+    ) -> Result<idempotent_submit::store::ListPage, StoreError> {
+        if prefix.len() > "idempotency/".len()
+            && page.is_none()
+            && self.seen.lock().unwrap().insert(prefix.to_owned())
+        {
+            return Ok(idempotent_submit::store::ListPage {
+                objects: vec![],
+                next: Some(String::new()),
+            });
+        }
+        self.inner.list(prefix, start_after, page, limit).await
+    }
+}
+
+#[tokio::test]
+async fn an_empty_page_with_a_continuation_token_is_not_the_end_of_a_range() {
+    let w = World::new();
+    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        .await;
+    w.clock.advance(Duration::minutes(11));
+    let q = w.queue_over(EmptyFirstPages {
+        inner: w.bucket.clone(),
+        seen: Arc::default(),
+    });
+    let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+    assert_eq!((s.scanned, s.finished, s.complete), (1, 1, true), "{s:?}");
 }

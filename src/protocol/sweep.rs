@@ -181,6 +181,9 @@ impl RecordOutcome {
                 s.past_deadline += 1;
                 s.errors += 1;
             }
+            // Cut short by the run's own deadline: not an error, it goes on
+            // next run.
+            RecordOutcome::Failed(SubmitError::DeadlineExceeded) => {}
             RecordOutcome::Corrupt | RecordOutcome::Failed(_) => s.errors += 1,
         }
     }
@@ -195,11 +198,13 @@ enum Range {
         #[serde(default)]
         after: Option<String>,
     },
-    /// The records under `prefix` after `after`.
+    /// The records under `prefix` after `after`, up to `until` (included).
     Keys {
         prefix: String,
         #[serde(default)]
         after: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        until: Option<String>,
         /// A continuation token for an empty page that was not the last;
         /// only within a run.
         #[serde(skip)]
@@ -241,10 +246,10 @@ impl Checkpoint {
 /// What one unit of a pass (a page of one range) left behind.
 struct Unit {
     tally: SweepSummary,
-    /// The ranges to go on with (none: the range is done).
+    /// The ranges to go on with in this run (none: the range is done).
     next: Vec<Range>,
-    /// The range must wait for the next run (a retryable failure).
-    stop: bool,
+    /// The ranges that wait for the next run (after a retryable failure).
+    wait: Vec<Range>,
 }
 
 impl Engine {
@@ -426,23 +431,14 @@ impl Engine {
                 let left = opts.max_records.map_or(PAGE, |m| {
                     (m as u64 - summary.scanned).min(PAGE as u64) as usize
                 });
-                running.push(self.sweep_unit(
-                    range,
-                    (window_from, window_to),
-                    left,
-                    opts,
-                    op_deadline(self),
-                ));
+                running.push(self.sweep_unit(range, (window_from, window_to), left, opts));
             }
             let Some(unit) = running.next().await else {
                 break;
             };
             summary.add(&unit.tally);
-            if unit.stop {
-                later.extend(unit.next);
-            } else {
-                todo.extend(unit.next);
-            }
+            later.extend(unit.wait);
+            todo.extend(unit.next);
         }
         later.extend(todo);
         summary.complete = later.is_empty();
@@ -493,14 +489,20 @@ impl Engine {
         window: (Option<DateTime<Utc>>, DateTime<Utc>),
         limit: usize,
         opts: &SweepOptions,
-        deadline: DateTime<Utc>,
     ) -> Unit {
         let mut tally = SweepSummary::default();
+        // Each request gets the operation timeout, and none starts past the
+        // run's deadline: no read, listing or finish runs into the stop
+        // margin but for one attempt's timeout.
+        let deadline = || {
+            let d = self.now() + self.settings.operation_timeout;
+            opts.deadline.map_or(d, |o| d.min(o))
+        };
         match range {
             Range::Scopes { after } => {
                 tally.lists += 1;
                 let page = match self
-                    .call(deadline, || {
+                    .call(deadline(), || {
                         self.store.list(RECORDS_PREFIX, after.as_deref(), None, 1)
                     })
                     .await
@@ -512,7 +514,7 @@ impl Engine {
                     return Unit {
                         tally,
                         next: vec![],
-                        stop: false,
+                        wait: vec![],
                     };
                 };
                 let rest = &first.key[RECORDS_PREFIX.len()..];
@@ -531,6 +533,7 @@ impl Engine {
                             Range::Keys {
                                 prefix,
                                 after: None,
+                                until: None,
                                 token: None,
                             },
                             Range::Scopes { after: Some(skip) },
@@ -545,17 +548,18 @@ impl Engine {
                 Unit {
                     tally,
                     next,
-                    stop: false,
+                    wait: vec![],
                 }
             }
             Range::Keys {
                 prefix,
                 after,
+                until,
                 token,
             } => {
                 tally.lists += 1;
                 let page = match self
-                    .call(deadline, || {
+                    .call(deadline(), || {
                         self.store
                             .list(&prefix, after.as_deref(), token.clone(), limit)
                     })
@@ -566,78 +570,106 @@ impl Engine {
                         let range = Range::Keys {
                             prefix,
                             after,
+                            until,
                             token: None,
                         };
                         return self.unit_failed(range, e, tally);
                     }
                 };
-                tally.scanned += page.objects.len() as u64;
-                let due: Vec<&ObjectMeta> = page
-                    .objects
+                // Keys past the range's upper end belong to other ranges.
+                let in_range = |k: &str| until.as_deref().is_none_or(|u| k <= u);
+                let objects: Vec<&ObjectMeta> =
+                    page.objects.iter().filter(|m| in_range(&m.key)).collect();
+                let ended = page.next.is_none() || objects.len() < page.objects.len();
+                tally.scanned += objects.len() as u64;
+                let last = objects.last().map(|m| m.key.clone());
+
+                // What comes after this page: nothing, the same range from
+                // its last key (or its token, after an empty page), or, after
+                // a full page, the rest split by the next hex digit.
+                let mut next = match (&last, ended) {
+                    (_, true) => vec![],
+                    (None, false) => vec![Range::Keys {
+                        prefix: prefix.clone(),
+                        after: after.clone(),
+                        until: until.clone(),
+                        token: page.next.clone(),
+                    }],
+                    (Some(last), false) if until.is_none() && objects.len() >= PAGE => {
+                        split(&prefix, last.clone())
+                    }
+                    (Some(last), false) => vec![Range::Keys {
+                        prefix: prefix.clone(),
+                        after: Some(last.clone()),
+                        until: until.clone(),
+                        token: None,
+                    }],
+                };
+
+                let due: Vec<&ObjectMeta> = objects
                     .iter()
+                    .copied()
                     .filter(|m| self.due(m.last_modified, window.0, window.1))
                     .collect();
-                // Read the due records side by side; keep the place before
-                // the first one that has to be tried again.
-                let outcomes: Vec<RecordOutcome> = futures::stream::iter(due.iter())
-                    .map(|m| self.sweep_record_by(&m.key, opts.dry_run, deadline))
-                    .buffered(READS_AT_ONCE)
-                    .collect()
-                    .await;
+                // Read the due records side by side, a chunk at a time, none
+                // started past the deadline; keep the place before the first
+                // one that has to be tried again.
                 let mut stop_at: Option<&str> = None;
-                for (m, o) in due.iter().zip(&outcomes) {
-                    let o = if *o == RecordOutcome::Early {
-                        // A pass leaves young records to their submit and
-                        // their event.
-                        &RecordOutcome::Nothing
-                    } else {
-                        o
-                    };
-                    o.tally(&mut tally);
-                    if stop_at.is_none() && o.retry() {
-                        stop_at = Some(m.key.as_str());
+                for chunk in due.chunks(READS_AT_ONCE) {
+                    if opts.deadline.is_some_and(|d| self.now() >= d) {
+                        stop_at = chunk.first().map(|m| m.key.as_str());
+                        break;
+                    }
+                    let outcomes = futures::future::join_all(
+                        chunk
+                            .iter()
+                            .map(|m| self.sweep_record(&m.key, opts.dry_run, opts.deadline)),
+                    )
+                    .await;
+                    for (m, o) in chunk.iter().zip(&outcomes) {
+                        let o = match o {
+                            // A pass leaves young records to their submit and
+                            // their event.
+                            RecordOutcome::Early => &RecordOutcome::Nothing,
+                            o => o,
+                        };
+                        o.tally(&mut tally);
+                        if stop_at.is_none() && o.retry() {
+                            stop_at = Some(m.key.as_str());
+                        }
+                    }
+                    if stop_at.is_some() {
+                        break;
                     }
                 }
+                let mut wait = Vec::new();
                 if let Some(failed) = stop_at {
-                    // Go on after the last listed key before it.
-                    let after = page
-                        .objects
+                    // This page goes on next run after the last listed key
+                    // before the record to try again: up to the page's last
+                    // key when the rest was split (the split ranges go on
+                    // now), else with the rest of the range.
+                    let resume = objects
                         .iter()
                         .take_while(|m| m.key.as_str() < failed)
                         .last()
                         .map(|m| m.key.clone())
                         .or(after);
-                    return Unit {
-                        tally,
-                        next: vec![Range::Keys {
-                            prefix,
-                            after,
-                            token: None,
-                        }],
-                        stop: true,
-                    };
-                }
-                let last = page.objects.last().map(|m| m.key.clone());
-                let next = match (page.next, last) {
-                    (None, _) => vec![],
-                    // An empty page that is not the last: go on with its token.
-                    (Some(t), None) => vec![Range::Keys {
-                        prefix,
-                        after,
-                        token: Some(t),
-                    }],
-                    (Some(_), Some(last)) if page.objects.len() >= PAGE => split(&prefix, last),
-                    (Some(_), Some(last)) => vec![Range::Keys {
-                        prefix,
-                        after: Some(last),
+                    let rest_is_split = next.len() > 1;
+                    wait.push(Range::Keys {
+                        prefix: prefix.clone(),
+                        after: resume,
+                        until: if rest_is_split {
+                            last.clone()
+                        } else {
+                            until.clone()
+                        },
                         token: None,
-                    }],
-                };
-                Unit {
-                    tally,
-                    next,
-                    stop: false,
+                    });
+                    if !rest_is_split {
+                        next.clear();
+                    }
                 }
+                Unit { tally, next, wait }
             }
         }
     }
@@ -649,8 +681,8 @@ impl Engine {
         tally.errors += 1;
         Unit {
             tally,
-            next: vec![range],
-            stop: true,
+            next: vec![],
+            wait: vec![range],
         }
     }
 }
@@ -669,11 +701,13 @@ fn split(prefix: &str, last: String) -> Vec<Range> {
             let mut out = vec![Range::Keys {
                 prefix: format!("{prefix}{}", c as char),
                 after: Some(last),
+                until: None,
                 token: None,
             }];
             out.extend(HEX.iter().filter(|d| **d > c).map(|d| Range::Keys {
                 prefix: format!("{prefix}{}", *d as char),
                 after: None,
+                until: None,
                 token: None,
             }));
             out
@@ -681,6 +715,7 @@ fn split(prefix: &str, last: String) -> Vec<Range> {
         _ => vec![Range::Keys {
             prefix: prefix.to_owned(),
             after: Some(last),
+            until: None,
             token: None,
         }],
     }
