@@ -462,8 +462,7 @@ impl Clock for TickingClock {
 /// of them under each of `scopes`, on a clock that ticks at every read.
 async fn dense_bucket(scopes: &[(&str, usize)]) -> (ManualClock, MemoryStore) {
     let manual = ManualClock::at_epoch();
-    let ticking: Arc<dyn Clock> = Arc::new(TickingClock(manual.clone()));
-    let bucket = MemoryStore::new(ticking);
+    let bucket = common::memory_store(&manual);
     let q = Queue::with_clock(bucket.clone(), Arc::new(manual.clone()), common::settings());
     q.submit("t", json!(1))
         .idempotency_key("template")
@@ -485,6 +484,7 @@ async fn dense_bucket(scopes: &[(&str, usize)]) -> (ManualClock, MemoryStore) {
         for _ in 0..*n {
             i += 1;
             let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(i.to_le_bytes()));
+            manual.advance(Duration::seconds(1));
             bucket
                 .put(
                     &format!("idempotency/{scope}/{hash}.json"),
@@ -510,22 +510,31 @@ fn short_ttl_settings() -> idempotent_submit::Settings {
 
 #[tokio::test]
 async fn no_threshold_crossing_is_missed_when_the_clock_moves_between_its_reads() {
-    // 1,800 records, one per second of LastModified: any instant that no
-    // pass's window covers leaves a record unread at its expiry threshold.
+    // 1,800 records, one per second of LastModified: any second that no
+    // pass's window covers leaves the record that crosses its hour in it
+    // unread until the next threshold (2 h).
     let (manual, bucket) = dense_bucket(&[("t", 1800)]).await;
-    let clock: Arc<dyn Clock> = Arc::new(TickingClock(manual.clone()));
-    let q = Queue::with_clock(bucket.clone(), clock, short_ttl_settings());
-    // Passes every 97 s (plus the clock's own ticks) from before the first
-    // record is an hour old until the last one is an hour and a bit old,
-    // and before any reaches 2 h (the next threshold).
+    let clock = SteppingClock {
+        manual: manual.clone(),
+        armed: Arc::default(),
+    };
+    let q = Queue::with_clock(
+        bucket.clone(),
+        Arc::new(clock.clone()),
+        short_ttl_settings(),
+    );
     let first = bucket
         .keys()
         .iter()
         .filter(|k| k.starts_with("idempotency/"))
         .count();
     let mut deleted = 0;
-    manual.advance(Duration::minutes(50));
-    for _ in 0..60 {
+    // Passes every 97 s, each seeing the clock move a second between each
+    // of its first readings, from when the first record is 59 minutes old
+    // until the last is past its hour, and before the first reaches 2 h.
+    manual.advance(Duration::minutes(29));
+    for _ in 0..21 {
+        clock.arm();
         let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
         assert!(s.complete && s.errors == 0, "{s:?}");
         deleted += s.expired_deleted;
@@ -542,6 +551,35 @@ async fn no_threshold_crossing_is_missed_when_the_clock_moves_between_its_reads(
         left.len()
     );
     assert_eq!(deleted as usize, first, "each record deleted once");
+}
+
+/// A clock that, once armed, moves a second after each of its next four
+/// readings: the first readings of a run are each a second apart.
+#[derive(Clone)]
+struct SteppingClock {
+    manual: ManualClock,
+    armed: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SteppingClock {
+    fn arm(&self) {
+        self.armed.store(4, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for SteppingClock {
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let t = self.manual.now();
+        if self
+            .armed
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            self.manual.advance(Duration::seconds(1));
+        }
+        t
+    }
 }
 
 #[tokio::test]
