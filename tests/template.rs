@@ -162,8 +162,8 @@ fn the_queue_has_a_dead_letter_queue_partial_batch_failures_and_a_long_enough_vi
         .unwrap();
     assert!(q["VisibilityTimeout"].as_u64().unwrap() >= 6 * timeout);
     let maps = t.of_type("AWS::Lambda::EventSourceMapping");
-    assert_eq!(maps.len(), 1);
-    let m = &maps[0].1["Properties"];
+    assert_eq!(maps.len(), 2);
+    let m = &t.res("SubmitQueueMapping")["Properties"];
     assert_eq!(
         m["FunctionResponseTypes"],
         serde_json::json!(["ReportBatchItemFailures"])
@@ -173,16 +173,109 @@ fn the_queue_has_a_dead_letter_queue_partial_batch_failures_and_a_long_enough_vi
 }
 
 #[test]
-fn the_sweeper_runs_on_a_schedule_every_five_minutes_by_default() {
+fn the_sweeper_runs_its_pass_once_a_day_and_keeps_passes_apart_without_reserved_concurrency() {
     let t = templates();
     let s = t.of_type("AWS::Scheduler::Schedule");
     assert_eq!(s.len(), 1);
     let p = &s[0].1["Properties"];
     assert_eq!(p["ScheduleExpression"]["Ref"], "SweepSchedule");
     assert_eq!(p["Target"]["Arn"]["Fn::GetAtt"][0], "SweepFunction");
-    assert_eq!(t.param_default("SweepSchedule"), "rate(5 minutes)");
-    // Its timeout is the longest pass the operating conditions assume.
-    assert_eq!(t.res("SweepFunction")["Properties"]["Timeout"], 300);
+    assert_eq!(t.param_default("SweepSchedule"), "rate(1 day)");
+    // Reserved concurrency of 1 would throttle the due queue's batches;
+    // passes claim the checkpoint instead.
+    let f = &t.res("SweepFunction")["Properties"];
+    assert!(f["ReservedConcurrentExecutions"].is_null());
+}
+
+#[test]
+fn record_events_reach_the_sweeper_through_a_delayed_due_queue_only_this_bucket_may_send_to() {
+    let t = templates();
+    let q = &t.res("DueQueue")["Properties"];
+    assert_eq!(q["DelaySeconds"]["Ref"], "StaleCreatingAfterSeconds");
+    assert_eq!(q["SqsManagedSseEnabled"], true);
+    assert_eq!(
+        q["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0],
+        "DueDeadLetterQueue"
+    );
+    let dlq = &t.res("DueDeadLetterQueue")["Properties"];
+    assert_eq!(dlq["SqsManagedSseEnabled"], true);
+    assert!(
+        dlq["MessageRetentionPeriod"].as_u64().unwrap()
+            > q["MessageRetentionPeriod"].as_u64().unwrap()
+    );
+    let timeout = t.res("SweepFunction")["Properties"]["Timeout"]
+        .as_u64()
+        .unwrap();
+    assert!(q["VisibilityTimeout"].as_u64().unwrap() >= 6 * timeout);
+    // The stale limit is an SQS delay: at most 900 s.
+    assert_eq!(
+        t.out["Parameters"]["StaleCreatingAfterSeconds"]["MaxValue"],
+        900
+    );
+    assert!(
+        t.out["Parameters"]["FinishWindowSeconds"]["MaxValue"]
+            .as_u64()
+            .unwrap()
+            < 2700
+    );
+
+    // The bucket sends every record write, after the policy that lets it.
+    let b = t.res("QueueBucket");
+    assert_eq!(b["DependsOn"], "DueQueuePolicy");
+    let n = &b["Properties"]["NotificationConfiguration"]["QueueConfigurations"][0];
+    assert_eq!(n["Event"], "s3:ObjectCreated:*");
+    assert_eq!(n["Queue"]["Fn::GetAtt"][0], "DueQueue");
+    assert_eq!(
+        n["Filter"]["S3Key"]["Rules"],
+        serde_json::json!([{"Name": "prefix", "Value": "idempotency/"}])
+    );
+    let pol = &t.res("DueQueuePolicy")["Properties"]["PolicyDocument"]["Statement"][0];
+    assert_eq!(pol["Principal"]["Service"], "s3.amazonaws.com");
+    assert_eq!(pol["Action"], "sqs:SendMessage");
+    assert!(sub(&pol["Condition"]["ArnLike"]["aws:SourceArn"]).ends_with(":s3:::${BucketName}"));
+    assert_eq!(
+        pol["Condition"]["StringEquals"]["aws:SourceAccount"]["Ref"],
+        "AWS::AccountId"
+    );
+
+    // The queue triggers sweep with partial batch responses, bounded.
+    let m = &t.res("SweepDueMapping")["Properties"];
+    assert_eq!(m["EventSourceArn"]["Fn::GetAtt"][0], "DueQueue");
+    assert_eq!(m["FunctionName"]["Ref"], "SweepFunction");
+    assert_eq!(
+        m["FunctionResponseTypes"],
+        serde_json::json!(["ReportBatchItemFailures"])
+    );
+    assert_eq!(
+        m["ScalingConfig"]["MaximumConcurrency"]["Ref"],
+        "DueQueueMaxConcurrency"
+    );
+
+    // The sweep role polls this queue and no other.
+    let sqs: Vec<Value> = t
+        .role_statements("SweepFunctionRole")
+        .into_iter()
+        .filter(|s| s["Action"].to_string().contains("sqs:"))
+        .collect();
+    assert_eq!(sqs.len(), 1, "{sqs:?}");
+    assert_eq!(sqs[0]["Resource"]["Fn::GetAtt"][0], "DueQueue");
+
+    // Alarms on its dead-letter queue and on the age of its oldest message.
+    let alarm = |name: &str| &t.res(name)["Properties"];
+    assert_eq!(
+        alarm("DueDeadLetterAlarm")["Dimensions"][0]["Value"]["Fn::GetAtt"][0],
+        "DueDeadLetterQueue"
+    );
+    assert_eq!(
+        alarm("DueQueueAgeAlarm")["MetricName"],
+        "ApproximateAgeOfOldestMessage"
+    );
+    assert_eq!(
+        alarm("DueQueueAgeAlarm")["Dimensions"][0]["Value"]["Fn::GetAtt"][0],
+        "DueQueue"
+    );
+    let dash = sub(&t.res("Dashboard")["Properties"]["DashboardBody"]);
+    assert!(dash.contains("${DueQueue.QueueName}") && dash.contains("SweepPastDeadline"));
 }
 
 #[test]

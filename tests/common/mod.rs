@@ -174,3 +174,115 @@ where
         self.inner.list(prefix, start_after, page, limit).await
     }
 }
+
+/// An SQS client on the moto server (moto's S3 sends its event
+/// notifications to its own queues).
+pub fn moto_sqs() -> aws_sdk_sqs::Client {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https();
+    let conf = aws_sdk_sqs::config::Builder::new()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .http_client(http)
+        .endpoint_url(moto_endpoint())
+        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "test", "test", None, None, "static",
+        ))
+        .build();
+    aws_sdk_sqs::Client::from_conf(conf)
+}
+
+/// A due queue on moto for `store`'s bucket, and the bucket's notification of
+/// every record write to it (as template.yaml and `make run` set them up);
+/// the queue's URL.
+pub async fn moto_due_queue(store: &S3Store, delay_seconds: u32) -> String {
+    use aws_sdk_s3::types::{
+        Event, FilterRule, FilterRuleName, NotificationConfiguration,
+        NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter,
+    };
+    let sqs = moto_sqs();
+    let url = sqs
+        .create_queue()
+        .queue_name(format!("due-{}", store.bucket()))
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::DelaySeconds,
+            delay_seconds.to_string(),
+        )
+        // A message handed back comes again a second later.
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+            "1",
+        )
+        .send()
+        .await
+        .expect("creating the due queue on moto")
+        .queue_url
+        .expect("a queue URL");
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("the due queue's ARN")
+        .attributes
+        .and_then(|a| {
+            a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+                .cloned()
+        })
+        .expect("a queue ARN");
+    let rule = FilterRule::builder()
+        .name(FilterRuleName::Prefix)
+        .value("idempotency/")
+        .build();
+    let queue = QueueConfiguration::builder()
+        .queue_arn(arn)
+        .events(Event::S3ObjectCreated)
+        .filter(
+            NotificationConfigurationFilter::builder()
+                .key(S3KeyFilter::builder().filter_rules(rule).build())
+                .build(),
+        )
+        .build()
+        .expect("a queue configuration");
+    store
+        .client()
+        .put_bucket_notification_configuration()
+        .bucket(store.bucket())
+        .notification_configuration(
+            NotificationConfiguration::builder()
+                .queue_configurations(queue)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("the bucket's notification configuration");
+    url
+}
+
+/// Every message the queue has now (short polls until one comes back
+/// empty), left invisible for `visibility` seconds.
+pub async fn receive_all(url: &str, visibility: i32) -> Vec<aws_sdk_sqs::types::Message> {
+    let sqs = moto_sqs();
+    let mut out = Vec::new();
+    loop {
+        let got = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(0)
+            .visibility_timeout(visibility)
+            .send()
+            .await
+            .expect("receiving from moto's SQS")
+            .messages
+            .unwrap_or_default();
+        if got.is_empty() {
+            return out;
+        }
+        out.extend(got);
+    }
+}

@@ -1,0 +1,228 @@
+//! The due queue end to end on moto: a record written to moto's S3, its
+//! event notification received from moto's SQS, handed to the `sweep`
+//! handler as an SQS event, and drained by `idem sweep --due-queue`.
+
+mod common;
+
+use std::sync::Arc;
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use chrono::{Duration, Utc};
+use idempotent_submit::lambda::{Metrics, Sweeper, handle_sweep};
+use idempotent_submit::protocol::{Record, RecordStatus};
+use idempotent_submit::store::{Fault, FaultyStore, Op, S3Store, Store};
+use idempotent_submit::{ManualClock, Queue};
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::{Value, json};
+
+/// A submit of `key` that died right after writing its record.
+async fn interrupted(store: &S3Store, key: &str) {
+    let f = FaultyStore::new(store.clone());
+    f.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+    Queue::new(f, common::settings())
+        .submit("t", json!({"k": key}))
+        .idempotency_key(key)
+        .await
+        .unwrap_err();
+}
+
+fn as_sqs_event(messages: &[aws_sdk_sqs::types::Message]) -> Value {
+    let mut e = SqsEvent::default();
+    e.records = messages
+        .iter()
+        .map(|m| {
+            let mut r = SqsMessage::default();
+            r.message_id = m.message_id.clone();
+            r.receipt_handle = m.receipt_handle.clone();
+            r.body = m.body.clone();
+            r.event_source = Some("aws:sqs".into());
+            r.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:due".into());
+            r
+        })
+        .collect();
+    serde_json::to_value(e).unwrap()
+}
+
+fn sweeper(store: &S3Store, clock: &ManualClock) -> Sweeper {
+    Sweeper {
+        queue: Queue::with_clock(store.clone(), Arc::new(clock.clone()), common::settings()),
+        bucket: store.bucket().to_owned(),
+        metrics: Metrics::collecting("sweep"),
+    }
+}
+
+async fn only_record(store: &S3Store) -> (String, Record) {
+    let keys = common::all_keys(store).await;
+    let k = keys
+        .into_iter()
+        .find(|k| k.starts_with("idempotency/"))
+        .expect("a record");
+    let o = store.get(&k).await.unwrap();
+    (k, Record::parse(&o.body).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_event_from_moto_finishes_an_interrupted_submit_through_the_sweep_handler() {
+    let store = common::moto_store().await;
+    let url = common::moto_due_queue(&store, 0).await;
+    interrupted(&store, "a").await;
+    let (rkey, rec) = only_record(&store).await;
+    assert_eq!(rec.status, Some(RecordStatus::Creating));
+
+    // S3's test event first, then the record's event, its key URL-encoded.
+    let messages = common::receive_all(&url, 60).await;
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(messages[0].body().unwrap().contains("s3:TestEvent"));
+    let body = messages[1].body().unwrap();
+    assert!(body.contains("idempotency%2Ft%2F"), "{body}");
+
+    // Handed over early (by the sweeper's clock): the record's message comes
+    // back in batchItemFailures; the test event is acknowledged.
+    let clock = ManualClock::new(Utc::now() + Duration::seconds(60));
+    let mut with_foreign = messages.clone();
+    let foreign = body.replace("idempotency%2Ft%2F", "tasks%2Fa%2F");
+    with_foreign.push(
+        aws_sdk_sqs::types::Message::builder()
+            .message_id("foreign")
+            .body(foreign)
+            .build(),
+    );
+    let event = as_sqs_event(&with_foreign);
+    let out = handle_sweep(
+        &sweeper(&store, &clock),
+        LambdaEvent::new(event.clone(), Context::default()),
+    )
+    .await
+    .unwrap();
+    let record_message = messages[1].message_id().unwrap();
+    assert_eq!(
+        out,
+        json!({"batchItemFailures": [{"itemIdentifier": record_message}]})
+    );
+    assert_eq!(
+        only_record(&store).await.1.status,
+        Some(RecordStatus::Creating)
+    );
+
+    // Redelivered once it is stale: finished and promoted.
+    clock.set(Utc::now() + Duration::seconds(660));
+    let s = sweeper(&store, &clock);
+    let out = handle_sweep(&s, LambdaEvent::new(event, Context::default()))
+        .await
+        .unwrap();
+    assert_eq!(out, json!({"batchItemFailures": []}));
+    let (_, rec) = only_record(&store).await;
+    assert_eq!(rec.status, Some(RecordStatus::Ready));
+    assert!(store.get(&rec.task_key).await.is_ok(), "the task object");
+    let keys = common::all_keys(&store).await;
+    assert_eq!(keys.iter().filter(|k| k.starts_with("ready/")).count(), 1);
+    let line = &s.metrics.lines()[0];
+    assert_eq!(line["SweepFinished"], 1);
+    assert_eq!(
+        line["SweepIgnored"], 2,
+        "the test event and the foreign key"
+    );
+
+    // The promotion is a record write too: its event reads the record once
+    // and does nothing more.
+    let again = common::receive_all(&url, 60).await;
+    assert_eq!(again.len(), 1, "{again:?}");
+    let f = FaultyStore::new(store.clone());
+    let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), common::settings());
+    let s = Sweeper {
+        queue: q,
+        bucket: store.bucket().to_owned(),
+        metrics: Metrics::collecting("sweep"),
+    };
+    let out = handle_sweep(
+        &s,
+        LambdaEvent::new(as_sqs_event(&again), Context::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out, json!({"batchItemFailures": []}));
+    let calls: Vec<(Op, String)> = f.calls().into_iter().map(|c| (c.op, c.key)).collect();
+    assert_eq!(calls, [(Op::Get, rkey)]);
+}
+
+async fn idem(bucket: &str, stale: &str, args: &[&str]) -> (i32, Value) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("BUCKET_NAME", bucket)
+        .env("AWS_ENDPOINT_URL", common::moto_endpoint())
+        .env("S3_FORCE_PATH_STYLE", "true")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .env("STALE_CREATING_AFTER_SECONDS", stale)
+        .output()
+        .await
+        .expect("running idem");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {stdout:?} stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), v)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idem_drains_the_due_queue_as_the_function_does() {
+    let store = common::moto_store().await;
+    let url = common::moto_due_queue(&store, 0).await;
+    interrupted(&store, "a").await;
+    let args = ["sweep", "--due-queue", &url, "--wait-seconds", "0"];
+
+    // A dry run reports and leaves every message in the queue.
+    let mut dry = args.to_vec();
+    dry.push("--dry-run");
+    let (code, v) = idem(store.bucket(), "1", &dry).await;
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(
+        (v["messages"].as_u64(), v["dry_run"].as_bool()),
+        (Some(2), Some(true)),
+        "{v}"
+    );
+    assert_eq!(
+        only_record(&store).await.1.status,
+        Some(RecordStatus::Creating)
+    );
+
+    // A record younger than STALE_CREATING_AFTER_SECONDS is left in the
+    // queue for later.
+    let (code, v) = idem(store.bucket(), "900", &args).await;
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(
+        (v["messages"].as_u64(), v["retried"].as_u64()),
+        (Some(2), Some(1)),
+        "{v}"
+    );
+    assert_eq!(v["ignored"], 1, "the test event: {v}");
+
+    // Once it is stale (and the message is visible again), it is finished.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let (code, v) = idem(store.bucket(), "1", &args).await;
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(
+        (v["finished"].as_u64(), v["retried"].as_u64()),
+        (Some(1), Some(0)),
+        "{v}"
+    );
+    assert_eq!(
+        only_record(&store).await.1.status,
+        Some(RecordStatus::Ready)
+    );
+    // The promotion's own event came while the queue was drained: it was
+    // read once (nothing to do) in the same run; the queue is empty now.
+    assert_eq!(
+        (v["messages"].as_u64(), v["scanned"].as_u64()),
+        (Some(2), Some(2)),
+        "{v}"
+    );
+    let (_, v) = idem(store.bucket(), "1", &args).await;
+    assert_eq!(v["messages"], 0, "{v}");
+}
