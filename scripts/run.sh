@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# make run: the service on this machine. A moto S3 server on loopback with a
-# bucket, and `cargo lambda watch` serving the `submit` and `sweep` functions
+# make run: the service on this machine. A moto S3 and SQS server on loopback
+# with a bucket, its due queue and the bucket's notification of record writes
+# to it (as template.yaml sets them up), and `cargo lambda watch` serving the
+# `submit` and `sweep` functions
 # (function URLs on http://127.0.0.1:$INVOKE_PORT/lambda-url/<function>/).
 # Installs moto[server] and cargo-lambda with pip where they are missing.
 # Ctrl-C stops everything.
@@ -10,6 +12,7 @@ cd "$(dirname "$0")/.."
 INVOKE_PORT="${INVOKE_PORT:-9000}"
 MOTO_PORT="${MOTO_PORT:-4566}"
 BUCKET="${BUCKET_NAME:-local-queue}"
+STALE="${STALE_CREATING_AFTER_SECONDS:-600}"
 
 python3 -c 'import moto.server' >/dev/null 2>&1 || python3 -m pip install --quiet 'moto[server]>=5.1'
 command -v cargo-lambda >/dev/null 2>&1 || python3 -m pip install --quiet cargo-lambda
@@ -24,11 +27,13 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-python3 - "$MOTO_PORT" "$BUCKET" <<'PY'
+due_url=$(python3 - "$MOTO_PORT" "$BUCKET" "$STALE" <<'PY'
 import sys, time, boto3
-port, bucket = sys.argv[1], sys.argv[2]
-s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-                  aws_access_key_id="test", aws_secret_access_key="test")
+port, bucket, stale = sys.argv[1], sys.argv[2], sys.argv[3]
+kw = dict(endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+          aws_access_key_id="test", aws_secret_access_key="test")
+s3 = boto3.client("s3", **kw)
+sqs = boto3.client("sqs", **kw)
 for _ in range(100):
     try:
         s3.create_bucket(Bucket=bucket)
@@ -39,12 +44,25 @@ for _ in range(100):
         time.sleep(0.1)
 else:
     sys.exit("moto did not start")
+# The due queue: every record write, STALE_CREATING_AFTER_SECONDS later.
+url = sqs.create_queue(QueueName=f"{bucket}-due", Attributes={"DelaySeconds": stale})["QueueUrl"]
+arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+s3.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration={
+    "QueueConfigurations": [{
+        "QueueArn": arn,
+        "Events": ["s3:ObjectCreated:*"],
+        "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": "idempotency/"}]}},
+    }]})
+print(url)
 PY
+)
 
 env_file=$(mktemp -t idempotent-submit-env.XXXXXX)
 cat >"$env_file" <<ENV
 BUCKET_NAME=$BUCKET
 AWS_ENDPOINT_URL_S3=http://127.0.0.1:$MOTO_PORT
+AWS_ENDPOINT_URL_SQS=http://127.0.0.1:$MOTO_PORT
+STALE_CREATING_AFTER_SECONDS=$STALE
 S3_FORCE_PATH_STYLE=true
 AWS_ACCESS_KEY_ID=test
 AWS_SECRET_ACCESS_KEY=test
@@ -56,6 +74,7 @@ url="http://127.0.0.1:$INVOKE_PORT/lambda-url/submit"
 cat <<MSG
 
   S3 (moto):  http://127.0.0.1:$MOTO_PORT  bucket $BUCKET
+  due queue:  $due_url  (record events, ${STALE} s later)
   submit:     $url/tasks
 
   Try it (the first request builds the function):
@@ -68,6 +87,12 @@ cat <<MSG
   curl -i $url/tasks/<task_id>        # the task object
   cargo lambda invoke submit --data-file events/sqs-standard-batch.json
   cargo lambda invoke sweep --data-file events/sweep-dry-run.json
+
+  # The due queue's events, handled as the sweep function handles them
+  # (cargo lambda watch does not poll SQS):
+  BUCKET_NAME=$BUCKET AWS_ENDPOINT_URL=http://127.0.0.1:$MOTO_PORT S3_FORCE_PATH_STYLE=true \\
+    AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 \\
+    cargo run --bin idem -- sweep --due-queue $due_url --wait-seconds 0
 
   Ctrl-C stops everything.
 
