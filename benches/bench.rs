@@ -326,13 +326,13 @@ async fn sweeper(r: &mut Report) {
             .await
             .unwrap();
     }
-    clock.advance(ChronoDuration::hours(2));
+    clock.advance(ChronoDuration::days(31));
     let f = FaultyStore::new(mem.clone());
     let qs = Queue::with_clock(f.clone(), Arc::new(clock.clone()), Settings::default());
     let start = Instant::now();
     let s = qs.engine().sweep(&SweepOptions::default()).await.unwrap();
     let rate = s.scanned as f64 / start.elapsed().as_secs_f64();
-    r.line(format!("A first pass over {n} records in memory (half of them expired): {rate:.0} records/s ({} read, {} deleted).", s.reads, s.expired_deleted));
+    r.line(format!("A first pass over {n} records in memory, 31 days after they were written: {rate:.0} records/s ({} read, {} deleted, {} LISTs).", s.reads, s.expired_deleted, s.lists));
     let mut reads = s.reads;
     for _ in 0..9 {
         clock.advance(ChronoDuration::minutes(5));
@@ -343,7 +343,10 @@ async fn sweeper(r: &mut Report) {
             .unwrap()
             .reads;
     }
-    r.line(format!("Reads per record over 10 runs five minutes apart: {:.2} (the first pass reads each record once; the next nine read none).", reads as f64 / n as f64));
+    r.line(format!(
+        "Reads per record over 10 runs five minutes apart: {:.2}.",
+        reads as f64 / n as f64
+    ));
 
     // Against moto: one pass over 1000 records.
     let store = bucket("sweep").await;
@@ -366,6 +369,222 @@ async fn sweeper(r: &mut Report) {
         "A first pass over 1000 records on moto (each read once, 16 at a time): {:.0} records/s.",
         s.scanned as f64 / start.elapsed().as_secs_f64()
     ));
+}
+
+// ---- the cost model ----
+
+/// AWS list prices (us-east-1), dollars per request or per GB-second.
+const PUT: f64 = 0.005 / 1000.0; // PUT, COPY, POST, LIST
+const GET: f64 = 0.0004 / 1000.0; // GET, HEAD
+const SQS: f64 = 0.40 / 1_000_000.0;
+const LAMBDA_REQUEST: f64 = 0.20 / 1_000_000.0;
+const LAMBDA_GB_S: f64 = 0.000_013_333_4; // arm64
+const LAMBDA_GB: f64 = 0.25; // MemorySize 256 in template.yaml
+/// Messages per receive and per delete of the due queue's event source
+/// mapping when it fills its batches (BatchSize 10, a 20 s window).
+const SQS_BATCH: f64 = 10.0;
+/// Days a record lives: the default TTL.
+const TTL_DAYS: f64 = 30.0;
+/// Sequential LIST latency assumed for S3 (not measurable here).
+const S3_LIST_SECONDS: f64 = 0.05;
+
+/// S3 requests by price class, from a store's call log.
+fn priced(calls: &[idempotent_submit::store::Call]) -> (f64, f64) {
+    let (mut puts, mut gets) = (0.0, 0.0);
+    for c in calls {
+        match c.op {
+            Op::Get | Op::Head => gets += 1.0,
+            Op::Delete => {}
+            _ => puts += 1.0,
+        }
+    }
+    (puts, gets)
+}
+
+async fn cost(r: &mut Report) {
+    use idempotent_submit::lambda::due::{DueMessage, handle_messages};
+    r.line("\n## What it costs: dollars per million keyed submits\n");
+    let clock = ManualClock::at_epoch();
+    let mem = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+    let f = FaultyStore::new(mem.clone());
+    let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), Settings::default());
+
+    // The response path of N new submits, and the record writes they make
+    // (each one an S3 event, an SQS message, a sweeper read).
+    let n = 1000;
+    for i in 0..n {
+        q.submit("t", json!(i))
+            .idempotency_key(format!("k{i}"))
+            .await
+            .unwrap();
+    }
+    let calls = f.calls();
+    let (resp_puts, resp_gets) = priced(&calls);
+    let record_writes: Vec<String> = calls
+        .iter()
+        .filter(|c| {
+            c.key.starts_with("idempotency/") && matches!(c.op, Op::PutCreate | Op::PutUpdate)
+        })
+        .map(|c| c.key.clone())
+        .collect();
+    // Every event, delivered after the due queue's delay, batches of ten.
+    clock.advance(ChronoDuration::seconds(600));
+    f.reset_log();
+    let mut sweeper_writes = Vec::new();
+    for chunk in record_writes.chunks(10) {
+        let msgs: Vec<DueMessage> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, k)| DueMessage {
+                id: i.to_string(),
+                body: json!({"Records": [{"eventSource": "aws:s3",
+                    "s3": {"bucket": {"name": "b"}, "object": {"key": k}}}]})
+                .to_string(),
+            })
+            .collect();
+        handle_messages(q.engine(), "b", &msgs, false, None).await;
+    }
+    let event_calls = f.calls();
+    for c in &event_calls {
+        if c.key.starts_with("idempotency/") && matches!(c.op, Op::PutUpdate) {
+            sweeper_writes.push(c.key.clone());
+        }
+    }
+    let (ev_puts, ev_gets) = priced(&event_calls);
+    // Writes the sweeper makes are record writes too: their events are read.
+    let events = record_writes.len() + sweeper_writes.len();
+    let per = |x: f64| x / n as f64;
+    let events_per = per(events as f64);
+    let ev_gets_per = per(ev_gets) + per(sweeper_writes.len() as f64);
+
+    // The daily pass over a record's life: records written through a day,
+    // passes once a day for the TTL and two days more.
+    let mem2 = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+    let f2 = FaultyStore::new(mem2.clone());
+    let q2 = Queue::with_clock(f2.clone(), Arc::new(clock.clone()), Settings::default());
+    let m = 2000;
+    for i in 0..m {
+        q2.submit("t", json!(i))
+            .idempotency_key(format!("p{i}"))
+            .await
+            .unwrap();
+        clock.advance(ChronoDuration::seconds(86_400 / m as i64));
+    }
+    f2.reset_log();
+    let mut lists = 0u64;
+    for _ in 0..(TTL_DAYS as usize + 2) {
+        let s = q2.engine().sweep(&SweepOptions::default()).await.unwrap();
+        lists += s.lists;
+        clock.advance(ChronoDuration::days(1));
+    }
+    let pass_reads: f64 = f2
+        .calls()
+        .iter()
+        .filter(|c| c.op == Op::Get && c.key.starts_with("idempotency/"))
+        .count() as f64
+        / m as f64;
+    let left = f2.calls().len();
+    let _ = left;
+
+    // Lambda durations, measured against moto (slower than S3: an upper
+    // bound): one new submit, and one due batch of ten events.
+    let store = bucket("cost").await;
+    let qm = Queue::new(store.clone(), Settings::default());
+    let reps = 50;
+    let t = Instant::now();
+    for i in 0..reps {
+        qm.submit("t", json!(i))
+            .idempotency_key(format!("c{i}"))
+            .await
+            .unwrap();
+    }
+    let submit_s = t.elapsed().as_secs_f64() / reps as f64;
+    let keys: Vec<String> = store
+        .list("idempotency/", None, None, 1000)
+        .await
+        .unwrap()
+        .objects
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    let msgs: Vec<DueMessage> = keys
+        .iter()
+        .take(10)
+        .enumerate()
+        .map(|(i, k)| DueMessage {
+            id: i.to_string(),
+            body: json!({"Records": [{"eventSource": "aws:s3",
+                "s3": {"bucket": {"name": store.bucket()}, "object": {"key": k}}}]})
+            .to_string(),
+        })
+        .collect();
+    let t = Instant::now();
+    for _ in 0..10 {
+        handle_messages(qm.engine(), store.bucket(), &msgs, false, None).await;
+    }
+    let batch_s = t.elapsed().as_secs_f64() / 10.0;
+
+    let lambda = |secs: f64| LAMBDA_REQUEST + LAMBDA_GB * secs * LAMBDA_GB_S;
+    let million = 1_000_000.0;
+    let resp_s3 = (per(resp_puts) * PUT + per(resp_gets) * GET) * million;
+    let resp_lambda = lambda(submit_s) * million;
+    let response = resp_s3 + resp_lambda;
+    let promote = per(ev_puts) * PUT * million; // writes the protocol must make
+    let ev_s3 = ev_gets_per * GET * million;
+    let sqs = events_per * (1.0 + 2.0 / SQS_BATCH) * SQS * million;
+    let ev_lambda = events_per / SQS_BATCH * lambda(batch_s) * million;
+    let pass_lists = TTL_DAYS / 1000.0; // each record listed once a day
+    let pass = (pass_lists * PUT + pass_reads * GET) * million;
+    let sweeper = ev_s3 + sqs + ev_lambda + pass;
+    // The all-listing sweeper it replaces: 288 passes a day, each listing
+    // every record; reads at the stale limit, 1 h × 2^k up to the TTL, and the
+    // TTL (12 for a 30-day record).
+    let old_lists = 288.0 * TTL_DAYS / 1000.0;
+    let old = (old_lists * PUT + 12.0 * GET) * million;
+
+    r.line(format!(
+        "Measured: a new submit makes {:.1} PUTs and {:.1} GETs, and {:.1} record writes; each record write is one S3 event, so one SQS message and one sweeper read ({:.2} GETs per submit on the events' path, {:.2} PUTs that the protocol must make). A daily pass reads each record {:.2} times over its {TTL_DAYS}-day life and lists it once a day. Lambda: a submit {:.1} ms and a due batch of ten {:.1} ms against moto (an upper bound for S3), at {} MB.\n",
+        per(resp_puts), per(resp_gets), per(record_writes.len() as f64), ev_gets_per, per(ev_puts), pass_reads,
+        submit_s * 1000.0, batch_s * 1000.0, (LAMBDA_GB * 1024.0) as u32
+    ));
+    r.line("Prices: S3 Standard PUT, COPY, POST and LIST $0.005 per 1,000, GET and HEAD $0.0004 per 1,000, DELETE free; SQS $0.40 per million requests (S3's SendMessage per event, and the event source mapping's receives and deletes, ten messages each when batches fill); Lambda arm64 $0.0000133334 per GB-second and $0.20 per million requests.\n");
+    r.line("| live records | response path | sweeper events (S3) | SQS | scheduled pass | sweeper in all | sweeper / response | promotions (PUT) | old all-listing sweeper |");
+    r.line("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for size in ["1 million", "100 million", "10 billion"] {
+        r.line(format!(
+            "| {size} | ${response:.2} | ${ev_s3:.2} | ${:.2} | ${pass:.2} | ${sweeper:.2} | {:.1}% | ${promote:.2} | ${old:.2} |",
+            sqs + ev_lambda,
+            100.0 * sweeper / response
+        ));
+    }
+    r.line(format!(
+        "\nPer submit, nothing above depends on the number of live records: the events' path reads the record its event names, and the pass's share is one LIST per 1,000 records per day, {:.3} LISTs per submit at a {TTL_DAYS}-day TTL. The old sweeper listed every record 288 times a day.\n",
+        pass_lists
+    ));
+    r.line(format!(
+        "The scheduled pass at those sizes ({} listings at once, {} s per sequential LIST assumed for S3; {lists} LISTs were made here for {m} records over {} daily passes):\n",
+        idempotent_submit::protocol::sweep::RANGES_AT_ONCE, S3_LIST_SECONDS, TTL_DAYS as usize + 2
+    ));
+    r.line("| live records | LISTs per pass | time per pass | 110 s runs per pass |");
+    r.line("| --- | --- | --- | --- |");
+    for (label, size) in [
+        ("1 million", 1e6),
+        ("100 million", 1e8),
+        ("10 billion", 1e10),
+    ] {
+        let lists = size / 1000.0;
+        let secs =
+            lists / idempotent_submit::protocol::sweep::RANGES_AT_ONCE as f64 * S3_LIST_SECONDS;
+        r.line(format!(
+            "| {label} | {lists:.0} | {} | {:.0} |",
+            if secs < 3600.0 {
+                format!("{:.0} s", secs)
+            } else {
+                format!("{:.1} h", secs / 3600.0)
+            },
+            (secs / 110.0).ceil()
+        ));
+    }
 }
 
 /// Where a figure misses its target: by how much, why, and what would close it.
@@ -457,6 +676,25 @@ fn main() {
         rt.block_on(cpu(&mut Report(String::new())));
         return;
     }
+    // BENCH_ONLY=cost: the cost model, printed and put in place of its
+    // section of docs/benchmarks.md.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("cost") {
+        let mut r = Report(String::new());
+        rt.block_on(cost(&mut r));
+        let path = format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR"));
+        let doc = std::fs::read_to_string(&path).unwrap_or_default();
+        let head = "\n## What it costs";
+        let (before, after) = match doc.find(head) {
+            Some(i) => {
+                let rest = &doc[i + 1..];
+                let end = rest.find("\n## ").map_or(doc.len(), |j| i + 1 + j);
+                (doc[..i].to_owned(), doc[end..].to_owned())
+            }
+            None => (doc.trim_end().to_owned() + "\n", String::new()),
+        };
+        std::fs::write(&path, format!("{before}{}{after}", r.0)).unwrap();
+        return;
+    }
     rt.block_on(async {
         let mut r = Report(String::new());
         r.line("# Benchmarks\n");
@@ -470,6 +708,7 @@ fn main() {
         let ratios = throughput(&mut r).await;
         binaries(&mut r).await;
         sweeper(&mut r).await;
+        cost(&mut r).await;
         assess(&mut r, &ratios);
         let mut out = r.0;
         let _ = writeln!(out);
