@@ -102,3 +102,36 @@ async fn an_empty_event_is_a_plain_sweep() {
     .unwrap();
     assert!(!s.dry_run && s.complete);
 }
+
+#[tokio::test]
+async fn a_due_queue_batch_from_events_is_answered_with_a_partial_batch_response() {
+    let clock = ManualClock::at_epoch();
+    let bucket = common::memory_store(&clock);
+    let f = FaultyStore::new(bucket.clone());
+    let sweeper = idempotent_submit::lambda::Sweeper {
+        queue: Queue::with_clock(f.clone(), Arc::new(clock), common::settings()),
+        bucket: "local-queue".into(),
+        metrics: Metrics::collecting("sweep"),
+    };
+    let out = idempotent_submit::lambda::handle_sweep(
+        &sweeper,
+        LambdaEvent::new(event("sweep-due-batch.json"), Context::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out, json!({"batchItemFailures": []}));
+    // The test event is not read; the record (gone) is read once.
+    let calls: Vec<_> = f.calls().into_iter().map(|c| (c.op, c.key)).collect();
+    assert_eq!(
+        calls,
+        [(
+            Op::Get,
+            "idempotency/charge_customer/3f1c2a9e8b7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928170615e4d3.json".to_owned()
+        )]
+    );
+    let line = &sweeper.metrics.lines()[0];
+    assert_eq!(
+        (line["SweepIgnored"].as_u64(), line["SweepScanned"].as_u64()),
+        (Some(1), Some(1))
+    );
+}
