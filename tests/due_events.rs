@@ -76,6 +76,12 @@ impl World {
             .count()
     }
 
+    /// Hands `messages` to the sweeper over this bucket.
+    async fn deliver(&self, messages: &[DueMessage]) -> idempotent_submit::lambda::due::DueBatch {
+        let q = self.queue_over(self.bucket.clone());
+        handle_messages(q.engine(), BUCKET, messages, false, None).await
+    }
+
     async fn status(&self, rkey: &str) -> Option<RecordStatus> {
         let o = self.bucket.get(rkey).await.ok()?;
         idempotent_submit::protocol::Record::parse(&o.body)
@@ -114,15 +120,7 @@ async fn a_stale_interrupted_submit_is_finished_and_promoted_by_its_event() {
     let w = World::new();
     let rkey = w.interrupted("a").await;
     w.clock.advance(Duration::seconds(600));
-    let q = w.queue_over(w.bucket.clone());
-    let b = handle_messages(
-        q.engine(),
-        BUCKET,
-        &[msg("m1", notification(BUCKET, &rkey))],
-        false,
-        None,
-    )
-    .await;
+    let b = w.deliver(&[msg("m1", notification(BUCKET, &rkey))]).await;
     assert!(b.retry.is_empty());
     assert_eq!((b.summary.scanned, b.summary.finished), (1, 1));
     assert_eq!(w.status(&rkey).await, Some(RecordStatus::Ready));
@@ -135,15 +133,7 @@ async fn an_early_event_goes_back_to_the_queue_and_changes_nothing() {
     let rkey = w.interrupted("a").await;
     w.clock.advance(Duration::seconds(599));
     let before = w.bucket.keys();
-    let q = w.queue_over(w.bucket.clone());
-    let b = handle_messages(
-        q.engine(),
-        BUCKET,
-        &[msg("m1", notification(BUCKET, &rkey))],
-        false,
-        None,
-    )
-    .await;
+    let b = w.deliver(&[msg("m1", notification(BUCKET, &rkey))]).await;
     assert_eq!(b.retry, ["m1"]);
     assert_eq!((b.summary.early, b.summary.errors), (1, 0));
     assert_eq!(w.bucket.keys(), before);
@@ -155,15 +145,7 @@ async fn an_event_past_the_finish_deadline_is_counted_and_acknowledged() {
     let w = World::new();
     let rkey = w.interrupted("a").await;
     w.clock.advance(Duration::seconds(2400));
-    let q = w.queue_over(w.bucket.clone());
-    let b = handle_messages(
-        q.engine(),
-        BUCKET,
-        &[msg("m1", notification(BUCKET, &rkey))],
-        false,
-        None,
-    )
-    .await;
+    let b = w.deliver(&[msg("m1", notification(BUCKET, &rkey))]).await;
     assert!(b.retry.is_empty());
     assert_eq!((b.summary.errors, b.summary.past_deadline), (1, 1));
     assert_eq!(w.count("tasks/"), 0);
@@ -174,15 +156,7 @@ async fn an_expired_record_named_by_an_event_is_deleted() {
     let w = World::new();
     let rkey = w.submitted("a", Duration::hours(1)).await;
     w.clock.advance(Duration::hours(2));
-    let q = w.queue_over(w.bucket.clone());
-    let b = handle_messages(
-        q.engine(),
-        BUCKET,
-        &[msg("m1", notification(BUCKET, &rkey))],
-        false,
-        None,
-    )
-    .await;
+    let b = w.deliver(&[msg("m1", notification(BUCKET, &rkey))]).await;
     assert!(b.retry.is_empty());
     assert_eq!(b.summary.expired_deleted, 1);
     assert_eq!(w.count("idempotency/"), 0);
