@@ -483,8 +483,6 @@ async fn cost(r: &mut Report) {
         .filter(|c| c.op == Op::Get && c.key.starts_with("idempotency/"))
         .count() as f64
         / m as f64;
-    let left = f2.calls().len();
-    let _ = left;
 
     // Lambda durations, measured against moto (slower than S3: an upper
     // bound): one new submit, and one due batch of ten events.

@@ -17,27 +17,7 @@ impl Idem {
     }
 
     async fn run(&self, args: &[&str]) -> (i32, Value) {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idem"))
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("BUCKET_NAME", &self.bucket)
-            .env("AWS_ENDPOINT_URL_S3", common::moto_endpoint())
-            .env("S3_FORCE_PATH_STYLE", "true")
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .output()
-            .await
-            .expect("running idem");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let v: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-            panic!(
-                "stdout is not JSON ({e}): {stdout:?} stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        (out.status.code().unwrap_or(-1), v)
+        common::idem(&self.bucket, &[], args).await
     }
 }
 

@@ -146,28 +146,7 @@ async fn a_record_event_from_moto_finishes_an_interrupted_submit_through_the_swe
 }
 
 async fn idem(bucket: &str, stale: &str, args: &[&str]) -> (i32, Value) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("BUCKET_NAME", bucket)
-        .env("AWS_ENDPOINT_URL", common::moto_endpoint())
-        .env("S3_FORCE_PATH_STYLE", "true")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .env("STALE_CREATING_AFTER_SECONDS", stale)
-        .output()
-        .await
-        .expect("running idem");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {stdout:?} stderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code().unwrap_or(-1), v)
+    common::idem(bucket, &[("STALE_CREATING_AFTER_SECONDS", stale)], args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -265,9 +265,15 @@ impl Engine {
         dry_run: bool,
         deadline: Option<DateTime<Utc>>,
     ) -> RecordOutcome {
-        let op = self.now() + self.settings.operation_timeout;
-        let op = deadline.map_or(op, |d| op.min(d));
-        self.sweep_record_by(key, dry_run, op).await
+        self.sweep_record_by(key, dry_run, self.request_deadline(deadline))
+            .await
+    }
+
+    /// The deadline of one request of the sweeper: the operation timeout
+    /// from now, and never past the run's own `deadline`.
+    fn request_deadline(&self, deadline: Option<DateTime<Utc>>) -> DateTime<Utc> {
+        let d = self.now() + self.settings.operation_timeout;
+        deadline.map_or(d, |run| d.min(run))
     }
 
     async fn sweep_record_by(
@@ -361,12 +367,10 @@ impl Engine {
             dry_run: opts.dry_run,
             ..SweepSummary::default()
         };
-        let op_deadline = |e: &Engine| {
-            let d = e.now() + e.settings.operation_timeout;
-            opts.deadline.map_or(d, |o| d.min(o))
-        };
         let (saved, mut etag) = match self
-            .call(op_deadline(self), || self.store.get(CHECKPOINT_KEY))
+            .call(self.request_deadline(opts.deadline), || {
+                self.store.get(CHECKPOINT_KEY)
+            })
             .await
         {
             Ok(o) => (
@@ -401,7 +405,7 @@ impl Engine {
                 + self.settings.operation_timeout;
             cp.running_until = Some(lease);
             match self
-                .write_checkpoint(&cp, etag.as_ref(), op_deadline(self))
+                .write_checkpoint(&cp, etag.as_ref(), self.request_deadline(opts.deadline))
                 .await
             {
                 Ok(e) => etag = Some(e),
@@ -447,11 +451,9 @@ impl Engine {
         cp.running_until = None;
         if !opts.dry_run {
             match self
-                .write_checkpoint(
-                    &cp,
-                    etag.as_ref(),
-                    self.now() + self.settings.operation_timeout,
-                )
+                // The place is saved even past the run's deadline: that is
+                // what the stop margin is for.
+                .write_checkpoint(&cp, etag.as_ref(), self.request_deadline(None))
                 .await
             {
                 Ok(_) => {}
@@ -491,13 +493,9 @@ impl Engine {
         opts: &SweepOptions,
     ) -> Unit {
         let mut tally = SweepSummary::default();
-        // Each request gets the operation timeout, and none starts past the
-        // run's deadline: no read, listing or finish runs into the stop
-        // margin but for one attempt's timeout.
-        let deadline = || {
-            let d = self.now() + self.settings.operation_timeout;
-            opts.deadline.map_or(d, |o| d.min(o))
-        };
+        // No request starts past the run's deadline: no read, listing or
+        // finish runs into the stop margin but for one attempt's timeout.
+        let deadline = || self.request_deadline(opts.deadline);
         match range {
             Range::Scopes { after } => {
                 tally.lists += 1;

@@ -286,3 +286,30 @@ pub async fn receive_all(url: &str, visibility: i32) -> Vec<aws_sdk_sqs::types::
         out.extend(got);
     }
 }
+
+/// Runs the built `idem` against `bucket` on moto (its S3 and SQS), with
+/// `env` on top; its exit code and its JSON output.
+pub async fn idem(bucket: &str, env: &[(&str, &str)], args: &[&str]) -> (i32, serde_json::Value) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("BUCKET_NAME", bucket)
+        .env("AWS_ENDPOINT_URL", moto_endpoint())
+        .env("S3_FORCE_PATH_STYLE", "true")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .expect("running idem");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {stdout:?} stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), v)
+}
