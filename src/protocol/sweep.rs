@@ -394,6 +394,13 @@ impl Engine {
                 summary.resumed = true;
                 c
             }
+            // An unfinished pass saved without ranges (by the sweeper before
+            // ranges): its window again from the start, so nothing it had
+            // left is missed.
+            Some(c) if !c.complete => {
+                summary.resumed = true;
+                Checkpoint::new_pass(c.previous_pass, c.pass)
+            }
             Some(c) => Checkpoint::new_pass(Some(c.pass), started),
             None => Checkpoint::new_pass(None, started),
         };
