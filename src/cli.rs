@@ -153,7 +153,8 @@ async fn drain_due_queue(
         ..Default::default()
     };
     let (mut received, mut retried) = (0usize, 0usize);
-    let mut seen_handles: Vec<String> = Vec::new();
+    // A dry run's messages, to make visible again at the end.
+    let mut to_release: Vec<String> = Vec::new();
     loop {
         let out = sqs
             .receive_message()
@@ -179,14 +180,16 @@ async fn drain_due_queue(
         summary.add(&batch.summary);
         retried += batch.retry.len();
         let handles = msgs.iter().filter_map(|m| {
-            let keep = dry_run || batch.retry.iter().any(|r| Some(r) == m.message_id.as_ref());
-            Some((keep, m.receipt_handle.clone()?))
+            let retry = batch.retry.iter().any(|r| Some(r) == m.message_id.as_ref());
+            Some((retry, m.receipt_handle.clone()?))
         });
         let mut delete = Vec::new();
-        for (i, (keep, handle)) in handles.enumerate() {
-            if keep {
-                seen_handles.push(handle);
-            } else {
+        for (i, (retry, handle)) in handles.enumerate() {
+            if dry_run {
+                to_release.push(handle);
+            } else if !retry {
+                // A retried message is left to come back after its
+                // visibility timeout, as the function's batch failures do.
                 delete.push(
                     aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
                         .id(i.to_string())
@@ -206,7 +209,7 @@ async fn drain_due_queue(
         }
     }
     if dry_run {
-        for chunk in seen_handles.chunks(10) {
+        for chunk in to_release.chunks(10) {
             let entries = chunk
                 .iter()
                 .enumerate()
