@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR ?= never
 .PHONY: test tools fmt-check clippy build run clean soak fuzz bench
 
 test: tools fmt-check clippy
-	./scripts/with-moto.sh $(CARGO) test --all-targets --locked
+	./scripts/with-moto.sh $(CARGO) test --all-targets --locked --features planted-bugs
 
 # The Python tools the tests use: moto (S3), cfn-lint and the SAM translator
 # (template checks), buquet (the queue's own client and worker, for interop).
@@ -21,6 +21,7 @@ fmt-check:
 
 clippy:
 	$(CARGO) clippy --all-targets --locked -- -D warnings
+	$(CARGO) clippy --all-targets --locked --features planted-bugs -- -D warnings
 
 run:
 	./scripts/run.sh

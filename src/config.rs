@@ -65,9 +65,15 @@ pub struct Settings {
     pub shard_prefix_len: usize,
     pub max_input_bytes: usize,
     pub require_key: bool,
-    /// Every submit, all its attempts included, ends within this.
+    /// Every submit, all its attempts included, ends within this: 25 s, well
+    /// under API Gateway's integration limit (29 s for REST APIs, 30 s for
+    /// HTTP APIs), so that a slow S3 is answered as our 503 with
+    /// `Retry-After`, not as API Gateway's bare 503.
     pub operation_timeout: Duration,
     pub retry: RetryPolicy,
+    /// A bug planted on purpose, for the model test's mutation checks.
+    #[cfg(feature = "planted-bugs")]
+    pub planted: Option<crate::planted::Bug>,
 }
 
 impl Default for Settings {
@@ -80,8 +86,26 @@ impl Default for Settings {
             shard_prefix_len: 1,
             max_input_bytes: 262_144,
             require_key: false,
-            operation_timeout: Duration::seconds(30),
+            operation_timeout: Duration::seconds(25),
             retry: RetryPolicy::default(),
+            #[cfg(feature = "planted-bugs")]
+            planted: None,
+        }
+    }
+}
+
+impl Settings {
+    /// Is `bug` planted? Always `false` without the `planted-bugs` feature.
+    #[inline]
+    pub fn has_bug(&self, bug: crate::planted::Bug) -> bool {
+        #[cfg(feature = "planted-bugs")]
+        {
+            self.planted == Some(bug)
+        }
+        #[cfg(not(feature = "planted-bugs"))]
+        {
+            let _ = bug;
+            false
         }
     }
 }

@@ -39,6 +39,8 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod lambda;
+#[doc(hidden)]
+pub mod planted;
 pub mod protocol;
 pub mod queue;
 pub mod store;

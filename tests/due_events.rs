@@ -49,7 +49,9 @@ impl World {
         self.record_key(key)
     }
 
-    async fn submitted(&self, key: &str, ttl: Duration) -> String {
+    /// A submit of `key` that answered: its record is `creating`, its task
+    /// and marker are in place.
+    async fn answered(&self, key: &str, ttl: Duration) -> String {
         self.queue_over(self.bucket.clone())
             .submit("t", json!({"k": key}))
             .idempotency_key(key)
@@ -57,6 +59,20 @@ impl World {
             .await
             .unwrap();
         self.record_key(key)
+    }
+
+    /// A submit of `key` whose record the sweeper has promoted already.
+    async fn submitted(&self, key: &str, ttl: Duration) -> String {
+        let rkey = self.answered(key, ttl).await;
+        let o = self.bucket.get(&rkey).await.unwrap();
+        let ready = idempotent_submit::protocol::Record::parse(&o.body)
+            .unwrap()
+            .to_ready();
+        self.bucket
+            .put(&rkey, ready.to_bytes(), PutMode::Update(o.meta.etag))
+            .await
+            .unwrap();
+        rkey
     }
 
     fn record_key(&self, key: &str) -> String {
@@ -125,6 +141,66 @@ async fn a_stale_interrupted_submit_is_finished_and_promoted_by_its_event() {
     assert_eq!((b.summary.scanned, b.summary.finished), (1, 1));
     assert_eq!(w.status(&rkey).await, Some(RecordStatus::Ready));
     assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
+}
+
+#[tokio::test]
+async fn an_answered_submit_is_promoted_by_its_event_after_both_objects_are_seen() {
+    let w = World::new();
+    let rkey = w.answered("a", Duration::days(30)).await;
+    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Creating));
+    w.clock.advance(Duration::seconds(600));
+    let f = FaultyStore::new(w.bucket.clone());
+    let m = [msg("m1", notification(BUCKET, &rkey))];
+    let b = handle_messages(w.queue_over(f.clone()).engine(), BUCKET, &m, false, None).await;
+    assert!(b.retry.is_empty());
+    assert_eq!((b.summary.promoted, b.summary.finished), (1, 0));
+    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Ready));
+    let ops: Vec<(Op, String)> = f
+        .calls()
+        .iter()
+        .map(|c| (c.op, c.key.split('/').next().unwrap_or("").to_owned()))
+        .collect();
+    assert_eq!(ops.len(), 4, "{ops:?}");
+    assert_eq!(ops[0], (Op::Get, "idempotency".into()));
+    assert!(ops[1..3].contains(&(Op::Get, "tasks".into())));
+    assert!(ops[1..3].contains(&(Op::Head, "ready".into())));
+    assert_eq!(ops[3], (Op::PutUpdate, "idempotency".into()));
+}
+
+#[tokio::test]
+async fn a_record_whose_marker_is_gone_is_not_promoted_until_the_marker_is_written() {
+    let w = World::new();
+    let rkey = w.answered("a", Duration::days(30)).await;
+    let marker = w
+        .bucket
+        .keys()
+        .into_iter()
+        .find(|k| k.starts_with("ready/"))
+        .unwrap();
+    w.bucket.delete(&marker, None).await.unwrap();
+    w.clock.advance(Duration::seconds(600));
+    let f = FaultyStore::new(w.bucket.clone());
+    // The marker cannot be written this time: the record must stay creating.
+    f.inject(
+        Some(Op::Put),
+        "ready/",
+        1,
+        usize::MAX,
+        Fault::Fail(idempotent_submit::StoreError::Unavailable("503".into())),
+    );
+    let m = [msg("m1", notification(BUCKET, &rkey))];
+    let b = handle_messages(w.queue_over(f.clone()).engine(), BUCKET, &m, false, None).await;
+    assert_eq!(b.retry, ["m1"]);
+    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Creating));
+    assert_eq!(w.count("ready/"), 0);
+    f.heal();
+    let b = handle_messages(w.queue_over(f).engine(), BUCKET, &m, false, None).await;
+    assert!(b.retry.is_empty());
+    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Ready));
+    assert_eq!(
+        w.bucket.keys().into_iter().filter(|k| *k == marker).count(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -279,10 +355,13 @@ async fn requests_per_record_event_stay_the_same_from_a_thousand_to_a_hundred_th
     let small = requests_for_events(1_000).await;
     let large = requests_for_events(100_000).await;
     assert_eq!(small, large);
-    // The interrupted record: read, its task and marker, then ready. The
-    // ready record: one read. No listing.
+    // The interrupted record: read, its task read and its marker checked
+    // (neither there), both written, then ready. The ready record: one read.
+    // No listing.
     let expected: BTreeMap<String, usize> = [
         ("Get idempotency", 2),
+        ("Get tasks", 1),
+        ("Head ready", 1),
         ("PutCreate tasks", 1),
         ("Put ready", 1),
         ("PutUpdate idempotency", 1),

@@ -33,13 +33,25 @@ impl Env {
             .count()
     }
 
+    /// Each record's S3 event reaches the sweeper, as the due queue
+    /// delivers it (`STALE_CREATING_AFTER_SECONDS` after the write).
+    async fn sweep_events(&self) {
+        self.clock
+            .advance(self.queue.settings().stale_creating_after);
+        for k in self.keys().await {
+            if k.starts_with("idempotency/") {
+                self.queue.engine().sweep_record(&k, false, None).await;
+            }
+        }
+    }
+
     async fn task(&self, key: &str) -> Value {
         let o = self.store().get(key).await.unwrap();
         serde_json::from_slice(&o.body).unwrap()
     }
 }
 
-async fn a_new_key_creates_one_task_its_marker_and_a_ready_record(env: Env) {
+async fn a_new_key_creates_one_task_its_marker_and_a_record_the_sweeper_promotes(env: Env) {
     let r = env
         .queue
         .submit(
@@ -77,6 +89,18 @@ async fn a_new_key_creates_one_task_its_marker_and_a_ready_record(env: Env) {
         r.created_at.timestamp() / 60
     )));
 
+    let (rec, _) = env
+        .queue
+        .record("charge_customer", "charge-ORD-123", None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.status, Some(RecordStatus::Creating));
+    assert_eq!(rec.task_id, r.task_id);
+    assert!(rec.pending_task.is_some());
+    assert_eq!(env.keys().await.len(), 3);
+
+    env.sweep_events().await;
     let (rec, _) = env
         .queue
         .record("charge_customer", "charge-ORD-123", None)
@@ -148,6 +172,8 @@ async fn a_ready_record_whose_task_is_gone_answers_missing_and_writes_nothing(en
         .idempotency_key("k")
         .await
         .unwrap();
+    env.sweep_events().await;
+    env.clock.advance(Duration::hours(1));
     env.store().delete(&first.task_key, None).await.unwrap();
     let before = env.keys().await;
     let again = env
@@ -296,7 +322,7 @@ async fn an_expired_record_is_replaced_and_a_new_task_made(env: Env) {
     assert_ne!(second.task_id, first.task_id);
     let (rec, _) = env.queue.record("t", "k", None).await.unwrap().unwrap();
     assert_eq!(rec.task_id, second.task_id);
-    assert_eq!(rec.status, Some(RecordStatus::Ready));
+    assert_eq!(rec.status, Some(RecordStatus::Creating));
     assert_eq!(
         env.count("tasks/").await,
         2,
@@ -485,7 +511,7 @@ macro_rules! suite {
 }
 
 suite!(
-    a_new_key_creates_one_task_its_marker_and_a_ready_record,
+    a_new_key_creates_one_task_its_marker_and_a_record_the_sweeper_promotes,
     a_replay_answers_the_same_task_and_writes_nothing,
     a_replay_reports_the_tasks_current_status,
     a_ready_record_whose_task_is_gone_answers_missing_and_writes_nothing,

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use chrono::Duration;
-use idempotent_submit::protocol::RecordStatus;
+use idempotent_submit::protocol::{RecordOutcome, RecordStatus};
 use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, Store, StoreError};
 use idempotent_submit::{Clock, ManualClock, Queue, SubmitError};
 use serde_json::json;
@@ -61,6 +61,24 @@ impl World {
             .unwrap()
             .0
     }
+
+    fn record_key(&self) -> String {
+        self.bucket()
+            .keys()
+            .into_iter()
+            .find(|k| k.starts_with("idempotency/"))
+            .expect("a record")
+    }
+
+    /// The sweeper handles the record's S3 event, as the due queue delivers
+    /// it: `STALE_CREATING_AFTER_SECONDS` after the write.
+    async fn sweep_event(&self) -> RecordOutcome {
+        self.clock.advance(common::settings().stale_creating_after);
+        self.restarted()
+            .engine()
+            .sweep_record(&self.record_key(), false, None)
+            .await
+    }
 }
 
 async fn submit(q: &Queue) -> Result<idempotent_submit::Submitted, SubmitError> {
@@ -68,7 +86,8 @@ async fn submit(q: &Queue) -> Result<idempotent_submit::Submitted, SubmitError> 
 }
 
 /// After a crash at some step, the next submit answers the crashed submit's
-/// task id; exactly one task and one marker exist; the record ends ready.
+/// task id; exactly one task and one marker exist; the record stays
+/// `creating` until the sweeper's event promotes it.
 async fn next_submit_recovers(w: &World) {
     let crashed = submit(&w.process()).await.unwrap_err();
     assert_eq!(crashed, SubmitError::Storage(StoreError::Crashed));
@@ -83,6 +102,13 @@ async fn next_submit_recovers(w: &World) {
     assert_eq!(next.status, "pending");
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
+    assert_eq!(
+        w.record().await.status,
+        Some(RecordStatus::Creating),
+        "a submit never promotes"
+    );
+    // The record's event: both are there, so the sweeper only promotes.
+    assert_eq!(w.sweep_event().await, RecordOutcome::Promoted);
     let rec = w.record().await;
     assert_eq!(rec.status, Some(RecordStatus::Ready));
     assert!(rec.pending_task.is_none());
@@ -90,6 +116,7 @@ async fn next_submit_recovers(w: &World) {
     // And a third submit is a plain replay.
     let third = submit(&w.restarted()).await.unwrap();
     assert_eq!(third.task_id, pending.task_id);
+    assert_eq!(w.count("tasks/"), 1);
 }
 
 #[tokio::test]
@@ -123,37 +150,74 @@ async fn a_crash_after_the_task_before_the_marker_is_finished_by_the_next_submit
     };
     let next = submit(&w2.process()).await.unwrap();
     assert_eq!(next.task_id, w.record().await.task_id);
+    assert!(next.recovered, "it wrote the missing marker");
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
-    assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
-    // The finisher found the task there (412) and wrote no second one.
-    let calls = w2.faulty.calls();
-    let task_put = calls
+    // The finisher read the task, found the marker missing, and wrote only
+    // the marker: no task write at all.
+    let ops: Vec<(Op, String)> = w2
+        .faulty
+        .calls()
         .iter()
-        .find(|c| c.op == Op::PutCreate && c.key.starts_with("tasks/"))
-        .unwrap();
-    assert_eq!(task_put.error, Some(StoreError::PreconditionFailed));
+        .map(|c| (c.op, c.key.split('/').next().unwrap_or("").to_owned()))
+        .collect();
+    assert!(!ops.contains(&(Op::PutCreate, "tasks".into())), "{ops:?}");
+    assert!(ops.contains(&(Op::Put, "ready".into())), "{ops:?}");
+    assert_eq!(w.sweep_event().await, RecordOutcome::Promoted);
+    assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
 }
 
 #[tokio::test]
-async fn a_crash_after_task_and_marker_before_ready_is_finished_by_the_next_submit() {
+async fn a_crash_before_the_marker_is_finished_by_the_sweeper_event_alone() {
     let w = World::new();
-    w.faulty.inject(
-        Some(Op::PutUpdate),
-        "idempotency/",
-        1,
-        1,
-        Fault::CrashBefore,
-    );
+    w.faulty
+        .inject(Some(Op::Put), "ready/", 1, 1, Fault::CrashBefore);
     submit(&w.process()).await.unwrap_err();
-    assert_eq!(w.count("tasks/"), 1);
-    assert_eq!(w.count("ready/"), 1);
-    let rec = w.record().await;
-    let next = submit(&w.restarted()).await.unwrap();
-    assert_eq!(next.task_id, rec.task_id);
+    assert_eq!(w.count("ready/"), 0);
+    // Nobody submits the key again: the sweeper writes what is missing
+    // (the task may or may not have landed before the crash), then promotes.
+    let outcome = w.sweep_event().await;
+    assert!(
+        matches!(outcome, RecordOutcome::Finished | RecordOutcome::Promoted),
+        "{outcome:?}"
+    );
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
     assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
+}
+
+#[tokio::test]
+async fn a_submit_that_answered_leaves_the_record_creating_with_task_and_marker_in_place() {
+    let w = World::new();
+    let r = submit(&w.process()).await.unwrap();
+    assert!(r.created());
+    assert_eq!(r.status, "pending");
+    assert_eq!(w.count("tasks/"), 1);
+    assert_eq!(w.count("ready/"), 1);
+    let rec = w.record().await;
+    assert_eq!(rec.status, Some(RecordStatus::Creating));
+    assert_eq!(rec.task_id, r.task_id);
+    // No write of the record after the claim.
+    let record_writes = w
+        .faulty
+        .calls()
+        .iter()
+        .filter(|c| c.key.starts_with("idempotency/") && c.op.is_write())
+        .count();
+    assert_eq!(record_writes, 1);
+}
+
+#[tokio::test]
+async fn a_replay_while_creating_answers_the_task_and_writes_nothing() {
+    let w = World::new();
+    let first = submit(&w.restarted()).await.unwrap();
+    w.clock.advance(Duration::seconds(5));
+    let before = w.bucket().snapshot();
+    let r = submit(&w.process()).await.unwrap();
+    assert_eq!(r.task_id, first.task_id);
+    assert!(r.replayed && !r.recovered);
+    assert_eq!(r.status, "pending");
+    assert_eq!(w.bucket().snapshot(), before, "byte for byte");
 }
 
 #[tokio::test]
@@ -179,7 +243,8 @@ async fn a_lost_answer_to_our_own_record_write_is_recognized_by_write_id() {
     let r = submit(&w.process()).await.unwrap();
     assert!(r.created(), "our own write, retried, is still our 201");
     assert_eq!(w.count("tasks/"), 1);
-    assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
+    assert_eq!(w.count("ready/"), 1);
+    assert_eq!(w.record().await.task_id, r.task_id);
 }
 
 #[tokio::test]
@@ -199,8 +264,9 @@ async fn a_lost_answer_to_the_task_write_still_creates_one_task() {
 }
 
 #[tokio::test]
-async fn a_lost_answer_to_the_ready_write_is_checked_by_reading_the_record() {
+async fn a_lost_answer_to_the_sweepers_ready_write_is_checked_by_reading_the_record() {
     let w = World::new();
+    submit(&w.restarted()).await.unwrap();
     w.faulty.inject(
         Some(Op::PutUpdate),
         "idempotency/",
@@ -208,9 +274,34 @@ async fn a_lost_answer_to_the_ready_write_is_checked_by_reading_the_record() {
         1,
         Fault::FailAfter(StoreError::Unavailable("timeout".into())),
     );
-    let r = submit(&w.process()).await.unwrap();
-    assert!(r.created());
+    w.clock.advance(common::settings().stale_creating_after);
+    let outcome = w
+        .process()
+        .engine()
+        .sweep_record(&w.record_key(), false, None)
+        .await;
+    assert_eq!(outcome, RecordOutcome::Promoted);
     assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
+    // The retried If-Match met the sweeper's own write (412), read the
+    // record, and saw it ready.
+    let calls = w.faulty.calls();
+    let writes: Vec<(Op, Option<StoreError>)> = calls
+        .iter()
+        .skip(3)
+        .map(|c| (c.op, c.error.clone()))
+        .collect();
+    assert_eq!(
+        writes,
+        vec![
+            (
+                Op::PutUpdate,
+                Some(StoreError::Unavailable("timeout".into()))
+            ),
+            (Op::PutUpdate, Some(StoreError::PreconditionFailed)),
+            (Op::Get, None),
+        ],
+        "{calls:#?}"
+    );
 }
 
 #[tokio::test]
@@ -231,16 +322,18 @@ async fn conflicts_409_and_503s_are_retried() {
         Fault::Fail(StoreError::Unavailable("503 SlowDown".into())),
     );
     w.faulty.inject(
-        Some(Op::PutUpdate),
-        "idempotency/",
+        Some(Op::PutCreate),
+        "tasks/",
         1,
         1,
-        Fault::Fail(StoreError::Conflict),
+        Fault::Fail(StoreError::Unavailable("500".into())),
     );
     let r = submit(&w.process()).await.unwrap();
     assert!(r.created());
-    assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
-    assert_eq!(w.faulty.calls().len(), 4 + 4);
+    assert_eq!(w.count("tasks/"), 1);
+    assert_eq!(w.count("ready/"), 1);
+    // 3 requests, plus one retry for each of the 4 failures.
+    assert_eq!(w.faulty.calls().len(), 3 + 4);
 }
 
 #[tokio::test]
@@ -350,14 +443,8 @@ async fn long_after_the_deadline_a_taskless_creating_record_answers_missing_and_
 #[tokio::test]
 async fn past_the_deadline_a_creating_record_whose_task_exists_answers_its_status() {
     let w = World::new();
-    w.faulty.inject(
-        Some(Op::PutUpdate),
-        "idempotency/",
-        1,
-        1,
-        Fault::CrashBefore,
-    );
-    submit(&w.process()).await.unwrap_err();
+    // The submit answered; the sweeper never came.
+    submit(&w.process()).await.unwrap();
     w.clock.advance(Duration::seconds(2400 + 1));
     let before = w.bucket().keys();
     let r = submit(&w.restarted()).await.unwrap();
@@ -368,14 +455,7 @@ async fn past_the_deadline_a_creating_record_whose_task_exists_answers_its_statu
 #[tokio::test]
 async fn a_task_deleted_after_the_deadline_is_never_written_again() {
     let w = World::new();
-    w.faulty.inject(
-        Some(Op::PutUpdate),
-        "idempotency/",
-        1,
-        1,
-        Fault::CrashBefore,
-    );
-    submit(&w.process()).await.unwrap_err();
+    submit(&w.process()).await.unwrap();
     let rec = w.record().await;
     w.clock.advance(Duration::hours(1));
     w.bucket().delete(&rec.task_key, None).await.unwrap();
@@ -406,8 +486,8 @@ async fn no_task_write_is_attempted_once_the_finish_deadline_has_passed_even_by_
     let clock = w.clock.clone();
     let slow = FaultyStore::new(common::Intercept {
         inner: w.bucket().clone(),
-        hook: move |_: Op, key: &str| {
-            key.starts_with("tasks/").then(|| {
+        hook: move |op: Op, key: &str| {
+            (op == Op::PutCreate && key.starts_with("tasks/")).then(|| {
                 clock.advance(Duration::seconds(20));
                 StoreError::Unavailable("503 SlowDown".into())
             })
@@ -426,34 +506,141 @@ async fn no_task_write_is_attempted_once_the_finish_deadline_has_passed_even_by_
     let task_writes = slow
         .calls()
         .iter()
-        .filter(|c| c.key.starts_with("tasks/"))
+        .filter(|c| c.op == Op::PutCreate && c.key.starts_with("tasks/"))
         .count();
     assert_eq!(task_writes, 1);
     assert_eq!(w.record().await.status, Some(RecordStatus::Creating));
 }
 
+#[tokio::test]
+async fn no_marker_write_is_attempted_once_the_finish_deadline_has_passed_even_by_a_retry() {
+    let w = World::new();
+    // The task landed; the marker did not, and the submit died.
+    w.faulty.inject(
+        Some(Op::Put),
+        "ready/",
+        1,
+        1,
+        Fault::Fail(StoreError::Unavailable("503".into())),
+    );
+    w.faulty
+        .inject(Some(Op::PutCreate), "tasks/", 1, 1, Fault::CrashAfter);
+    submit(&w.process()).await.unwrap_err();
+    let rec = w.record().await;
+    assert_eq!(w.count("tasks/"), 1);
+    // A later submit starts 10 s before the deadline; its marker write takes
+    // 20 s and fails. A retry would land after the deadline.
+    w.clock.advance(Duration::seconds(2400 - 10));
+    let clock = w.clock.clone();
+    let slow = FaultyStore::new(common::Intercept {
+        inner: w.bucket().clone(),
+        hook: move |op: Op, key: &str| {
+            (op == Op::Put && key.starts_with("ready/")).then(|| {
+                clock.advance(Duration::seconds(20));
+                StoreError::Unavailable("503 SlowDown".into())
+            })
+        },
+    });
+    let q = Queue::with_clock(
+        slow.clone(),
+        Arc::new(w.clock.clone()) as Arc<dyn Clock>,
+        common::settings(),
+    );
+    let e = submit(&q).await.unwrap_err();
+    assert!(
+        matches!(e, SubmitError::Undetermined { task_id, .. } if task_id == rec.task_id),
+        "a 200 needs the marker too: {e:?}"
+    );
+    let marker_writes = slow
+        .calls()
+        .iter()
+        .filter(|c| c.op == Op::Put && c.key.starts_with("ready/"))
+        .count();
+    assert_eq!(marker_writes, 1);
+    assert_eq!(w.count("ready/"), 0);
+}
+
 // ---- request counts (guarantee 8) ----
 
+fn trips(w: &World) -> Vec<(Op, usize)> {
+    w.faulty
+        .calls()
+        .iter()
+        .map(|c| (c.op, c.round_trip))
+        .collect()
+}
+
 #[tokio::test]
-async fn a_new_submit_is_three_round_trips_and_four_requests() {
+async fn a_new_submit_is_two_round_trips_and_three_requests() {
     let w = World::new();
     submit(&w.process()).await.unwrap();
-    let calls = w.faulty.calls();
-    let ops: Vec<(Op, usize)> = calls.iter().map(|c| (c.op, c.round_trip)).collect();
-    assert_eq!(calls.len(), 4, "{calls:#?}");
-    assert_eq!(w.faulty.round_trips(), 3, "{calls:#?}");
+    let ops = trips(&w);
+    assert_eq!(ops.len(), 3, "{ops:?}");
+    assert_eq!(w.faulty.round_trips(), 2, "{ops:?}");
     assert_eq!(ops[0], (Op::PutCreate, 1));
-    assert!(ops[1..3].contains(&(Op::PutCreate, 2)) && ops[1..3].contains(&(Op::Put, 2)));
-    assert_eq!(ops[3], (Op::PutUpdate, 3));
+    assert!(ops[1..].contains(&(Op::PutCreate, 2)) && ops[1..].contains(&(Op::Put, 2)));
 }
 
 #[tokio::test]
 async fn a_replay_of_a_ready_record_is_at_most_three_requests() {
     let w = World::new();
     submit(&w.restarted()).await.unwrap();
+    assert_eq!(w.sweep_event().await, RecordOutcome::Promoted);
     submit(&w.process()).await.unwrap();
-    let ops: Vec<Op> = w.faulty.calls().iter().map(|c| c.op).collect();
-    assert_eq!(ops, vec![Op::PutCreate, Op::Get, Op::Get]);
+    assert_eq!(
+        trips(&w),
+        vec![(Op::PutCreate, 1), (Op::Get, 2), (Op::Get, 3)]
+    );
+}
+
+#[tokio::test]
+async fn a_replay_of_a_creating_record_is_four_requests_in_three_round_trips() {
+    let w = World::new();
+    submit(&w.restarted()).await.unwrap();
+    submit(&w.process()).await.unwrap();
+    let ops = trips(&w);
+    assert_eq!(ops.len(), 4, "{ops:?}");
+    assert_eq!(w.faulty.round_trips(), 3, "{ops:?}");
+    assert_eq!(ops[..2], [(Op::PutCreate, 1), (Op::Get, 2)]);
+    assert!(ops[2..].contains(&(Op::Get, 3)) && ops[2..].contains(&(Op::Head, 3)));
+}
+
+#[tokio::test]
+async fn a_replay_that_finishes_an_interrupted_submit_writes_only_what_is_missing() {
+    let crashed = World::new();
+    interrupted(&crashed).await;
+    let w = World {
+        clock: crashed.clock.clone(),
+        faulty: FaultyStore::new(crashed.bucket().clone()),
+    };
+    let r = submit(&w.process()).await.unwrap();
+    assert!(r.recovered && r.replayed);
+    let ops = trips(&w);
+    // PUT (412), GET record, GET task + HEAD marker (both 404), PUT task +
+    // PUT marker: 6 requests in 4 round trips.
+    assert_eq!(ops.len(), 6, "{ops:?}");
+    assert_eq!(w.faulty.round_trips(), 4, "{ops:?}");
+    assert!(ops[4..].contains(&(Op::PutCreate, 4)) && ops[4..].contains(&(Op::Put, 4)));
+    assert_eq!(w.count("tasks/"), 1);
+    assert_eq!(w.count("ready/"), 1);
+}
+
+#[tokio::test]
+async fn the_sweeper_promotes_a_finished_record_in_three_requests_and_one_write() {
+    let w = World::new();
+    submit(&w.restarted()).await.unwrap();
+    w.clock.advance(common::settings().stale_creating_after);
+    let outcome = w
+        .process()
+        .engine()
+        .sweep_record(&w.record_key(), false, None)
+        .await;
+    assert_eq!(outcome, RecordOutcome::Promoted);
+    let ops = trips(&w);
+    assert_eq!(ops.len(), 4, "{ops:?}");
+    assert_eq!(ops[0], (Op::Get, 1));
+    assert!(ops[1..3].contains(&(Op::Get, 2)) && ops[1..3].contains(&(Op::Head, 2)));
+    assert_eq!(ops[3], (Op::PutUpdate, 3));
 }
 
 #[tokio::test]

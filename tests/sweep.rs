@@ -106,8 +106,12 @@ async fn a_stale_creating_record_is_finished_with_its_task_and_marker() {
 #[tokio::test]
 async fn a_stale_record_whose_task_is_there_is_promoted() {
     let w = World::new();
-    w.interrupted("a", Op::PutUpdate, "idempotency/", Fault::CrashBefore)
-        .await;
+    w.queue()
+        .submit("t", json!({"k": "a"}))
+        .idempotency_key("a")
+        .await
+        .unwrap();
+    assert_eq!(w.record("a").await.status, Some(RecordStatus::Creating));
     w.clock.advance(Duration::minutes(11));
     let s = w.sweep(false).await;
     assert_eq!((s.finished, s.promoted), (0, 1));
@@ -476,8 +480,11 @@ async fn dense_bucket(scopes: &[(&str, usize)]) -> (ManualClock, MemoryStore) {
     let mut v: serde_json::Value =
         serde_json::from_slice(&bucket.get(&template_key).await.unwrap().body).unwrap();
     bucket.delete(&template_key, None).await.unwrap();
-    // Expired from the start: whenever a pass reads one, it deletes it.
+    // Ready, and expired from the start: whenever a pass reads one, it
+    // deletes it.
     v["expires_at"] = json!("2026-01-27T13:00:00Z");
+    v["status"] = json!("ready");
+    v.as_object_mut().unwrap().remove("pending_task");
     let body: bytes::Bytes = serde_json::to_vec(&v).unwrap().into();
     let mut i: u64 = 0;
     for (scope, n) in scopes {

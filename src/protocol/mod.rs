@@ -12,4 +12,4 @@ pub use record::{Record, RecordStatus, TaskLocation};
 pub use submit::{
     ConflictKind, Engine, IdempotencyInfo, Input, KeySpec, SubmitError, SubmitRequest, Submitted,
 };
-pub use sweep::{SweepOptions, SweepSummary};
+pub use sweep::{RecordOutcome, SweepOptions, SweepSummary};

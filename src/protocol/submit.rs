@@ -1,10 +1,11 @@
 //! The submit state machine (docs/protocol.md walks through it step by step).
 //!
 //! A keyed submit writes its record first (`If-None-Match: *`), then the task
-//! object and its ready marker in parallel, then turns the record `ready` by
-//! compare-and-swap, and only then answers. Whoever meets a `creating` record
-//! before its finish deadline (a later submit of the key, the sweeper)
-//! finishes it the same way, through [`Engine::finish`].
+//! object and its ready marker in parallel, and answers: two round trips.
+//! Whoever meets a `creating` record before its finish deadline (a later
+//! submit of the key, the sweeper) checks both and writes what is missing,
+//! through [`Engine::complete`]; only the sweeper then turns the record
+//! `ready`, by compare-and-swap ([`Engine::promote`]).
 
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
@@ -21,6 +22,7 @@ use super::record::{
 };
 use crate::clock::Clock;
 use crate::config::{LATE_WRITE_MARGIN, Settings};
+use crate::planted::Bug;
 use crate::store::{ETag, ObjectMeta, PutMode, Store, StoreError};
 
 /// How many times a submit starts over when the record changes under it
@@ -201,6 +203,27 @@ impl From<Failure> for SubmitError {
     }
 }
 
+/// Whether [`Engine::complete`] reads what exists before writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// Read the task and check the marker first; write only what is missing.
+    Yes,
+    /// Write both: the record was just written, so neither can exist yet
+    /// (except by a lost answer of our own, which the task's 412 tells).
+    No,
+}
+
+/// What [`Engine::complete`] found and did.
+#[derive(Debug)]
+pub(crate) struct Completed {
+    /// This call created the task object.
+    pub created: bool,
+    /// This call wrote the task object or the marker.
+    pub wrote: bool,
+    /// The task's status, when this call learned it.
+    pub status: Option<String>,
+}
+
 /// The protocol over a store, a clock and settings.
 #[derive(Clone)]
 pub struct Engine {
@@ -235,8 +258,9 @@ impl Engine {
     }
 
     /// One store request with retries: on 409 and retryable failures, with
-    /// backoff, each attempt bounded in time, and none started at or after
-    /// `deadline` (by the injected clock).
+    /// backoff, each attempt bounded by `attempt_timeout` and by what is left
+    /// before `deadline`, and none started at or after `deadline` (by the
+    /// injected clock).
     pub(crate) async fn call<T, F, Fut>(
         &self,
         deadline: DateTime<Utc>,
@@ -252,12 +276,16 @@ impl Engine {
             if attempt > 0 {
                 tokio::time::sleep(policy.backoff(attempt)).await;
             }
-            if self.now() >= deadline {
+            let now = self.now();
+            if now >= deadline {
                 return Err(Failure::Deadline);
             }
             // The timeout drops a hung request, so no attempt outlives the
-            // call that made it.
-            match tokio::time::timeout(policy.attempt_timeout, f()).await {
+            // call that made it, nor runs past the deadline: a slow S3 is
+            // answered as our retryable error before API Gateway's own
+            // integration limit cuts the caller off.
+            let left = (deadline - now).to_std().unwrap_or_default();
+            match tokio::time::timeout(policy.attempt_timeout.min(left), f()).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) if e.is_retryable() => last = e,
                 Ok(Err(e)) => return Err(Failure::Store(e)),
@@ -331,7 +359,16 @@ impl Engine {
         op_deadline: DateTime<Utc>,
     ) -> Result<Submitted, SubmitError> {
         let scope = k.scope.resolve(&req.task_type).to_owned();
-        let key_hash = hash::key_hash(&scope, &k.key, k.tenant.as_ref());
+        let planted;
+        let hashed_key = if self.settings.has_bug(Bug::OneRecordPerScope)
+            && let Ok(one) = IdempotencyKey::parse("planted")
+        {
+            planted = one;
+            &planted
+        } else {
+            &k.key
+        };
+        let key_hash = hash::key_hash(&scope, hashed_key, k.tenant.as_ref());
         let rkey = record_key(&scope, &key_hash);
         let now = self.now().trunc_subsecs(0);
         // The task id and write_id are chosen once and kept across retries:
@@ -371,9 +408,9 @@ impl Engine {
                 })
                 .await
             {
-                Ok(put) => {
+                Ok(_) => {
                     return self
-                        .finish_as_owner(&rkey, &mine, &put.etag, sent_at, op_deadline)
+                        .finish_as_owner(&rkey, &mine, sent_at, op_deadline)
                         .await;
                 }
                 Err(Failure::Store(StoreError::PreconditionFailed)) => {}
@@ -397,17 +434,11 @@ impl Engine {
             if existing.write_id == Some(write_id) {
                 // Our own write: its answer was lost, and a retry met it.
                 return self
-                    .finish_as_owner(
-                        &rkey,
-                        &mine,
-                        &obj.meta.etag,
-                        obj.meta.last_modified,
-                        op_deadline,
-                    )
+                    .finish_as_owner(&rkey, &mine, obj.meta.last_modified, op_deadline)
                     .await;
             }
 
-            if existing.is_expired(self.now()) {
+            if existing.is_expired(self.now()) && !self.settings.has_bug(Bug::ExpiryIgnored) {
                 // An expired record counts as absent: replace it, but only if
                 // it is still the one we read.
                 let sent_at = self.now();
@@ -418,9 +449,9 @@ impl Engine {
                     })
                     .await
                 {
-                    Ok(put) => {
+                    Ok(_) => {
                         return self
-                            .finish_as_owner(&rkey, &mine, &put.etag, sent_at, op_deadline)
+                            .finish_as_owner(&rkey, &mine, sent_at, op_deadline)
                             .await;
                     }
                     Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => {
@@ -452,12 +483,13 @@ impl Engine {
         )))
     }
 
-    /// We wrote the record: finish it and answer 201.
+    /// We wrote the record: write its task object and marker, and answer 201.
+    /// The record stays `creating`; the sweeper promotes it, off the response
+    /// path.
     async fn finish_as_owner(
         &self,
         rkey: &str,
         mine: &Record,
-        etag: &ETag,
         written_not_before: DateTime<Utc>,
         op_deadline: DateTime<Utc>,
     ) -> Result<Submitted, SubmitError> {
@@ -465,14 +497,10 @@ impl Engine {
         // which is never later: the deadline we keep is never later than the
         // real one.
         let deadline = written_not_before + self.settings.finish_window;
-        let created = self.finish(rkey, mine, etag, deadline, op_deadline).await?;
-        let status = if created {
-            "pending".to_owned()
-        } else {
-            self.read_status(&mine.task_key, op_deadline)
-                .await?
-                .unwrap_or_else(|| "missing".into())
-        };
+        let done = self
+            .complete(rkey, mine, Check::No, deadline, op_deadline)
+            .await?;
+        let status = self.status_after(mine, &done, op_deadline).await?;
         Ok(self.answer(mine, status, false, false))
     }
 
@@ -487,7 +515,7 @@ impl Engine {
         op_deadline: DateTime<Utc>,
     ) -> Result<Submitted, SubmitError> {
         // Our own task id on a record we did not recognize by write_id: we
-        // wrote it, and someone else turned it ready. It is still our 201.
+        // wrote it, and the sweeper turned it ready. It is still our 201.
         let replayed = rec.task_id != my_task_id;
         let now = self.now();
         let finish_deadline = meta.last_modified + self.settings.finish_window;
@@ -501,24 +529,26 @@ impl Engine {
                     false,
                 ))
             }
-            Some(RecordStatus::Creating) if rec.pending_task.is_some() && now < finish_deadline => {
-                let created = self
-                    .finish(rkey, rec, &meta.etag, finish_deadline, op_deadline)
+            Some(RecordStatus::Creating)
+                if rec.pending_task.is_some()
+                    && (now < finish_deadline
+                        || self.settings.has_bug(Bug::IgnoreFinishDeadline)) =>
+            {
+                let done = self
+                    .complete(rkey, rec, Check::Yes, finish_deadline, op_deadline)
                     .await?;
-                let status = if created {
-                    "pending".to_owned()
-                } else {
-                    self.read_status(&rec.task_key, op_deadline)
-                        .await?
-                        .unwrap_or_else(|| "missing".into())
-                };
-                Ok(self.answer(rec, status, replayed, created))
+                let status = self.status_after(rec, &done, op_deadline).await?;
+                Ok(self.answer(rec, status, replayed, done.wrote))
             }
             // A `creating` record past its finish deadline, or one without
             // `status` (buquet's): nothing is written for it. Its task exists
             // or, once no late write can land any more, it is missing.
             _ => {
-                let until = meta.last_modified + self.settings.finish_window + LATE_WRITE_MARGIN;
+                let mut until =
+                    meta.last_modified + self.settings.finish_window + LATE_WRITE_MARGIN;
+                if self.settings.has_bug(Bug::MissingWithoutMargin) {
+                    until -= LATE_WRITE_MARGIN;
+                }
                 match self.read_status(&rec.task_key, op_deadline).await? {
                     Some(status) => Ok(self.answer(rec, status, replayed, false)),
                     None if now < until => Err(SubmitError::Undetermined {
@@ -531,21 +561,25 @@ impl Engine {
         }
     }
 
-    /// Finishes a `creating` record: the task object with If-None-Match (412:
-    /// it is already there), its ready marker (always), then the record to
-    /// `ready` by compare-and-swap. No task write is attempted at or after
-    /// `finish_deadline`. Returns whether this call created the task.
+    /// Makes sure that a `creating` record's task object and ready marker
+    /// both exist, writing only what is missing: the task with If-None-Match
+    /// (412: it is already there), the marker by plain PUT, in parallel.
+    /// With [`Check::Yes`] it first reads the task and checks the marker (GET
+    /// and HEAD, in parallel); the first submit, which knows neither exists,
+    /// writes both at once. No write is attempted at or after
+    /// `finish_deadline`.
     ///
     /// The one finishing path of the first submit, a later submit and the
-    /// sweeper.
-    pub(crate) async fn finish(
+    /// sweeper. It never touches the record: only the sweeper promotes it
+    /// ([`Engine::promote`]).
+    pub(crate) async fn complete(
         &self,
         rkey: &str,
         rec: &Record,
-        etag: &ETag,
+        check: Check,
         finish_deadline: DateTime<Utc>,
         op_deadline: DateTime<Utc>,
-    ) -> Result<bool, SubmitError> {
+    ) -> Result<Completed, SubmitError> {
         let corrupt = |reason: String| SubmitError::Corrupt {
             key: rkey.to_owned(),
             reason,
@@ -561,38 +595,116 @@ impl Engine {
                 "pending_task.id is not the record's task_id".into(),
             ));
         }
-        let loc = head.location();
-        let task_body = Bytes::copy_from_slice(pending.get().as_bytes());
-        let (task_key, marker_key) = (rec.task_key.clone(), loc.marker_key());
-        let task_deadline = finish_deadline.min(op_deadline);
+        let task_key = rec.task_key.as_str();
+        let marker_key = head.location().marker_key();
 
+        let (mut need_task, mut need_marker, mut status) = (true, true, None);
+        if check == Check::Yes {
+            let (t, m) = tokio::join!(
+                self.call(op_deadline, || self.store.get(task_key)),
+                self.call(op_deadline, || self.store.head(&marker_key)),
+            );
+            match t {
+                Ok(obj) => {
+                    need_task = false;
+                    status = Some(task_status(&obj.body).unwrap_or_else(|| "unknown".into()));
+                }
+                Err(Failure::Store(StoreError::NotFound)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            match m {
+                Ok(_) => need_marker = false,
+                _ if self.settings.has_bug(Bug::PromoteWithoutMarker) => need_marker = false,
+                Err(Failure::Store(StoreError::NotFound)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+
+        // Both writes stop at the finish deadline: past it nobody writes a
+        // record's task or marker, which is what makes a task 412 mean
+        // "created" and a deleted task stay deleted.
+        let write_deadline = if self.settings.has_bug(Bug::IgnoreFinishDeadline) {
+            op_deadline
+        } else {
+            finish_deadline.min(op_deadline)
+        };
+        let task_mode = if self.settings.has_bug(Bug::OverwriteTask) {
+            PutMode::Overwrite
+        } else {
+            PutMode::Create
+        };
+        let task_body = Bytes::copy_from_slice(pending.get().as_bytes());
         let (t, m) = tokio::join!(
-            self.call(task_deadline, || {
-                self.store
-                    .put(&task_key, task_body.clone(), PutMode::Create)
-            }),
-            self.call(op_deadline, || {
-                self.store
-                    .put(&marker_key, Bytes::new(), PutMode::Overwrite)
-            }),
+            async {
+                if need_task {
+                    Some(
+                        self.call(write_deadline, || {
+                            self.store
+                                .put(task_key, task_body.clone(), task_mode.clone())
+                        })
+                        .await,
+                    )
+                } else {
+                    None
+                }
+            },
+            async {
+                if need_marker {
+                    Some(
+                        self.call(write_deadline, || {
+                            self.store
+                                .put(&marker_key, Bytes::new(), PutMode::Overwrite)
+                        })
+                        .await,
+                    )
+                } else {
+                    None
+                }
+            },
         );
-        let created = match t {
-            Ok(_) => true,
+        let refused = |f: Failure| match f {
+            Failure::Deadline if self.now() >= finish_deadline => {
+                let until = finish_deadline + LATE_WRITE_MARGIN;
+                SubmitError::Undetermined {
+                    task_id: rec.task_id,
+                    retry_after: (until - self.now()).to_std().unwrap_or_default(),
+                }
+            }
+            f => f.into(),
+        };
+        let mut created = false;
+        match t {
+            None => {}
+            Some(Ok(_)) => {
+                created = true;
+                status = Some("pending".to_owned());
+            }
             // Before the finish deadline, 412 can only mean that the task was
             // created (by us, or by another finisher): nobody deletes a task
             // that young, and nobody writes one after the deadline.
-            Err(Failure::Store(StoreError::PreconditionFailed)) => false,
-            Err(Failure::Deadline) if self.now() >= finish_deadline => {
-                let until = finish_deadline + LATE_WRITE_MARGIN;
-                return Err(SubmitError::Undetermined {
-                    task_id: rec.task_id,
-                    retry_after: (until - self.now()).to_std().unwrap_or_default(),
-                });
-            }
-            Err(e) => return Err(e.into()),
-        };
-        m?;
+            Some(Err(Failure::Store(StoreError::PreconditionFailed))) => {}
+            Some(Err(f)) => return Err(refused(f)),
+        }
+        if let Some(Err(f)) = m {
+            return Err(refused(f));
+        }
+        Ok(Completed {
+            created,
+            wrote: created || need_marker,
+            status,
+        })
+    }
 
+    /// Turns a `creating` record whose task object and marker were seen or
+    /// written `ready`, by compare-and-swap against the ETag it was read
+    /// with. Only the sweeper calls it.
+    pub(crate) async fn promote(
+        &self,
+        rkey: &str,
+        rec: &Record,
+        etag: &ETag,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<(), SubmitError> {
         let ready = rec.to_ready().to_bytes();
         let mut etag = etag.clone();
         for _ in 0..MAX_ROUNDS {
@@ -603,22 +715,25 @@ impl Engine {
                 })
                 .await
             {
-                Ok(_) => return Ok(created),
-                // Somebody wrote the record since we read it. Before the
-                // finish deadline that can only be a finisher turning it
-                // ready (or our own write whose answer was lost); make sure.
+                Ok(_) => return Ok(()),
+                // Somebody wrote the record since we read it. Before it
+                // expires that can only be another sweep promoting it (or our
+                // own write whose answer was lost); make sure.
                 Err(Failure::Store(StoreError::PreconditionFailed)) => {
                     let obj = self.call(op_deadline, || self.store.get(rkey)).await?;
-                    let now = Record::parse(&obj.body).map_err(|e| corrupt(e.to_string()))?;
+                    let now = Record::parse(&obj.body).map_err(|e| SubmitError::Corrupt {
+                        key: rkey.to_owned(),
+                        reason: e.to_string(),
+                    })?;
                     match (now.task_id == rec.task_id, now.status) {
-                        (true, Some(RecordStatus::Ready)) => return Ok(created),
+                        (true, Some(RecordStatus::Ready)) => return Ok(()),
                         // Still ours and still creating under another ETag:
                         // an emulator that answered 412 while another write
                         // was landing. Try again against what is there now.
                         (true, Some(RecordStatus::Creating)) => etag = obj.meta.etag,
                         (_, status) => {
                             return Err(SubmitError::Storage(StoreError::Unavailable(format!(
-                                "the idempotency record changed while it was being finished \
+                                "the idempotency record changed while it was being promoted \
                                  (now {status:?} for task {})",
                                 now.task_id
                             ))));
@@ -629,8 +744,25 @@ impl Engine {
             }
         }
         Err(SubmitError::Storage(StoreError::Unavailable(
-            "the idempotency record changed while it was being finished".into(),
+            "the idempotency record changed while it was being promoted".into(),
         )))
+    }
+
+    /// The status to answer once [`Engine::complete`] is done: the one it
+    /// learned, or a read when its task write met an existing task.
+    async fn status_after(
+        &self,
+        rec: &Record,
+        done: &Completed,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<String, SubmitError> {
+        match &done.status {
+            Some(s) => Ok(s.clone()),
+            None => Ok(self
+                .read_status(&rec.task_key, op_deadline)
+                .await?
+                .unwrap_or_else(|| "missing".into())),
+        }
     }
 
     /// The task's current status; `None` if it is not there.

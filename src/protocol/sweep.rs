@@ -42,7 +42,7 @@ use futures::stream::FuturesUnordered;
 use serde::{Deserialize, Serialize};
 
 use super::record::{Record, RecordStatus};
-use super::submit::{Engine, Failure, SubmitError};
+use super::submit::{Check, Engine, Failure, SubmitError};
 use crate::store::{ETag, ObjectMeta, PutMode, StoreError};
 
 /// Where the sweeper keeps its place.
@@ -316,7 +316,11 @@ impl Engine {
             return RecordOutcome::Nothing;
         }
         let finish_deadline = meta.last_modified + self.settings.finish_window;
-        if now >= finish_deadline {
+        if now >= finish_deadline
+            && !self
+                .settings
+                .has_bug(crate::planted::Bug::IgnoreFinishDeadline)
+        {
             tracing::warn!(record = key, task_id = %rec.task_id, "creating record past its finish deadline");
             return RecordOutcome::PastDeadline;
         }
@@ -326,12 +330,17 @@ impl Engine {
         if dry_run {
             return RecordOutcome::Finished;
         }
-        match self
-            .finish(key, &rec, &meta.etag, finish_deadline, op_deadline)
+        let done = match self
+            .complete(key, &rec, Check::Yes, finish_deadline, op_deadline)
             .await
         {
-            Ok(true) => RecordOutcome::Finished,
-            Ok(false) => RecordOutcome::Promoted,
+            Ok(d) => d,
+            Err(e) => return self.failed(key, e),
+        };
+        // Both were seen or written: only now may the record say `ready`.
+        match self.promote(key, &rec, &meta.etag, op_deadline).await {
+            Ok(()) if done.created => RecordOutcome::Finished,
+            Ok(()) => RecordOutcome::Promoted,
             Err(e) => self.failed(key, e),
         }
     }

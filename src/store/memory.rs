@@ -75,6 +75,15 @@ impl MemoryStore {
         self.lock().keys().cloned().collect()
     }
 
+    /// Every object: key, bytes, ETag and `LastModified`, in key order (for
+    /// assertions that something changed nothing, byte for byte).
+    pub fn snapshot(&self) -> Vec<(String, Bytes, ETag, DateTime<Utc>)> {
+        self.lock()
+            .iter()
+            .map(|(k, e)| (k.clone(), e.body.clone(), e.etag.clone(), e.last_modified))
+            .collect()
+    }
+
     fn meta(key: &str, e: &Entry) -> ObjectMeta {
         ObjectMeta {
             key: key.to_owned(),
