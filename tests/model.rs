@@ -1,8 +1,20 @@
 //! Model-based randomized testing of the protocol: thousands of random
-//! schedules over the in-memory store, with injected faults and crashes, the
-//! sweeper, concurrent submits, time passing past staleness, deadlines and
-//! expiry, and tasks deleted behind our back. After every step and at the end,
-//! guarantees 1 to 7 of CONTRACT.md section 3 are checked as invariants.
+//! schedules over the in-memory store, with injected faults, lost answers,
+//! crashes and slow requests; concurrent submits of one key; tenants, the
+//! `queue` scope and a custom scope, where another task type is a conflict;
+//! the sweeper's record events (the due queue, delivered
+//! `STALE_CREATING_AFTER_SECONDS` to 15 minutes after each record write) and
+//! its scheduled pass; time passing past staleness, deadlines and expiry; and
+//! tasks deleted by the queue.
+//!
+//! After every step, guarantees 1 to 7 of CONTRACT.md section 3 are checked
+//! against each submit's own (tenant, scope, key, task type): every answer
+//! and every error class against what the state allowed, and the whole write
+//! history (each task written once, with If-None-Match, before its record's
+//! deadline; a record `ready` only after its task and marker were written).
+//! Coverage counters show that every fault and situation happened; the CI run
+//! requires each to be non-zero. Each guarantee's check is shown to catch a
+//! bug planted on purpose (`src/planted.rs`), with a shrunk schedule.
 //!
 //! Seeds are reproducible: `MODEL_SEED=<seed> cargo test --test model`
 //! replays one schedule. A failure prints its seed and a shrunk schedule.
@@ -16,13 +28,17 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
-use idempotent_submit::protocol::{Record, RecordStatus, SweepOptions};
+use idempotent_submit::planted::Bug;
+use idempotent_submit::protocol::hash::{canonical_json, input_hash, key_hash};
+use idempotent_submit::protocol::{Record, RecordOutcome, RecordStatus, SweepOptions};
 use idempotent_submit::store::{
     ETag, Fault, FaultyStore, ListPage, MemoryStore, Object, ObjectMeta, PutMode, PutResult, Store,
     StoreError,
 };
-use idempotent_submit::{Clock, ManualClock, Queue, Settings, SubmitError};
-use serde_json::json;
+use idempotent_submit::{
+    Clock, IdempotencyKey, ManualClock, Queue, Scope, Settings, SubmitError, Tenant,
+};
+use serde_json::{Value, json};
 
 // ---- the schedule ----
 
@@ -32,15 +48,35 @@ struct Faults {
     crash_at: Option<(usize, bool)>,
     per_mille: u32,
     /// Share of calls (per mille) that take long: the clock moves 1 s to
-    /// 15 min while they are under way.
+    /// 15 min while they are under way, and half of them never land.
     slow_per_mille: u32,
     seed: u64,
+}
+
+impl Faults {
+    fn none() -> Self {
+        Faults {
+            crash_at: None,
+            per_mille: 0,
+            slow_per_mille: 0,
+            seed: 0,
+        }
+    }
+}
+
+/// Whose key: (tenant, scope, key). Tenant 0 is none; scope 0 is the task
+/// type, 1 the `queue` scope, 2 a custom scope shared by both task types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Who {
+    tenant: u8,
+    scope: u8,
+    key: u8,
 }
 
 #[derive(Debug, Clone)]
 enum Step {
     Submit {
-        key: u8,
+        who: Who,
         input: u8,
         task_type: u8,
         ttl_hours: i64,
@@ -51,8 +87,27 @@ enum Step {
         faults: Faults,
     },
     Together(Vec<Step>),
-    Advance(i64),
-    DeleteOldTask(u8),
+    /// Time passes; the sweeper's record events that fall due on the way are
+    /// delivered when they do, unless the sweeper is down: then they wait,
+    /// and reach it late.
+    Advance {
+        secs: i64,
+        sweeper_down: bool,
+    },
+    /// With the sweeper down, time passes until `before_secs` before the
+    /// finish deadline of this key's record, if it is `creating` and that is
+    /// still ahead: the band where late writes and refusals happen.
+    NearDeadline {
+        who: Who,
+        task_type: u8,
+        before_secs: i64,
+    },
+    /// The queue deletes the task of this key's current record, if that task
+    /// is older than an hour.
+    DeleteTask {
+        who: Who,
+        task_type: u8,
+    },
 }
 
 fn gen_faults(rng: &mut fastrand::Rng) -> Faults {
@@ -72,11 +127,23 @@ fn gen_faults(rng: &mut fastrand::Rng) -> Faults {
     }
 }
 
+fn gen_who(rng: &mut fastrand::Rng) -> Who {
+    Who {
+        tenant: if rng.u8(..100) < 75 { 0 } else { rng.u8(1..3) },
+        scope: match rng.u8(..100) {
+            0..=69 => 0,
+            70..=84 => 1,
+            _ => 2,
+        },
+        key: rng.u8(..3),
+    }
+}
+
 fn gen_submit(rng: &mut fastrand::Rng) -> Step {
     Step::Submit {
-        key: rng.u8(..4),
+        who: gen_who(rng),
         input: if rng.u8(..100) < 85 { 0 } else { 1 },
-        task_type: if rng.u8(..100) < 90 { 0 } else { 1 },
+        task_type: if rng.u8(..100) < 85 { 0 } else { 1 },
         ttl_hours: [1, 2, 720][rng.usize(..3)],
         faults: gen_faults(rng),
     }
@@ -96,41 +163,142 @@ fn without_lag(mut step: Step) -> Step {
 
 fn gen_schedule(seed: u64, len: usize) -> Vec<Step> {
     let mut rng = fastrand::Rng::with_seed(seed);
-    (0..len)
-        .map(|_| match rng.u8(..100) {
-            0..=39 => gen_submit(&mut rng),
-            40..=54 => Step::Together(
-                (0..rng.usize(2..4))
-                    .map(|_| {
-                        if rng.u8(..100) < 80 {
-                            without_lag(gen_submit(&mut rng))
-                        } else {
-                            without_lag(Step::Sweep {
-                                dry_run: false,
-                                faults: gen_faults(&mut rng),
-                            })
-                        }
-                    })
-                    .collect(),
-            ),
-            55..=69 => Step::Sweep {
+    let mut steps: Vec<Step> = (0..len)
+        .flat_map(|_| match rng.u8(..100) {
+            0..=39 => vec![gen_submit(&mut rng)],
+            40..=54 => {
+                // Often the same key, so that submits contend for it.
+                let first = gen_submit(&mut rng);
+                let Step::Submit { who, .. } = first else {
+                    unreachable!()
+                };
+                let mut steps = vec![without_lag(first)];
+                for _ in 0..rng.usize(1..3) {
+                    let mut next = gen_submit(&mut rng);
+                    if let Step::Submit { who: w, .. } = &mut next
+                        && rng.bool()
+                    {
+                        *w = who;
+                    }
+                    if rng.u8(..100) < 20 {
+                        next = Step::Sweep {
+                            dry_run: false,
+                            faults: gen_faults(&mut rng),
+                        };
+                    }
+                    steps.push(without_lag(next));
+                }
+                vec![Step::Together(steps)]
+            }
+            55..=64 => vec![Step::Sweep {
                 dry_run: rng.u8(..100) < 10,
                 faults: gen_faults(&mut rng),
-            },
-            70..=94 => Step::Advance(match rng.u8(..100) {
-                0..=49 => rng.i64(1..700),
-                50..=84 => rng.i64(600..3600),
-                _ => rng.i64(3600..3 * 86400),
-            }),
-            _ => Step::DeleteOldTask(rng.u8(..)),
+            }],
+            65..=69 => {
+                // The deadline band: a submit dies after its record, the
+                // sweeper misses it, and a slow retry comes shortly before
+                // the deadline.
+                let Step::Submit {
+                    who,
+                    input,
+                    task_type,
+                    ttl_hours,
+                    faults,
+                } = gen_submit(&mut rng)
+                else {
+                    unreachable!()
+                };
+                let dies = Faults {
+                    crash_at: Some((1, true)),
+                    per_mille: 0,
+                    slow_per_mille: 0,
+                    ..faults
+                };
+                let slow = Faults {
+                    crash_at: None,
+                    per_mille: 0,
+                    slow_per_mille: rng.u32(300..900),
+                    seed: rng.u64(..),
+                };
+                let submit = |faults| Step::Submit {
+                    who,
+                    input,
+                    task_type,
+                    ttl_hours,
+                    faults,
+                };
+                vec![
+                    submit(dies),
+                    Step::NearDeadline {
+                        who,
+                        task_type,
+                        before_secs: rng.i64(1..900),
+                    },
+                    submit(slow),
+                ]
+            }
+            70..=92 => vec![Step::Advance {
+                secs: match rng.u8(..100) {
+                    0..=49 => rng.i64(1..700),
+                    50..=84 => rng.i64(600..3600),
+                    _ => rng.i64(3600..3 * 86400),
+                },
+                sweeper_down: rng.u8(..100) < 20,
+            }],
+            _ => vec![Step::DeleteTask {
+                who: gen_who(&mut rng),
+                task_type: if rng.u8(..100) < 85 { 0 } else { 1 },
+            }],
         })
-        .collect()
+        .collect();
+    steps.truncate(len);
+    steps
 }
 
-/// Every task-object write attempt: (key, when it was sent).
-type Attempts = Arc<Mutex<Vec<(String, DateTime<Utc>)>>>;
+const TASK_TYPES: [&str; 2] = ["pay", "mail"];
+const TENANTS: [&str; 3] = ["", "arn:aws:iam::1:role/alice", "arn:aws:iam::1:role/bob"];
 
-// ---- a recording store: every successful write, with the time ----
+fn key_name(k: u8) -> String {
+    format!("key-{k}")
+}
+
+fn input_of(who: Who, input: u8) -> Value {
+    json!({"key": who.key, "v": input})
+}
+
+fn tenant_of(who: Who) -> Option<Tenant> {
+    (who.tenant > 0).then(|| Tenant::from_principal(TENANTS[who.tenant as usize]).unwrap())
+}
+
+fn scope_name(who: Who, task_type: u8) -> &'static str {
+    match who.scope {
+        0 => TASK_TYPES[task_type as usize],
+        1 => "queue",
+        _ => "shared",
+    }
+}
+
+/// The record path of a submit: its own (tenant, scope, key).
+fn record_path(who: Who, task_type: u8) -> String {
+    let scope = scope_name(who, task_type);
+    let k = IdempotencyKey::parse(key_name(who.key)).unwrap();
+    let hash = key_hash(scope, &k, tenant_of(who).as_ref());
+    format!(
+        "idempotency/{scope}/{}.json",
+        hash.trim_start_matches("sha256:")
+    )
+}
+
+fn task_id_of(key: &str) -> uuid::Uuid {
+    key.rsplit('/')
+        .next()
+        .unwrap_or("")
+        .trim_end_matches(".json")
+        .parse()
+        .unwrap_or_default()
+}
+
+// ---- a recording store: every successful write, in order, with its time ----
 
 #[derive(Debug, Clone)]
 struct Write {
@@ -141,11 +309,23 @@ struct Write {
     at: DateTime<Utc>,
 }
 
+/// A record's S3 event on its way to the sweeper through the due queue.
+#[derive(Debug, Clone)]
+struct Event {
+    key: String,
+    due: DateTime<Utc>,
+}
+
 #[derive(Clone)]
 struct Recorder {
     inner: MemoryStore,
     clock: ManualClock,
     writes: Arc<Mutex<Vec<Write>>>,
+    events: Arc<Mutex<Vec<Event>>>,
+    /// How long after a record write its event reaches the sweeper: the due
+    /// queue's delay plus up to 15 minutes of delivery.
+    delay: Arc<Mutex<fastrand::Rng>>,
+    stale: Duration,
 }
 
 #[async_trait]
@@ -161,6 +341,13 @@ impl Store for Recorder {
         let r = self.inner.put(key, body.clone(), mode).await;
         if r.is_ok() {
             let at = self.clock.now();
+            if key.starts_with("idempotency/") {
+                let lag = Duration::seconds(self.delay.lock().unwrap().i64(0..=900));
+                self.events.lock().unwrap().push(Event {
+                    key: key.to_owned(),
+                    due: at + self.stale + lag,
+                });
+            }
             self.writes.lock().unwrap().push(Write {
                 key: key.to_owned(),
                 body,
@@ -184,6 +371,14 @@ impl Store for Recorder {
     }
 }
 
+/// Every task-object or marker write attempt (key, when it was sent), and
+/// the first time a record naming each task id was sent.
+#[derive(Default)]
+struct Sends {
+    writes: Vec<(String, DateTime<Utc>)>,
+    record_first_sent: HashMap<uuid::Uuid, DateTime<Utc>>,
+}
+
 /// Sits right under the protocol, so that the time it notes for a request is
 /// the time the request was signed and sent, right after the protocol's
 /// deadline check.
@@ -193,8 +388,7 @@ struct Slow {
     clock: ManualClock,
     rng: Arc<Mutex<fastrand::Rng>>,
     per_mille: u32,
-    /// Every task-object write attempt: (key, sent).
-    attempts: Attempts,
+    sends: Arc<Mutex<Sends>>,
 }
 
 impl Slow {
@@ -223,11 +417,16 @@ impl Store for Slow {
         self.inner.head(key).await
     }
     async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
-        if key.starts_with("tasks/") {
-            self.attempts
-                .lock()
-                .unwrap()
-                .push((key.to_owned(), self.clock.now()));
+        {
+            let mut sends = self.sends.lock().unwrap();
+            let now = self.clock.now();
+            if key.starts_with("tasks/") || key.starts_with("ready/") {
+                sends.writes.push((key.to_owned(), now));
+            } else if key.starts_with("idempotency/")
+                && let Ok(r) = Record::parse(&body)
+            {
+                sends.record_first_sent.entry(r.task_id).or_insert(now);
+            }
         }
         self.lag()?;
         self.inner.put(key, body, mode).await
@@ -248,75 +447,159 @@ impl Store for Slow {
     }
 }
 
-// ---- running a schedule ----
-
-struct World {
-    clock: ManualClock,
-    bucket: MemoryStore,
-    recorder: Recorder,
-    settings: Settings,
-    /// (key, task_id, when the submit started, when it answered)
-    answers: Vec<(u8, uuid::Uuid, DateTime<Utc>, DateTime<Utc>)>,
-    /// Every task-object write attempt: (key, when it was sent).
-    attempts: Attempts,
-    stats: Stats,
-}
+// ---- coverage ----
 
 /// What the schedules exercised, so that the test can show it covered the
 /// cases it claims to.
 #[derive(Debug, Default, Clone, Copy)]
 struct Stats {
     crashes: u64,
+    lost_answers: u64,
+    late_landings: u64,
+    refused_at_deadline: u64,
+    same_key_contention: u64,
+    task_deletions: u64,
     recovered: u64,
     replayed: u64,
     missing: u64,
-    conflicts: u64,
+    input_conflicts: u64,
+    task_type_conflicts: u64,
     undetermined: u64,
     storage_errors: u64,
     replaced: u64,
+    tenant_submits: u64,
+    queue_scope_submits: u64,
+    custom_scope_submits: u64,
+    event_promoted: u64,
+    event_finished: u64,
+    event_late: u64,
     swept_finished: u64,
     swept_deleted: u64,
 }
 
 impl Stats {
-    fn add(&mut self, o: Stats) {
-        self.crashes += o.crashes;
-        self.recovered += o.recovered;
-        self.replayed += o.replayed;
-        self.missing += o.missing;
-        self.conflicts += o.conflicts;
-        self.undetermined += o.undetermined;
-        self.storage_errors += o.storage_errors;
-        self.replaced += o.replaced;
-        self.swept_finished += o.swept_finished;
-        self.swept_deleted += o.swept_deleted;
+    fn add(&mut self, o: &Stats) {
+        for (a, b) in self.fields_mut().into_iter().zip(o.fields()) {
+            *a += b;
+        }
     }
+
+    fn fields(&self) -> [u64; 22] {
+        let mut c = *self;
+        c.fields_mut().map(|v| *v)
+    }
+
+    fn fields_mut(&mut self) -> [&mut u64; 22] {
+        [
+            &mut self.crashes,
+            &mut self.lost_answers,
+            &mut self.late_landings,
+            &mut self.refused_at_deadline,
+            &mut self.same_key_contention,
+            &mut self.task_deletions,
+            &mut self.recovered,
+            &mut self.replayed,
+            &mut self.missing,
+            &mut self.input_conflicts,
+            &mut self.task_type_conflicts,
+            &mut self.undetermined,
+            &mut self.storage_errors,
+            &mut self.replaced,
+            &mut self.tenant_submits,
+            &mut self.queue_scope_submits,
+            &mut self.custom_scope_submits,
+            &mut self.event_promoted,
+            &mut self.event_finished,
+            &mut self.event_late,
+            &mut self.swept_finished,
+            &mut self.swept_deleted,
+        ]
+    }
+
+    const NAMES: [&'static str; 22] = [
+        "crashes",
+        "lost answers to writes",
+        "task writes landing after the deadline, inside the 15-minute margin",
+        "writes refused at the finish deadline",
+        "concurrent submits of one key",
+        "tasks deleted by the queue",
+        "interrupted submits finished by a later submit",
+        "replays",
+        "missing tasks",
+        "input conflicts",
+        "task-type conflicts",
+        "undetermined answers",
+        "storage errors",
+        "expired records replaced",
+        "submits of a tenant",
+        "submits in the queue scope",
+        "submits in a custom scope",
+        "records promoted by their event",
+        "interrupted submits finished by their event",
+        "events reaching the sweeper late",
+        "records finished by the scheduled pass",
+        "expired records deleted",
+    ];
 }
 
-const TASK_TYPES: [&str; 2] = ["pay", "mail"];
+// ---- running a schedule ----
 
-fn key_name(k: u8) -> String {
-    format!("key-{k}")
+/// One answered submit: its own record path, what it sent, what it got.
+struct Answer {
+    path: String,
+    task_id: uuid::Uuid,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+}
+
+struct World {
+    clock: ManualClock,
+    bucket: MemoryStore,
+    recorder: Recorder,
+    settings: Settings,
+    answers: Vec<Answer>,
+    sends: Arc<Mutex<Sends>>,
+    /// Tasks the queue deleted.
+    deleted: HashSet<uuid::Uuid>,
+    stats: Stats,
+}
+
+enum Outcome {
+    Submit(Result<idempotent_submit::Submitted, SubmitError>),
+    Sweep(Result<idempotent_submit::protocol::SweepSummary, SubmitError>),
 }
 
 impl World {
-    fn new() -> Self {
+    fn new(bug: Option<Bug>) -> Self {
         let clock = ManualClock::at_epoch();
         let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+        let mut settings = common::settings();
+        settings.retry.attempt_timeout = std::time::Duration::from_millis(50);
+        #[cfg(feature = "planted-bugs")]
+        {
+            settings.planted = bug;
+        }
+        #[cfg(not(feature = "planted-bugs"))]
+        assert!(
+            bug.is_none(),
+            "planting a bug needs --features planted-bugs"
+        );
         let recorder = Recorder {
             inner: bucket.clone(),
             clock: clock.clone(),
             writes: Arc::default(),
+            events: Arc::default(),
+            delay: Arc::new(Mutex::new(fastrand::Rng::with_seed(7))),
+            stale: settings.stale_creating_after,
         };
-        let mut settings = common::settings();
-        settings.retry.attempt_timeout = std::time::Duration::from_millis(50);
         World {
             clock,
             bucket,
             recorder,
             settings,
             answers: Vec::new(),
-            attempts: Arc::default(),
+            sends: Arc::default(),
+            deleted: HashSet::new(),
             stats: Stats::default(),
         }
     }
@@ -350,47 +633,73 @@ impl World {
             clock: self.clock.clone(),
             rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(f.seed ^ 0x51_0e))),
             per_mille: f.slow_per_mille,
-            attempts: self.attempts.clone(),
+            sends: self.sends.clone(),
         };
         let q = Queue::with_clock(slow, Arc::new(self.clock.clone()), self.settings.clone());
         (q, store)
     }
 
-    fn record(&self, key: u8, task_type: u8) -> Option<(Record, ObjectMeta)> {
-        // Scope is the task type; records live under idempotency/{type}/.
-        let prefix = format!("idempotency/{}/", TASK_TYPES[task_type as usize]);
-        let k = idempotent_submit::IdempotencyKey::parse(key_name(key)).unwrap();
-        let hash =
-            idempotent_submit::protocol::hash::key_hash(TASK_TYPES[task_type as usize], &k, None);
-        let full = format!("{prefix}{}.json", hash.trim_start_matches("sha256:"));
-        let o = futures::executor::block_on(self.bucket.get(&full)).ok()?;
+    async fn get(&self, key: &str) -> Option<Object> {
+        self.bucket.get(key).await.ok()
+    }
+
+    async fn record_at(&self, path: &str) -> Option<(Record, ObjectMeta)> {
+        let o = self.get(path).await?;
         Some((Record::parse(&o.body).unwrap(), o.meta))
+    }
+
+    fn record_first_sent(&self, id: uuid::Uuid) -> Option<DateTime<Utc>> {
+        self.sends
+            .lock()
+            .unwrap()
+            .record_first_sent
+            .get(&id)
+            .copied()
+    }
+
+    /// When the first write of the record naming `id` landed.
+    fn record_first_landed(&self, id: uuid::Uuid) -> Option<DateTime<Utc>> {
+        self.recorder
+            .writes
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|w| w.key.starts_with("idempotency/"))
+            .find(|w| Record::parse(&w.body).is_ok_and(|r| r.task_id == id))
+            .map(|w| w.at)
     }
 
     async fn run_step(&mut self, step: &Step) -> Result<(), String> {
         match step {
-            Step::Advance(s) => {
-                self.clock.advance(Duration::seconds(*s));
+            Step::Advance { secs, sweeper_down } => {
+                self.advance(Duration::seconds(*secs), *sweeper_down).await
+            }
+            Step::NearDeadline {
+                who,
+                task_type,
+                before_secs,
+            } => {
+                let now = self.clock.now();
+                if let Some((rec, meta)) = self.record_at(&record_path(*who, *task_type)).await
+                    && rec.status == Some(RecordStatus::Creating)
+                {
+                    let to = meta.last_modified + self.settings.finish_window
+                        - Duration::seconds(*before_secs);
+                    if to > now {
+                        return self.advance(to - now, true).await;
+                    }
+                }
                 Ok(())
             }
-            Step::DeleteOldTask(pick) => {
-                // The queue deletes only tasks older than an hour.
+            Step::DeleteTask { who, task_type } => {
                 let now = self.clock.now();
-                let old: Vec<String> = self
-                    .bucket
-                    .list("tasks/", None, None, 10_000)
-                    .await
-                    .unwrap()
-                    .objects
-                    .into_iter()
-                    .filter(|o| o.last_modified + Duration::hours(1) <= now)
-                    .map(|o| o.key)
-                    .collect();
-                if !old.is_empty() {
-                    self.bucket
-                        .delete(&old[*pick as usize % old.len()], None)
-                        .await
-                        .unwrap();
+                if let Some((rec, _)) = self.record_at(&record_path(*who, *task_type)).await
+                    && let Some(task) = self.get(&rec.task_key).await
+                    && task.meta.last_modified + Duration::hours(1) <= now
+                {
+                    self.bucket.delete(&rec.task_key, None).await.unwrap();
+                    self.deleted.insert(rec.task_id);
+                    self.stats.task_deletions += 1;
                 }
                 Ok(())
             }
@@ -401,14 +710,102 @@ impl World {
         }
     }
 
+    /// Lets `by` pass, delivering each record event when it falls due
+    /// (unless the sweeper is down).
+    async fn advance(&mut self, by: Duration, sweeper_down: bool) -> Result<(), String> {
+        let start = self.clock.now();
+        let end = start + by;
+        if sweeper_down {
+            self.clock.set(end);
+            return Ok(());
+        }
+        loop {
+            let next = {
+                let mut events = self.recorder.events.lock().unwrap();
+                events.sort_by_key(|e| e.due);
+                match events.first() {
+                    Some(e) if e.due <= end => Some(events.remove(0)),
+                    _ => None,
+                }
+            };
+            let Some(event) = next else { break };
+            // An event that fell due while an earlier step held the clock
+            // (a slow request) reaches the sweeper late.
+            let on_time = event.due >= start;
+            if on_time {
+                self.clock.set(event.due);
+            } else {
+                self.stats.event_late += 1;
+            }
+            self.deliver(&event, on_time).await?;
+        }
+        self.clock.set(end);
+        Ok(())
+    }
+
+    /// The sweeper handles one record event, with a healthy store. On time,
+    /// guarantee 4: a `creating` record is finished and promoted.
+    async fn deliver(&mut self, event: &Event, on_time: bool) -> Result<(), String> {
+        let (q, _) = self.process(&Faults::none());
+        let before = self.record_at(&event.key).await;
+        let outcome = q.engine().sweep_record(&event.key, false, None).await;
+        let now = self.clock.now();
+        match &outcome {
+            RecordOutcome::Finished => self.stats.event_finished += 1,
+            RecordOutcome::Promoted => self.stats.event_promoted += 1,
+            RecordOutcome::Early => {
+                // A newer write of the record has its own event; this one
+                // comes back after the visibility timeout anyway.
+                self.recorder.events.lock().unwrap().push(Event {
+                    key: event.key.clone(),
+                    due: now + Duration::seconds(720),
+                });
+            }
+            RecordOutcome::PastDeadline if !on_time => {}
+            RecordOutcome::Nothing | RecordOutcome::ExpiredDeleted => {}
+            other => {
+                return Err(format!(
+                    "guarantee 4: the sweeper's event for {} at {now} ended {other:?} (record before: {:?})",
+                    event.key,
+                    before.map(|(r, m)| (r.status, m.last_modified))
+                ));
+            }
+        }
+        if matches!(outcome, RecordOutcome::Finished | RecordOutcome::Promoted) {
+            let (rec, _) = self
+                .record_at(&event.key)
+                .await
+                .ok_or("a promoted record is gone")?;
+            if rec.status != Some(RecordStatus::Ready) {
+                return Err(format!(
+                    "guarantee 4: {} is not ready after its event",
+                    event.key
+                ));
+            }
+        }
+        Ok(())
+    }
+
     async fn run_concurrent(&mut self, steps: &[Step], alone: bool) -> Result<(), String> {
-        let before: Vec<Option<(Record, ObjectMeta)>> = steps
-            .iter()
-            .map(|s| match s {
-                Step::Submit { key, task_type, .. } => self.record(*key, *task_type),
+        let mut paths: Vec<Option<String>> = Vec::new();
+        let mut before: Vec<Option<(Record, ObjectMeta)>> = Vec::new();
+        for s in steps {
+            let path = match s {
+                Step::Submit { who, task_type, .. } => Some(record_path(*who, *task_type)),
                 _ => None,
-            })
-            .collect();
+            };
+            before.push(match &path {
+                Some(p) => self.record_at(p).await,
+                None => None,
+            });
+            paths.push(path);
+        }
+        {
+            let mut seen = HashSet::new();
+            if paths.iter().flatten().any(|p| !seen.insert(p.clone())) {
+                self.stats.same_key_contention += 1;
+            }
+        }
         let procs: Vec<_> = steps
             .iter()
             .map(|s| match s {
@@ -422,20 +819,26 @@ impl World {
             async move {
                 match s {
                     Step::Submit {
-                        key,
+                        who,
                         input,
                         task_type,
                         ttl_hours,
                         ..
-                    } => Outcome::Submit(
-                        q.submit(
-                            TASK_TYPES[task_type as usize],
-                            json!({"key": key, "v": input}),
-                        )
-                        .idempotency_key(key_name(key))
-                        .idempotency_ttl(Duration::hours(ttl_hours))
-                        .await,
-                    ),
+                    } => {
+                        let mut b = q
+                            .submit(TASK_TYPES[task_type as usize], input_of(who, input))
+                            .idempotency_key(key_name(who.key))
+                            .idempotency_ttl(Duration::hours(ttl_hours));
+                        b = match who.scope {
+                            0 => b,
+                            1 => b.idempotency_scope(Scope::Queue),
+                            _ => b.idempotency_scope(Scope::parse(Some("shared")).unwrap()),
+                        };
+                        if who.tenant > 0 {
+                            b = b.tenant(TENANTS[who.tenant as usize]);
+                        }
+                        Outcome::Submit(b.await)
+                    }
                     Step::Sweep { dry_run, .. } => Outcome::Sweep(
                         q.engine()
                             .sweep(&SweepOptions {
@@ -453,123 +856,64 @@ impl World {
         let now = self.clock.now();
         for (i, ((step, (_, store)), outcome)) in steps.iter().zip(&procs).zip(outcomes).enumerate()
         {
-            if store.crashed() {
+            let crashed = store.crashed();
+            if crashed {
                 self.stats.crashes += 1;
             }
-            let clean = match step {
+            self.stats.lost_answers += store
+                .calls()
+                .iter()
+                .filter(|c| {
+                    c.op.is_write()
+                        && c.error == Some(StoreError::Unavailable("reset after landing".into()))
+                })
+                .count() as u64;
+            let (faulty, slow) = match step {
                 Step::Submit { faults, .. } | Step::Sweep { faults, .. } => {
-                    faults.per_mille == 0
-                        && faults.slow_per_mille == 0
-                        && faults.crash_at.is_none_or(|_| !store.crashed())
+                    (faults.per_mille > 0 || crashed, faults.slow_per_mille > 0)
                 }
-                _ => true,
+                _ => (false, false),
             };
             match (step, outcome) {
                 (
                     Step::Submit {
-                        key,
+                        who,
                         input,
                         task_type,
                         ..
                     },
                     Outcome::Submit(r),
-                ) => match r {
-                    Ok(s) => {
-                        self.answers.push((*key, s.task_id, start, now));
-                        self.stats.recovered += u64::from(s.recovered);
-                        self.stats.replayed += u64::from(s.replayed);
-                        self.stats.missing += u64::from(s.status == "missing");
-                        if let Some((old, _)) = &before[i]
-                            && old.expires_at <= start
-                        {
-                            self.stats.replaced += 1;
-                        }
-                        // Guarantee 3: the task was there when it decided.
-                        if alone && s.status != "missing" {
-                            let there = self.bucket.head(&s.task_key).await.is_ok();
-                            if !there {
-                                return Err(format!(
-                                    "answered {} but its task is not in the bucket",
-                                    s.task_id
-                                ));
-                            }
-                        }
-                        if alone && s.created() {
-                            let (rec, _) = self
-                                .record(*key, *task_type)
-                                .ok_or("201 without a record")?;
-                            if rec.status != Some(RecordStatus::Ready) || rec.task_id != s.task_id {
-                                return Err(format!(
-                                    "201 for {} but the record is {:?} {}",
-                                    s.task_id, rec.status, rec.task_id
-                                ));
-                            }
-                        }
-                        // Guarantee 6: an expired record is replaced by a new task.
-                        if alone
-                            && let Some((old, _)) = &before[i]
-                            && old.expires_at <= start
-                            && (!s.created() || s.task_id == old.task_id)
-                        {
-                            return Err(format!(
-                                "key {key} was expired, yet got {} (created={})",
-                                s.task_id,
-                                s.created()
-                            ));
-                        }
-                        // Guarantee 5 (the other half): a live record of another input conflicts.
-                        if alone
-                            && let Some((old, _)) = &before[i]
-                            && old.expires_at > now
-                            && old.input_hash
-                                != idempotent_submit::protocol::hash::input_hash(
-                                    &idempotent_submit::protocol::hash::canonical_json(
-                                        &json!({"key": key, "v": input}),
-                                    ),
-                                )
-                        {
-                            return Err(format!("key {key}: another input was accepted: {s:?}"));
-                        }
-                    }
-                    Err(SubmitError::Conflict { .. }) => {
-                        self.stats.conflicts += 1;
-                        // Guarantee 5: nothing written after the conflict was seen.
-                        let wrote = store
+                ) => {
+                    let path = paths[i].clone().unwrap();
+                    let ctx = SubmitCtx {
+                        who: *who,
+                        input: *input,
+                        task_type: *task_type,
+                        path,
+                        before: before[i].clone(),
+                        start,
+                        now,
+                        alone,
+                        faulty,
+                        slow,
+                        crashed,
+                        wrote: store
                             .calls()
                             .iter()
-                            .any(|c| c.op.is_write() && c.error.is_none());
-                        if wrote {
-                            return Err(format!(
-                                "a conflicting submit of key {key} wrote something"
-                            ));
-                        }
-                    }
-                    Err(
-                        e @ (SubmitError::Invalid(_)
-                        | SubmitError::InputTooLarge { .. }
-                        | SubmitError::Corrupt { .. }),
-                    ) => {
-                        return Err(format!("unexpected {e:?}"));
-                    }
-                    Err(SubmitError::Storage(StoreError::Fatal(e))) => {
-                        return Err(format!("fatal storage error {e}"));
-                    }
-                    Err(e) if clean && alone && !matches!(e, SubmitError::Undetermined { .. }) => {
-                        return Err(format!("a fault-free submit failed: {e:?}"));
-                    }
-                    Err(SubmitError::Undetermined { .. }) => self.stats.undetermined += 1,
-                    Err(_) => self.stats.storage_errors += 1,
-                },
+                            .any(|c| c.op.is_write() && c.error.is_none()),
+                    };
+                    self.check_submit(&ctx, r)
+                        .await
+                        .map_err(|e| format!("{who:?} type {task_type} input {input}: {e}"))?;
+                }
                 (Step::Sweep { dry_run, .. }, Outcome::Sweep(r)) => {
-                    if std::env::var("MODEL_DEBUG").is_ok() {
-                        eprintln!("sweep at {start}..{now}: {r:?}");
-                    }
                     if let Ok(s) = &r
                         && !dry_run
                     {
                         self.stats.swept_finished += s.finished + s.promoted;
                         self.stats.swept_deleted += s.expired_deleted;
                     }
+                    let clean = !faulty && !slow;
                     // A resumed pass does not re-read what it handled before
                     // it stopped; those records wait for the next pass.
                     if let Ok(s) = &r
@@ -581,7 +925,7 @@ impl World {
                     {
                         self.check_swept(now).await?;
                     }
-                    if clean && alone && r.is_err() {
+                    if clean && r.is_err() {
                         return Err(format!("a fault-free sweep failed: {r:?}"));
                     }
                 }
@@ -591,8 +935,204 @@ impl World {
         Ok(())
     }
 
-    /// Guarantee 4: after a clean, complete sweep, no record is left
-    /// `creating` between staleness and its finish deadline.
+    /// Checks one submit's answer or error against what the state allowed.
+    async fn check_submit(
+        &mut self,
+        c: &SubmitCtx,
+        r: Result<idempotent_submit::Submitted, SubmitError>,
+    ) -> Result<(), String> {
+        self.stats.tenant_submits += u64::from(c.who.tenant > 0);
+        self.stats.queue_scope_submits += u64::from(c.who.scope == 1);
+        self.stats.custom_scope_submits += u64::from(c.who.scope == 2);
+        let my_type = TASK_TYPES[c.task_type as usize];
+        let my_input = input_of(c.who, c.input);
+        let my_hash = input_hash(&canonical_json(&my_input));
+        // The record this submit met, if it was alive.
+        let live_before = c
+            .before
+            .as_ref()
+            .filter(|(old, _)| old.expires_at > c.start);
+        match r {
+            Ok(s) => {
+                self.answers.push(Answer {
+                    path: c.path.clone(),
+                    task_id: s.task_id,
+                    start: c.start,
+                    end: c.now,
+                });
+                self.stats.recovered += u64::from(s.recovered);
+                self.stats.replayed += u64::from(s.replayed);
+                self.stats.missing += u64::from(s.status == "missing");
+                if let Some((old, _)) = &c.before
+                    && old.expires_at <= c.start
+                {
+                    self.stats.replaced += 1;
+                }
+                // Guarantees 1 and 5: the answer is this key's task, of this
+                // task type.
+                if s.task_type != my_type {
+                    return Err(format!("answered a task of type {}", s.task_type));
+                }
+                if s.idempotency.as_ref().map(|i| i.key.as_str()) != Some(&key_name(c.who.key)) {
+                    return Err(format!(
+                        "guarantee 1: answered the record of another key: {s:?}"
+                    ));
+                }
+                let task = self.get(&s.task_key).await;
+                if s.status == "missing" {
+                    // Guarantee 7: `missing` is true, and said only once no
+                    // late write can land any more (or the queue deleted it).
+                    if c.alone && task.is_some() {
+                        return Err(format!("answered missing, but {} is there", s.task_key));
+                    }
+                    let landed = self.record_first_landed(s.task_id);
+                    let late_writes_over = landed.is_some_and(|t| {
+                        c.now >= t + self.settings.finish_window + Duration::minutes(15)
+                    });
+                    if !self.deleted.contains(&s.task_id) && !late_writes_over {
+                        return Err(format!(
+                            "answered missing for {} at {}, before its deadline + 15 min (record landed {landed:?})",
+                            s.task_id, c.now
+                        ));
+                    }
+                } else if c.alone {
+                    // Guarantee 3: the task (and, before the deadline, its
+                    // marker) was there when it decided.
+                    let Some(task) = task else {
+                        return Err(format!(
+                            "answered {} but its task is not in the bucket",
+                            s.task_id
+                        ));
+                    };
+                    let t: Value = serde_json::from_slice(&task.body).unwrap();
+                    if t["input"] != my_input || t["task_type"] != my_type {
+                        return Err(format!(
+                            "answered {} whose task holds {} {}",
+                            s.task_id, t["task_type"], t["input"]
+                        ));
+                    }
+                    let marker = self
+                        .bucket
+                        .list("ready/", None, None, 10_000)
+                        .await
+                        .unwrap()
+                        .objects
+                        .iter()
+                        .any(|m| m.key.ends_with(&s.task_id.to_string()));
+                    let decided_in_time = self
+                        .record_first_landed(s.task_id)
+                        .is_some_and(|t| c.now < t + self.settings.finish_window);
+                    if !marker && decided_in_time {
+                        return Err(format!(
+                            "answered {} before its deadline, but its marker is not in the bucket",
+                            s.task_id
+                        ));
+                    }
+                }
+                if c.alone && s.created() {
+                    let (rec, _) = self
+                        .record_at(&c.path)
+                        .await
+                        .ok_or("201 without a record")?;
+                    if rec.task_id != s.task_id {
+                        return Err(format!(
+                            "201 for {} but the record names {}",
+                            s.task_id, rec.task_id
+                        ));
+                    }
+                }
+                // Guarantee 6: an expired record is replaced by a new task.
+                if c.alone
+                    && let Some((old, _)) = &c.before
+                    && old.expires_at <= c.start
+                    && (!s.created() || s.task_id == old.task_id)
+                {
+                    return Err(format!(
+                        "guarantee 6: the record was expired, yet got {} (created={})",
+                        s.task_id,
+                        s.created()
+                    ));
+                }
+                // Guarantee 5: a live record of another input or type conflicts.
+                if c.alone
+                    && let Some((old, _)) = live_before
+                    && old.expires_at > c.now
+                    && (old.input_hash != my_hash || old.task_type != my_type)
+                {
+                    return Err(format!(
+                        "guarantee 5: another input or type was accepted: {s:?}"
+                    ));
+                }
+            }
+            Err(SubmitError::Conflict { kind, task_id }) => {
+                match kind {
+                    idempotent_submit::protocol::ConflictKind::Input => {
+                        self.stats.input_conflicts += 1
+                    }
+                    idempotent_submit::protocol::ConflictKind::TaskType => {
+                        self.stats.task_type_conflicts += 1
+                    }
+                }
+                // Guarantee 5: a conflict names a live record of this key
+                // with another input or task type, and nothing was written.
+                if c.wrote {
+                    return Err("a conflicting submit wrote something".into());
+                }
+                if c.alone {
+                    let Some((old, _)) = live_before else {
+                        return Err(format!("a conflict with no live record ({task_id})"));
+                    };
+                    if old.task_id != task_id
+                        || (old.input_hash == my_hash && old.task_type == my_type)
+                    {
+                        return Err(format!(
+                            "a conflict with {task_id}, but the record was {} of the same request",
+                            old.task_id
+                        ));
+                    }
+                }
+            }
+            Err(SubmitError::Undetermined { task_id, .. }) => {
+                self.stats.undetermined += 1;
+                // Only past the deadline of that submit's record (judged, as
+                // the writer does, from when its record was first sent).
+                let sent = self.record_first_sent(task_id);
+                let Some(sent) = sent else {
+                    return Err(format!("undetermined for {task_id}, which no record named"));
+                };
+                if c.now < sent + self.settings.finish_window {
+                    return Err(format!(
+                        "undetermined for {task_id} at {}, before its deadline ({sent} + window)",
+                        c.now
+                    ));
+                }
+                if self
+                    .record_first_landed(task_id)
+                    .is_some_and(|t| c.start < t + self.settings.finish_window)
+                {
+                    self.stats.refused_at_deadline += 1;
+                }
+            }
+            Err(SubmitError::Storage(StoreError::Crashed)) if c.crashed => {
+                self.stats.storage_errors += 1;
+            }
+            Err(SubmitError::Storage(StoreError::Unavailable(_) | StoreError::Conflict))
+                if c.faulty || c.slow =>
+            {
+                self.stats.storage_errors += 1;
+            }
+            Err(SubmitError::DeadlineExceeded) if c.slow => {
+                self.stats.storage_errors += 1;
+            }
+            // 412 and 404 surfacing, fatal errors, and any failure of a
+            // fault-free submit are bugs.
+            Err(e) => return Err(format!("an error the state did not allow: {e:?}")),
+        }
+        Ok(())
+    }
+
+    /// Guarantee 4 for the scheduled pass: after a clean, complete pass, no
+    /// record is left `creating` between staleness and its finish deadline.
     async fn check_swept(&self, now: DateTime<Utc>) -> Result<(), String> {
         let page = self
             .bucket
@@ -617,27 +1157,42 @@ impl World {
         Ok(())
     }
 
-    /// Guarantees 1, 2 and 7, over the whole history.
-    fn check_history(&self) -> Result<(), String> {
+    /// Guarantees 1, 2 and 7 and the deadline, over the history so far.
+    fn check_history(&mut self) -> Result<(), String> {
         let writes = self.recorder.writes.lock().unwrap().clone();
-        // Every record write: when each task id's record was first written,
-        // and its life.
-        let mut first_written: HashMap<uuid::Uuid, DateTime<Utc>> = HashMap::new();
+        // Each task id's record: its path and life.
         let mut life: HashMap<uuid::Uuid, (String, DateTime<Utc>, DateTime<Utc>)> = HashMap::new();
+        let mut first_landed: HashMap<uuid::Uuid, DateTime<Utc>> = HashMap::new();
         for w in writes.iter().filter(|w| w.key.starts_with("idempotency/")) {
             let r = Record::parse(&w.body).unwrap();
-            first_written.entry(r.task_id).or_insert(w.at);
+            first_landed.entry(r.task_id).or_insert(w.at);
             life.entry(r.task_id)
                 .or_insert((w.key.clone(), r.created_at, r.expires_at));
         }
         // Guarantee 2 and the finish deadline: each task written once, only
-        // for a record, only before that record's deadline (so never after
-        // it expired, was replaced, or its task was deleted).
+        // for a record, with If-None-Match, landing no later than the
+        // deadline + 15 minutes. A record turns ready only after its task and
+        // its marker were written.
         let mut task_writes: HashMap<&str, usize> = HashMap::new();
-        let mut markers: HashSet<String> = HashSet::new();
+        let mut tasks_written: HashSet<uuid::Uuid> = HashSet::new();
+        let mut markers: HashSet<uuid::Uuid> = HashSet::new();
+        let mut late = 0;
         for w in &writes {
             if w.key.starts_with("ready/") {
-                markers.insert(w.key.rsplit('/').next().unwrap().to_owned());
+                markers.insert(task_id_of(&w.key));
+            }
+            if w.key.starts_with("idempotency/") {
+                let r = Record::parse(&w.body).unwrap();
+                if r.status == Some(RecordStatus::Ready)
+                    && !(markers.contains(&r.task_id) && tasks_written.contains(&r.task_id))
+                {
+                    return Err(format!(
+                        "the record of {} turned ready before its task ({}) and marker ({}) were written",
+                        r.task_id,
+                        tasks_written.contains(&r.task_id),
+                        markers.contains(&r.task_id)
+                    ));
+                }
             }
             if !w.key.starts_with("tasks/") {
                 continue;
@@ -646,69 +1201,61 @@ impl World {
             if !w.create {
                 return Err(format!("{} was written without If-None-Match", w.key));
             }
-            let id: uuid::Uuid = w
-                .key
-                .rsplit('/')
-                .next()
-                .unwrap()
-                .trim_end_matches(".json")
-                .parse()
-                .unwrap();
-            let Some(t0) = first_written.get(&id) else {
+            let id = task_id_of(&w.key);
+            tasks_written.insert(id);
+            let Some(t0) = first_landed.get(&id) else {
                 return Err(format!("task {id} was written for no record"));
             };
+            let deadline = *t0 + self.settings.finish_window;
             // A request sent before the deadline may land up to 15 minutes
             // later: the protocol's margin allows for it.
-            if w.at >= *t0 + self.settings.finish_window + Duration::minutes(15) {
+            if w.at >= deadline + Duration::minutes(15) {
                 return Err(format!(
                     "task {id} landed at {} past its deadline + 15 min",
                     w.at
                 ));
             }
-        }
-        // Every attempt, retries included, was sent before the deadline.
-        for (key, sent) in self.attempts.lock().unwrap().iter() {
-            let id: uuid::Uuid = key
-                .rsplit('/')
-                .next()
-                .unwrap()
-                .trim_end_matches(".json")
-                .parse()
-                .unwrap();
-            if let Some(t0) = first_written.get(&id)
-                && *sent >= *t0 + self.settings.finish_window
-            {
-                return Err(format!(
-                    "a write of task {id} was sent at {sent}, past its deadline ({t0} + window)"
-                ));
+            if w.at >= deadline {
+                late += 1;
             }
         }
+        self.stats.late_landings = late;
         if let Some((k, n)) = task_writes.iter().find(|(_, n)| **n > 1) {
             return Err(format!("{k} written {n} times"));
         }
-        // A ready record's task got its marker.
-        for w in writes.iter().filter(|w| w.key.starts_with("idempotency/")) {
-            let r = Record::parse(&w.body).unwrap();
-            if r.status == Some(RecordStatus::Ready) && !markers.contains(&r.task_id.to_string()) {
+        // Every attempt, retries included, of a task or a marker was sent
+        // before the deadline (judged from when its record was first sent,
+        // as the writers judge it, which is never later).
+        for (key, sent) in self.sends.lock().unwrap().writes.iter() {
+            let id = task_id_of(key);
+            if let Some(t0) = first_landed.get(&id)
+                && *sent >= *t0 + self.settings.finish_window
+            {
                 return Err(format!(
-                    "record of {} is ready but its marker was never written",
-                    r.task_id
+                    "a write of {key} was sent at {sent}, past its deadline ({t0} + window)"
                 ));
             }
         }
-        // Guarantee 1: every answer names the task of the record life it
-        // fell in; lives of one key never overlap.
-        for (key, id, start, end) in &self.answers {
-            let Some((_, created, expires)) = life.get(id) else {
+        // Guarantee 1: every answer names the task of a life of its own
+        // record (its own tenant, scope and key) that overlapped the submit;
+        // lives of one record never overlap.
+        for a in &self.answers {
+            let Some((path, created, expires)) = life.get(&a.task_id) else {
                 return Err(format!(
-                    "key {key} answered {id}, which no record ever named"
+                    "{} answered {}, which no record ever named",
+                    a.path, a.task_id
                 ));
             };
-            // The submit ran from start to end: its answer's life must
-            // overlap that span.
-            if end < created || start >= expires {
+            if *path != a.path {
                 return Err(format!(
-                    "key {key} answered {id} over {start}..{end}, outside its life {created}..{expires}"
+                    "guarantee 1: a submit for {} answered {}, the task of {path}",
+                    a.path, a.task_id
+                ));
+            }
+            if a.end < *created || a.start >= *expires {
+                return Err(format!(
+                    "{} answered {} over {}..{}, outside its life {created}..{expires}",
+                    a.path, a.task_id, a.start, a.end
                 ));
             }
         }
@@ -731,35 +1278,48 @@ impl World {
     }
 }
 
-enum Outcome {
-    Submit(Result<idempotent_submit::Submitted, SubmitError>),
-    Sweep(Result<idempotent_submit::protocol::SweepSummary, SubmitError>),
+/// One submit of a step, and what was true around it.
+struct SubmitCtx {
+    who: Who,
+    input: u8,
+    task_type: u8,
+    path: String,
+    before: Option<(Record, ObjectMeta)>,
+    start: DateTime<Utc>,
+    now: DateTime<Utc>,
+    alone: bool,
+    faulty: bool,
+    slow: bool,
+    crashed: bool,
+    wrote: bool,
 }
 
-fn run(schedule: &[Step]) -> Result<Stats, String> {
+fn run(schedule: &[Step], bug: Option<Bug>) -> Result<Stats, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut w = World::new();
+        let mut w = World::new(bug);
         for (i, step) in schedule.iter().enumerate() {
             w.run_step(step)
                 .await
                 .map_err(|e| format!("step {i}: {e}"))?;
+            w.check_history()
+                .map_err(|e| format!("after step {i}: {e}"))?;
         }
-        w.check_history()?;
         Ok(w.stats)
     })
 }
 
-/// Removes steps while the schedule still fails.
-fn shrink(mut schedule: Vec<Step>) -> Vec<Step> {
+/// Removes steps while the schedule still fails with a message containing
+/// `needle`.
+fn shrink(mut schedule: Vec<Step>, bug: Option<Bug>, needle: &str) -> Vec<Step> {
     let mut i = 0;
     while i < schedule.len() {
         let mut smaller = schedule.clone();
         smaller.remove(i);
-        if run(&smaller).is_err() {
+        if run(&smaller, bug).is_err_and(|e| e.contains(needle)) {
             schedule = smaller;
         } else {
             i += 1;
@@ -768,26 +1328,18 @@ fn shrink(mut schedule: Vec<Step>) -> Vec<Step> {
     schedule
 }
 
+fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
 #[test]
 fn random_schedules_keep_every_guarantee() {
-    let count: u64 = std::env::var("MODEL_SCHEDULES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
-    let len: usize = std::env::var("MODEL_STEPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(40);
-    let seeds: Vec<u64> = match std::env::var("MODEL_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
+    let count: u64 = env("MODEL_SCHEDULES").unwrap_or(1000);
+    let len: usize = env("MODEL_STEPS").unwrap_or(40);
+    let seeds: Vec<u64> = match env("MODEL_SEED") {
         Some(s) => vec![s],
         None => {
-            let base = std::env::var("MODEL_BASE_SEED")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0x5eed_0001u64);
+            let base = env("MODEL_BASE_SEED").unwrap_or(0x5eed_0001u64);
             (0..count).map(|i| base.wrapping_add(i)).collect()
         }
     };
@@ -795,56 +1347,103 @@ fn random_schedules_keep_every_guarantee() {
     let mut total = Stats::default();
     for seed in seeds {
         let schedule = gen_schedule(seed, len);
-        let result = run(&schedule);
-        if let Ok(s) = result {
-            total.add(s);
-        }
-        if let Err(e) = result {
-            let small = shrink(schedule);
-            let why = run(&small).err().unwrap_or(e.clone());
-            panic!(
-                "seed {seed} broke a guarantee: {e}\nshrunk to {} steps ({why}):\n{small:#?}\nreplay: MODEL_SEED={seed} cargo test --test model",
-                small.len()
-            );
+        match run(&schedule, None) {
+            Ok(s) => total.add(&s),
+            Err(e) => {
+                // Shrink on the same kind of failure: the message up to its
+                // first number or id.
+                let needle: String = e
+                    .split(": ")
+                    .nth(1)
+                    .unwrap_or(&e)
+                    .chars()
+                    .take_while(|c| !c.is_ascii_digit())
+                    .collect();
+                let small = shrink(schedule, None, &needle);
+                let why = run(&small, None).err().unwrap_or(e.clone());
+                panic!(
+                    "seed {seed} broke a guarantee: {e}\nshrunk to {} steps ({why}):\n{small:#?}\nreplay: MODEL_SEED={seed} cargo test --test model",
+                    small.len()
+                );
+            }
         }
     }
-    eprintln!("model coverage: {total:?}");
+    eprintln!("model coverage:");
+    for (name, n) in Stats::NAMES.iter().zip(total.fields()) {
+        eprintln!("  {n:>7}  {name}");
+    }
     if many {
         // The schedules reach every case the guarantees speak of.
-        for (what, n) in [
-            ("crashes", total.crashes),
-            ("recoveries by a later submit", total.recovered),
-            ("replays", total.replayed),
-            ("missing tasks", total.missing),
-            ("conflicts", total.conflicts),
-            ("undetermined answers", total.undetermined),
-            ("storage errors", total.storage_errors),
-            ("expired records replaced", total.replaced),
-            ("records finished by the sweeper", total.swept_finished),
-            ("expired records deleted", total.swept_deleted),
-        ] {
-            assert!(n > 0, "no schedule reached {what}: {total:?}");
+        for (name, n) in Stats::NAMES.iter().zip(total.fields()) {
+            assert!(n > 0, "no schedule reached: {name}");
         }
     }
 }
 
+// The checks, each shown to catch a bug planted on purpose. `make test` runs
+// them (it builds with `--features planted-bugs`).
+
+/// Plants `bug`, runs schedules until the checker reports it with a message
+/// containing `needle`, shrinks that schedule, and checks that the shrunk
+/// one still fails the same way.
+#[cfg(feature = "planted-bugs")]
+fn planted_bug_is_caught(bug: Bug, needle: &str) {
+    let len = 40;
+    for seed in 0x0b06_0000u64..0x0b06_0000 + 2000 {
+        let schedule = gen_schedule(seed, len);
+        let Err(e) = run(&schedule, Some(bug)) else {
+            continue;
+        };
+        if !e.contains(needle) {
+            continue;
+        }
+        let small = shrink(schedule, Some(bug), needle);
+        let again = run(&small, Some(bug)).expect_err("the shrunk schedule must still fail");
+        assert!(again.contains(needle), "{again}");
+        assert!(small.len() < len, "{small:#?}");
+        // And without the bug, the same schedule passes.
+        run(&small, None).unwrap_or_else(|e| panic!("without {bug:?}: {e}\n{small:#?}"));
+        eprintln!(
+            "{bug:?}: seed {seed} caught ({again}), shrunk to {} steps",
+            small.len()
+        );
+        return;
+    }
+    panic!("the checker never reported {bug:?} with \"{needle}\"");
+}
+
+#[cfg(feature = "planted-bugs")]
 #[test]
-fn the_checks_catch_a_broken_protocol() {
-    // A store that lets If-None-Match through on task objects: a second
-    // finisher would write the task again. The history check must see it.
-    let w = World::new();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        w.recorder.writes.lock().unwrap().push(Write {
-            key: format!("tasks/0/{}.json", uuid::Uuid::new_v4()),
-            body: Bytes::new(),
-            create: true,
-            at: w.clock.now(),
-        });
-    });
-    let e = w.check_history().unwrap_err();
-    assert!(e.contains("written for no record"), "{e}");
+fn the_checker_catches_a_write_past_the_finish_deadline() {
+    planted_bug_is_caught(Bug::IgnoreFinishDeadline, "past its deadline");
+}
+
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_checker_catches_one_key_answered_with_another_keys_task() {
+    planted_bug_is_caught(Bug::OneRecordPerScope, "guarantee 1");
+}
+
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_checker_catches_a_promotion_without_a_marker() {
+    planted_bug_is_caught(Bug::PromoteWithoutMarker, "turned ready before its task");
+}
+
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_checker_catches_missing_answered_inside_the_late_write_margin() {
+    planted_bug_is_caught(Bug::MissingWithoutMargin, "before its deadline + 15 min");
+}
+
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_checker_catches_a_task_written_twice() {
+    planted_bug_is_caught(Bug::OverwriteTask, "without If-None-Match");
+}
+
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_checker_catches_an_expired_record_kept_alive() {
+    planted_bug_is_caught(Bug::ExpiryIgnored, "guarantee 6");
 }
