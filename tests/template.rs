@@ -382,6 +382,15 @@ fn each_function_gets_explicit_actions_on_the_prefixes_it_uses_and_nothing_wider
     assert!(
         has(&submit, "s3:PutObject", "/ready/*") && has(&submit, "s3:PutObject", "/rejected/*")
     );
+    // A replay of a `creating` record checks its marker: HEAD needs GetObject
+    // (and ListBucket, so that a missing marker is a 404, not a 403).
+    for g in [&grants("SubmitFunctionRole"), &grants("SweepFunctionRole")] {
+        assert!(
+            has(g, "s3:GetObject", "/ready/*") && has(g, "s3:GetObject", "/tasks/*"),
+            "HEAD of a marker and GET of a task"
+        );
+        assert!(has(g, "s3:ListBucket", "${BucketName}"));
+    }
     assert!(
         !submit.iter().any(|(a, _)| a == "s3:DeleteObject"),
         "submit never deletes"
