@@ -1,9 +1,13 @@
 //! A mutation fuzzer on the stable toolchain (cargo-fuzz needs nightly, which
 //! this project cannot use): the sample events of events/ are mutated, at the
 //! level of JSON structure and of raw bytes, and fed to the `submit` handler
-//! over the in-memory store. Nothing may panic; an HTTP answer to bad input is
-//! a 4xx that wrote nothing; an SQS batch over a healthy store lists no
-//! failures (what cannot succeed is rejected).
+//! over the in-memory store. Nothing may panic, and every answer is checked
+//! against its exact effect on the bucket: a 4xx (or a failed invocation)
+//! leaves every object byte for byte as it was; a 201 made exactly one task,
+//! with the request's input, and its marker; a 200 changed nothing; an SQS
+//! batch over a healthy store lists no failures, and each of its messages
+//! made a task with its input or a `rejected/` object that names it, and
+//! nothing else was written.
 //!
 //! `FUZZ_ITERATIONS` sets the length (make fuzz runs long), `FUZZ_SEED` the
 //! start. A failure prints the seed and the input.
@@ -209,8 +213,9 @@ async fn check(event: Value) -> Result<String, String> {
         .idempotency_key("charge-ORD-123")
         .await
         .map_err(|e| e.to_string())?;
-    let before = store.keys();
+    let before = store.snapshot();
     let is_sqs = event.get("Records").is_some();
+    let request = event.clone();
     let out = AssertUnwindSafe(handle_submit(
         &app,
         LambdaEvent::new(event, Context::default()),
@@ -221,12 +226,14 @@ async fn check(event: Value) -> Result<String, String> {
     let Ok(out) = out else {
         // An event of no known shape, or an SQS event that is not one: the
         // invocation fails (Lambda retries or reports it). Nothing written.
-        return if store.keys() == before {
+        return if store.snapshot() == before {
             Ok("error".into())
         } else {
             Err("a failed invocation wrote something".into())
         };
     };
+    let after = store.snapshot();
+    let effect = Effect::between(&before, &after)?;
     if is_sqs {
         let failures = out["batchItemFailures"]
             .as_array()
@@ -234,19 +241,166 @@ async fn check(event: Value) -> Result<String, String> {
         if !failures.is_empty() {
             return Err(format!("a healthy store, yet failures: {failures:?}"));
         }
+        effect.of_batch(&request, &after)?;
         return Ok("sqs".into());
     }
     let status = out["statusCode"].as_u64().ok_or("no statusCode")?;
     match status {
-        200 | 201 => Ok(status.to_string()),
-        400 | 404 | 405 | 413 | 422 => {
-            if store.keys() == before {
+        201 => {
+            let answer: Value = serde_json::from_str(out["body"].as_str().unwrap_or(""))
+                .map_err(|e| format!("a 201 without a JSON body: {e}"))?;
+            effect.of_created(&request, &answer)?;
+            Ok("201".into())
+        }
+        200 | 400 | 404 | 405 | 413 | 422 => {
+            if effect.created.is_empty() {
                 Ok(status.to_string())
             } else {
-                Err(format!("a {status} wrote {:?}", store.keys()))
+                Err(format!("a {status} wrote {:?}", effect.created))
             }
         }
         s => Err(format!("status {s} for some input: {out}")),
+    }
+}
+
+/// What a call did to the bucket: the objects it created. Any change to an
+/// object that was there is an error at once.
+struct Effect {
+    created: Vec<(String, Value)>,
+}
+
+type Snapshot = Vec<(
+    String,
+    bytes::Bytes,
+    idempotent_submit::store::ETag,
+    chrono::DateTime<chrono::Utc>,
+)>;
+
+impl Effect {
+    fn between(before: &Snapshot, after: &Snapshot) -> Result<Effect, String> {
+        let old: std::collections::HashMap<&str, &bytes::Bytes> =
+            before.iter().map(|(k, b, _, _)| (k.as_str(), b)).collect();
+        let mut created = Vec::new();
+        for (k, _, _, _) in before {
+            if !after.iter().any(|(a, _, _, _)| a == k) {
+                return Err(format!("{k} was deleted"));
+            }
+        }
+        for (k, body, _, _) in after {
+            match old.get(k.as_str()) {
+                Some(b) if *b == body => {}
+                Some(_) => return Err(format!("{k} was rewritten")),
+                None => created.push((
+                    k.clone(),
+                    serde_json::from_slice(body).unwrap_or(Value::Null),
+                )),
+            }
+        }
+        Ok(Effect { created })
+    }
+
+    fn under<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a (String, Value)> + 'a {
+        self.created
+            .iter()
+            .filter(move |(k, _)| k.starts_with(prefix))
+    }
+
+    /// A 201: exactly one new task, the answered one, with the request's
+    /// type and input, and its marker; at most its record besides.
+    fn of_created(&self, request: &Value, answer: &Value) -> Result<(), String> {
+        let tasks: Vec<_> = self.under("tasks/").collect();
+        let [(key, task)] = tasks.as_slice() else {
+            return Err(format!("a 201 made {} tasks", tasks.len()));
+        };
+        let id = answer["task_id"].as_str().unwrap_or("-");
+        if task["id"] != id {
+            return Err(format!("a 201 answered {id}, but made {key}"));
+        }
+        let body = http_body(request).ok_or("a 201 for a body that is not JSON")?;
+        if task["input"] != body["input"] || task["task_type"] != body["task_type"] {
+            return Err(format!(
+                "a 201 made {} {}, asked {} {}",
+                task["task_type"], task["input"], body["task_type"], body["input"]
+            ));
+        }
+        let markers: Vec<_> = self.under("ready/").collect();
+        if markers.len() != 1 || !markers[0].0.ends_with(id) {
+            return Err(format!("a 201's markers: {markers:?}"));
+        }
+        let others = self.created.len() - 2 - self.under("idempotency/").count();
+        if others != 0 {
+            return Err(format!("a 201 also wrote {:?}", self.created));
+        }
+        Ok(())
+    }
+
+    /// An SQS batch: each message made a task with its type and input (new,
+    /// or its key's) or a `rejected/` object that names it; each new task
+    /// was asked for by a message, with its marker; nothing else.
+    fn of_batch(&self, event: &Value, after: &Snapshot) -> Result<(), String> {
+        let messages = event["Records"].as_array().cloned().unwrap_or_default();
+        let rejected: Vec<&Value> = self.under("rejected/").map(|(_, v)| v).collect();
+        let tasks: Vec<Value> = after
+            .iter()
+            .filter(|(k, _, _, _)| k.starts_with("tasks/"))
+            .map(|(_, b, _, _)| serde_json::from_slice(b).unwrap_or(Value::Null))
+            .collect();
+        let mut accepted = Vec::new();
+        for m in &messages {
+            // The message as the handler reads it (serde takes an array for
+            // a struct too, field by field).
+            let m: aws_lambda_events::sqs::SqsMessage = serde_json::from_value(m.clone())
+                .map_err(|e| format!("a batch answered, with a message it cannot read: {e}"))?;
+            let id = m.message_id.clone().unwrap_or_default();
+            // SQS never puts one id twice in a batch; a mutated batch can,
+            // and then the rejections share one object: match by id (a
+            // missing id is the empty one, as the handler names it).
+            let was_rejected = rejected
+                .iter()
+                .any(|r| r["message"]["messageId"].as_str().unwrap_or("") == id);
+            let body: Option<Value> = m.body.as_deref().and_then(|b| serde_json::from_str(b).ok());
+            let made_task = body.as_ref().is_some_and(|body| {
+                tasks
+                    .iter()
+                    .any(|t| t["input"] == body["input"] && t["task_type"] == body["task_type"])
+            });
+            match body {
+                Some(body) if made_task => accepted.push(body),
+                _ if was_rejected => {}
+                _ => return Err(format!("message {id:?} made no task and was not rejected")),
+            }
+        }
+        for (key, task) in self.under("tasks/") {
+            if !accepted
+                .iter()
+                .any(|b| task["input"] == b["input"] && task["task_type"] == b["task_type"])
+            {
+                return Err(format!("{key} was asked for by no message"));
+            }
+            let id = task["id"].as_str().unwrap_or("-");
+            if !self.under("ready/").any(|(k, _)| k.ends_with(id)) {
+                return Err(format!("{key} has no marker"));
+            }
+        }
+        let accounted = self.under("tasks/").count() * 2
+            + self.under("idempotency/").count()
+            + self.under("rejected/").count();
+        if accounted != self.created.len() {
+            return Err(format!("the batch also wrote {:?}", self.created));
+        }
+        Ok(())
+    }
+}
+
+/// The JSON body of an HTTP event (base64-decoded when it says so).
+fn http_body(event: &Value) -> Option<Value> {
+    use base64::Engine as _;
+    let raw = event["body"].as_str()?;
+    if event["isBase64Encoded"] == json!(true) {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(raw).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    } else {
+        serde_json::from_str(raw).ok()
     }
 }
 
