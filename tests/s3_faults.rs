@@ -1,7 +1,11 @@
 //! Faults through the real S3 client: the SDK talks to moto through a proxy
 //! that fails 20% of requests (503 SlowDown, 500, lost answers after the
-//! write landed, connection resets, timeouts, 409 ConditionalRequestConflict).
-//! No duplicate task, no lost acknowledged task, every error retryable.
+//! write landed, connection resets, timeouts, 409 ConditionalRequestConflict),
+//! then the sweeper's record events go through it at 50%. No duplicate task,
+//! no lost acknowledged task, every error retryable; most submits still
+//! acknowledged; every kind of fault, and a lost answer on each kind of
+//! conditional write, shown to have happened; then a heal phase through the
+//! same proxy in which every key answers.
 
 mod common;
 
@@ -9,10 +13,21 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::chaos_proxy::ChaosProxy;
-use idempotent_submit::store::S3Store;
-use idempotent_submit::{Queue, RetryPolicy, Settings, SubmitError};
+use common::chaos_proxy::{ChaosProxy, KINDS};
+use idempotent_submit::protocol::{RecordOutcome, RecordStatus};
+use idempotent_submit::store::{S3Store, Store};
+use idempotent_submit::{Clock, Queue, RetryPolicy, Settings, SubmitError};
 use serde_json::json;
+
+/// The sweeper's clock when a record's event reaches it:
+/// `STALE_CREATING_AFTER_SECONDS` after the write.
+struct Ahead(chrono::Duration);
+
+impl Clock for Ahead {
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        chrono::Utc::now() + self.0
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fifth_of_requests_failing_loses_and_doubles_nothing() {
@@ -29,7 +44,7 @@ async fn a_fifth_of_requests_failing_loses_and_doubles_nothing() {
         ..Settings::default()
     };
     let through_proxy = S3Store::for_endpoint(&proxy.endpoint, direct.bucket());
-    let queue = Arc::new(Queue::new(through_proxy, settings.clone()));
+    let queue = Arc::new(Queue::new(through_proxy.clone(), settings.clone()));
 
     // 30 keys, 3 concurrent submits each, and a second round.
     let mut acknowledged: HashMap<usize, HashSet<uuid::Uuid>> = HashMap::new();
@@ -74,12 +89,19 @@ async fn a_fifth_of_requests_failing_loses_and_doubles_nothing() {
         .counts
         .forwarded
         .load(std::sync::atomic::Ordering::SeqCst);
+    let acked: usize = 180 - errors;
     eprintln!(
-        "chaos: {faults} faults injected, {forwarded} requests forwarded, {errors} submits failed retryably"
+        "chaos: {faults} faults injected, {forwarded} requests forwarded, {acked} of 180 submits acknowledged, {errors} failed retryably"
+    );
+    // Faults that fail most submits would prove nothing about answers.
+    assert!(
+        acked >= 120,
+        "only {acked} of 180 submits were acknowledged"
     );
     assert!(
-        faults > 50,
-        "the proxy injected too few faults to mean anything: {faults}"
+        acknowledged.len() >= 25,
+        "keys acknowledged: {}",
+        acknowledged.len()
     );
 
     // Every acknowledged submit of a key named one task.
@@ -87,10 +109,82 @@ async fn a_fifth_of_requests_failing_loses_and_doubles_nothing() {
         assert_eq!(ids.len(), 1, "key {k} was answered with {ids:?}");
     }
 
-    // Healed: every key answers, each with the task it was acknowledged with,
-    // and the bucket holds one task per key.
+    // The sweeper's events, through the proxy at 50%: each message comes
+    // back until it is handled, as the due queue redelivers it.
+    proxy.set_rate(500);
+    let sweeper = Queue::with_clock(
+        through_proxy.clone(),
+        Arc::new(Ahead(Settings::default().stale_creating_after)),
+        settings.clone(),
+    );
+    let records: Vec<String> = common::all_keys(&direct)
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with("idempotency/"))
+        .collect();
+    // Besides the random ones, the first three promotions land and lose
+    // their answer: the If-Match case, which only the sweeper writes now.
+    proxy.lose_update_answers(3);
+    let sweeps = records.iter().map(|key| {
+        let sweeper = &sweeper;
+        async move {
+            let mut came_back = 0;
+            loop {
+                match sweeper.engine().sweep_record(key, false, None).await {
+                    RecordOutcome::Failed(e) => {
+                        assert!(e.is_retryable(), "{key}: {e:?}");
+                        came_back += 1;
+                    }
+                    // A failed attempt may have promoted it before its answer
+                    // was lost: the redelivery then finds it ready.
+                    RecordOutcome::Nothing if came_back > 0 => return came_back,
+                    o => {
+                        assert!(
+                            matches!(o, RecordOutcome::Promoted | RecordOutcome::Finished),
+                            "{key}: {o:?}"
+                        );
+                        return came_back;
+                    }
+                }
+                assert!(came_back < 100, "the sweeper never got through {key}");
+            }
+        }
+    });
+    let redeliveries: u32 = futures::future::join_all(sweeps).await.into_iter().sum();
+    eprintln!("chaos: {redeliveries} record events came back before they were handled");
+
+    // Each kind of fault happened, and a lost answer on each kind of
+    // conditional write.
+    let c = &proxy.counts;
+    for (i, kind) in KINDS.iter().enumerate() {
+        eprintln!("chaos: {:>4}  {kind}", c.kind(i));
+        assert!(
+            c.kind(i) >= 5,
+            "too few faults of kind {kind}: {}",
+            c.kind(i)
+        );
+    }
+    let lost_create = c.lost_create.load(std::sync::atomic::Ordering::SeqCst);
+    let lost_update = c.lost_update.load(std::sync::atomic::Ordering::SeqCst);
+    eprintln!(
+        "chaos: lost answers to If-None-Match writes {lost_create}, to If-Match writes {lost_update}"
+    );
+    assert!(
+        lost_create >= 5,
+        "lost answers to If-None-Match writes: {lost_create}"
+    );
+    assert!(
+        lost_update >= 3,
+        "lost answers to If-Match writes: {lost_update}"
+    );
+
+    // Healed, through the same proxy: no fault any more, every key answers,
+    // each with the task it was acknowledged with, and the bucket holds one
+    // task per key, every record ready.
     proxy.heal();
-    let healthy = Queue::new(direct.clone(), Settings::default());
+    let faults_before = c.faults.load(std::sync::atomic::Ordering::SeqCst);
+    let forwarded_before = c.forwarded.load(std::sync::atomic::Ordering::SeqCst);
+    let healthy = Queue::new(through_proxy.clone(), Settings::default());
     for k in 0..30 {
         let s = healthy
             .submit("chaos", json!({"k": k}))
@@ -108,6 +202,20 @@ async fn a_fifth_of_requests_failing_loses_and_doubles_nothing() {
             s.status, "missing",
             "key {k}: an acknowledged task was lost"
         );
+    }
+    assert_eq!(
+        c.faults.load(std::sync::atomic::Ordering::SeqCst),
+        faults_before,
+        "healed means no fault"
+    );
+    assert!(
+        c.forwarded.load(std::sync::atomic::Ordering::SeqCst) >= forwarded_before + 90,
+        "the heal phase went through the proxy"
+    );
+    for key in &records {
+        let o = direct.get(key).await.unwrap();
+        let rec = idempotent_submit::protocol::Record::parse(&o.body).unwrap();
+        assert_eq!(rec.status, Some(RecordStatus::Ready), "{key}");
     }
     let keys = common::all_keys(&direct).await;
     assert_eq!(

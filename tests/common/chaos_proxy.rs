@@ -4,6 +4,11 @@
 //! its answer is lost), resets the connection before forwarding, holds the
 //! request past the client's timeout, or, for conditional writes, answers
 //! 409 ConditionalRequestConflict (which no emulator sends by itself).
+//!
+//! Each connection draws its faults from its own generator, seeded by the
+//! proxy's seed and the connection's number, so a connection's faults replay
+//! from the seed. Every fault is counted by kind, and lost answers by the
+//! condition of the write they hit.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,15 +21,39 @@ use tokio::net::{TcpListener, TcpStream};
 pub struct Counts {
     pub forwarded: AtomicU64,
     pub faults: AtomicU64,
+    /// Faults by kind, in the order of [`KINDS`].
+    pub by_kind: [AtomicU64; 7],
+    /// Writes that landed and lost their answer, with If-None-Match.
+    pub lost_create: AtomicU64,
+    /// Writes that landed and lost their answer, with If-Match.
+    pub lost_update: AtomicU64,
+}
+
+/// The kinds of fault, as [`Counts::by_kind`] counts them.
+pub const KINDS: [&str; 7] = [
+    "503 SlowDown",
+    "500 InternalError",
+    "landed, then 500",
+    "landed, then reset",
+    "reset before forwarding",
+    "held past the client's timeout",
+    "409 ConditionalRequestConflict",
+];
+
+impl Counts {
+    pub fn kind(&self, i: usize) -> u64 {
+        self.by_kind[i].load(Ordering::SeqCst)
+    }
 }
 
 pub struct ChaosProxy {
     pub endpoint: String,
     pub counts: Arc<Counts>,
     per_mille: Arc<AtomicU64>,
+    lose_updates: Arc<AtomicU64>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Chaos {
     SlowDown,
     InternalError,
@@ -39,12 +68,14 @@ struct Request {
     head: String,
     body: Vec<u8>,
     conditional: bool,
+    if_none_match: bool,
 }
 
 async fn read_request<R: AsyncBufReadExt + Unpin>(r: &mut R) -> Option<Request> {
     let mut head = String::new();
     let mut len = 0usize;
     let mut conditional = false;
+    let mut if_none_match = false;
     loop {
         let mut line = String::new();
         if r.read_line(&mut line).await.ok()? == 0 {
@@ -57,6 +88,7 @@ async fn read_request<R: AsyncBufReadExt + Unpin>(r: &mut R) -> Option<Request> 
         if lower.starts_with("if-none-match:") || lower.starts_with("if-match:") {
             conditional = true;
         }
+        if_none_match |= lower.starts_with("if-none-match:");
         let end = line == "\r\n";
         head.push_str(&line);
         if end {
@@ -69,6 +101,7 @@ async fn read_request<R: AsyncBufReadExt + Unpin>(r: &mut R) -> Option<Request> 
         head,
         body,
         conditional,
+        if_none_match,
     })
 }
 
@@ -160,12 +193,17 @@ impl ChaosProxy {
         let upstream = upstream.trim_start_matches("http://").to_owned();
         let counts = Arc::new(Counts::default());
         let rate = Arc::new(AtomicU64::new(per_mille));
-        let rng = Arc::new(Mutex::new(fastrand::Rng::with_seed(seed)));
-        let (c, r) = (counts.clone(), rate.clone());
+        let lose = Arc::new(AtomicU64::new(0));
+        let (c, r, l) = (counts.clone(), rate.clone(), lose.clone());
         tokio::spawn(async move {
+            let mut connection: u64 = 0;
             while let Ok((sock, _)) = listener.accept().await {
-                let (upstream, counts, rate, rng) =
-                    (upstream.clone(), c.clone(), r.clone(), rng.clone());
+                connection += 1;
+                let rng = Mutex::new(fastrand::Rng::with_seed(
+                    seed ^ connection.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                ));
+                let (upstream, counts, rate, lose) =
+                    (upstream.clone(), c.clone(), r.clone(), l.clone());
                 tokio::spawn(async move {
                     let (rd, mut wr) = sock.into_split();
                     let mut rd = BufReader::new(rd);
@@ -189,8 +227,42 @@ impl ChaosProxy {
                             Some(Chaos::Conflict409) if !req.conditional => Some(Chaos::SlowDown),
                             c => c,
                         };
-                        if chaos.is_some() {
+                        let update = req.conditional && !req.if_none_match;
+                        let chaos = if update
+                            && lose
+                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                                    n.checked_sub(1)
+                                })
+                                .is_ok()
+                        {
+                            Some(Chaos::LandedThenReset)
+                        } else {
+                            chaos
+                        };
+                        if let Some(kind) = chaos {
                             counts.faults.fetch_add(1, Ordering::SeqCst);
+                            let i = [
+                                Chaos::SlowDown,
+                                Chaos::InternalError,
+                                Chaos::LandedThen500,
+                                Chaos::LandedThenReset,
+                                Chaos::ResetBefore,
+                                Chaos::Hold,
+                                Chaos::Conflict409,
+                            ]
+                            .iter()
+                            .position(|k| *k == kind)
+                            .unwrap_or(0);
+                            counts.by_kind[i].fetch_add(1, Ordering::SeqCst);
+                            if matches!(kind, Chaos::LandedThen500 | Chaos::LandedThenReset)
+                                && req.conditional
+                            {
+                                if req.if_none_match {
+                                    counts.lost_create.fetch_add(1, Ordering::SeqCst);
+                                } else {
+                                    counts.lost_update.fetch_add(1, Ordering::SeqCst);
+                                }
+                            }
                         }
                         let reply = match chaos {
                             None => {
@@ -236,11 +308,23 @@ impl ChaosProxy {
             endpoint,
             counts,
             per_mille: rate,
+            lose_updates: lose,
         }
     }
 
     /// Stops injecting faults.
     pub fn heal(&self) {
-        self.per_mille.store(0, Ordering::SeqCst);
+        self.set_rate(0);
+    }
+
+    /// The next `n` If-Match writes land, then lose their answer (the
+    /// connection is dropped), whatever the rate.
+    pub fn lose_update_answers(&self, n: u64) {
+        self.lose_updates.store(n, Ordering::SeqCst);
+    }
+
+    /// Injects faults on `per_mille` of requests from now on.
+    pub fn set_rate(&self, per_mille: u64) {
+        self.per_mille.store(per_mille, Ordering::SeqCst);
     }
 }
