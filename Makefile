@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test tools fmt-check clippy build run clean soak fuzz bench
+.PHONY: test tools fmt-check clippy build run clean soak fuzz bench mutants
 
 test: tools fmt-check clippy
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked --features planted-bugs
@@ -35,6 +35,17 @@ soak:
 FUZZ_ITERATIONS ?= 2000000
 fuzz:
 	FUZZ_ITERATIONS=$(FUZZ_ITERATIONS) FUZZ_SEED=$$(date +%s) $(CARGO) test --release --locked --test fuzz -- --nocapture
+
+# Mutation testing of the protocol and the S3 adapter with cargo-mutants
+# (installed where missing), against the tests that cover those files; the
+# model test at 200 schedules per mutant. Hours on two cores: not part of
+# make test. MUTANTS_FILES narrows it (one -f per file), MUTANTS_ARGS adds
+# options (e.g. --shard 0/4). Results: mutants.out/; docs/testing.md.
+MUTANTS_FILES ?= -f src/protocol/submit.rs -f src/protocol/sweep.rs -f src/store/s3.rs
+MUTANTS_TESTS ?= --test s3_status --test recovery --test protocol --test model --test due_events --test sweep
+mutants: tools
+	@command -v cargo-mutants >/dev/null || $(CARGO) install --locked cargo-mutants
+	MODEL_SCHEDULES=200 ./scripts/with-moto.sh $(CARGO) mutants --features planted-bugs --timeout 300 $(MUTANTS_FILES) $(MUTANTS_ARGS) -- $(MUTANTS_TESTS)
 
 # Figures for docs/benchmarks.md (not part of make test).
 bench: tools build

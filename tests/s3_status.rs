@@ -269,6 +269,7 @@ async fn conditional_writes_send_their_conditions() {
         .await;
     let _ = s.put("c", Bytes::new(), PutMode::Overwrite).await;
     let _ = s.delete("d", Some(&ETag("\"e2\"".into()))).await;
+    assert_eq!(s.bucket(), "bucket");
     let seen = seen.lock().unwrap().clone();
     let find = |key: &str| {
         seen.iter()
