@@ -6,9 +6,9 @@ mod common;
 use std::sync::Arc;
 
 use chrono::Duration;
-use idempotent_submit::protocol::{ConflictKind, RecordStatus};
+use idempotent_submit::protocol::{ConflictKind, RecordOutcome, RecordStatus};
 use idempotent_submit::store::Store;
-use idempotent_submit::{ManualClock, Queue, Scope, SubmitError, ValidationError};
+use idempotent_submit::{Clock, ManualClock, Queue, Scope, SubmitError, ValidationError};
 use serde_json::{Value, json};
 
 struct Env {
@@ -36,11 +36,24 @@ impl Env {
     /// Each record's S3 event reaches the sweeper, as the due queue
     /// delivers it (`STALE_CREATING_AFTER_SECONDS` after the write).
     async fn sweep_events(&self) {
-        self.clock
-            .advance(self.queue.settings().stale_creating_after);
         for k in self.keys().await {
             if k.starts_with("idempotency/") {
-                self.queue.engine().sweep_record(&k, false, None).await;
+                // When the event comes: staleness after the write, by the
+                // store's clock (moto's is the real one, a little ahead of
+                // the test's).
+                let written = self.store().head(&k).await.unwrap().last_modified;
+                let due = written + self.queue.settings().stale_creating_after;
+                if self.clock.now() < due {
+                    self.clock.set(due);
+                }
+                let outcome = self.queue.engine().sweep_record(&k, false, None).await;
+                assert!(
+                    matches!(
+                        outcome,
+                        RecordOutcome::Promoted | RecordOutcome::Finished | RecordOutcome::Nothing
+                    ),
+                    "{k}: {outcome:?}"
+                );
             }
         }
     }
