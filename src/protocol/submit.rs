@@ -55,10 +55,6 @@ impl Input {
             .map_err(|e| ValidationError::field("input", e.to_string()))?;
         Ok(Input { canonical, hash })
     }
-
-    pub fn hash(&self) -> &str {
-        &self.hash
-    }
 }
 
 /// The idempotency part of a request.
@@ -796,5 +792,119 @@ impl Engine {
             }),
             recovered,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unavailable() -> SubmitError {
+        SubmitError::Storage(StoreError::Unavailable("503".into()))
+    }
+
+    #[test]
+    fn each_error_maps_to_its_problem_code_retryability_and_hint() {
+        let id = Uuid::nil();
+        let cases: Vec<(SubmitError, &str, bool, Option<u64>)> = vec![
+            (
+                SubmitError::Invalid(ValidationError::KeyRequired),
+                "idempotency_key_missing",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Invalid(ValidationError::field("task_type", "bad")),
+                "invalid_request",
+                false,
+                None,
+            ),
+            (
+                SubmitError::InputTooLarge { size: 2, limit: 1 },
+                "input_too_large",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Conflict {
+                    kind: ConflictKind::Input,
+                    task_id: id,
+                },
+                "idempotency_conflict",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Undetermined {
+                    task_id: id,
+                    retry_after: StdDuration::from_secs(42),
+                },
+                "storage_unavailable",
+                true,
+                Some(42),
+            ),
+            (
+                SubmitError::DeadlineExceeded,
+                "storage_unavailable",
+                true,
+                Some(1),
+            ),
+            (unavailable(), "storage_unavailable", true, Some(1)),
+            (
+                SubmitError::Storage(StoreError::Conflict),
+                "storage_unavailable",
+                true,
+                Some(1),
+            ),
+            (
+                SubmitError::Storage(StoreError::Crashed),
+                "storage_unavailable",
+                true,
+                Some(1),
+            ),
+            (
+                SubmitError::Storage(StoreError::Fatal("403".into())),
+                "storage_error",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Storage(StoreError::PreconditionFailed),
+                "storage_error",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Corrupt {
+                    key: "k".into(),
+                    reason: "r".into(),
+                },
+                "storage_error",
+                false,
+                None,
+            ),
+        ];
+        for (e, code, retryable, hint) in cases {
+            assert_eq!(e.code(), code, "{e:?}");
+            assert_eq!(e.is_retryable(), retryable, "{e:?}");
+            assert_eq!(e.retry_after().map(|d| d.as_secs()), hint, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn a_replay_is_not_created_and_a_first_submit_is() {
+        let mut s = Submitted {
+            task_id: Uuid::nil(),
+            task_key: String::new(),
+            task_type: String::new(),
+            status: "pending".into(),
+            created_at: DateTime::<Utc>::default(),
+            replayed: false,
+            idempotency: None,
+            recovered: false,
+        };
+        assert!(s.created());
+        s.replayed = true;
+        assert!(!s.created());
     }
 }
