@@ -144,3 +144,35 @@ async fn a_key_submitted_through_us_first_then_buquet_is_one_task() {
     let keys = common::all_keys(&direct).await;
     assert_eq!(keys.iter().filter(|k| k.starts_with("tasks/")).count(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_doubles_through_buquet_and_us_are_one_task_each_way() {
+    let s = Shared::new().await;
+    let mut rng = fastrand::Rng::with_seed(0xd0b1e);
+    let doubles = |rng: &mut fastrand::Rng| -> Value {
+        // Amounts of every size: a tenth of such doubles used to come back
+        // one unit in the last place off.
+        (0..60)
+            .map(|i| json!(rng.f64() * 10f64.powi(i % 12 - 3)))
+            .collect()
+    };
+    // buquet first, then us.
+    let input = json!({"amounts": doubles(&mut rng)});
+    let theirs = s.buquet(&["submit", "settle", &input.to_string(), "floats-1"]);
+    let (status, ours) = s
+        .post(json!({"task_type": "settle", "input": input, "idempotency_key": "floats-1"}))
+        .await;
+    assert_eq!(status, 200, "the input hashes disagree: {ours}");
+    assert_eq!(ours["task_id"], theirs["id"]);
+    // Us first, then buquet.
+    let input = json!({"amounts": doubles(&mut rng)});
+    let (status, ours) = s
+        .post(json!({"task_type": "settle", "input": input, "idempotency_key": "floats-2"}))
+        .await;
+    assert_eq!(status, 201);
+    let theirs = s.buquet(&["submit", "settle", &input.to_string(), "floats-2"]);
+    assert_eq!(theirs["id"], ours["task_id"]);
+    let direct = idempotent_submit::S3Store::for_endpoint(&common::moto_endpoint(), &s.bucket);
+    let keys = common::all_keys(&direct).await;
+    assert_eq!(keys.iter().filter(|k| k.starts_with("tasks/")).count(), 2);
+}
