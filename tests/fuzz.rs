@@ -252,7 +252,7 @@ async fn check(event: Value) -> Result<String, String> {
             effect.of_created(&request, &answer)?;
             Ok("201".into())
         }
-        200 | 400 | 404 | 405 | 413 | 422 => {
+        200 | 400 | 404 | 405 | 413 | 415 | 422 => {
             if effect.created.is_empty() {
                 Ok(status.to_string())
             } else {
@@ -442,7 +442,9 @@ fn mutated_events_never_panic_and_bad_input_writes_nothing() {
     eprintln!("fuzz: {iterations} inputs, answered {seen:?}");
     if iterations >= 1000 {
         // The mutations reach past the parser into every kind of answer.
-        for what in ["200", "201", "400", "404", "405", "422", "sqs", "error"] {
+        for what in [
+            "200", "201", "400", "404", "405", "415", "422", "sqs", "error",
+        ] {
             assert!(
                 seen.contains_key(what),
                 "no input was answered {what}: {seen:?}"

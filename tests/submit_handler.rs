@@ -138,7 +138,8 @@ async fn a_rest_api_post_creates_then_replays() {
     let r = h.http(event("http-v1-post.json")).await;
     assert_eq!(r.status, 201, "{}", r.body);
     let id = r.body["task_id"].as_str().unwrap().to_owned();
-    assert_eq!(r.headers["location"], format!("/tasks/{id}"));
+    // The REST API's stage stays in the path the caller uses.
+    assert_eq!(r.headers["location"], format!("/prod/tasks/{id}"));
     assert_eq!(r.headers["idempotent-replayed"], "false");
     assert_eq!(r.headers["content-type"], "application/json");
     assert_eq!(r.body["task_key"], format!("tasks/{}/{id}.json", &id[..1]));
@@ -745,8 +746,8 @@ async fn every_bad_http_input_gets_its_4xx_and_writes_nothing() {
         (
             "wrong content type",
             with_header(v2_post(ok_body()), "content-type", "text/plain"),
-            400,
-            "invalid_request",
+            415,
+            "unsupported_media_type",
         ),
         (
             "REST: invalid JSON",
@@ -961,4 +962,123 @@ async fn payload_2_responses_carry_cookies_and_rest_responses_do_not() {
     let mut keys: Vec<&str> = v1.as_object().unwrap().keys().map(String::as_str).collect();
     keys.sort();
     assert_eq!(keys, ["body", "headers", "isBase64Encoded", "statusCode"]);
+}
+
+#[tokio::test]
+async fn a_5xx_says_nothing_of_s3_and_names_its_request() {
+    let clock = ManualClock::at_epoch();
+    let f = FaultyStore::new(common::memory_store(&clock));
+    // What S3 says to a role that may not use the bucket.
+    let leak = "403 AccessDenied: User: arn:aws:sts::123456789012:assumed-role/submit-role/fn \
+                is not authorized to perform: s3:PutObject on resource: \
+                arn:aws:s3:::secret-queue-bucket/idempotency/x.json";
+    f.inject(
+        None,
+        "",
+        1,
+        usize::MAX,
+        Fault::Fail(StoreError::Fatal(leak.into())),
+    );
+    let h = Harness::over(f.clone(), Some(&clock), false);
+    let e = event("http-v2-post.json");
+    let request_id = e["requestContext"]["requestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = h.http(e).await;
+    assert_problem(&r, 500, "storage_error");
+    let body = r.body.to_string();
+    for secret in [
+        "arn:",
+        "123456789012",
+        "secret-queue-bucket",
+        "AccessDenied",
+    ] {
+        assert!(!body.contains(secret), "{secret} in {body}");
+    }
+    assert_eq!(r.body["instance"], request_id.as_str());
+
+    // A retryable failure too: generic, with its instance.
+    let f = FaultyStore::new(common::memory_store(&clock));
+    f.inject(
+        None,
+        "",
+        1,
+        usize::MAX,
+        Fault::Fail(StoreError::Unavailable(format!("503 SlowDown: {leak}"))),
+    );
+    let h = Harness::over(f, Some(&clock), false);
+    let r = h.http(event("http-v2-post.json")).await;
+    assert_problem(&r, 503, "storage_unavailable");
+    assert!(
+        !r.body.to_string().contains("secret-queue-bucket"),
+        "{}",
+        r.body
+    );
+    assert_eq!(r.body["instance"], request_id.as_str());
+}
+
+#[tokio::test]
+async fn every_problem_names_its_request() {
+    let (h, _) = Harness::memory();
+    let mut e = event("http-v2-post.json");
+    e["body"] = json!("not json");
+    let request_id = e["requestContext"]["requestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = h.http(e).await;
+    assert_problem(&r, 400, "invalid_request");
+    assert_eq!(r.body["instance"], request_id.as_str());
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_json_is_a_415_naming_what_a_post_takes() {
+    let (h, store) = Harness::memory();
+    let r = h
+        .http(with_header(
+            v2_post(ok_body()),
+            "content-type",
+            "application/x-www-form-urlencoded",
+        ))
+        .await;
+    assert_problem(&r, 415, "unsupported_media_type");
+    assert_eq!(r.headers["accept-post"], "application/json");
+    assert!(store.is_empty());
+}
+
+#[tokio::test]
+async fn location_is_the_path_the_caller_posted_to() {
+    for (file, prefix) in [
+        ("http-v1-post.json", "/prod/tasks/"),
+        ("http-v2-post.json", "/tasks/"),
+        ("http-v2-post-staged-base64.json", "/prod/tasks/"),
+        ("function-url-post.json", "/tasks/"),
+    ] {
+        let (h, _) = Harness::memory();
+        let r = h.http(event(file)).await;
+        assert_eq!(r.status, 201, "{file}: {}", r.body);
+        let id = r.body["task_id"].as_str().unwrap();
+        assert_eq!(r.headers["location"], format!("{prefix}{id}"), "{file}");
+    }
+}
+
+#[tokio::test]
+async fn an_undetermined_submit_is_submit_in_progress_with_its_own_metric() {
+    let clock = ManualClock::at_epoch();
+    let bucket = common::memory_store(&clock);
+    // A submit that died right after its record.
+    let dying = FaultyStore::new(bucket.clone());
+    dying.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+    let h = Harness::over(dying, Some(&clock), false);
+    let _ = h.http(event("http-v2-post.json")).await;
+    // Just past its finish deadline, its task is not there: undetermined.
+    clock.advance(chrono::Duration::seconds(2400 + 1));
+    let h = Harness::over(bucket, Some(&clock), false);
+    let r = h.http(event("http-v2-post.json")).await;
+    assert_problem(&r, 503, "submit_in_progress");
+    assert!(r.headers["retry-after"].parse::<u64>().unwrap() > 800);
+    let m = h.app.metrics.lines();
+    assert_eq!(m[0]["SubmitInProgress"], 1, "{m:?}");
+    assert!(m[0].get("StorageError").is_none(), "{m:?}");
 }

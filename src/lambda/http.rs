@@ -40,6 +40,9 @@ struct RawHttp {
 pub struct HttpRequest {
     pub method: String,
     pub path: String,
+    /// The path as the caller addressed it: a REST API's includes its stage
+    /// (`requestContext.path`), an HTTP API's raw path does already.
+    pub public_path: String,
     pub stage: Option<String>,
     /// Lower-case names.
     pub headers: Vec<(String, String)>,
@@ -84,9 +87,16 @@ impl HttpRequest {
             .into_iter()
             .filter_map(|(k, v)| v.as_str().map(|v| (k.to_ascii_lowercase(), v.to_owned())))
             .collect();
+        let path = path.unwrap_or_else(|| "/".into());
+        let public_path = if v2 {
+            path.clone()
+        } else {
+            str_at("/path").unwrap_or_else(|| path.clone())
+        };
         Ok(HttpRequest {
             method: method.unwrap_or_default().to_ascii_uppercase(),
-            path: path.unwrap_or_else(|| "/".into()),
+            path,
+            public_path,
             stage: str_at("/stage"),
             headers,
             body: raw.body,
@@ -217,7 +227,7 @@ fn response(status: u16, headers: Vec<(&str, String)>, body: &Value) -> Value {
     })
 }
 
-fn problem_response(p: &Problem) -> Value {
+fn problem_response(p: &Problem, request_id: &str) -> Value {
     let mut headers = vec![("content-type", "application/problem+json".to_owned())];
     if let Some(d) = p.retry_after {
         headers.push(("retry-after", retry_after_secs(d).to_string()));
@@ -225,17 +235,32 @@ fn problem_response(p: &Problem) -> Value {
     if let Some(allow) = p.allow {
         headers.push(("allow", allow.to_owned()));
     }
-    response(p.status, headers, &p.body())
+    if p.status == 415 {
+        headers.push(("accept-post", super::problem::ACCEPT_POST.to_owned()));
+    }
+    response(p.status, headers, &p.body_for(request_id))
 }
 
 fn retry_after_secs(d: Duration) -> u64 {
     d.as_secs_f64().ceil().max(1.0) as u64
 }
 
-fn success(s: &Submitted) -> Value {
+/// The new task's path as the caller addresses it: the path it posted to,
+/// stage included (`/prod/tasks` gets `/prod/tasks/{id}`).
+fn location(public_path: &str, task_id: Uuid) -> String {
+    let base = public_path.trim_end_matches('/');
+    let base = if base.ends_with("/tasks") || base == "tasks" {
+        base.to_owned()
+    } else {
+        "/tasks".to_owned()
+    };
+    format!("{base}/{task_id}")
+}
+
+fn success(s: &Submitted, public_path: &str) -> Value {
     let mut headers = vec![("content-type", "application/json".to_owned())];
     if s.created() {
-        headers.push(("location", format!("/tasks/{}", s.task_id)));
+        headers.push(("location", location(public_path, s.task_id)));
     }
     if s.idempotency.is_some() {
         headers.push(("idempotent-replayed", s.replayed.to_string()));
@@ -248,14 +273,11 @@ fn success(s: &Submitted) -> Value {
 pub async fn handle(app: &App, event: Value) -> Value {
     let req = match HttpRequest::from_event(event) {
         Ok(r) => r,
-        Err(p) => return problem_response(&p),
+        Err(p) => return problem_response(&p, ""),
     };
     let (status, mut answer) = match serve(app, &req).await {
         Ok(v) => (v["statusCode"].as_u64().unwrap_or(200), v),
-        Err(p) => {
-            let v = problem_response(&p);
-            (u64::from(p.status), v)
-        }
+        Err(p) => (u64::from(p.status), problem_response(&p, &req.request_id)),
     };
     tracing::info!(
         request_id = %req.request_id,
@@ -297,9 +319,7 @@ async fn submit(app: &App, req: &HttpRequest) -> Result<Value, Problem> {
     if let Some(ct) = req.header("content-type")
         && !is_json(ct)
     {
-        return Err(Problem::invalid(format!(
-            "Content-Type must be application/json, not {ct:?}"
-        )));
+        return Err(Problem::unsupported_media_type(ct));
     }
     if req
         .body
@@ -351,7 +371,7 @@ async fn submit(app: &App, req: &HttpRequest) -> Result<Value, Problem> {
                 recovered = s.recovered,
                 "submitted"
             );
-            Ok(success(&s))
+            Ok(success(&s, &req.public_path))
         }
         Err(e) => {
             tracing::warn!(request_id = %req.request_id, code = e.code(), error = %e, "submit failed");
@@ -367,12 +387,8 @@ async fn get_task(app: &App, id: &str) -> Result<Value, Problem> {
     match app.queue.task(id).await {
         Ok(Some(body)) => {
             let v: Value = serde_json::from_slice(&body).map_err(|e| {
-                Problem::new(
-                    500,
-                    "storage_error",
-                    "Storage error",
-                    format!("task object: {e}"),
-                )
+                tracing::error!(task_id = %id, error = %e, "the task object is not JSON");
+                Problem::internal()
             })?;
             Ok(response(
                 200,
@@ -381,7 +397,10 @@ async fn get_task(app: &App, id: &str) -> Result<Value, Problem> {
             ))
         }
         Ok(None) => Err(Problem::not_found("no such task")),
-        Err(e) => Err(Problem::from_submit(&e)),
+        Err(e) => {
+            tracing::warn!(task_id = %id, code = e.code(), error = %e, "reading a task failed");
+            Err(Problem::from_submit(&e))
+        }
     }
 }
 

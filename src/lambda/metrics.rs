@@ -82,6 +82,8 @@ impl Metrics {
             Ok(_) => "Replayed",
             Err(SubmitError::Conflict { .. }) => "Conflict",
             Err(SubmitError::Invalid(_) | SubmitError::InputTooLarge { .. }) => "Invalid",
+            // A submit of the key may still be landing: not a storage failure.
+            Err(SubmitError::Undetermined { .. }) => "SubmitInProgress",
             Err(_) => "StorageError",
         };
         if matches!(result, Ok(s) if s.recovered) {

@@ -21,6 +21,9 @@ pub struct Problem {
     pub allow: Option<&'static str>,
 }
 
+/// What a POST takes, named by a 415's `Accept-Post`.
+pub const ACCEPT_POST: &str = "application/json";
+
 impl Problem {
     pub fn new(
         status: u16,
@@ -59,6 +62,26 @@ impl Problem {
         }
     }
 
+    /// A body that is not JSON.
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(
+            415,
+            "unsupported_media_type",
+            "Unsupported media type",
+            format!("the body must be {ACCEPT_POST}, not {content_type:?}"),
+        )
+    }
+
+    /// A failure the caller cannot fix or retry: a generic 500.
+    pub fn internal() -> Self {
+        Self::new(
+            500,
+            "storage_error",
+            "Storage error",
+            "the request could not be completed; quote its instance to the operator",
+        )
+    }
+
     pub fn too_large(detail: impl Into<String>) -> Self {
         Self::new(413, "input_too_large", "Input too large", detail)
     }
@@ -77,11 +100,37 @@ impl Problem {
                 task_id: Some(*task_id),
                 ..Self::new(422, e.code(), "Idempotency conflict", e.to_string())
             },
-            e if e.is_retryable() => Self::new(503, e.code(), "Storage unavailable", e.to_string()),
-            _ => Self::new(500, e.code(), "Storage error", e.to_string()),
+            // A submit still landing says nothing about our storage.
+            SubmitError::Undetermined { .. } => {
+                Self::new(503, e.code(), "Submit in progress", e.to_string())
+            }
+            // 5xx details are generic: S3's message names the role, the
+            // account and the bucket, which are no caller's business. The
+            // error itself goes to the log, under the request's id
+            // (`instance`).
+            e if e.is_retryable() => Self::new(
+                503,
+                e.code(),
+                "Storage unavailable",
+                "the task store is unavailable for now; retry after the Retry-After seconds",
+            ),
+            _ => Self::internal(),
         };
         p.retry_after = e.retry_after();
         p
+    }
+
+    /// The problem+json body; `instance` names the request it answers (its
+    /// id: what a caller quotes so that the operator finds the log line,
+    /// which has the whole error).
+    pub fn body_for(&self, instance: &str) -> Value {
+        let mut b = self.body();
+        if let Some(obj) = b.as_object_mut()
+            && !instance.is_empty()
+        {
+            obj.insert("instance".into(), json!(instance));
+        }
+        b
     }
 
     pub fn body(&self) -> Value {
@@ -148,7 +197,7 @@ mod tests {
                     retry_after: Duration::from_secs(7),
                 },
                 503,
-                "storage_unavailable",
+                "submit_in_progress",
             ),
             (
                 SubmitError::Storage(StoreError::Fatal("403".into())),

@@ -167,6 +167,7 @@ impl SubmitError {
             SubmitError::Invalid(_) => "invalid_request",
             SubmitError::InputTooLarge { .. } => "input_too_large",
             SubmitError::Conflict { .. } => "idempotency_conflict",
+            SubmitError::Undetermined { .. } => "submit_in_progress",
             e if e.is_retryable() => "storage_unavailable",
             _ => "storage_error",
         }
@@ -839,7 +840,7 @@ mod tests {
                     task_id: id,
                     retry_after: StdDuration::from_secs(42),
                 },
-                "storage_unavailable",
+                "submit_in_progress",
                 true,
                 Some(42),
             ),
