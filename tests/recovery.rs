@@ -499,8 +499,11 @@ async fn no_task_write_is_attempted_once_the_finish_deadline_has_passed_even_by_
         common::settings(),
     );
     let e = submit(&q).await.unwrap_err();
+    // Refused 10 s past the deadline: undetermined until a late write can no
+    // longer land, 15 minutes after the deadline.
     assert!(
-        matches!(e, SubmitError::Undetermined { task_id, .. } if task_id == rec.task_id),
+        matches!(e, SubmitError::Undetermined { task_id, retry_after }
+            if task_id == rec.task_id && retry_after.as_secs() == 15 * 60 - 10),
         "{e:?}"
     );
     let task_writes = slow
@@ -548,7 +551,8 @@ async fn no_marker_write_is_attempted_once_the_finish_deadline_has_passed_even_b
     );
     let e = submit(&q).await.unwrap_err();
     assert!(
-        matches!(e, SubmitError::Undetermined { task_id, .. } if task_id == rec.task_id),
+        matches!(e, SubmitError::Undetermined { task_id, retry_after }
+            if task_id == rec.task_id && retry_after.as_secs() == 15 * 60 - 10),
         "a 200 needs the marker too: {e:?}"
     );
     let marker_writes = slow
