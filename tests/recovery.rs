@@ -667,3 +667,35 @@ async fn a_submit_without_a_key_is_one_round_trip_of_two_requests() {
     assert_eq!(w.faulty.calls().len(), 2);
     assert_eq!(w.faulty.round_trips(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn retries_wait_between_attempts() {
+    let w = World::new();
+    w.faulty.inject(
+        Some(Op::PutCreate),
+        "idempotency/",
+        1,
+        4,
+        Fault::Fail(StoreError::Unavailable("503 SlowDown".into())),
+    );
+    let settings = idempotent_submit::Settings {
+        retry: idempotent_submit::RetryPolicy {
+            max_attempts: 5,
+            base_delay: std::time::Duration::from_millis(100),
+            max_delay: std::time::Duration::from_secs(1),
+            attempt_timeout: std::time::Duration::from_secs(5),
+        },
+        ..common::settings()
+    };
+    let q = Queue::with_clock(w.faulty.clone(), Arc::new(w.clock.clone()), settings);
+    let start = tokio::time::Instant::now();
+    submit(&q).await.unwrap();
+    // Four backoffs, each drawn from 0 up to 200, 400, 800 and 1000 ms
+    // (full jitter): all four zero has a chance of about 1 in 10^10.
+    let waited = start.elapsed();
+    assert!(
+        waited > std::time::Duration::ZERO && waited <= std::time::Duration::from_millis(2400),
+        "{waited:?}"
+    );
+    assert_eq!(w.faulty.calls().len(), 4 + 3);
+}
