@@ -64,6 +64,17 @@ enum Chaos {
     Conflict409,
 }
 
+/// Every kind, in the order of [`KINDS`].
+const ALL: [Chaos; 7] = [
+    Chaos::SlowDown,
+    Chaos::InternalError,
+    Chaos::LandedThen500,
+    Chaos::LandedThenReset,
+    Chaos::ResetBefore,
+    Chaos::Hold,
+    Chaos::Conflict409,
+];
+
 struct Request {
     head: String,
     body: Vec<u8>,
@@ -210,18 +221,8 @@ impl ChaosProxy {
                     while let Some(req) = read_request(&mut rd).await {
                         let chaos = {
                             let mut g = rng.lock().unwrap();
-                            (g.u64(0..1000) < rate.load(Ordering::SeqCst)).then(|| {
-                                let all = [
-                                    Chaos::SlowDown,
-                                    Chaos::InternalError,
-                                    Chaos::LandedThen500,
-                                    Chaos::LandedThenReset,
-                                    Chaos::ResetBefore,
-                                    Chaos::Hold,
-                                    Chaos::Conflict409,
-                                ];
-                                all[g.usize(..all.len())]
-                            })
+                            (g.u64(0..1000) < rate.load(Ordering::SeqCst))
+                                .then(|| ALL[g.usize(..ALL.len())])
                         };
                         let chaos = match chaos {
                             Some(Chaos::Conflict409) if !req.conditional => Some(Chaos::SlowDown),
@@ -241,18 +242,7 @@ impl ChaosProxy {
                         };
                         if let Some(kind) = chaos {
                             counts.faults.fetch_add(1, Ordering::SeqCst);
-                            let i = [
-                                Chaos::SlowDown,
-                                Chaos::InternalError,
-                                Chaos::LandedThen500,
-                                Chaos::LandedThenReset,
-                                Chaos::ResetBefore,
-                                Chaos::Hold,
-                                Chaos::Conflict409,
-                            ]
-                            .iter()
-                            .position(|k| *k == kind)
-                            .unwrap_or(0);
+                            let i = ALL.iter().position(|k| *k == kind).unwrap_or(0);
                             counts.by_kind[i].fetch_add(1, Ordering::SeqCst);
                             if matches!(kind, Chaos::LandedThen500 | Chaos::LandedThenReset)
                                 && req.conditional
