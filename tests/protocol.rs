@@ -102,24 +102,22 @@ async fn a_new_key_creates_one_task_its_marker_and_a_record_the_sweeper_promotes
         r.created_at.timestamp() / 60
     )));
 
-    let (rec, _) = env
-        .queue
-        .record("charge_customer", "charge-ORD-123", None)
-        .await
-        .unwrap()
-        .unwrap();
+    let record = || async {
+        env.queue
+            .record("charge_customer", "charge-ORD-123", None)
+            .await
+            .unwrap()
+            .unwrap()
+            .0
+    };
+    let rec = record().await;
     assert_eq!(rec.status, Some(RecordStatus::Creating));
     assert_eq!(rec.task_id, r.task_id);
     assert!(rec.pending_task.is_some());
     assert_eq!(env.keys().await.len(), 3);
 
     env.sweep_events().await;
-    let (rec, _) = env
-        .queue
-        .record("charge_customer", "charge-ORD-123", None)
-        .await
-        .unwrap()
-        .unwrap();
+    let rec = record().await;
     assert_eq!(rec.status, Some(RecordStatus::Ready));
     assert_eq!(rec.task_id, r.task_id);
     assert!(

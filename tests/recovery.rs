@@ -476,18 +476,18 @@ async fn an_expired_creating_record_is_replaced_not_finished() {
     assert_eq!(w.count("tasks/"), 1);
 }
 
-#[tokio::test]
-async fn no_task_write_is_attempted_once_the_finish_deadline_has_passed_even_by_a_retry() {
-    let w = World::new();
-    let rec = interrupted(&w).await;
-    // The finisher starts 10 s before the deadline; its first task write
-    // takes 20 s and fails. Its retry would land after the deadline.
+/// A later submit of the interrupted record starts 10 s before its finish
+/// deadline; its first write of kind `op` under `prefix` takes 20 s and fails,
+/// so a retry would go after the deadline. Checks that it is refused: one
+/// attempt only, undetermined until the deadline + 15 minutes.
+async fn refused_at_the_deadline(w: &World, op: Op, prefix: &'static str) {
+    let rec = w.record().await;
     w.clock.advance(Duration::seconds(2400 - 10));
     let clock = w.clock.clone();
     let slow = FaultyStore::new(common::Intercept {
         inner: w.bucket().clone(),
-        hook: move |op: Op, key: &str| {
-            (op == Op::PutCreate && key.starts_with("tasks/")).then(|| {
+        hook: move |o: Op, key: &str| {
+            (o == op && key.starts_with(prefix)).then(|| {
                 clock.advance(Duration::seconds(20));
                 StoreError::Unavailable("503 SlowDown".into())
             })
@@ -500,19 +500,27 @@ async fn no_task_write_is_attempted_once_the_finish_deadline_has_passed_even_by_
     );
     let e = submit(&q).await.unwrap_err();
     // Refused 10 s past the deadline: undetermined until a late write can no
-    // longer land, 15 minutes after the deadline.
+    // longer land, 15 minutes after the deadline. (A 200 needs both objects.)
     assert!(
         matches!(e, SubmitError::Undetermined { task_id, retry_after }
             if task_id == rec.task_id && retry_after.as_secs() == 15 * 60 - 10),
         "{e:?}"
     );
-    let task_writes = slow
+    let writes = slow
         .calls()
         .iter()
-        .filter(|c| c.op == Op::PutCreate && c.key.starts_with("tasks/"))
+        .filter(|c| c.op == op && c.key.starts_with(prefix))
         .count();
-    assert_eq!(task_writes, 1);
+    assert_eq!(writes, 1, "no retry after the deadline");
     assert_eq!(w.record().await.status, Some(RecordStatus::Creating));
+}
+
+#[tokio::test]
+async fn no_task_write_is_attempted_once_the_finish_deadline_has_passed_even_by_a_retry() {
+    let w = World::new();
+    interrupted(&w).await;
+    refused_at_the_deadline(&w, Op::PutCreate, "tasks/").await;
+    assert_eq!(w.count("tasks/"), 0);
 }
 
 #[tokio::test]
@@ -529,38 +537,8 @@ async fn no_marker_write_is_attempted_once_the_finish_deadline_has_passed_even_b
     w.faulty
         .inject(Some(Op::PutCreate), "tasks/", 1, 1, Fault::CrashAfter);
     submit(&w.process()).await.unwrap_err();
-    let rec = w.record().await;
     assert_eq!(w.count("tasks/"), 1);
-    // A later submit starts 10 s before the deadline; its marker write takes
-    // 20 s and fails. A retry would land after the deadline.
-    w.clock.advance(Duration::seconds(2400 - 10));
-    let clock = w.clock.clone();
-    let slow = FaultyStore::new(common::Intercept {
-        inner: w.bucket().clone(),
-        hook: move |op: Op, key: &str| {
-            (op == Op::Put && key.starts_with("ready/")).then(|| {
-                clock.advance(Duration::seconds(20));
-                StoreError::Unavailable("503 SlowDown".into())
-            })
-        },
-    });
-    let q = Queue::with_clock(
-        slow.clone(),
-        Arc::new(w.clock.clone()) as Arc<dyn Clock>,
-        common::settings(),
-    );
-    let e = submit(&q).await.unwrap_err();
-    assert!(
-        matches!(e, SubmitError::Undetermined { task_id, retry_after }
-            if task_id == rec.task_id && retry_after.as_secs() == 15 * 60 - 10),
-        "a 200 needs the marker too: {e:?}"
-    );
-    let marker_writes = slow
-        .calls()
-        .iter()
-        .filter(|c| c.op == Op::Put && c.key.starts_with("ready/"))
-        .count();
-    assert_eq!(marker_writes, 1);
+    refused_at_the_deadline(&w, Op::Put, "ready/").await;
     assert_eq!(w.count("ready/"), 0);
 }
 
