@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::protocol::{Scope, SubmitError};
+use crate::protocol::names::parse_principal;
+use crate::protocol::{Scope, SubmitError, Tenant};
 use crate::queue::Queue;
 
 #[derive(Debug, Parser)]
@@ -50,6 +51,12 @@ pub enum Command {
         scope: String,
         #[arg(long)]
         key: String,
+        /// The tenant, under TENANT_ISOLATION=on: the caller's principal as
+        /// the function names it, `iam:<ARN>` (an assumed role's session is
+        /// dropped), `jwt:<length of iss>:<iss>:<sub>` or
+        /// `lambda:<principalId>`. Without it, the shared namespace.
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Print a task object.
     Task { task_id: String },
@@ -120,6 +127,20 @@ pub fn config(cli: &Cli) -> Result<Config, Outcome> {
 
 /// An SQS client configured from the environment as the SDK reads it
 /// (`AWS_ENDPOINT_URL_SQS` for a local SQS).
+async fn key_record(queue: &Queue, scope: &str, key: &str, tenant: Option<&Tenant>) -> Outcome {
+    match queue.record(scope, key, tenant).await {
+        Ok(Some((mut rec, _))) => {
+            rec.pending_task = None;
+            Outcome {
+                exit: exit::OK,
+                output: serde_json::to_value(&rec).unwrap_or(Value::Null),
+            }
+        }
+        Ok(None) => error(exit::NOT_FOUND, "not_found", "no record for this key"),
+        Err(e) => submit_error(&e),
+    }
+}
+
 async fn sqs_client_from_env() -> aws_sdk_sqs::Client {
     let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .http_client(crate::store::s3::https_client())
@@ -280,17 +301,17 @@ pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
                 Err(e) => submit_error(&e),
             }
         }
-        Command::Key { scope, key } => match queue.record(&scope, &key, None).await {
-            Ok(Some((mut rec, _))) => {
-                rec.pending_task = None;
-                Outcome {
-                    exit: exit::OK,
-                    output: serde_json::to_value(&rec).unwrap_or(Value::Null),
-                }
-            }
-            Ok(None) => error(exit::NOT_FOUND, "not_found", "no record for this key"),
-            Err(e) => submit_error(&e),
-        },
+        Command::Key { scope, key, tenant } => {
+            let tenant = match tenant
+                .as_deref()
+                .map(|t| parse_principal(t).and_then(|p| Tenant::from_principal(&p)))
+                .transpose()
+            {
+                Ok(t) => t,
+                Err(e) => return submit_error(&e.into()),
+            };
+            key_record(queue, &scope, &key, tenant.as_ref()).await
+        }
         Command::Sweep {
             dry_run,
             due_queue: Some(url),

@@ -175,23 +175,23 @@ impl<'q> SubmitBuilder<'q> {
                     s => s,
                 };
                 let ttl = Ttl::new(self.ttl.unwrap_or(settings.default_ttl), settings.max_ttl)?;
-                let tenant = self
-                    .tenant
-                    .as_deref()
-                    .map(Tenant::from_principal)
-                    .transpose()?;
                 Some(KeySpec {
                     key: IdempotencyKey::parse(k)?,
                     scope,
                     ttl,
-                    tenant,
                 })
             }
         };
+        let tenant = self
+            .tenant
+            .as_deref()
+            .map(Tenant::from_principal)
+            .transpose()?;
         Ok(SubmitRequest {
             task_type,
             input,
             idempotency,
+            tenant,
         })
     }
 

@@ -171,3 +171,57 @@ async fn sweep_prints_its_summary() {
         assert!(s[f].is_u64(), "{f} in {s}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_with_a_tenant_finds_that_tenants_record_only() {
+    let store = common::moto_store().await;
+    let bucket = store.bucket().to_owned();
+    let queue = idempotent_submit::Queue::new(store, common::settings());
+    // Submitted as the HTTP edge names an assumed role (session dropped).
+    let s = queue
+        .submit("t", serde_json::json!({"x": 1}))
+        .idempotency_key("k-tenant")
+        .tenant("iam:arn:aws:sts::123456789012:assumed-role/producer")
+        .await
+        .unwrap();
+    let idem = Idem { bucket };
+    // Any session of the role names the same tenant.
+    let (code, rec) = idem
+        .run(&[
+            "key",
+            "--scope",
+            "t",
+            "--key",
+            "k-tenant",
+            "--tenant",
+            "iam:arn:aws:sts::123456789012:assumed-role/producer/i-0abc",
+        ])
+        .await;
+    assert_eq!(code, 0, "{rec}");
+    assert_eq!(rec["task_id"], s.task_id.to_string());
+    assert!(rec["tenant"].as_str().unwrap().starts_with("sha256:"));
+    // The shared namespace and another tenant hold no such key.
+    let (code, _) = idem
+        .run(&["key", "--scope", "t", "--key", "k-tenant"])
+        .await;
+    assert_eq!(code, 4);
+    let (code, _) = idem
+        .run(&[
+            "key",
+            "--scope",
+            "t",
+            "--key",
+            "k-tenant",
+            "--tenant",
+            "lambda:other",
+        ])
+        .await;
+    assert_eq!(code, 4);
+    // A tenant that is no principal form is invalid (exit 2).
+    let (code, err) = idem
+        .run(&[
+            "key", "--scope", "t", "--key", "k-tenant", "--tenant", "alice",
+        ])
+        .await;
+    assert_eq!(code, 2, "{err}");
+}

@@ -17,12 +17,16 @@ struct Shared {
 
 impl Shared {
     async fn new() -> Self {
+        Self::with_isolation(false).await
+    }
+
+    async fn with_isolation(tenant_isolation: bool) -> Self {
         let store = common::moto_store().await;
         let bucket = store.bucket().to_owned();
         let cfg = Config {
             bucket: bucket.clone(),
             force_path_style: true,
-            tenant_isolation: false,
+            tenant_isolation,
             settings: Settings::default(),
         };
         let app = App::new(
@@ -59,10 +63,17 @@ impl Shared {
     }
 
     async fn post(&self, body: Value) -> (u64, Value) {
-        let path = format!("{}/events/http-v2-post.json", env!("CARGO_MANIFEST_DIR"));
-        let mut event: Value =
-            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut event = Self::event("http-v2-post.json");
         event["body"] = json!(body.to_string());
+        self.call(event).await
+    }
+
+    fn event(name: &str) -> Value {
+        let path = format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    async fn call(&self, event: Value) -> (u64, Value) {
         let out = handle_submit(&self.app, LambdaEvent::new(event, Context::default()))
             .await
             .unwrap();
@@ -95,6 +106,48 @@ async fn a_task_submitted_through_our_handler_is_claimed_and_completed_by_a_buqu
         .await;
     assert_eq!((status, again["task_id"].as_str()), (200, Some(id)));
     assert_eq!(again["status"], "completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_tasks_are_completed_by_a_buquet_worker_and_stay_the_tenants() {
+    let s = Shared::with_isolation(true).await;
+    let as_tenant = |mut e: Value, who: &str| {
+        e["requestContext"]["authorizer"] = json!({"lambda": {"principalId": who}});
+        e
+    };
+    let mut keyed = Shared::event("http-v2-post.json");
+    keyed["body"] = json!(
+        json!({"task_type": "charge_customer", "input": {"n": 1}, "idempotency_key": "k-t"})
+            .to_string()
+    );
+    let mut keyless = Shared::event("http-v2-post.json");
+    keyless["body"] = json!(json!({"task_type": "charge_customer", "input": {"n": 2}}).to_string());
+    let (s1, a) = s.call(as_tenant(keyed, "alice")).await;
+    let (s2, b) = s.call(as_tenant(keyless, "alice")).await;
+    assert_eq!((s1, s2), (201, 201), "{a} {b}");
+    for body in [&a, &b] {
+        let id = body["task_id"].as_str().unwrap().parse().unwrap();
+        let task: Value =
+            serde_json::from_slice(&s.app.queue.task(id).await.unwrap().unwrap()).unwrap();
+        assert!(task["idempotency"]["tenant"].as_str().is_some(), "{task}");
+    }
+    let run = s.buquet(&["work", "charge_customer", "2"]);
+    assert_eq!(run["processed"], 2, "{run}");
+    for body in [a, b] {
+        let id = body["task_id"].as_str().unwrap();
+        let mut get = Shared::event("http-v2-get-missing.json");
+        get["rawPath"] = json!(format!("/tasks/{id}"));
+        get["requestContext"]["http"]["path"] = json!(format!("/tasks/{id}"));
+        // The worker's rewrites keep the tenant: alice still reads her
+        // completed task, bob still cannot.
+        // buquet 0.1's worker drops `idempotency` when it rewrites the
+        // task; the seal in the id still names the tenant.
+        let (status, task) = s.call(as_tenant(get.clone(), "alice")).await;
+        assert_eq!(status, 200, "{task}");
+        assert_eq!(task["status"], "completed", "{task}");
+        let (status, _) = s.call(as_tenant(get, "bob")).await;
+        assert_eq!(status, 404);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

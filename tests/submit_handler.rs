@@ -287,12 +287,143 @@ async fn with_tenant_isolation_an_authenticated_callers_key_is_its_own() {
     assert_ne!(jwt.body["task_id"], a.body["task_id"]);
     let again = isolated.http(event("http-v2-post-jwt.json")).await;
     assert_eq!(again.body["task_id"], jwt.body["task_id"]);
-    // Without a principal the plain form stands, isolation on or off.
-    let anon = isolated.http(event("http-v2-post.json")).await;
-    assert_eq!(anon.body["task_id"], a.body["task_id"]);
     // Off: the JWT caller shares the plain namespace.
     let off = plain.http(event("http-v2-post-jwt.json")).await;
     assert_eq!(off.body["task_id"], a.body["task_id"]);
+}
+
+#[tokio::test]
+async fn with_tenant_isolation_a_request_without_a_principal_is_401_and_writes_nothing() {
+    let clock = ManualClock::at_epoch();
+    let store = common::memory_store(&clock);
+    let isolated = Harness::over(store.clone(), Some(&clock), true);
+    let post = isolated.http(event("http-v2-post.json")).await;
+    assert_problem(&post, 401, "unauthenticated");
+    assert!(isolated.keys().await.is_empty());
+    // A REST API without an authorizer, and a GET, too.
+    assert_problem(
+        &isolated.http(event("http-v1-post.json")).await,
+        401,
+        "unauthenticated",
+    );
+    let get = isolated
+        .http(get_event(&uuid::Uuid::new_v4().to_string()))
+        .await;
+    assert_problem(&get, 401, "unauthenticated");
+    // A Lambda authorizer's simple response without a principalId in its
+    // context names no one.
+    let mut simple = event("http-v2-post.json");
+    simple["requestContext"]["authorizer"] = json!({"lambda": {"tenant": "x"}});
+    assert_problem(&isolated.http(simple).await, 401, "unauthenticated");
+    assert!(isolated.keys().await.is_empty());
+    // Off, the same request is served from the shared namespace.
+    let plain = Harness::over(store, Some(&clock), false);
+    assert_eq!(plain.http(event("http-v2-post.json")).await.status, 201);
+}
+
+fn as_principal(mut e: Value, authorizer: Value) -> Value {
+    e["requestContext"]["authorizer"] = authorizer;
+    e
+}
+
+fn assumed_role(session: &str) -> Value {
+    json!({"iam": {"userArn": format!("arn:aws:sts::123456789012:assumed-role/producer/{session}")}})
+}
+
+#[tokio::test]
+async fn every_session_of_an_assumed_role_is_one_tenant() {
+    let clock = ManualClock::at_epoch();
+    let store = common::memory_store(&clock);
+    let h = Harness::over(store, Some(&clock), true);
+    let first = h
+        .http(as_principal(
+            event("http-v2-post.json"),
+            assumed_role("i-0aaa"),
+        ))
+        .await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    let retry = h
+        .http(as_principal(
+            event("http-v2-post.json"),
+            assumed_role("i-0bbb"),
+        ))
+        .await;
+    assert_eq!(retry.status, 200, "{}", retry.body);
+    assert_eq!(retry.body["task_id"], first.body["task_id"]);
+    assert_eq!(h.count("tasks/").await, 1);
+    // Another role is another tenant.
+    let other = json!({"iam": {"userArn": "arn:aws:sts::123456789012:assumed-role/other/i-0aaa"}});
+    let r = h
+        .http(as_principal(event("http-v2-post.json"), other))
+        .await;
+    assert_eq!(r.status, 201);
+    assert_ne!(r.body["task_id"], first.body["task_id"]);
+}
+
+#[tokio::test]
+async fn a_lambda_authorizers_simple_response_names_the_tenant_by_principal_id() {
+    let clock = ManualClock::at_epoch();
+    let h = Harness::over(common::memory_store(&clock), Some(&clock), true);
+    let by = |p: &str| json!({"lambda": {"principalId": p}});
+    // The sample event: an authorizer answered
+    // `{"isAuthorized": true, "context": {"principalId": "team-payments"}}`.
+    let sample = h.http(event("http-v2-post-lambda-authorizer.json")).await;
+    assert_eq!(sample.status, 201, "{}", sample.body);
+    let a = h
+        .http(as_principal(event("http-v2-post.json"), by("team-a")))
+        .await;
+    let b = h
+        .http(as_principal(event("http-v2-post.json"), by("team-b")))
+        .await;
+    let a2 = h
+        .http(as_principal(event("http-v2-post.json"), by("team-a")))
+        .await;
+    assert_eq!((a.status, b.status, a2.status), (201, 201, 200));
+    assert_ne!(a.body["task_id"], b.body["task_id"]);
+    assert_ne!(a.body["task_id"], sample.body["task_id"]);
+    assert_eq!(a.body["task_id"], a2.body["task_id"]);
+}
+
+#[tokio::test]
+async fn with_tenant_isolation_get_answers_only_the_tenants_own_tasks() {
+    let clock = ManualClock::at_epoch();
+    let store = common::memory_store(&clock);
+    let h = Harness::over(store.clone(), Some(&clock), true);
+    let alice = json!({"lambda": {"principalId": "alice"}});
+    let bob = json!({"lambda": {"principalId": "bob"}});
+    let keyed = h
+        .http(as_principal(event("http-v2-post.json"), alice.clone()))
+        .await;
+    let keyless = h
+        .http(as_principal(
+            event("http-v2-post-no-key.json"),
+            alice.clone(),
+        ))
+        .await;
+    assert_eq!((keyed.status, keyless.status), (201, 201));
+    // A task submitted without isolation (SQS, the CLI) names no tenant.
+    let shared = Harness::over(store, Some(&clock), false)
+        .http(event("http-v2-post-no-key.json"))
+        .await;
+    for id in [&keyed.body["task_id"], &keyless.body["task_id"]] {
+        let id = id.as_str().unwrap();
+        let own = h.http(as_principal(get_event(id), alice.clone())).await;
+        assert_eq!(own.status, 200, "{}", own.body);
+        assert_eq!(own.body["id"], id);
+        let other = h.http(as_principal(get_event(id), bob.clone())).await;
+        assert_problem(&other, 404, "not_found");
+        // Exactly the answer for a task that does not exist.
+        let none = h
+            .http(as_principal(
+                get_event(&uuid::Uuid::new_v4().to_string()),
+                bob.clone(),
+            ))
+            .await;
+        assert_eq!(other.body["detail"], none.body["detail"]);
+    }
+    let id = shared.body["task_id"].as_str().unwrap();
+    let r = h.http(as_principal(get_event(id), alice)).await;
+    assert_problem(&r, 404, "not_found");
 }
 
 // ---- SQS ----
@@ -511,6 +642,35 @@ async fn an_event_of_no_known_shape_is_an_error_not_a_panic() {
     )
     .await;
     assert!(r.is_err());
+}
+
+#[tokio::test]
+async fn an_s3_or_sns_event_sent_to_submit_is_refused_naming_its_source_and_writes_nothing() {
+    let (h, _) = Harness::memory();
+    let s3 = json!({"Records": [{
+        "eventVersion": "2.1", "eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+        "s3": {"bucket": {"name": "b"}, "object": {"key": "idempotency/t/ab.json"}}
+    }]});
+    let sns = json!({"Records": [{
+        "EventSource": "aws:sns", "EventVersion": "1.0",
+        "Sns": {"MessageId": "m-1", "Message": "{\"task_type\":\"t\",\"input\":1}"}
+    }]});
+    // An SQS batch with one foreign record is refused whole.
+    let mut mixed = event("sqs-standard-batch.json");
+    mixed["Records"]
+        .as_array_mut()
+        .unwrap()
+        .push(s3["Records"][0].clone());
+    for (e, source) in [(s3, "aws:s3"), (sns, "aws:sns"), (mixed, "aws:s3")] {
+        let r = handle_submit(&h.app, LambdaEvent::new(e, Context::default())).await;
+        let err = r.expect_err("refused").to_string();
+        assert!(err.contains(source), "{err}");
+        assert!(err.contains("aws:sqs"), "{err}");
+    }
+    assert!(h.keys().await.is_empty());
+    // The genuine batch still works.
+    assert!(h.sqs(event("sqs-standard-batch.json")).await.is_empty());
+    assert!(h.count("tasks/").await > 0);
 }
 
 // ---- bad input, at least 30 cases ----

@@ -16,7 +16,9 @@ use uuid::Uuid;
 use super::App;
 use super::problem::Problem;
 use super::request::SubmitBody;
-use crate::protocol::Submitted;
+use crate::protocol::names::without_session;
+use crate::protocol::record::task_tenant;
+use crate::protocol::{Submitted, Tenant};
 
 /// How much larger than `MAX_INPUT_BYTES` a body may be (its other fields,
 /// whitespace) before it is refused unread.
@@ -138,7 +140,7 @@ fn principal(ctx: &Value) -> Option<String> {
             .map(str::to_owned)
     };
     if let Some(arn) = s("/authorizer/iam/userArn").or_else(|| s("/identity/userArn")) {
-        return Some(format!("iam:{arn}"));
+        return Some(format!("iam:{}", without_session(&arn)));
     }
     let jwt = ["/authorizer/jwt/claims", "/authorizer/claims"]
         .iter()
@@ -295,10 +297,19 @@ pub async fn handle(app: &App, event: Value) -> Value {
 }
 
 async fn serve(app: &App, req: &HttpRequest) -> Result<Value, Problem> {
-    match route(&req.path, req.stage.as_deref()) {
-        Route::Tasks if req.method == "POST" => submit(app, req).await,
+    let route = route(&req.path, req.stage.as_deref());
+    // Under isolation every route answers only an authenticated caller: a
+    // request without a principal (no authorizer, a misconfigured one) must
+    // never fall back to the shared namespace.
+    let tenant = match (app.tenant_isolation, &req.principal, &route) {
+        (_, _, Route::None) | (false, _, _) => None,
+        (true, Some(p), _) => Some(p.as_str()),
+        (true, None, _) => return Err(Problem::unauthenticated()),
+    };
+    match route {
+        Route::Tasks if req.method == "POST" => submit(app, req, tenant).await,
         Route::Tasks => Err(Problem::method_not_allowed("POST")),
-        Route::Task(id) if req.method == "GET" => get_task(app, id).await,
+        Route::Task(id) if req.method == "GET" => get_task(app, id, tenant).await,
         Route::Task(_) => Err(Problem::method_not_allowed("GET")),
         Route::None => Err(Problem::not_found(format!("no route for {}", req.path))),
     }
@@ -314,7 +325,7 @@ fn is_json(content_type: &str) -> bool {
     mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
 }
 
-async fn submit(app: &App, req: &HttpRequest) -> Result<Value, Problem> {
+async fn submit(app: &App, req: &HttpRequest, tenant: Option<&str>) -> Result<Value, Problem> {
     let limit = app.queue.settings().max_input_bytes;
     if let Some(ct) = req.header("content-type")
         && !is_json(ct)
@@ -352,13 +363,8 @@ async fn submit(app: &App, req: &HttpRequest) -> Result<Value, Problem> {
         }
         (h, b) => h.or(b),
     };
-    let principal = if app.tenant_isolation {
-        req.principal.clone()
-    } else {
-        None
-    };
     let builder = body
-        .into_submit(&app.queue, key, principal)
+        .into_submit(&app.queue, key, tenant.map(str::to_owned))
         .map_err(|e| Problem::from_submit(&e.into()))?;
     let result = builder.await;
     app.metrics.submit(&result);
@@ -380,11 +386,31 @@ async fn submit(app: &App, req: &HttpRequest) -> Result<Value, Problem> {
     }
 }
 
-async fn get_task(app: &App, id: &str) -> Result<Value, Problem> {
+/// Is this task the tenant's? The task object's `idempotency.tenant` says,
+/// while the object is as we wrote it; once a buquet worker has rewritten it
+/// (and dropped `idempotency`), the seal in its id does.
+fn owns(tenant: &Tenant, id: Uuid, body: &[u8]) -> bool {
+    match task_tenant(body) {
+        Some(t) => t == tenant.id(),
+        None => tenant.sealed(id),
+    }
+}
+
+/// `GET /tasks/{id}`. Under isolation, another tenant's task (or one that
+/// names no tenant: submitted through SQS or the CLI) is answered exactly as
+/// a task that does not exist, so that ids cannot be probed.
+async fn get_task(app: &App, id: &str, tenant: Option<&str>) -> Result<Value, Problem> {
     let Ok(id) = Uuid::parse_str(id) else {
         return Err(Problem::not_found("no such task"));
     };
+    let caller = tenant
+        .map(Tenant::from_principal)
+        .transpose()
+        .map_err(|e| Problem::invalid(e.to_string()))?;
     match app.queue.task(id).await {
+        Ok(Some(body)) if caller.as_ref().is_some_and(|c| !owns(c, id, &body)) => {
+            Err(Problem::not_found("no such task"))
+        }
         Ok(Some(body)) => {
             let v: Value = serde_json::from_slice(&body).map_err(|e| {
                 tracing::error!(task_id = %id, error = %e, "the task object is not JSON");
@@ -456,5 +482,40 @@ mod tests {
         assert_eq!(principal(&jwt1), principal(&cognito));
         assert_ne!(principal(&lambda), principal(&iam));
         assert_eq!(principal(&json!({})), None);
+    }
+
+    #[test]
+    fn an_assumed_role_is_one_principal_whatever_its_session() {
+        let role = |arn: &str| principal(&json!({"authorizer": {"iam": {"userArn": arn}}}));
+        let a = role("arn:aws:sts::123456789012:assumed-role/producer/i-0abc");
+        let b = role("arn:aws:sts::123456789012:assumed-role/producer/i-0def");
+        assert_eq!(a, b);
+        assert_eq!(
+            a.as_deref(),
+            Some("iam:arn:aws:sts::123456789012:assumed-role/producer")
+        );
+        // Other roles, accounts and partitions stay apart.
+        assert_ne!(
+            a,
+            role("arn:aws:sts::123456789012:assumed-role/other/i-0abc")
+        );
+        assert_ne!(
+            a,
+            role("arn:aws:sts::210987654321:assumed-role/producer/i-0abc")
+        );
+        assert_eq!(
+            role("arn:aws-cn:sts::1:assumed-role/r/s").as_deref(),
+            Some("iam:arn:aws-cn:sts::1:assumed-role/r")
+        );
+        // Users and other ARNs are kept whole.
+        assert_eq!(
+            role("arn:aws:iam::1:user/path/a").as_deref(),
+            Some("iam:arn:aws:iam::1:user/path/a")
+        );
+        assert_eq!(
+            role("arn:aws:sts::1:federated-user/bob").as_deref(),
+            Some("iam:arn:aws:sts::1:federated-user/bob")
+        );
+        assert_eq!(role("not-an-arn").as_deref(), Some("iam:not-an-arn"));
     }
 }

@@ -41,17 +41,52 @@ impl App {
 
 /// An event the `submit` function does not take.
 #[derive(Debug, thiserror::Error)]
-#[error("unrecognized event: neither an HTTP request nor an SQS batch")]
-pub struct UnrecognizedEvent;
+pub enum UnrecognizedEvent {
+    #[error("unrecognized event: neither an HTTP request nor an SQS batch")]
+    Shape,
+    /// `Records` from a source other than SQS: an S3 notification or an SNS
+    /// message wired to `submit` by mistake. Refused whole, so that nothing
+    /// is written (it is no submit, and its records share no message id).
+    #[error(
+        "unrecognized event: Records from {0:?}; the submit function takes HTTP requests and SQS batches (eventSource aws:sqs)"
+    )]
+    Records(String),
+}
+
+/// The `eventSource` of every record of an event's `Records`, when every one
+/// is `aws:sqs`: an SQS batch. Otherwise the sources found (S3 records carry
+/// `eventSource`, SNS records `EventSource`), for the error.
+fn sqs_records(records: &Value) -> Result<(), String> {
+    let sources: Vec<&str> = records
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|r| {
+                    r.get("eventSource")
+                        .or_else(|| r.get("EventSource"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if sources.is_empty() || sources.iter().any(|s| *s != "aws:sqs") {
+        let mut named = sources;
+        named.dedup();
+        return Err(named.join(","));
+    }
+    Ok(())
+}
 
 /// The `submit` function: HTTP events (REST, HTTP API, function URLs) and
-/// SQS batches, told apart by shape.
+/// SQS batches, told apart by their records' `eventSource`.
 pub async fn handle_submit(
     app: &App,
     event: LambdaEvent<Value>,
 ) -> Result<Value, lambda_runtime::Error> {
     let payload = event.payload;
-    if payload.get("Records").is_some() {
+    if let Some(records) = payload.get("Records") {
+        sqs_records(records).map_err(UnrecognizedEvent::Records)?;
         let batch: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(payload)?;
         let resp = sqs::handle(app, batch).await;
         return Ok(serde_json::to_value(resp)?);
@@ -59,7 +94,7 @@ pub async fn handle_submit(
     if http::HttpRequest::looks_like(&payload) {
         return Ok(http::handle(app, payload).await);
     }
-    Err(UnrecognizedEvent.into())
+    Err(UnrecognizedEvent::Shape.into())
 }
 
 /// What the `sweep` function holds between invocations.
@@ -90,17 +125,7 @@ pub async fn handle_sweep(
     let engine = sweeper.queue.engine();
     let (payload, context) = (event.payload, event.context);
     if let Some(records) = payload.get("Records") {
-        let sources: Vec<&str> = records
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|r| r.get("eventSource").and_then(Value::as_str).unwrap_or(""))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if sources.is_empty() || sources.iter().any(|s| *s != "aws:sqs") {
-            return Err(UnrecognizedSweepEvent(sources.join(",")).into());
-        }
+        sqs_records(records).map_err(UnrecognizedSweepEvent)?;
         let batch: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(payload)?;
         let resp = due::handle_sqs(
             engine,

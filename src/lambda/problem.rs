@@ -62,6 +62,17 @@ impl Problem {
         }
     }
 
+    /// No authenticated principal while tenant isolation is on.
+    pub fn unauthenticated() -> Self {
+        Self::new(
+            401,
+            "unauthenticated",
+            "Unauthenticated",
+            "tenant isolation is on and the request carries no authenticated principal; \
+             call through an API Gateway authorizer (IAM, JWT, Cognito or a Lambda authorizer)",
+        )
+    }
+
     /// A body that is not JSON.
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(

@@ -210,11 +210,151 @@ impl Tenant {
     pub(crate) fn hex(&self) -> &str {
         &self.hex
     }
+
+    /// A new task id sealed to this tenant: a version-8 UUID whose last 4
+    /// bytes are a hash of the tenant and of the id's other bytes (90 of
+    /// them random). The task object's `idempotency.tenant` names the tenant
+    /// too, but buquet's workers drop `idempotency` when they rewrite a task
+    /// (claim, complete); the seal lives in the id, which every writer
+    /// keeps, so `GET /tasks/{id}` still knows whose task it is.
+    pub fn new_task_id(&self) -> uuid::Uuid {
+        let random = *uuid::Uuid::new_v4().as_bytes();
+        let mut bytes = *uuid::Builder::from_custom_bytes(random)
+            .into_uuid()
+            .as_bytes();
+        let seal = self.seal(&bytes[..12]);
+        bytes[12..].copy_from_slice(&seal);
+        uuid::Uuid::from_bytes(bytes)
+    }
+
+    /// Was `id` made by [`Tenant::new_task_id`] for this tenant? Another
+    /// tenant's id passes with probability 2^-32.
+    pub fn sealed(&self, id: uuid::Uuid) -> bool {
+        let b = id.as_bytes();
+        id.get_version_num() == 8 && b[12..] == self.seal(&b[..12])
+    }
+
+    fn seal(&self, head: &[u8]) -> [u8; 4] {
+        let mut h = Sha256::new();
+        h.update(b"idempotent-submit task seal\0");
+        h.update(self.hex.as_bytes());
+        h.update(head);
+        let d = h.finalize();
+        [d[0], d[1], d[2], d[3]]
+    }
+}
+
+/// An assumed role's ARN names the role and the session
+/// (`arn:aws:sts::1:assumed-role/Role/i-0abc`); the session name often
+/// changes per instance or per process, and a producer that retries from a
+/// new session must stay the same tenant. So the principal of an assumed
+/// role is the role: `arn:aws:sts::1:assumed-role/Role`. Other ARNs are kept
+/// whole.
+pub fn without_session(arn: &str) -> &str {
+    let mut parts = arn.splitn(6, ':');
+    let (Some("arn"), Some(_partition), Some("sts"), Some(_region), Some(_account), Some(res)) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return arn;
+    };
+    let Some(rest) = res.strip_prefix("assumed-role/") else {
+        return arn;
+    };
+    match rest.find('/') {
+        Some(i) => &arn[..arn.len() - res.len() + "assumed-role/".len() + i],
+        None => arn,
+    }
+}
+
+/// A principal as the HTTP edge names it, given by an operator (`idem key
+/// --tenant`): `iam:<ARN>` (an assumed role's session is dropped, as the
+/// edge drops it), `jwt:<length of iss>:<iss>:<sub>`, or
+/// `lambda:<principalId>`.
+pub fn parse_principal(text: &str) -> Result<String, ValidationError> {
+    let bad = |why: &str| ValidationError::field("tenant", why.to_owned());
+    if let Some(arn) = text.strip_prefix("iam:") {
+        if arn.is_empty() {
+            return Err(bad("iam: needs an ARN"));
+        }
+        return Ok(format!("iam:{}", without_session(arn)));
+    }
+    if let Some(rest) = text.strip_prefix("jwt:") {
+        let (len, tail) = rest
+            .split_once(':')
+            .ok_or_else(|| bad("jwt: is jwt:<length of iss>:<iss>:<sub>"))?;
+        let len: usize = len
+            .parse()
+            .map_err(|_| bad("jwt: starts with the length of iss"))?;
+        let ok = tail.len() > len + 1 && tail.is_char_boundary(len) && tail[len..].starts_with(':');
+        if !ok {
+            return Err(bad(
+                "jwt: is jwt:<length of iss>:<iss>:<sub>, with a non-empty sub",
+            ));
+        }
+        return Ok(text.to_owned());
+    }
+    if text.strip_prefix("lambda:").is_some_and(|p| !p.is_empty()) {
+        return Ok(text.to_owned());
+    }
+    Err(bad(
+        "must be iam:<ARN>, jwt:<length of iss>:<iss>:<sub> or lambda:<principalId>",
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_operators_tenant_reads_as_the_http_edge_names_it() {
+        assert_eq!(
+            parse_principal("iam:arn:aws:sts::1:assumed-role/r/session-9").unwrap(),
+            "iam:arn:aws:sts::1:assumed-role/r"
+        );
+        assert_eq!(
+            parse_principal("iam:arn:aws:iam::1:user/u").unwrap(),
+            "iam:arn:aws:iam::1:user/u"
+        );
+        assert_eq!(parse_principal("jwt:3:a:b:c").unwrap(), "jwt:3:a:b:c");
+        assert_eq!(parse_principal("lambda:team-a").unwrap(), "lambda:team-a");
+        for bad in [
+            "",
+            "alice",
+            "iam:",
+            "jwt:x:a:b",
+            "jwt:5:a:b",
+            "jwt:1:a:",
+            "lambda:",
+            "jwt:1:é:s",
+        ] {
+            assert!(parse_principal(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_task_id_is_sealed_to_its_tenant_only() {
+        let alice = Tenant::from_principal("lambda:alice").unwrap();
+        let bob = Tenant::from_principal("lambda:bob").unwrap();
+        let ids: Vec<uuid::Uuid> = (0..1000).map(|_| alice.new_task_id()).collect();
+        for id in &ids {
+            assert_eq!(id.get_version_num(), 8);
+            assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
+            assert!(alice.sealed(*id));
+            assert!(!bob.sealed(*id));
+        }
+        let distinct: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
+        // A random v4 id, or a sealed id with one bit changed, is nobody's.
+        assert!(!alice.sealed(uuid::Uuid::new_v4()));
+        let mut b = *ids[0].as_bytes();
+        b[0] ^= 1;
+        assert!(!alice.sealed(uuid::Uuid::from_bytes(b)));
+    }
 
     #[test]
     fn task_types_and_scopes_follow_the_charset() {

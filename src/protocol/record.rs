@@ -104,10 +104,24 @@ struct RetryPolicy {
     jitter_percent: f64,
 }
 
-#[derive(Serialize)]
-struct IdempotencyRef<'a> {
-    scope: &'a str,
-    key_hash: &'a str,
+/// The task object's `idempotency`: the record's scope and key hash for a
+/// keyed submit, and the submitter's tenant (a hash, never the principal)
+/// under tenant isolation, so that `GET /tasks/{id}` can refuse other
+/// tenants. A keyless submit of a tenant carries the tenant alone.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct TaskIdempotency<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_hash: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<&'a str>,
+}
+
+impl TaskIdempotency<'_> {
+    fn is_empty(&self) -> bool {
+        self.scope.is_none() && self.key_hash.is_none() && self.tenant.is_none()
+    }
 }
 
 /// The task object that buquet 0.1's workers claim and run.
@@ -137,8 +151,8 @@ struct TaskObject<'a> {
     last_error: Option<()>,
     reschedule_count: u32,
     cancel_requested: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    idempotency: Option<IdempotencyRef<'a>>,
+    #[serde(skip_serializing_if = "TaskIdempotency::is_empty")]
+    idempotency: TaskIdempotency<'a>,
 }
 
 /// Where a task lives, derived from its id.
@@ -178,7 +192,7 @@ pub fn task_json(
     task_type: &str,
     input: &RawValue,
     now: DateTime<Utc>,
-    idempotency: Option<(&str, &str)>,
+    idempotency: TaskIdempotency<'_>,
 ) -> Box<RawValue> {
     let task = TaskObject {
         id: loc.id,
@@ -207,7 +221,7 @@ pub fn task_json(
         last_error: None,
         reschedule_count: 0,
         cancel_requested: false,
-        idempotency: idempotency.map(|(scope, key_hash)| IdempotencyRef { scope, key_hash }),
+        idempotency,
     };
     // Serializing this struct cannot fail; the fallback is never taken.
     serde_json::value::to_raw_value(&task)
@@ -239,6 +253,20 @@ impl TaskHead {
 pub fn record_key(scope: &str, key_hash: &str) -> String {
     let hex = key_hash.strip_prefix("sha256:").unwrap_or(key_hash);
     format!("idempotency/{scope}/{hex}.json")
+}
+
+/// The tenant a task object names in its `idempotency` (`sha256:<hex>`), if
+/// any; read leniently, like the status.
+pub fn task_tenant(body: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Idem {
+        tenant: Option<String>,
+    }
+    #[derive(Deserialize)]
+    struct T {
+        idempotency: Option<Idem>,
+    }
+    serde_json::from_slice::<T>(body).ok()?.idempotency?.tenant
 }
 
 /// A task's current `status` field, read leniently: workers add fields.
@@ -281,7 +309,17 @@ mod tests {
     fn a_new_task_has_every_field_buquet_reads() {
         let loc = TaskLocation::new(Uuid::new_v4(), 1, Utc::now());
         let input = RawValue::from_string(r#"{"a":1}"#.into()).unwrap();
-        let raw = task_json(&loc, "t", &input, Utc::now(), Some(("t", "sha256:00")));
+        let raw = task_json(
+            &loc,
+            "t",
+            &input,
+            Utc::now(),
+            TaskIdempotency {
+                scope: Some("t"),
+                key_hash: Some("sha256:00"),
+                tenant: None,
+            },
+        );
         let v: serde_json::Value = serde_json::from_str(raw.get()).unwrap();
         for f in [
             "id",

@@ -18,7 +18,8 @@ use uuid::Uuid;
 use super::hash;
 use super::names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
 use super::record::{
-    Record, RecordStatus, TaskHead, TaskLocation, record_key, task_json, task_status,
+    Record, RecordStatus, TaskHead, TaskIdempotency, TaskLocation, record_key, task_json,
+    task_status,
 };
 use crate::clock::Clock;
 use crate::config::{LATE_WRITE_MARGIN, Settings};
@@ -57,13 +58,19 @@ impl Input {
     }
 }
 
+/// A tenant's tasks get ids sealed to it (see [`Tenant::new_task_id`]).
+fn new_task_id(req: &SubmitRequest) -> Uuid {
+    req.tenant
+        .as_ref()
+        .map_or_else(Uuid::new_v4, Tenant::new_task_id)
+}
+
 /// The idempotency part of a request.
 #[derive(Debug, Clone)]
 pub struct KeySpec {
     pub key: IdempotencyKey,
     pub scope: Scope,
     pub ttl: Ttl,
-    pub tenant: Option<Tenant>,
 }
 
 /// A submit, parsed.
@@ -72,6 +79,9 @@ pub struct SubmitRequest {
     pub task_type: TaskType,
     pub input: Input,
     pub idempotency: Option<KeySpec>,
+    /// The caller's tenant under tenant isolation: folded into the key hash,
+    /// stored in the record and in the task object's `idempotency`.
+    pub tenant: Option<Tenant>,
 }
 
 /// What a successful submit answers.
@@ -308,13 +318,17 @@ impl Engine {
         op_deadline: DateTime<Utc>,
     ) -> Result<Submitted, SubmitError> {
         let now = self.now().trunc_subsecs(0);
-        let loc = TaskLocation::new(Uuid::new_v4(), self.settings.shard_prefix_len, now);
+        let loc = TaskLocation::new(new_task_id(req), self.settings.shard_prefix_len, now);
+        let tenant_id = req.tenant.as_ref().map(Tenant::id);
         let task = task_json(
             &loc,
             req.task_type.as_str(),
             &req.input.canonical,
             now,
-            None,
+            TaskIdempotency {
+                tenant: tenant_id.as_deref(),
+                ..Default::default()
+            },
         );
         let body = Bytes::copy_from_slice(task.get().as_bytes());
         let (task_key, marker_key) = (loc.task_key(), loc.marker_key());
@@ -365,19 +379,24 @@ impl Engine {
         } else {
             &k.key
         };
-        let key_hash = hash::key_hash(&scope, hashed_key, k.tenant.as_ref());
+        let key_hash = hash::key_hash(&scope, hashed_key, req.tenant.as_ref());
+        let tenant_id = req.tenant.as_ref().map(Tenant::id);
         let rkey = record_key(&scope, &key_hash);
         let now = self.now().trunc_subsecs(0);
         // The task id and write_id are chosen once and kept across retries:
         // that is how a retry recognizes its own earlier write.
-        let loc = TaskLocation::new(Uuid::new_v4(), self.settings.shard_prefix_len, now);
+        let loc = TaskLocation::new(new_task_id(req), self.settings.shard_prefix_len, now);
         let write_id = Uuid::new_v4();
         let task = task_json(
             &loc,
             req.task_type.as_str(),
             &req.input.canonical,
             now,
-            Some((&scope, &key_hash)),
+            TaskIdempotency {
+                scope: Some(&scope),
+                key_hash: Some(&key_hash),
+                tenant: tenant_id.as_deref(),
+            },
         );
         let mine = Record {
             key: k.key.to_string(),
@@ -391,7 +410,7 @@ impl Engine {
             created_at: now,
             expires_at: now + k.ttl.duration(),
             write_id: Some(write_id),
-            tenant: k.tenant.as_ref().map(Tenant::id),
+            tenant: tenant_id.clone(),
             pending_task: Some(task),
         };
         let body = mine.to_bytes();
