@@ -121,7 +121,8 @@ fn both_functions_are_arm64_al2023_rust_builds_of_their_binaries() {
     for (_, lg) in t.of_type("AWS::Logs::LogGroup") {
         assert!(!lg["Properties"]["RetentionInDays"].is_null());
     }
-    assert_eq!(t.of_type("AWS::Logs::LogGroup").len(), 2);
+    // submit, sweep, and the HTTP API's access log.
+    assert_eq!(t.of_type("AWS::Logs::LogGroup").len(), 3);
 }
 
 #[test]
@@ -331,13 +332,20 @@ fn each_function_gets_explicit_actions_on_the_prefixes_it_uses_and_nothing_wider
     let src = serde_json::to_string(&t.source).unwrap();
     assert!(!src.contains("S3CrudPolicy") && !src.contains("S3FullAccess"));
     for role in ["SubmitFunctionRole", "SweepFunctionRole"] {
+        // Logs, and X-Ray for `Tracing: Active`; nothing else managed.
         let managed = &t.res(role)["Properties"]["ManagedPolicyArns"];
-        assert_eq!(
-            managed,
-            &serde_json::json!([
-                "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
-            ]),
-            "{role}"
+        let managed: Vec<String> = as_list(managed)
+            .iter()
+            .map(|v| v.as_str().map_or_else(|| sub(v), str::to_owned))
+            .collect();
+        assert_eq!(managed.len(), 2, "{role}: {managed:?}");
+        assert!(
+            managed[0].ends_with(":iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"),
+            "{role}: {managed:?}"
+        );
+        assert!(
+            managed[1].ends_with(":iam::aws:policy/AWSXrayWriteOnlyAccess"),
+            "{role}: {managed:?}"
         );
         for s in t.role_statements(role) {
             for a in as_list(&s["Action"]) {
@@ -437,8 +445,13 @@ fn alarms_watch_the_dead_letter_queue_and_both_functions_and_a_dashboard_shows_t
     ));
     assert!(on("Errors", "SubmitFunction"));
     assert!(on("Errors", "SweepFunction"));
-    assert!(on("SweepErrors", "sweep"));
+    // Our metrics' dimension is the function's own name (two stacks in one
+    // account never mix), in the alarm and in the dashboard.
+    assert!(on("SweepErrors", "SweepFunction"));
     let body = sub(&t.res("Dashboard")["Properties"]["DashboardBody"]);
+    assert!(body.contains(r#""Created", "Function", "${SubmitFunction}""#));
+    assert!(body.contains(r#""SweepScanned", "Function", "${SweepFunction}""#));
+    assert!(!body.contains(r#""Function", "submit""#) && !body.contains(r#""Function", "sweep""#));
     for m in [
         "Created",
         "Replayed",
@@ -474,5 +487,80 @@ fn parameters_and_outputs_are_there_for_operators() {
     assert_eq!(t.param_default("StaleCreatingAfterSeconds"), 600);
     for o in ["ApiUrl", "QueueUrl", "Bucket"] {
         assert!(t.out["Outputs"][o].is_object(), "output {o}");
+    }
+}
+
+#[test]
+fn an_exposed_api_is_bounded_throttled_logged_and_traced() {
+    let t = templates();
+    let stage = &t.res("HttpApiStage")["Properties"];
+    let route = &stage["DefaultRouteSettings"];
+    assert_eq!(
+        route["ThrottlingRateLimit"]["Ref"],
+        "ApiThrottlingRateLimit"
+    );
+    assert_eq!(
+        route["ThrottlingBurstLimit"]["Ref"],
+        "ApiThrottlingBurstLimit"
+    );
+    assert_eq!(t.param_default("ApiThrottlingRateLimit"), 100);
+    assert_eq!(t.param_default("ApiThrottlingBurstLimit"), 200);
+    // The access log names who called and from where.
+    let log = &stage["AccessLogSettings"];
+    assert_eq!(log["DestinationArn"]["Fn::GetAtt"][0], "ApiAccessLogGroup");
+    let format = log["Format"].as_str().unwrap();
+    let fields: serde_json::Map<String, Value> = serde_json::from_str(format).expect("JSON lines");
+    for (field, var) in [
+        ("sourceIp", "$context.identity.sourceIp"),
+        ("userArn", "$context.identity.userArn"),
+        ("principalId", "$context.authorizer.principalId"),
+        ("requestId", "$context.requestId"),
+        ("status", "$context.status"),
+    ] {
+        assert_eq!(fields[field], var, "{field}");
+    }
+    assert!(t.res("ApiAccessLogGroup")["Properties"]["RetentionInDays"].is_object());
+    // submit: reserved concurrency from a parameter (0 turns it off).
+    let submit = &t.res("SubmitFunction")["Properties"];
+    let reserved = &submit["ReservedConcurrentExecutions"]["Fn::If"];
+    assert_eq!(reserved[0], "ReserveSubmitConcurrency");
+    assert_eq!(reserved[1]["Ref"], "SubmitReservedConcurrency");
+    assert_eq!(t.param_default("SubmitReservedConcurrency"), 50);
+    // Both functions traced.
+    for f in ["SubmitFunction", "SweepFunction"] {
+        assert_eq!(
+            t.res(f)["Properties"]["TracingConfig"]["Mode"],
+            "Active",
+            "{f}"
+        );
+    }
+}
+
+#[test]
+fn no_role_of_ours_can_overwrite_a_task() {
+    let t = templates();
+    for role in ["SubmitFunctionRole", "SweepFunctionRole"] {
+        let puts_on_tasks: Vec<Value> = t
+            .role_statements(role)
+            .into_iter()
+            .filter(|s| {
+                as_list(&s["Action"]).iter().any(|a| a == "s3:PutObject")
+                    && as_list(&s["Resource"])
+                        .iter()
+                        .any(|r| sub(r).ends_with("/tasks/*"))
+            })
+            .collect();
+        assert_eq!(puts_on_tasks.len(), 1, "{role}: {puts_on_tasks:?}");
+        let s = &puts_on_tasks[0];
+        assert_eq!(
+            as_list(&s["Action"]),
+            vec![Value::from("s3:PutObject")],
+            "{role}"
+        );
+        assert_eq!(
+            s["Condition"],
+            serde_json::json!({"StringEquals": {"s3:if-none-match": "*"}}),
+            "{role}"
+        );
     }
 }

@@ -13,7 +13,7 @@ async fn main() -> Result<(), Error> {
     let config =
         Config::from_env().inspect_err(|e| tracing::error!(error = %e, "invalid configuration"))?;
     let queue = Queue::from_config(&config).await;
-    let app = App::new(queue, &config, Metrics::stdout("submit"));
+    let app = App::new(queue, &config, Metrics::for_function("submit"));
     let app = &app;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         lambda::handle_submit(app, event).await

@@ -17,7 +17,7 @@ async fn main() -> Result<(), Error> {
     let sweeper = &Sweeper {
         queue: Queue::from_config(&config).await,
         bucket: config.bucket.clone(),
-        metrics: Metrics::stdout("sweep"),
+        metrics: Metrics::for_function("sweep"),
     };
     run(service_fn(|event: LambdaEvent<Value>| async move {
         lambda::handle_sweep(sweeper, event).await

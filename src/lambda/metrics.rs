@@ -27,6 +27,17 @@ impl Metrics {
         }
     }
 
+    /// Lines on stdout, under the function's own name
+    /// (`AWS_LAMBDA_FUNCTION_NAME`, which Lambda sets), so that two stacks
+    /// in one account never mix their metrics; `role` (`submit`, `sweep`)
+    /// where the variable is unset (local runs).
+    pub fn for_function(role: &str) -> Self {
+        Self::stdout(&function_name(
+            std::env::var("AWS_LAMBDA_FUNCTION_NAME").ok().as_deref(),
+            role,
+        ))
+    }
+
     /// Collects lines instead of printing them.
     pub fn collecting(function: &str) -> Self {
         Metrics {
@@ -116,6 +127,15 @@ impl Metrics {
     }
 }
 
+/// The metrics' `Function` dimension: Lambda's name for this function, or
+/// `role` outside Lambda.
+pub fn function_name(lambda_name: Option<&str>, role: &str) -> String {
+    match lambda_name.map(str::trim) {
+        Some(n) if !n.is_empty() => n.to_owned(),
+        _ => role.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,5 +152,18 @@ mod tests {
         assert_eq!(decl["Metrics"][0]["Name"], "StorageError");
         assert_eq!(decl["Dimensions"][0][0], "Function");
         assert!(l["_aws"]["Timestamp"].is_i64());
+    }
+
+    #[test]
+    fn the_dimension_is_the_functions_own_name_where_lambda_gives_one() {
+        assert_eq!(
+            function_name(Some("stack-a-SubmitFunction-1X"), "submit"),
+            "stack-a-SubmitFunction-1X"
+        );
+        assert_eq!(function_name(None, "submit"), "submit");
+        assert_eq!(function_name(Some(""), "sweep"), "sweep");
+        let m = Metrics::collecting("stack-b-SweepFunction-2Y");
+        m.sweep(&SweepSummary::default());
+        assert_eq!(m.lines()[0]["Function"], "stack-b-SweepFunction-2Y");
     }
 }

@@ -12,6 +12,7 @@ pub mod sqs;
 
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
+use tracing_subscriber::filter::Targets;
 
 use crate::config::Config;
 use crate::queue::Queue;
@@ -141,18 +142,15 @@ pub async fn handle_sweep(
     Ok(serde_json::to_value(summary)?)
 }
 
-/// JSON log lines through tracing, for every function.
+/// JSON log lines through tracing, for every function, at the level of
+/// [`log_filter`].
 pub fn init_logging() {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    // `Targets` reads RUST_LOG's common forms (`info`, `idempotent_submit=debug,warn`)
-    // without the regex engine that a full EnvFilter brings (a megabyte of binary).
-    let filter: tracing_subscriber::filter::Targets = std::env::var("RUST_LOG")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO)
-        });
+    let filter = log_filter(
+        std::env::var("AWS_LAMBDA_LOG_LEVEL").ok().as_deref(),
+        std::env::var("RUST_LOG").ok().as_deref(),
+    );
     let fmt = tracing_subscriber::fmt::layer()
         .json()
         .with_current_span(false)
@@ -162,4 +160,54 @@ pub fn init_logging() {
         .with(fmt)
         .with(filter)
         .try_init();
+}
+
+/// The log level: Lambda's own setting first (`AWS_LAMBDA_LOG_LEVEL`, set by
+/// the function's logging configuration: `TRACE` to `FATAL`), then
+/// `RUST_LOG` (`info`, `idempotent_submit=debug,warn`), then `INFO`. Read
+/// with `Targets`, not a full `EnvFilter`, which brings a regex engine (a
+/// megabyte of binary) for forms nobody uses here.
+pub fn log_filter(lambda_level: Option<&str>, rust_log: Option<&str>) -> Targets {
+    let lambda = lambda_level.and_then(|l| match l.trim().to_ascii_uppercase().as_str() {
+        "TRACE" => Some(tracing::Level::TRACE),
+        "DEBUG" => Some(tracing::Level::DEBUG),
+        "INFO" => Some(tracing::Level::INFO),
+        "WARN" => Some(tracing::Level::WARN),
+        // tracing has no FATAL: errors are the most severe it logs.
+        "ERROR" | "FATAL" => Some(tracing::Level::ERROR),
+        _ => None,
+    });
+    if let Some(level) = lambda {
+        return Targets::new().with_default(level);
+    }
+    rust_log
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::level_filters::LevelFilter;
+
+    #[test]
+    fn lambdas_log_level_comes_first_then_rust_log_then_info() {
+        let level = |l: Option<&str>, r: Option<&str>| log_filter(l, r).default_level();
+        assert_eq!(
+            level(Some("DEBUG"), Some("error")),
+            Some(LevelFilter::DEBUG)
+        );
+        assert_eq!(level(Some("warn"), None), Some(LevelFilter::WARN));
+        assert_eq!(level(Some("FATAL"), None), Some(LevelFilter::ERROR));
+        assert_eq!(
+            level(Some("bogus"), Some("error")),
+            Some(LevelFilter::ERROR)
+        );
+        assert_eq!(level(None, Some("trace")), Some(LevelFilter::TRACE));
+        assert_eq!(level(None, None), Some(LevelFilter::INFO));
+        // A module-level RUST_LOG still works.
+        let t = log_filter(None, Some("idempotent_submit=debug,warn"));
+        assert!(t.would_enable("idempotent_submit::queue", &tracing::Level::DEBUG));
+        assert!(!t.would_enable("hyper", &tracing::Level::INFO));
+    }
 }
