@@ -54,3 +54,111 @@ impl Clock for ManualClock {
         *self.lock()
     }
 }
+
+/// How far the storage's clock stands from ours: storage time − local time
+/// lies in `[low, high]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offset {
+    pub low: Duration,
+    pub high: Duration,
+}
+
+impl Offset {
+    /// The largest offset the bounds allow, either way.
+    pub fn magnitude(&self) -> Duration {
+        self.low.abs().max(self.high.abs())
+    }
+}
+
+impl std::fmt::Display for Offset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:+.3} s to {:+.3} s",
+            self.low.num_milliseconds() as f64 / 1000.0,
+            self.high.num_milliseconds() as f64 / 1000.0
+        )
+    }
+}
+
+/// The storage's clock as its answers showed it (CONTRACT.md section 2: the
+/// finish deadline is judged in S3's time, not the machine's). Each answer
+/// carries its `Date` (whole seconds): it was made at a storage time in
+/// `[date, date + 1 s)`, at a local time between sending the request and
+/// reading the answer, so the offset lies in `[date − received, date + 1 s −
+/// sent]`. Samples that agree narrow the bounds; one that disagrees with all
+/// before it (the local clock was stepped) starts over from itself.
+#[derive(Debug, Default)]
+pub struct OffsetEstimate(Mutex<Option<Offset>>);
+
+impl OffsetEstimate {
+    pub fn observe(&self, sent: DateTime<Utc>, received: DateTime<Utc>, date: DateTime<Utc>) {
+        let sample = Offset {
+            low: date - received,
+            high: date + Duration::seconds(1) - sent,
+        };
+        let mut known = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *known = Some(match *known {
+            Some(o) if o.low <= sample.high && sample.low <= o.high => Offset {
+                low: o.low.max(sample.low),
+                high: o.high.min(sample.high),
+            },
+            _ => sample,
+        });
+    }
+
+    /// `None` until the first answer.
+    pub fn get(&self) -> Option<Offset> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64, millis: i64) -> DateTime<Utc> {
+        ManualClock::at_epoch().now() + Duration::seconds(secs) + Duration::milliseconds(millis)
+    }
+
+    #[test]
+    fn an_offset_is_unknown_until_the_first_answer_then_bounded_by_it() {
+        let e = OffsetEstimate::default();
+        assert_eq!(e.get(), None);
+        // Sent at 0.2 s, answered at 0.3 s, dated 10 s: S3 is 9.7 s to 10.8 s ahead.
+        e.observe(at(0, 200), at(0, 300), at(10, 0));
+        let o = e.get().unwrap();
+        assert_eq!(
+            (o.low, o.high),
+            (Duration::milliseconds(9700), Duration::milliseconds(10800))
+        );
+        assert_eq!(o.magnitude(), Duration::milliseconds(10800));
+    }
+
+    #[test]
+    fn agreeing_answers_narrow_the_bounds_and_a_disagreeing_one_starts_over() {
+        let e = OffsetEstimate::default();
+        e.observe(at(0, 200), at(0, 300), at(10, 0)); // [9.7, 10.8]
+        e.observe(at(1, 500), at(1, 600), at(11, 0)); // [9.4, 10.5]
+        let o = e.get().unwrap();
+        assert_eq!(
+            (o.low, o.high),
+            (Duration::milliseconds(9700), Duration::milliseconds(10500))
+        );
+        // The local clock was stepped a minute back: the old bounds are void.
+        e.observe(at(2, 0), at(2, 100), at(72, 0)); // [69.9, 71.0]
+        let o = e.get().unwrap();
+        assert_eq!(
+            (o.low, o.high),
+            (Duration::milliseconds(69900), Duration::seconds(71))
+        );
+        // Behind, too.
+        e.observe(at(100, 0), at(100, 0), at(40, 0));
+        let o = e.get().unwrap();
+        assert_eq!(
+            (o.low, o.high),
+            (Duration::seconds(-60), Duration::seconds(-59))
+        );
+        assert_eq!(o.magnitude(), Duration::seconds(60));
+    }
+}

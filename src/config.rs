@@ -71,6 +71,8 @@ pub struct Settings {
     /// `Retry-After`, not as API Gateway's bare 503.
     pub operation_timeout: Duration,
     pub retry: RetryPolicy,
+    /// Whose clock the deadlines are judged by.
+    pub clock_check: ClockCheck,
     /// A bug planted on purpose, for the model test's mutation checks.
     #[cfg(feature = "planted-bugs")]
     pub planted: Option<crate::planted::Bug>,
@@ -88,10 +90,30 @@ impl Default for Settings {
             require_key: false,
             operation_timeout: Duration::seconds(25),
             retry: RetryPolicy::default(),
+            clock_check: ClockCheck::S3Date,
             #[cfg(feature = "planted-bugs")]
             planted: None,
         }
     }
+}
+
+/// The largest offset between S3's clock and ours at which anything
+/// deadline-bound is still written (CONTRACT.md section 2).
+pub const MAX_CLOCK_OFFSET: Duration = Duration::seconds(60);
+
+/// How the finish deadline (in S3's time: a record's `LastModified` plus the
+/// window) is compared with now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockCheck {
+    /// In S3's time: our clock plus its offset from S3's, estimated from the
+    /// `Date` of S3's answers ([`crate::Store::clock_offset`]), taking the
+    /// bound that is safe for each decision. Nothing deadline-bound is
+    /// written while the offset is unknown or over [`MAX_CLOCK_OFFSET`].
+    S3Date,
+    /// The injected clock is taken as S3's own time. Only for tests that move
+    /// a [`crate::ManualClock`] against a real S3 API (moto), whose own time
+    /// they cannot move.
+    TrustClock,
 }
 
 impl Settings {

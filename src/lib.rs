@@ -46,7 +46,7 @@ pub mod queue;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{Config, ConfigError, RetryPolicy, Settings};
+pub use config::{ClockCheck, Config, ConfigError, RetryPolicy, Settings};
 pub use protocol::{
     ConflictKind, IdempotencyKey, Scope, SubmitError, Submitted, TaskType, Tenant, ValidationError,
 };

@@ -186,13 +186,16 @@ fn mutate_text(s: &str, rng: &mut fastrand::Rng) -> String {
     String::from_utf8_lossy(&b).into_owned()
 }
 
-fn app() -> (App, idempotent_submit::MemoryStore) {
+/// Tenant isolation on for every other input: on, events without a
+/// principal are 401s and the rest reach a tenant's namespace; off, they
+/// reach the seeded key's.
+fn app(tenant_isolation: bool) -> (App, idempotent_submit::MemoryStore) {
     let clock = ManualClock::at_epoch();
     let store = common::memory_store(&clock);
     let cfg = Config {
         bucket: "b".into(),
         force_path_style: true,
-        tenant_isolation: true,
+        tenant_isolation,
         settings: common::settings(),
     };
     let queue = Queue::with_clock(store.clone(), Arc::new(clock), cfg.settings.clone());
@@ -201,8 +204,8 @@ fn app() -> (App, idempotent_submit::MemoryStore) {
 
 /// One input through the handler: what it answered (an HTTP status, `sqs`
 /// or `error`), or what went wrong.
-async fn check(event: Value) -> Result<String, String> {
-    let (app, store) = app();
+async fn check(event: Value, tenant_isolation: bool) -> Result<String, String> {
+    let (app, store) = app(tenant_isolation);
     // The sample events share a key: with it taken, replays and conflicts
     // are reachable too.
     app.queue
@@ -252,7 +255,8 @@ async fn check(event: Value) -> Result<String, String> {
             effect.of_created(&request, &answer)?;
             Ok("201".into())
         }
-        200 | 400 | 404 | 405 | 413 | 415 | 422 => {
+        401 if !tenant_isolation => Err("a 401 with tenant isolation off".into()),
+        200 | 400 | 401 | 404 | 405 | 413 | 415 | 422 => {
             if effect.created.is_empty() {
                 Ok(status.to_string())
             } else {
@@ -428,7 +432,7 @@ fn mutated_events_never_panic_and_bad_input_writes_nothing() {
             mutate(&mut event, &mut rng, 0);
         }
         let shown = event.to_string();
-        match rt.block_on(check(event)) {
+        match rt.block_on(check(event, seed.wrapping_add(i) % 2 == 1)) {
             Ok(what) => *seen.entry(what).or_default() += 1,
             Err(e) => {
                 let shown: String = shown.chars().take(4000).collect();
@@ -443,7 +447,7 @@ fn mutated_events_never_panic_and_bad_input_writes_nothing() {
     if iterations >= 1000 {
         // The mutations reach past the parser into every kind of answer.
         for what in [
-            "200", "201", "400", "404", "405", "415", "422", "sqs", "error",
+            "200", "201", "400", "401", "404", "405", "415", "422", "sqs", "error",
         ] {
             assert!(
                 seen.contains_key(what),

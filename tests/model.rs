@@ -330,6 +330,9 @@ struct Recorder {
 
 #[async_trait]
 impl Store for Recorder {
+    fn clock_offset(&self) -> Option<idempotent_submit::clock::Offset> {
+        self.inner.clock_offset()
+    }
     async fn get(&self, key: &str) -> Result<Object, StoreError> {
         self.inner.get(key).await
     }
@@ -408,6 +411,9 @@ impl Slow {
 
 #[async_trait]
 impl Store for Slow {
+    fn clock_offset(&self) -> Option<idempotent_submit::clock::Offset> {
+        self.inner.clock_offset()
+    }
     async fn get(&self, key: &str) -> Result<Object, StoreError> {
         self.lag()?;
         self.inner.get(key).await

@@ -394,10 +394,33 @@ async fn interrupted(w: &World) -> idempotent_submit::protocol::Record {
 async fn a_creating_record_is_finished_just_before_its_deadline() {
     let w = World::new();
     let rec = interrupted(&w).await;
-    w.clock.advance(Duration::seconds(2400 - 1));
+    // Just before, by more than the uncertainty of S3's clock: its `Date`
+    // has whole seconds, so S3's time is known to within one.
+    w.clock.advance(Duration::seconds(2400 - 2));
     let r = submit(&w.restarted()).await.unwrap();
     assert_eq!(r.task_id, rec.task_id);
     assert_eq!(w.count("tasks/"), 1);
+}
+
+#[tokio::test]
+async fn within_the_uncertainty_of_s3s_clock_before_the_deadline_nothing_is_written() {
+    let w = World::new();
+    let rec = interrupted(&w).await;
+    // One second before the deadline by our clock, S3's may already be past
+    // it (its dates have whole seconds): the submit takes the safe side.
+    w.clock.advance(Duration::seconds(2400 - 1));
+    let before = w.bucket().keys();
+    match submit(&w.restarted()).await.unwrap_err() {
+        SubmitError::Undetermined {
+            task_id,
+            retry_after,
+        } => {
+            assert_eq!(task_id, rec.task_id);
+            assert_eq!(retry_after.as_secs(), 15 * 60 + 1);
+        }
+        other => panic!("expected undetermined, got {other:?}"),
+    }
+    assert_eq!(w.bucket().keys(), before);
 }
 
 #[tokio::test]

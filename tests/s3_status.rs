@@ -22,6 +22,11 @@ type Answer = Option<(u16, Option<&'static str>)>;
 type Seen = Arc<Mutex<Vec<String>>>;
 
 async fn stub(answer: Answer) -> (S3Store, Seen) {
+    stub_dated(answer, None).await
+}
+
+/// The stub, its answers dated `date` (an HTTP date) when given.
+async fn stub_dated(answer: Answer, date: Option<String>) -> (S3Store, Seen) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen: Seen = Arc::default();
@@ -29,6 +34,7 @@ async fn stub(answer: Answer) -> (S3Store, Seen) {
     tokio::spawn(async move {
         while let Ok((mut c, _)) = listener.accept().await {
             let log = log.clone();
+            let date = date.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 8192];
@@ -70,8 +76,9 @@ async fn stub(answer: Answer) -> (S3Store, Seen) {
                 } else {
                     body
                 };
+                let date = date.map_or(String::new(), |d| format!("Date: {d}\r\n"));
                 let reply = format!(
-                    "HTTP/1.1 {status} Stub\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nx-amz-request-id: stub\r\nConnection: close\r\n\r\n{body}",
+                    "HTTP/1.1 {status} Stub\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n{date}x-amz-request-id: stub\r\nConnection: close\r\n\r\n{body}",
                     body.len()
                 );
                 let _ = c.write_all(reply.as_bytes()).await;
@@ -289,4 +296,39 @@ async fn conditional_writes_send_their_conditions() {
         "{c}"
     );
     assert!(find("d").starts_with("delete ") && find("d").contains("if-match: \"e2\""));
+}
+
+#[tokio::test]
+async fn every_answer_errors_included_dates_s3s_clock_for_the_store() {
+    for minutes in [-5i64, 0, 7] {
+        let s3_now = chrono::Utc::now() + chrono::Duration::minutes(minutes);
+        let date = s3_now.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+        // A 412: the answer most conditional writes get.
+        let (store, _) = stub_dated(Some((412, Some("PreconditionFailed"))), Some(date)).await;
+        assert_eq!(
+            store.clock_offset(),
+            None,
+            "unknown before the first answer"
+        );
+        let e = store
+            .put("k", Bytes::from_static(b"x"), PutMode::Create)
+            .await
+            .unwrap_err();
+        assert_eq!(e, StoreError::PreconditionFailed);
+        let o = store
+            .clock_offset()
+            .expect("learned from the answer's Date");
+        let want = chrono::Duration::minutes(minutes);
+        // Within the Date's one-second resolution and the round trip.
+        assert!(
+            o.low <= want + chrono::Duration::milliseconds(10)
+                && want - chrono::Duration::seconds(2) <= o.low,
+            "{minutes} min: {o}"
+        );
+        assert!(o.high - o.low <= chrono::Duration::seconds(2), "{o}");
+    }
+    // No Date, no knowledge.
+    let (store, _) = stub(Some((200, None))).await;
+    let _ = store.head("k").await;
+    assert_eq!(store.clock_offset(), None);
 }

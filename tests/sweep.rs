@@ -699,6 +699,9 @@ struct EmptyFirstPages {
 
 #[async_trait::async_trait]
 impl Store for EmptyFirstPages {
+    fn clock_offset(&self) -> Option<idempotent_submit::clock::Offset> {
+        self.inner.clock_offset()
+    }
     async fn get(&self, key: &str) -> Result<idempotent_submit::store::Object, StoreError> {
         self.inner.get(key).await
     }

@@ -21,8 +21,8 @@ use super::record::{
     Record, RecordStatus, TaskHead, TaskIdempotency, TaskLocation, record_key, task_json,
     task_status,
 };
-use crate::clock::Clock;
-use crate::config::{LATE_WRITE_MARGIN, Settings};
+use crate::clock::{Clock, Offset};
+use crate::config::{ClockCheck, LATE_WRITE_MARGIN, MAX_CLOCK_OFFSET, Settings};
 use crate::planted::Bug;
 use crate::store::{ETag, ObjectMeta, PutMode, Store, StoreError};
 
@@ -157,13 +157,21 @@ pub enum SubmitError {
     /// The object at `key` is not what the layout says it should be.
     #[error("corrupt object at {key}: {reason}")]
     Corrupt { key: String, reason: String },
+    /// S3's clock cannot be told well enough to judge a deadline: no answer
+    /// has dated it yet, or it stands more than 60 s from ours. Nothing
+    /// deadline-bound was written.
+    #[error("S3's clock is {}; nothing bound by a deadline is written",
+        match .offset { Some(o) => format!("{o} off ours, over the 60 s allowed"), None => "unknown".to_owned() })]
+    ClockOffset { offset: Option<Offset> },
 }
 
 impl SubmitError {
     /// Would the same request, sent again later, possibly succeed?
     pub fn is_retryable(&self) -> bool {
         match self {
-            SubmitError::Undetermined { .. } | SubmitError::DeadlineExceeded => true,
+            SubmitError::Undetermined { .. }
+            | SubmitError::DeadlineExceeded
+            | SubmitError::ClockOffset { .. } => true,
             SubmitError::Storage(e) => e.is_retryable() || *e == StoreError::Crashed,
             _ => false,
         }
@@ -187,6 +195,9 @@ impl SubmitError {
     pub fn retry_after(&self) -> Option<StdDuration> {
         match self {
             SubmitError::Undetermined { retry_after, .. } => Some(*retry_after),
+            // A clock that far off is not fixed in a second; one that is
+            // merely unknown is known after the next answer.
+            SubmitError::ClockOffset { offset: Some(_) } => Some(StdDuration::from_secs(30)),
             e if e.is_retryable() => Some(StdDuration::from_secs(1)),
             _ => None,
         }
@@ -262,6 +273,73 @@ impl Engine {
 
     pub(crate) fn now(&self) -> DateTime<Utc> {
         self.clock.now()
+    }
+
+    /// S3's time minus ours, as far as S3's answers have told it: the bounds
+    /// every deadline decision takes its safe side of (a write only while
+    /// `now + high` is before the deadline; `missing` only once `now + low`
+    /// is past it). An error when it is unknown or over 60 s.
+    pub(crate) fn s3_offset(&self) -> Result<Offset, SubmitError> {
+        if self.settings.clock_check == ClockCheck::TrustClock {
+            let zero = chrono::Duration::zero();
+            return Ok(Offset {
+                low: zero,
+                high: zero,
+            });
+        }
+        match self.store.clock_offset() {
+            Some(o) if o.magnitude() <= MAX_CLOCK_OFFSET => Ok(o),
+            offset => {
+                match offset {
+                    Some(o) => tracing::error!(
+                        offset = %o,
+                        "S3's clock stands over 60 s from ours: nothing bound by a deadline is written until the machine's clock is fixed"
+                    ),
+                    None => tracing::warn!(
+                        "S3's clock is not known yet: nothing bound by a deadline is written"
+                    ),
+                }
+                Err(SubmitError::ClockOffset { offset })
+            }
+        }
+    }
+
+    /// The earliest S3 time that a local instant can have been.
+    fn s3_at_least(&self, local: DateTime<Utc>) -> Result<DateTime<Utc>, SubmitError> {
+        Ok(local + self.s3_offset()?.low)
+    }
+
+    /// S3's earliest possible time now.
+    pub(crate) fn s3_earliest(&self) -> Result<DateTime<Utc>, SubmitError> {
+        Ok(self.now() + self.s3_offset()?.low)
+    }
+
+    /// A known, too large offset refuses a submit before it writes anything.
+    /// It is checked again first (a HEAD of the record, whatever its answer),
+    /// so that a clock fixed since is seen. Unknown until the first answer,
+    /// the record may be written (its time is S3's own `LastModified`);
+    /// what follows it waits for the offset that answer brings.
+    async fn refuse_if_clock_known_off(
+        &self,
+        rkey: &str,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<(), SubmitError> {
+        if self.s3_offset_quiet().is_some_and(|ok| !ok) {
+            let _ = self.call(op_deadline, || self.store.head(rkey)).await;
+            self.s3_offset()?;
+        }
+        Ok(())
+    }
+
+    /// Is the offset known and within bounds (`Some(true)`), known and too
+    /// large (`Some(false)`), or unknown (`None`)? Logs nothing.
+    fn s3_offset_quiet(&self) -> Option<bool> {
+        if self.settings.clock_check == ClockCheck::TrustClock {
+            return Some(true);
+        }
+        self.store
+            .clock_offset()
+            .map(|o| o.magnitude() <= MAX_CLOCK_OFFSET)
     }
 
     /// One store request with retries: on 409 and retryable failures, with
@@ -382,6 +460,7 @@ impl Engine {
         let key_hash = hash::key_hash(&scope, hashed_key, req.tenant.as_ref());
         let tenant_id = req.tenant.as_ref().map(Tenant::id);
         let rkey = record_key(&scope, &key_hash);
+        self.refuse_if_clock_known_off(&rkey, op_deadline).await?;
         let now = self.now().trunc_subsecs(0);
         // The task id and write_id are chosen once and kept across retries:
         // that is how a retry recognizes its own earlier write.
@@ -426,7 +505,7 @@ impl Engine {
             {
                 Ok(_) => {
                     return self
-                        .finish_as_owner(&rkey, &mine, sent_at, op_deadline)
+                        .finish_as_owner(&rkey, &mine, self.s3_at_least(sent_at)?, op_deadline)
                         .await;
                 }
                 Err(Failure::Store(StoreError::PreconditionFailed)) => {}
@@ -467,7 +546,7 @@ impl Engine {
                 {
                     Ok(_) => {
                         return self
-                            .finish_as_owner(&rkey, &mine, sent_at, op_deadline)
+                            .finish_as_owner(&rkey, &mine, self.s3_at_least(sent_at)?, op_deadline)
                             .await;
                     }
                     Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => {
@@ -509,9 +588,9 @@ impl Engine {
         written_not_before: DateTime<Utc>,
         op_deadline: DateTime<Utc>,
     ) -> Result<Submitted, SubmitError> {
-        // Our estimate of the record's LastModified is the time we sent it,
-        // which is never later: the deadline we keep is never later than the
-        // real one.
+        // Our estimate of the record's LastModified is the earliest S3 time
+        // at which we sent it, which is never later: the deadline we keep is
+        // never later than the real one.
         let deadline = written_not_before + self.settings.finish_window;
         let done = self
             .complete(rkey, mine, Check::No, deadline, op_deadline)
@@ -534,6 +613,7 @@ impl Engine {
         // wrote it, and the sweeper turned it ready. It is still our 201.
         let replayed = rec.task_id != my_task_id;
         let now = self.now();
+        let offset = self.s3_offset();
         let finish_deadline = meta.last_modified + self.settings.finish_window;
         match rec.status {
             Some(RecordStatus::Ready) => {
@@ -545,9 +625,19 @@ impl Engine {
                     false,
                 ))
             }
+            // Whether S3's time may still be before the deadline needs its
+            // offset: unknown or too large, the submit writes nothing and
+            // answers nothing it cannot vouch for.
+            Some(RecordStatus::Creating) if rec.pending_task.is_some() && offset.is_err() => {
+                Err(offset
+                    .err()
+                    .unwrap_or(SubmitError::ClockOffset { offset: None }))
+            }
             Some(RecordStatus::Creating)
                 if rec.pending_task.is_some()
-                    && (now < finish_deadline
+                    && (offset
+                        .as_ref()
+                        .is_ok_and(|o| now + o.high < finish_deadline)
                         || self.settings.has_bug(Bug::IgnoreFinishDeadline)) =>
             {
                 let done = self
@@ -567,11 +657,19 @@ impl Engine {
                 }
                 match self.read_status(&rec.task_key, op_deadline).await? {
                     Some(status) => Ok(self.answer(rec, status, replayed, false)),
-                    None if now < until => Err(SubmitError::Undetermined {
-                        task_id: rec.task_id,
-                        retry_after: (until - now).to_std().unwrap_or_default(),
-                    }),
-                    None => Ok(self.answer(rec, "missing".into(), replayed, false)),
+                    // `missing` only once S3's earliest possible time is past
+                    // the last instant a late write can land.
+                    None => {
+                        let s3_now = now + offset?.low;
+                        if s3_now < until {
+                            Err(SubmitError::Undetermined {
+                                task_id: rec.task_id,
+                                retry_after: (until - s3_now).to_std().unwrap_or_default(),
+                            })
+                        } else {
+                            Ok(self.answer(rec, "missing".into(), replayed, false))
+                        }
+                    }
                 }
             }
         }
@@ -639,10 +737,22 @@ impl Engine {
         // Both writes stop at the finish deadline: past it nobody writes a
         // record's task or marker, which is what makes a task 412 mean
         // "created" and a deleted task stay deleted.
+        // The deadline is S3's time; an attempt may start only while S3's
+        // latest possible time is before it. Without a trusted offset,
+        // nothing is written.
+        let offset = if need_task || need_marker {
+            self.s3_offset()?
+        } else {
+            Offset {
+                low: chrono::Duration::zero(),
+                high: chrono::Duration::zero(),
+            }
+        };
+        let local_finish_deadline = finish_deadline - offset.high;
         let write_deadline = if self.settings.has_bug(Bug::IgnoreFinishDeadline) {
             op_deadline
         } else {
-            finish_deadline.min(op_deadline)
+            local_finish_deadline.min(op_deadline)
         };
         let task_mode = if self.settings.has_bug(Bug::OverwriteTask) {
             PutMode::Overwrite
@@ -679,11 +789,13 @@ impl Engine {
             },
         );
         let refused = |f: Failure| match f {
-            Failure::Deadline if self.now() >= finish_deadline => {
+            Failure::Deadline if self.now() >= local_finish_deadline => {
                 let until = finish_deadline + LATE_WRITE_MARGIN;
                 SubmitError::Undetermined {
                     task_id: rec.task_id,
-                    retry_after: (until - self.now()).to_std().unwrap_or_default(),
+                    retry_after: (until - (self.now() + offset.low))
+                        .to_std()
+                        .unwrap_or_default(),
                 }
             }
             f => f.into(),

@@ -294,9 +294,18 @@ impl Engine {
                 return RecordOutcome::Corrupt;
             }
         };
+        // Every judgement below is in S3's time, on its safe side: expired
+        // and stale by S3's earliest possible time, past the deadline by its
+        // latest. A clock too far off (or not known) leaves the record for a
+        // later delivery.
+        let offset = match self.s3_offset() {
+            Ok(o) => o,
+            Err(e) => return self.failed(key, e),
+        };
         let now = self.now();
+        let (earliest, latest) = (now + offset.low, now + offset.high);
         let meta = &obj.meta;
-        if rec.is_expired(now) {
+        if rec.is_expired(earliest) {
             // Whatever its status; only if nobody replaced it since we read it.
             if dry_run {
                 return RecordOutcome::ExpiredDeleted;
@@ -316,7 +325,7 @@ impl Engine {
             return RecordOutcome::Nothing;
         }
         let finish_deadline = meta.last_modified + self.settings.finish_window;
-        if now >= finish_deadline
+        if latest >= finish_deadline
             && !self
                 .settings
                 .has_bug(crate::planted::Bug::IgnoreFinishDeadline)
@@ -324,7 +333,7 @@ impl Engine {
             tracing::warn!(record = key, task_id = %rec.task_id, "creating record past its finish deadline");
             return RecordOutcome::PastDeadline;
         }
-        if now - meta.last_modified < self.settings.stale_creating_after {
+        if earliest - meta.last_modified < self.settings.stale_creating_after {
             return RecordOutcome::Early;
         }
         if dry_run {
@@ -389,9 +398,11 @@ impl Engine {
             Err(Failure::Store(StoreError::NotFound)) => (None, None),
             Err(e) => return Err(e.into()),
         };
-        // One clock reading: the new pass's instant, and the time the lease
-        // of another run is judged against.
-        let started = self.now();
+        // One clock reading, in S3's time (the records' LastModified is):
+        // the new pass's instant, and the time the lease of another run is
+        // judged against. A pass whose clock is off writes no checkpoint.
+        let local_start = self.now();
+        let started = self.s3_earliest()?;
         if let Some(c) = &saved
             && c.running_until.is_some_and(|u| u > started)
         {
@@ -417,8 +428,10 @@ impl Engine {
         if !opts.dry_run {
             // Claim the pass: if another run wrote the checkpoint since we
             // read it, that run has it.
-            let lease = opts.deadline.unwrap_or(started + Duration::minutes(15))
-                + self.settings.operation_timeout;
+            let run = opts
+                .deadline
+                .map_or(Duration::minutes(15), |d| d - local_start);
+            let lease = started + run + self.settings.operation_timeout;
             cp.running_until = Some(lease);
             match self
                 .write_checkpoint(&cp, etag.as_ref(), self.request_deadline(opts.deadline))

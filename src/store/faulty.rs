@@ -282,6 +282,9 @@ impl Drop for HangGuard {
 
 #[async_trait]
 impl<S: Store + Clone> Store for FaultyStore<S> {
+    fn clock_offset(&self) -> Option<crate::clock::Offset> {
+        self.inner.clock_offset()
+    }
     async fn get(&self, key: &str) -> Result<Object, StoreError> {
         self.run(Op::Get, key, self.inner.get(key)).await
     }

@@ -11,7 +11,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use sha2::{Digest, Sha256};
 
 use super::{ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, Offset, OffsetEstimate, SystemClock};
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -25,6 +25,9 @@ struct Entry {
 pub struct MemoryStore {
     objects: Arc<Mutex<BTreeMap<String, Entry>>>,
     clock: Arc<dyn Clock>,
+    /// The store's clock is `clock` + `skew`: a machine whose clock is off.
+    skew: Arc<Mutex<chrono::Duration>>,
+    offset: Arc<OffsetEstimate>,
 }
 
 impl Default for MemoryStore {
@@ -54,7 +57,26 @@ impl MemoryStore {
         MemoryStore {
             objects: Arc::new(Mutex::new(BTreeMap::new())),
             clock,
+            skew: Arc::default(),
+            offset: Arc::default(),
         }
+    }
+
+    /// Sets the storage's clock `skew` away from the clock it was made with
+    /// (positive: the storage is ahead, i.e. the caller's clock is behind).
+    /// Its `LastModified` and its answers' dates follow.
+    pub fn set_skew(&self, skew: chrono::Duration) {
+        *self.skew.lock().unwrap_or_else(|e| e.into_inner()) = skew;
+    }
+
+    /// The storage's time now; every answer is dated with it (whole seconds,
+    /// like an HTTP `Date`), and the estimate of the offset learns from it.
+    fn answer_time(&self) -> DateTime<Utc> {
+        let local = self.clock.now();
+        let skew = *self.skew.lock().unwrap_or_else(|e| e.into_inner());
+        let at = local + skew;
+        self.offset.observe(local, local, at.trunc_subsecs(0));
+        at
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
@@ -96,7 +118,12 @@ impl MemoryStore {
 
 #[async_trait]
 impl Store for MemoryStore {
+    fn clock_offset(&self) -> Option<Offset> {
+        self.offset.get()
+    }
+
     async fn get(&self, key: &str) -> Result<Object, StoreError> {
+        self.answer_time();
         let objects = self.lock();
         let e = objects.get(key).ok_or(StoreError::NotFound)?;
         Ok(Object {
@@ -106,12 +133,14 @@ impl Store for MemoryStore {
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
+        self.answer_time();
         let objects = self.lock();
         let e = objects.get(key).ok_or(StoreError::NotFound)?;
         Ok(Self::meta(key, e))
     }
 
     async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
+        let at = self.answer_time();
         let mut objects = self.lock();
         match (&mode, objects.get(key)) {
             (PutMode::Create, Some(_)) => return Err(StoreError::PreconditionFailed),
@@ -126,13 +155,14 @@ impl Store for MemoryStore {
             body,
             etag: etag.clone(),
             // S3 keeps LastModified to the second.
-            last_modified: self.clock.now().trunc_subsecs(0),
+            last_modified: at.trunc_subsecs(0),
         };
         objects.insert(key.to_owned(), entry);
         Ok(PutResult { etag })
     }
 
     async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
+        self.answer_time();
         let mut objects = self.lock();
         if let Some(want) = if_match {
             match objects.get(key) {
@@ -152,6 +182,7 @@ impl Store for MemoryStore {
         page: Option<String>,
         limit: usize,
     ) -> Result<ListPage, StoreError> {
+        self.answer_time();
         let objects = self.lock();
         // The page token is the last key handed out; the later of it and
         // start_after is where this page begins.

@@ -23,6 +23,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
+use crate::clock::Offset;
+
 pub mod faulty;
 pub mod memory;
 pub mod s3;
@@ -128,6 +130,12 @@ impl StoreError {
 /// A bucket with conditional writes. See the module docs for the outcomes.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
+    /// How far the storage's clock stands from this machine's (storage −
+    /// local), as the `Date` of its answers so far showed it; `None` before
+    /// the first answer. The protocol judges its deadlines in the storage's
+    /// time (CONTRACT.md section 2).
+    fn clock_offset(&self) -> Option<Offset>;
+
     /// Reads an object whole.
     async fn get(&self, key: &str) -> Result<Object, StoreError>;
 
@@ -154,6 +162,9 @@ pub trait Store: Send + Sync + 'static {
 
 #[async_trait]
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    fn clock_offset(&self) -> Option<Offset> {
+        (**self).clock_offset()
+    }
     async fn get(&self, key: &str) -> Result<Object, StoreError> {
         (**self).get(key).await
     }

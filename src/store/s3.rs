@@ -1,6 +1,7 @@
 //! The S3 store on aws-sdk-s3. This is the one place where S3's status codes
 //! become outcomes; each quirk is commented where it is mapped.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,20 +14,37 @@ use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
+use aws_sdk_s3::config::interceptors::{
+    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+};
+use aws_sdk_s3::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_smithy_types::config_bag::{Storable, StoreReplace};
+
 use super::{ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError};
+use crate::clock::{Offset, OffsetEstimate};
 
 /// A bucket on S3 (or anything that speaks its API).
 #[derive(Clone, Debug)]
 pub struct S3Store {
     client: Client,
     bucket: String,
+    offset: Arc<OffsetEstimate>,
 }
 
 impl S3Store {
+    /// A store over `client`, which is given an interceptor that times every
+    /// answer against its `Date` ([`Store::clock_offset`]).
     pub fn new(client: Client, bucket: impl Into<String>) -> Self {
+        let offset = Arc::new(OffsetEstimate::default());
+        let conf = client
+            .config()
+            .to_builder()
+            .interceptor(DateWatch(offset.clone()))
+            .build();
         S3Store {
-            client,
+            client: Client::from_conf(conf),
             bucket: bucket.into(),
+            offset,
         }
     }
 
@@ -64,6 +82,56 @@ impl S3Store {
 
     pub fn bucket(&self) -> &str {
         &self.bucket
+    }
+}
+
+/// When a request attempt was sent (after signing), by the local clock.
+#[derive(Debug, Clone, Copy)]
+struct SentAt(DateTime<Utc>);
+
+impl Storable for SentAt {
+    type Storer = StoreReplace<Self>;
+}
+
+/// Feeds the store's [`OffsetEstimate`] with every answer's `Date` header,
+/// between the local times the request was sent and its answer read; errors
+/// (a 412, a 503) carry a `Date` as well as successes do.
+#[derive(Debug)]
+struct DateWatch(Arc<OffsetEstimate>);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Intercept for DateWatch {
+    fn name(&self) -> &'static str {
+        "DateWatch"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        cfg.interceptor_state().store_put(SentAt(Utc::now()));
+        Ok(())
+    }
+
+    fn read_before_deserialization(
+        &self,
+        context: &BeforeDeserializationInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let received = Utc::now();
+        let date = context
+            .response()
+            .headers()
+            .get("date")
+            .and_then(|d| DateTime::parse_from_rfc2822(d).ok());
+        if let (Some(SentAt(sent)), Some(date)) = (cfg.load::<SentAt>(), date) {
+            self.0.observe(*sent, received, date.with_timezone(&Utc));
+        }
+        Ok(())
     }
 }
 
@@ -175,6 +243,10 @@ fn etag(e: Option<&str>) -> ETag {
 
 #[async_trait]
 impl Store for S3Store {
+    fn clock_offset(&self) -> Option<Offset> {
+        self.offset.get()
+    }
+
     async fn get(&self, key: &str) -> Result<Object, StoreError> {
         let out = self
             .client

@@ -125,6 +125,9 @@ impl<F> idempotent_submit::Store for Intercept<F>
 where
     F: Fn(idempotent_submit::store::Op, &str) -> HookResult + Clone + Send + Sync + 'static,
 {
+    fn clock_offset(&self) -> Option<idempotent_submit::clock::Offset> {
+        self.inner.clock_offset()
+    }
     async fn get(
         &self,
         key: &str,

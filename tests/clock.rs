@@ -1,0 +1,223 @@
+//! Deadlines in S3's time, not the machine's (CONTRACT.md section 2): a
+//! writer learns S3's clock from the `Date` of its answers, judges the finish
+//! deadline by it on the safe side of its uncertainty, and writes nothing
+//! bound by a deadline when the offset is unknown or over 60 s. The store's
+//! clock is set minutes ahead of and behind the machine's with
+//! `MemoryStore::set_skew`.
+
+mod common;
+
+use std::sync::Arc;
+
+use chrono::Duration;
+use idempotent_submit::lambda::{App, Metrics, handle_submit};
+use idempotent_submit::protocol::{RecordOutcome, SweepOptions};
+use idempotent_submit::store::{Fault, FaultyStore, Op};
+use idempotent_submit::{Config, ManualClock, MemoryStore, Queue, SubmitError};
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::{Value, json};
+
+struct World {
+    clock: ManualClock,
+    bucket: MemoryStore,
+}
+
+impl World {
+    /// The bucket's clock stands `skew` from the machine's (positive: S3 is
+    /// ahead).
+    fn new(skew: Duration) -> Self {
+        let clock = ManualClock::at_epoch();
+        let bucket = common::memory_store(&clock);
+        bucket.set_skew(skew);
+        World { clock, bucket }
+    }
+
+    fn queue(&self) -> Queue {
+        Queue::with_clock(
+            self.bucket.clone(),
+            Arc::new(self.clock.clone()),
+            common::settings(),
+        )
+    }
+
+    /// A submit of `key` whose process died right after writing its record.
+    async fn interrupted(&self, key: &str) {
+        let f = FaultyStore::new(self.bucket.clone());
+        f.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+        let q = Queue::with_clock(f, Arc::new(self.clock.clone()), common::settings());
+        submit(&q, key).await.unwrap_err();
+        assert_eq!(self.count("idempotency/"), 1);
+        assert_eq!(self.count("tasks/"), 0);
+    }
+
+    fn count(&self, prefix: &str) -> usize {
+        self.bucket
+            .keys()
+            .iter()
+            .filter(|k| k.starts_with(prefix))
+            .count()
+    }
+}
+
+async fn submit(q: &Queue, key: &str) -> Result<idempotent_submit::Submitted, SubmitError> {
+    q.submit("t", json!({"n": 1})).idempotency_key(key).await
+}
+
+fn clock_error(e: &SubmitError) -> bool {
+    matches!(e, SubmitError::ClockOffset { offset: Some(_) })
+}
+
+#[tokio::test]
+async fn a_clock_minutes_ahead_or_behind_writes_no_task_and_answers_retryable() {
+    for minutes in [-5, 5] {
+        let w = World::new(Duration::minutes(minutes));
+        let q = w.queue();
+        // The first answer (the record's PUT) tells S3's clock: the record
+        // stands (its time is S3's own), nothing bound by the deadline
+        // follows it.
+        let e = submit(&q, "k1").await.unwrap_err();
+        assert!(clock_error(&e), "{minutes} min: {e:?}");
+        assert!(e.is_retryable());
+        assert_eq!(e.code(), "storage_unavailable");
+        assert_eq!(e.retry_after(), Some(std::time::Duration::from_secs(30)));
+        assert!(e.to_string().contains("over the 60 s allowed"), "{e}");
+        assert_eq!(
+            (
+                w.count("idempotency/"),
+                w.count("tasks/"),
+                w.count("ready/")
+            ),
+            (1, 0, 0)
+        );
+        // With the offset known, a new submit writes nothing at all, and a
+        // replay of the first key writes nothing either.
+        let before = w.bucket.snapshot();
+        assert!(clock_error(&submit(&q, "k2").await.unwrap_err()));
+        assert!(clock_error(&submit(&q, "k1").await.unwrap_err()));
+        assert_eq!(w.bucket.snapshot(), before, "{minutes} min");
+        // The clock fixed, the retry finishes the submit: one task.
+        w.bucket.set_skew(Duration::zero());
+        let r = submit(&q, "k1").await.unwrap();
+        assert!(r.replayed && r.recovered);
+        assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
+    }
+}
+
+#[tokio::test]
+async fn within_60_s_a_deadline_passed_by_s3s_clock_is_passed_though_ours_is_short_of_it() {
+    // S3 is 50 s ahead: by our clock the deadline is 40 s away, by S3's it
+    // passed 10 s ago. No task is written for the record.
+    let w = World::new(Duration::seconds(50));
+    w.interrupted("k").await;
+    w.clock.advance(Duration::seconds(2400 + 10));
+    let before = w.bucket.snapshot();
+    match submit(&w.queue(), "k").await.unwrap_err() {
+        SubmitError::Undetermined { retry_after, .. } => {
+            // Until 15 minutes after the deadline by S3's earliest time.
+            assert_eq!(retry_after.as_secs(), 15 * 60 - 10);
+        }
+        other => panic!("expected undetermined, got {other:?}"),
+    }
+    assert_eq!(w.bucket.snapshot(), before);
+    // The sweeper, too, leaves it as it is.
+    let rkey = w
+        .bucket
+        .keys()
+        .into_iter()
+        .find(|k| k.starts_with("idempotency/"))
+        .unwrap();
+    let outcome = w.queue().engine().sweep_record(&rkey, false, None).await;
+    assert!(
+        matches!(outcome, RecordOutcome::PastDeadline),
+        "{outcome:?}"
+    );
+    assert_eq!(w.bucket.snapshot(), before);
+}
+
+#[tokio::test]
+async fn within_60_s_a_deadline_still_ahead_by_s3s_clock_is_still_ahead_though_ours_passed_it() {
+    // S3 is 50 s behind: by our clock the deadline passed 10 s ago, by S3's
+    // it is 40 s away. The submit finishes the task.
+    let w = World::new(Duration::seconds(-50));
+    w.interrupted("k").await;
+    w.clock.advance(Duration::seconds(2400 - 40));
+    let r = submit(&w.queue(), "k").await.unwrap();
+    assert!(r.recovered);
+    assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
+}
+
+#[tokio::test]
+async fn a_clock_ahead_does_not_answer_missing_before_a_late_write_could_still_land() {
+    // S3 is 50 s behind us. By our clock the last late write could land
+    // until 20 s ago; by S3's it can for 30 s more: undetermined, not
+    // `missing`.
+    let w = World::new(Duration::seconds(-50));
+    w.interrupted("k").await;
+    w.clock.advance(Duration::seconds(2400 + 15 * 60 - 30));
+    match submit(&w.queue(), "k").await.unwrap_err() {
+        SubmitError::Undetermined { retry_after, .. } => assert_eq!(retry_after.as_secs(), 30),
+        other => panic!("expected undetermined, got {other:?}"),
+    }
+    // Once S3's earliest time is past it, `missing`.
+    w.clock.advance(Duration::seconds(30));
+    let r = submit(&w.queue(), "k").await.unwrap();
+    assert_eq!(r.status, "missing");
+    assert_eq!(w.count("tasks/"), 0);
+}
+
+#[tokio::test]
+async fn a_sweeper_whose_clock_is_off_leaves_records_and_its_checkpoint_alone() {
+    let w = World::new(Duration::zero());
+    w.interrupted("k").await;
+    w.clock.advance(Duration::seconds(600));
+    w.bucket.set_skew(Duration::minutes(-3));
+    let rkey = w
+        .bucket
+        .keys()
+        .into_iter()
+        .find(|k| k.starts_with("idempotency/"))
+        .unwrap();
+    let before = w.bucket.snapshot();
+    let outcome = w.queue().engine().sweep_record(&rkey, false, None).await;
+    match outcome {
+        RecordOutcome::Failed(e) => assert!(clock_error(&e), "{e:?}"),
+        other => panic!("expected a failure to retry, got {other:?}"),
+    }
+    // The scheduled pass reads its checkpoint, learns the clock, and stops
+    // before writing one.
+    let e = w
+        .queue()
+        .engine()
+        .sweep(&SweepOptions::default())
+        .await
+        .unwrap_err();
+    assert!(clock_error(&e), "{e:?}");
+    assert_eq!(w.bucket.snapshot(), before);
+    // Fixed, the same event finishes and promotes it.
+    w.bucket.set_skew(Duration::zero());
+    let outcome = w.queue().engine().sweep_record(&rkey, false, None).await;
+    assert!(matches!(outcome, RecordOutcome::Finished), "{outcome:?}");
+}
+
+#[tokio::test]
+async fn the_http_answer_to_a_clock_off_is_a_503_with_retry_after_and_no_detail_of_it() {
+    let w = World::new(Duration::minutes(10));
+    let cfg = Config {
+        bucket: "b".into(),
+        force_path_style: true,
+        tenant_isolation: false,
+        settings: common::settings(),
+    };
+    let app = App::new(w.queue(), &cfg, Metrics::collecting("submit"));
+    let path = format!("{}/events/http-v2-post.json", env!("CARGO_MANIFEST_DIR"));
+    let event: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let out = handle_submit(&app, LambdaEvent::new(event, Context::default()))
+        .await
+        .unwrap();
+    assert_eq!(out["statusCode"], 503, "{out}");
+    assert_eq!(out["headers"]["retry-after"], "30");
+    let body: Value = serde_json::from_str(out["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["code"], "storage_unavailable");
+    assert_eq!(w.count("tasks/"), 0);
+    assert_eq!(app.metrics.lines()[0]["StorageError"], 1);
+}
