@@ -42,7 +42,7 @@ fuzz:
 # make test. MUTANTS_FILES narrows it (one -f per file), MUTANTS_ARGS adds
 # options (e.g. --shard 0/4). Results: mutants.out/; docs/testing.md.
 MUTANTS_FILES ?= -f src/protocol/submit.rs -f src/protocol/sweep.rs -f src/store/s3.rs
-MUTANTS_TESTS ?= --lib --test s3_status --test recovery --test protocol --test model --test due_events --test sweep --test submit_handler
+MUTANTS_TESTS ?= --lib --test s3_status --test recovery --test protocol --test model --test due_events --test sweep --test submit_handler --test clock
 mutants: tools
 	@command -v cargo-mutants >/dev/null || $(CARGO) install --locked cargo-mutants
 	MODEL_SCHEDULES=200 ./scripts/with-moto.sh $(CARGO) mutants --features planted-bugs --timeout 300 $(MUTANTS_FILES) $(MUTANTS_ARGS) -- $(MUTANTS_TESTS)

@@ -202,6 +202,28 @@ async fn a_ready_record_whose_task_is_gone_answers_missing_and_writes_nothing(en
     );
 }
 
+async fn a_ready_records_task_deleted_at_once_is_missing_at_once(env: Env) {
+    // `ready` says both objects were written: no late write can land, so a
+    // task gone (an operator deleted it) is `missing` without waiting out
+    // the deadline's 15 minutes.
+    let first = env
+        .queue
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .await
+        .unwrap();
+    env.sweep_events().await;
+    env.store().delete(&first.task_key, None).await.unwrap();
+    let again = env
+        .queue
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .await
+        .unwrap();
+    assert_eq!(again.task_id, first.task_id);
+    assert_eq!(again.status, "missing");
+}
+
 async fn another_input_under_the_same_key_is_a_conflict_and_writes_nothing(env: Env) {
     let first = env
         .queue
@@ -529,6 +551,7 @@ macro_rules! suite {
 
 suite!(
     a_new_key_creates_one_task_its_marker_and_a_record_the_sweeper_promotes,
+    a_ready_records_task_deleted_at_once_is_missing_at_once,
     a_replay_answers_the_same_task_and_writes_nothing,
     a_replay_reports_the_tasks_current_status,
     a_ready_record_whose_task_is_gone_answers_missing_and_writes_nothing,
