@@ -4,9 +4,9 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test tools fmt-check clippy build run clean soak fuzz bench mutants
+.PHONY: test tools fmt-check clippy lib-only build run clean soak fuzz bench mutants
 
-test: tools fmt-check clippy
+test: tools fmt-check clippy lib-only
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked --features planted-bugs
 
 # The Python tools the tests use: moto (S3), cfn-lint and the SAM translator
@@ -21,7 +21,12 @@ fmt-check:
 
 clippy:
 	$(CARGO) clippy --all-targets --locked -- -D warnings
+	$(CARGO) clippy --lib --locked --no-default-features -- -D warnings
 	$(CARGO) clippy --all-targets --locked --features planted-bugs -- -D warnings
+
+# The library alone, for users of the Rust API: no Lambda runtime, no CLI.
+lib-only:
+	$(CARGO) build --lib --locked --no-default-features
 
 run:
 	./scripts/run.sh

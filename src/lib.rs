@@ -35,9 +35,11 @@
 //!
 //! docs/protocol.md has every step, with its failure cases.
 
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod clock;
 pub mod config;
+#[cfg(feature = "lambda")]
 pub mod lambda;
 #[doc(hidden)]
 pub mod planted;
