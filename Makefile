@@ -4,17 +4,17 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test tools fmt-check clippy lib-only build run clean soak fuzz bench mutants
+.PHONY: test tools fmt-check clippy lib-only openapi build run clean soak fuzz bench mutants
 
-test: tools fmt-check clippy lib-only
+test: tools fmt-check clippy lib-only openapi
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked --features planted-bugs
 
 # The Python tools the tests use: moto (S3), cfn-lint and the SAM translator
 # (template checks), buquet (the queue's own client and worker, for interop).
 # Installed with pip where missing.
 tools:
-	@python3 -c 'import moto, cfnlint, samtranslator, buquet' 2>/dev/null || \
-	  python3 -m pip install --quiet 'moto[server]>=5.1' 'cfn-lint>=1' 'aws-sam-translator>=1.90' 'buquet==0.1.*'
+	@python3 -c 'import moto, cfnlint, samtranslator, buquet, openapi_spec_validator, jsonschema, yaml' 2>/dev/null || \
+	  python3 -m pip install --quiet 'moto[server]>=5.1' 'cfn-lint>=1' 'aws-sam-translator>=1.90' 'buquet==0.1.*' 'openapi-spec-validator>=0.7' 'jsonschema>=4.18' pyyaml
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -23,6 +23,11 @@ clippy:
 	$(CARGO) clippy --all-targets --locked -- -D warnings
 	$(CARGO) clippy --lib --locked --no-default-features -- -D warnings
 	$(CARGO) clippy --all-targets --locked --features planted-bugs -- -D warnings
+
+# docs/openapi.yaml is valid OpenAPI 3.1 and its examples match their
+# schemas; the tests check every handler answer against it.
+openapi:
+	python3 scripts/openapi_check.py docs/openapi.yaml --doc
 
 # The library alone, for users of the Rust API: no Lambda runtime, no CLI.
 lib-only:

@@ -211,9 +211,10 @@ async fn the_http_answer_to_a_clock_off_is_a_503_with_retry_after_and_no_detail_
     let app = App::new(w.queue(), &cfg, Metrics::collecting("submit"));
     let path = format!("{}/events/http-v2-post.json", env!("CARGO_MANIFEST_DIR"));
     let event: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let out = handle_submit(&app, LambdaEvent::new(event, Context::default()))
+    let out = handle_submit(&app, LambdaEvent::new(event.clone(), Context::default()))
         .await
         .unwrap();
+    common::openapi::check(&event, &out);
     assert_eq!(out["statusCode"], 503, "{out}");
     assert_eq!(out["headers"]["retry-after"], "30");
     let body: Value = serde_json::from_str(out["body"].as_str().unwrap()).unwrap();

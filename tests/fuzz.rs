@@ -247,6 +247,9 @@ async fn check(event: Value, tenant_isolation: bool) -> Result<String, String> {
         effect.of_batch(&request, &after)?;
         return Ok("sqs".into());
     }
+    // Every HTTP answer, whatever the input, is one docs/openapi.yaml
+    // describes.
+    common::openapi::try_check(&request, &out)?;
     let status = out["statusCode"].as_u64().ok_or("no statusCode")?;
     match status {
         201 => {

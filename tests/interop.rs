@@ -74,9 +74,13 @@ impl Shared {
     }
 
     async fn call(&self, event: Value) -> (u64, Value) {
-        let out = handle_submit(&self.app, LambdaEvent::new(event, Context::default()))
-            .await
-            .unwrap();
+        let out = handle_submit(
+            &self.app,
+            LambdaEvent::new(event.clone(), Context::default()),
+        )
+        .await
+        .unwrap();
+        common::openapi::check(&event, &out);
         (
             out["statusCode"].as_u64().unwrap(),
             serde_json::from_str(out["body"].as_str().unwrap()).unwrap(),

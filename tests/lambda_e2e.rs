@@ -48,6 +48,7 @@ async fn the_submit_binary_serves_http_and_sqs_events_through_the_runtime_api() 
         "{p:?}"
     );
     assert_eq!(p.body["statusCode"], 201);
+    common::openapi::check(&event("http-v2-post.json"), &p.body);
     let body: Value = serde_json::from_str(p.body["body"].as_str().unwrap()).unwrap();
     let task_id = body["task_id"].as_str().unwrap().to_owned();
 
@@ -59,6 +60,7 @@ async fn the_submit_binary_serves_http_and_sqs_events_through_the_runtime_api() 
     api.invoke(event("function-url-post.json"));
     let p = api.next_posted().await;
     assert_eq!(p.body["statusCode"], 200);
+    common::openapi::check(&event("function-url-post.json"), &p.body);
     assert_eq!(p.body["headers"]["idempotent-replayed"], "true");
     assert!(p.body["body"].as_str().unwrap().contains(&task_id));
 
@@ -67,7 +69,9 @@ async fn the_submit_binary_serves_http_and_sqs_events_through_the_runtime_api() 
     let p = api.next_posted().await;
     assert_eq!(p.kind, "error");
     api.invoke(event("http-v2-get-missing.json"));
-    assert_eq!(api.next_posted().await.body["statusCode"], 404);
+    let p = api.next_posted().await;
+    assert_eq!(p.body["statusCode"], 404);
+    common::openapi::check(&event("http-v2-get-missing.json"), &p.body);
 
     child.start_kill().unwrap();
     let out = child.wait_with_output().await.unwrap();

@@ -38,9 +38,10 @@ async fn submit_raw(app: &App, store: &MemoryStore, body: String) -> String {
         .as_object_mut()
         .unwrap()
         .remove("idempotency-key");
-    let out = handle_submit(app, LambdaEvent::new(event, Context::default()))
+    let out = handle_submit(app, LambdaEvent::new(event.clone(), Context::default()))
         .await
         .unwrap();
+    common::openapi::check(&event, &out);
     assert_eq!(out["statusCode"], 201, "{out}");
     let answer: Value = serde_json::from_str(out["body"].as_str().unwrap()).unwrap();
     let key = answer["task_key"].as_str().unwrap();

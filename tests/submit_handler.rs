@@ -60,10 +60,20 @@ impl Harness {
         (Self::over(store.clone(), Some(&clock), false), store)
     }
 
+    /// The answer to `event`; an HTTP answer is checked against
+    /// docs/openapi.yaml.
     async fn raw(&self, event: Value) -> Value {
-        handle_submit(&self.app, LambdaEvent::new(event, Context::default()))
-            .await
-            .unwrap()
+        let is_http = event.get("Records").is_none();
+        let answer = handle_submit(
+            &self.app,
+            LambdaEvent::new(event.clone(), Context::default()),
+        )
+        .await
+        .unwrap();
+        if is_http {
+            common::openapi::check(&event, &answer);
+        }
+        answer
     }
 
     async fn http(&self, event: Value) -> Resp {

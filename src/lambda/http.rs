@@ -271,12 +271,26 @@ fn success(s: &Submitted, public_path: &str) -> Value {
     response(if s.created() { 201 } else { 200 }, headers, &body)
 }
 
-/// Handles one HTTP event; never fails (every failure is an answer).
-pub async fn handle(app: &App, event: Value) -> Value {
-    let req = match HttpRequest::from_event(event) {
-        Ok(r) => r,
-        Err(p) => return problem_response(&p, ""),
+/// Handles one HTTP event; never fails (every failure is an answer). A
+/// request is named by API Gateway's request id, else by Lambda's
+/// (`lambda_request_id`: an event too malformed to carry one), else
+/// `unknown`: every problem has an `instance`.
+pub async fn handle(app: &App, event: Value, lambda_request_id: &str) -> Value {
+    let fallback = if lambda_request_id.is_empty() {
+        "unknown"
+    } else {
+        lambda_request_id
     };
+    let mut req = match HttpRequest::from_event(event) {
+        Ok(r) => r,
+        Err(p) => {
+            tracing::info!(request_id = %fallback, status = p.status, detail = %p.detail, "http request");
+            return problem_response(&p, fallback);
+        }
+    };
+    if req.request_id.is_empty() {
+        req.request_id = fallback.to_owned();
+    }
     let (status, mut answer) = match serve(app, &req).await {
         Ok(v) => (v["statusCode"].as_u64().unwrap_or(200), v),
         Err(p) => (u64::from(p.status), problem_response(&p, &req.request_id)),

@@ -85,7 +85,7 @@ pub async fn handle_submit(
     app: &App,
     event: LambdaEvent<Value>,
 ) -> Result<Value, lambda_runtime::Error> {
-    let payload = event.payload;
+    let (payload, context) = (event.payload, event.context);
     if let Some(records) = payload.get("Records") {
         sqs_records(records).map_err(UnrecognizedEvent::Records)?;
         let batch: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(payload)?;
@@ -93,7 +93,7 @@ pub async fn handle_submit(
         return Ok(serde_json::to_value(resp)?);
     }
     if http::HttpRequest::looks_like(&payload) {
-        return Ok(http::handle(app, payload).await);
+        return Ok(http::handle(app, payload, &context.request_id).await);
     }
     Err(UnrecognizedEvent::Shape.into())
 }

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod chaos_proxy;
+pub mod openapi;
 pub mod runtime_api;
 
 use std::net::TcpListener;
