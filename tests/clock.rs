@@ -13,7 +13,7 @@ use chrono::Duration;
 use idempotent_submit::lambda::{App, Metrics, handle_submit};
 use idempotent_submit::protocol::{RecordOutcome, SweepOptions};
 use idempotent_submit::store::{Fault, FaultyStore, Op};
-use idempotent_submit::{Config, ManualClock, MemoryStore, Queue, SubmitError};
+use idempotent_submit::{Clock, Config, ManualClock, MemoryStore, Queue, Store, SubmitError};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
@@ -221,4 +221,69 @@ async fn the_http_answer_to_a_clock_off_is_a_503_with_retry_after_and_no_detail_
     assert_eq!(body["code"], "storage_unavailable");
     assert_eq!(w.count("tasks/"), 0);
     assert_eq!(app.metrics.lines()[0]["StorageError"], 1);
+}
+
+#[tokio::test]
+async fn a_stalled_first_submit_keeps_the_deadline_of_its_records_s3_time() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // S3 is 50 s ahead: the record's LastModified is our send time + 50 s,
+    // and its deadline 50 s later than our clock's send time would say. A
+    // submit stalled between its record and its task (the first task write
+    // fails after 2350 s) may still write it; 2420 s is past.
+    for (stall, written) in [(2350, true), (2420, false)] {
+        let w = World::new(Duration::seconds(50));
+        let clock = w.clock.clone();
+        let stalled = Arc::new(AtomicBool::new(false));
+        let store = common::Intercept {
+            inner: w.bucket.clone(),
+            hook: move |op: Op, key: &str| {
+                if op == Op::PutCreate
+                    && key.starts_with("tasks/")
+                    && !stalled.swap(true, Ordering::SeqCst)
+                {
+                    clock.advance(Duration::seconds(stall));
+                    return Some(idempotent_submit::StoreError::Unavailable("stalled".into()));
+                }
+                None
+            },
+        };
+        // A library user's long operation timeout: the finish deadline,
+        // not the operation's, is what stops the write.
+        let settings = idempotent_submit::Settings {
+            operation_timeout: Duration::hours(2),
+            ..common::settings()
+        };
+        let q = Queue::with_clock(store, Arc::new(w.clock.clone()), settings);
+        let r = submit(&q, "k").await;
+        assert_eq!(r.is_ok(), written, "stall {stall} s: {r:?}");
+        assert_eq!(w.count("tasks/"), usize::from(written), "stall {stall} s");
+        if !written {
+            assert!(matches!(r, Err(SubmitError::Undetermined { .. })), "{r:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_scheduled_pass_is_timed_in_s3s_clock() {
+    // S3 is 50 s behind: the pass's instant, which the next pass's window
+    // starts from and every record's age is judged against, is S3's.
+    let w = World::new(Duration::seconds(-50));
+    let local = w.clock.now();
+    let s = w
+        .queue()
+        .engine()
+        .sweep(&SweepOptions::default())
+        .await
+        .unwrap();
+    assert!(s.complete);
+    let cp: Value = serde_json::from_slice(
+        &w.bucket
+            .get(idempotent_submit::protocol::sweep::CHECKPOINT_KEY)
+            .await
+            .unwrap()
+            .body,
+    )
+    .unwrap();
+    let pass: chrono::DateTime<chrono::Utc> = cp["pass"].as_str().unwrap().parse().unwrap();
+    assert_eq!(pass, local - Duration::seconds(50), "{cp}");
 }
