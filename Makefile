@@ -4,17 +4,25 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test tools fmt-check clippy lib-only openapi build run clean soak fuzz bench mutants
+.PHONY: test tools fmt-check clippy lib-only openapi api-fuzz build run clean soak fuzz bench mutants
 
 test: tools fmt-check clippy lib-only openapi
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked --features planted-bugs
+	./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1
+
+# Schemathesis at length against the built submit function (make test runs
+# 15 examples per operation, deterministically).
+API_FUZZ_EXAMPLES ?= 300
+api-fuzz: tools
+	$(CARGO) build --locked --bin submit
+	./scripts/with-moto.sh ./scripts/api-fuzz.sh $(API_FUZZ_EXAMPLES) random
 
 # The Python tools the tests use: moto (S3), cfn-lint and the SAM translator
 # (template checks), buquet (the queue's own client and worker, for interop).
 # Installed with pip where missing.
 tools:
-	@python3 -c 'import moto, cfnlint, samtranslator, buquet, openapi_spec_validator, jsonschema, yaml' 2>/dev/null || \
-	  python3 -m pip install --quiet 'moto[server]>=5.1' 'cfn-lint>=1' 'aws-sam-translator>=1.90' 'buquet==0.1.*' 'openapi-spec-validator>=0.7' 'jsonschema>=4.18' pyyaml
+	@python3 -c 'import moto, cfnlint, samtranslator, buquet, openapi_spec_validator, jsonschema, yaml, schemathesis, boto3' 2>/dev/null || \
+	  python3 -m pip install --quiet 'moto[server]>=5.1' 'cfn-lint>=1' 'aws-sam-translator>=1.90' 'buquet==0.1.*' 'openapi-spec-validator>=0.7' 'jsonschema>=4.18' pyyaml 'schemathesis>=4,<5' boto3
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

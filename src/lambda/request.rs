@@ -65,12 +65,22 @@ impl SubmitBody {
             .ok_or_else(|| ValidationError::field("input", "is required (any JSON value)"))?;
         let idempotency_ttl_seconds = match obj.get("idempotency_ttl_seconds") {
             None | Some(Value::Null) => None,
-            Some(Value::Number(n)) => Some(n.as_i64().ok_or_else(|| {
-                ValidationError::field(
-                    "idempotency_ttl_seconds",
-                    "must be a whole number of seconds",
-                )
-            })?),
+            // A whole number, written either way (`3600` or `3600.0`: JSON
+            // does not tell them apart, and neither does JSON Schema).
+            Some(Value::Number(n)) => Some(
+                n.as_i64()
+                    .or_else(|| {
+                        n.as_f64()
+                            .filter(|f| f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0)
+                            .map(|f| f as i64)
+                    })
+                    .ok_or_else(|| {
+                        ValidationError::field(
+                            "idempotency_ttl_seconds",
+                            "must be a whole number of seconds",
+                        )
+                    })?,
+            ),
             Some(_) => {
                 return Err(ValidationError::field(
                     "idempotency_ttl_seconds",
@@ -150,6 +160,18 @@ mod tests {
         assert_eq!(
             field(r#"{"task_type":"t","input":1,"idempotency_scope":[]}"#),
             "idempotency_scope"
+        );
+    }
+
+    #[test]
+    fn a_ttl_written_with_a_zero_fraction_is_a_whole_number() {
+        let b =
+            SubmitBody::parse(br#"{"task_type":"t","input":1,"idempotency_ttl_seconds":47861.0}"#)
+                .unwrap();
+        assert_eq!(b.idempotency_ttl_seconds, Some(47861));
+        assert_eq!(
+            field(r#"{"task_type":"t","input":1,"idempotency_ttl_seconds":1e300}"#),
+            "idempotency_ttl_seconds"
         );
     }
 
