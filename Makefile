@@ -4,9 +4,9 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test tools fmt-check clippy lib-only openapi api-fuzz build run clean soak fuzz bench mutants
+.PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz build run clean soak fuzz bench mutants
 
-test: tools fmt-check clippy lib-only openapi
+test: tools fmt-check clippy lib-only openapi sam-validate
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked --features planted-bugs
 	./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1
 
@@ -21,8 +21,8 @@ api-fuzz: tools
 # (template checks), buquet (the queue's own client and worker, for interop).
 # Installed with pip where missing.
 tools:
-	@python3 -c 'import moto, cfnlint, samtranslator, buquet, openapi_spec_validator, jsonschema, yaml, schemathesis, boto3' 2>/dev/null || \
-	  python3 -m pip install --quiet 'moto[server]>=5.1' 'cfn-lint>=1' 'aws-sam-translator>=1.90' 'buquet==0.1.*' 'openapi-spec-validator>=0.7' 'jsonschema>=4.18' pyyaml 'schemathesis>=4,<5' boto3
+	@python3 -c 'import moto, cfnlint, samtranslator, samcli, buquet, openapi_spec_validator, jsonschema, yaml, schemathesis, boto3' 2>/dev/null || \
+	  python3 -m pip install --quiet 'moto[server]>=5.1' 'cfn-lint>=1' 'aws-sam-translator>=1.90' aws-sam-cli 'buquet==0.1.*' 'openapi-spec-validator>=0.7' 'jsonschema>=4.18' pyyaml 'schemathesis>=4,<5' boto3
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -36,6 +36,16 @@ clippy:
 # schemas; the tests check every handler answer against it.
 openapi:
 	python3 scripts/openapi_check.py docs/openapi.yaml --doc
+
+# The template as the SAM CLI reads it (cfn-lint included); offline.
+sam-validate:
+	AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0 python3 -m samcli validate --lint --template template.yaml
+
+# sam build (x86_64) and each built bootstrap run against moto under a
+# runtime API stand-in: one submit, one replay, one sweep. Not part of make
+# test (a release build of both functions); README has its result.
+deploy-check:
+	./scripts/with-moto.sh ./scripts/deploy-check.sh
 
 # The library alone, for users of the Rust API: no Lambda runtime, no CLI.
 lib-only:

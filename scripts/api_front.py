@@ -8,7 +8,8 @@ BINARY (the `submit` bootstrap) against it as Lambda would
 (AWS_LAMBDA_RUNTIME_API, the function's environment from ours), and serves
 HTTP on 127.0.0.1:PORT: each request becomes an HTTP API (payload 2.0)
 event, as API Gateway's `$default` stage sends it, and the function's answer
-becomes the HTTP response. A function error or crash is a 502, as API Gateway
+becomes the HTTP response; `POST /__invoke` with any event (a schedule's, an
+SQS batch) invokes the function with it as is and answers its JSON. A function error or crash is a 502, as API Gateway
 answers it. One invocation at a time, like one Lambda execution environment.
 Used by `make test` and `make api-fuzz` to drive the real function with
 Schemathesis (docs/openapi.yaml).
@@ -26,6 +27,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PREFIX = "/2018-06-01/runtime"
+# POST an event here to invoke the function with it as is.
+RAW_INVOKE = "/__invoke"
 
 
 class Invocation:
@@ -138,6 +141,8 @@ class Front(BaseHTTPRequestHandler):
 
     def handle_any(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path == RAW_INVOKE and self.command == "POST":
+            return self.invoke_raw(body)
         inv = Invocation(event_for(self, body))
         with one_at_a_time:
             pending.put(inv)
@@ -155,6 +160,23 @@ class Front(BaseHTTPRequestHandler):
             self.send_header(k, v)
         for c in a.get("cookies") or []:
             self.send_header("Set-Cookie", c)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def invoke_raw(self, body):
+        """Any event (a scheduled one, an SQS batch): the function's answer,
+        as JSON, or a 502 with its error."""
+        inv = Invocation(json.loads(body or b"{}"))
+        with one_at_a_time:
+            pending.put(inv)
+            if not inv.done.wait(150):
+                return self.send_plain(504, "the function did not answer")
+        if inv.error is not None:
+            return self.send_plain(502, inv.error)
+        out = json.dumps(inv.answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(out)))
         self.end_headers()
         self.wfile.write(out)

@@ -93,15 +93,23 @@ fn cfn_lint_is_clean() {
 }
 
 #[test]
-fn both_functions_are_arm64_al2023_rust_builds_of_their_binaries() {
+fn both_functions_are_al2023_rust_builds_of_their_binaries_on_arm64_by_default() {
     let t = templates();
+    assert_eq!(t.param_default("Architecture"), "arm64");
+    assert_eq!(
+        t.out["Parameters"]["Architecture"]["AllowedValues"],
+        serde_json::json!(["arm64", "x86_64"])
+    );
     for (name, binary) in [("SubmitFunction", "submit"), ("SweepFunction", "sweep")] {
         let src = &t.source["Resources"][name];
         assert_eq!(src["Metadata"]["BuildMethod"], "rust-cargolambda");
         assert_eq!(src["Metadata"]["BuildProperties"]["Binary"], binary);
         let p = &t.res(name)["Properties"];
         assert_eq!(p["Runtime"], "provided.al2023");
-        assert_eq!(p["Architectures"], serde_json::json!(["arm64"]));
+        assert_eq!(
+            p["Architectures"],
+            serde_json::json!([{"Ref": "Architecture"}])
+        );
         assert_eq!(p["Handler"], "bootstrap");
         assert!(
             p["LoggingConfig"]["LogGroup"]["Ref"].is_string(),
