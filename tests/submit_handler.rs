@@ -415,8 +415,26 @@ async fn with_tenant_isolation_get_answers_only_the_tenants_own_tasks() {
     let shared = Harness::over(store, Some(&clock), false)
         .http(event("http-v2-post-no-key.json"))
         .await;
+    let alice_tenant = idempotent_submit::Tenant::from_principal("lambda:alice")
+        .unwrap()
+        .id();
     for id in [&keyed.body["task_id"], &keyless.body["task_id"]] {
         let id = id.as_str().unwrap();
+        // The task object names its tenant, keyed or not (the seal in its id
+        // is for after a worker rewrote it).
+        let raw = h
+            .app
+            .queue
+            .task(id.parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let task: Value = serde_json::from_slice(&raw).unwrap();
+        assert_eq!(
+            task["idempotency"]["tenant"],
+            alice_tenant.as_str(),
+            "{task}"
+        );
         let own = h.http(as_principal(get_event(id), alice.clone())).await;
         assert_eq!(own.status, 200, "{}", own.body);
         assert_eq!(own.body["id"], id);
