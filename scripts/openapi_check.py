@@ -124,7 +124,7 @@ class Checker:
                 for i, v in enumerate(node):
                     walk(v, f"{where}/{i}")
 
-        walk(self.doc["paths"], "#/paths")
+        walk(self.doc, "#")
         return bad
 
 
