@@ -37,11 +37,11 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
-SCHEMATHESIS_HOOKS=schemathesis_hooks PYTHONPATH="scripts${PYTHONPATH:+:$PYTHONPATH}" \
 if [ "$seed" = random ]; then
   mode=(--seed "$(date +%s)")
 else
   mode=(--seed "$seed" --generation-deterministic)
 fi
+SCHEMATHESIS_HOOKS=schemathesis_hooks PYTHONPATH="scripts${PYTHONPATH:+:$PYTHONPATH}" \
 st run docs/openapi.yaml --url "http://127.0.0.1:$port" \
   --checks all --max-examples "$examples" "${mode[@]}" --no-color
