@@ -50,6 +50,31 @@ impl World {
         assert_eq!(self.count("tasks/"), 0);
     }
 
+    /// A submit of `key` whose process died right after writing its task:
+    /// the record and the task are there, the marker is not.
+    async fn interrupted_before_the_marker(&self, key: &str) {
+        let f = FaultyStore::new(self.bucket.clone());
+        f.inject(
+            Some(Op::Put),
+            "ready/",
+            1,
+            1,
+            Fault::Fail(idempotent_submit::StoreError::Fatal(
+                "the process died".into(),
+            )),
+        );
+        let q = Queue::with_clock(f, Arc::new(self.clock.clone()), common::settings());
+        submit(&q, key).await.unwrap_err();
+        assert_eq!(
+            (
+                self.count("idempotency/"),
+                self.count("tasks/"),
+                self.count("ready/")
+            ),
+            (1, 1, 0)
+        );
+    }
+
     fn count(&self, prefix: &str) -> usize {
         self.bucket
             .keys()
@@ -286,4 +311,30 @@ async fn the_scheduled_pass_is_timed_in_s3s_clock() {
     .unwrap();
     let pass: chrono::DateTime<chrono::Utc> = cp["pass"].as_str().unwrap().parse().unwrap();
     assert_eq!(pass, local - Duration::seconds(50), "{cp}");
+}
+
+#[tokio::test]
+async fn a_replay_that_finds_the_task_but_not_its_marker_answers_nothing_with_a_clock_off() {
+    // A 200 needs both objects; with S3's clock 5 minutes off, the marker may
+    // not be written, so the replay is a retryable error, not the task's
+    // status.
+    let w = World::new(Duration::zero());
+    w.interrupted_before_the_marker("k").await;
+    w.bucket.set_skew(Duration::minutes(5));
+    let before = w.bucket.snapshot();
+    let e = submit(&w.queue(), "k").await.unwrap_err();
+    assert!(clock_error(&e), "{e:?}");
+    assert_eq!(w.bucket.snapshot(), before);
+}
+
+#[tokio::test]
+async fn a_missing_marker_alone_is_written_by_s3s_deadline_not_ours() {
+    // S3 is 50 s behind: by our clock the deadline passed 10 s ago, by S3's
+    // it is 40 s away; only the marker is missing, and it is written.
+    let w = World::new(Duration::seconds(-50));
+    w.interrupted_before_the_marker("k").await;
+    w.clock.advance(Duration::seconds(2400 - 40));
+    let r = submit(&w.queue(), "k").await.unwrap();
+    assert!(r.recovered && r.replayed, "{r:?}");
+    assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
 }
