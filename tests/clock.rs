@@ -338,3 +338,41 @@ async fn a_missing_marker_alone_is_written_by_s3s_deadline_not_ours() {
     assert!(r.recovered && r.replayed, "{r:?}");
     assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
 }
+
+#[tokio::test]
+async fn a_write_refused_at_the_deadline_waits_out_the_late_writes_by_s3s_earliest_time() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // S3 is 50 s ahead. A replay starts in time, but its task write stalls
+    // 200 s and the retry finds S3's deadline passed: undetermined until 15
+    // minutes after the deadline, counted from S3's earliest time now.
+    let w = World::new(Duration::seconds(50));
+    w.interrupted("k").await;
+    w.clock.advance(Duration::seconds(2300));
+    let clock = w.clock.clone();
+    let stalled = Arc::new(AtomicBool::new(false));
+    let store = common::Intercept {
+        inner: w.bucket.clone(),
+        hook: move |op: Op, key: &str| {
+            if op == Op::PutCreate
+                && key.starts_with("tasks/")
+                && !stalled.swap(true, Ordering::SeqCst)
+            {
+                clock.advance(Duration::seconds(200));
+                return Some(idempotent_submit::StoreError::Unavailable("stalled".into()));
+            }
+            None
+        },
+    };
+    let settings = idempotent_submit::Settings {
+        operation_timeout: Duration::hours(2),
+        ..common::settings()
+    };
+    let q = Queue::with_clock(store, Arc::new(w.clock.clone()), settings);
+    match submit(&q, "k").await.unwrap_err() {
+        // The record's deadline is S3's t0 + 50 + 2400; now is our t0 + 2500,
+        // S3's t0 + 2550: 900 - 100 s are left.
+        SubmitError::Undetermined { retry_after, .. } => assert_eq!(retry_after.as_secs(), 800),
+        other => panic!("expected undetermined, got {other:?}"),
+    }
+    assert_eq!(w.count("tasks/"), 0);
+}
