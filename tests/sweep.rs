@@ -784,3 +784,40 @@ async fn an_unfinished_pass_saved_by_the_listing_sweeper_before_ranges_is_done_a
     assert_eq!(s.finished, 1);
     assert_eq!(w.record("a").await.status, Some(RecordStatus::Ready));
 }
+
+#[tokio::test]
+async fn a_run_that_died_holding_the_pass_keeps_it_for_its_lease_then_loses_it() {
+    let w = World::new();
+    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        .await;
+    w.clock.advance(Duration::minutes(11));
+    // A run claims the pass (its lease: the run's 15 minutes plus one
+    // operation's 25 s) and dies right after.
+    let f = FaultyStore::new(w.bucket.clone());
+    f.inject(Some(Op::PutCreate), "sweeper/", 1, 1, Fault::CrashAfter);
+    let died = w
+        .queue_over(f)
+        .engine()
+        .sweep(&SweepOptions::default())
+        .await;
+    assert!(died.is_err(), "{died:?}");
+    let cp: serde_json::Value =
+        serde_json::from_slice(&w.bucket.get("sweeper/checkpoint.json").await.unwrap().body)
+            .unwrap();
+    let lease: chrono::DateTime<chrono::Utc> =
+        cp["running_until"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        lease,
+        w.clock.now() + Duration::minutes(15) + Duration::seconds(25)
+    );
+    // Until the lease runs out, every other run finds the pass taken.
+    w.clock
+        .advance(Duration::minutes(15) + Duration::seconds(24));
+    let s = w.sweep(false).await;
+    assert!(s.busy && s.scanned == 0, "{s:?}");
+    // Then the next run takes it over and finishes the record.
+    w.clock.advance(Duration::seconds(2));
+    let s = w.sweep(false).await;
+    assert!(!s.busy && s.complete, "{s:?}");
+    assert_eq!(s.finished, 1, "{s:?}");
+}
