@@ -821,3 +821,37 @@ async fn a_run_that_died_holding_the_pass_keeps_it_for_its_lease_then_loses_it()
     assert!(!s.busy && s.complete, "{s:?}");
     assert_eq!(s.finished, 1, "{s:?}");
 }
+
+#[tokio::test]
+async fn a_pass_with_a_record_budget_never_lists_past_it_however_many_ranges_wait() {
+    let w = World::new();
+    // Records under three scopes: several ranges wait at once.
+    for tt in ["a", "b", "c"] {
+        for k in ["1", "2"] {
+            let f = FaultyStore::new(w.bucket.clone());
+            f.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+            w.queue_over(f)
+                .submit(tt, json!({"k": k}))
+                .idempotency_key(k)
+                .await
+                .unwrap_err();
+        }
+    }
+    w.clock.advance(Duration::minutes(11));
+    let opts = SweepOptions {
+        max_records: Some(1),
+        ..Default::default()
+    };
+    let (mut runs, mut finished) = (0, 0);
+    loop {
+        runs += 1;
+        assert!(runs < 50, "the pass never completes");
+        let s = w.queue().engine().sweep(&opts).await.unwrap();
+        assert!(s.scanned <= 1, "run {runs}: {s:?}");
+        finished += s.finished;
+        if s.complete {
+            break;
+        }
+    }
+    assert_eq!((finished, w.count("tasks/")), (6, 6));
+}
