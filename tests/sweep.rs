@@ -824,6 +824,12 @@ async fn a_run_that_died_holding_the_pass_keeps_it_for_its_lease_then_loses_it()
 
 #[tokio::test]
 async fn a_pass_with_a_record_budget_never_lists_past_it_however_many_ranges_wait() {
+    for budget in [1, 3] {
+        a_budgeted_pass(budget).await;
+    }
+}
+
+async fn a_budgeted_pass(budget: usize) {
     let w = World::new();
     // Records under three scopes: several ranges wait at once.
     for tt in ["a", "b", "c"] {
@@ -839,7 +845,7 @@ async fn a_pass_with_a_record_budget_never_lists_past_it_however_many_ranges_wai
     }
     w.clock.advance(Duration::minutes(11));
     let opts = SweepOptions {
-        max_records: Some(1),
+        max_records: Some(budget),
         ..Default::default()
     };
     let (mut runs, mut finished) = (0, 0);
@@ -847,11 +853,49 @@ async fn a_pass_with_a_record_budget_never_lists_past_it_however_many_ranges_wai
         runs += 1;
         assert!(runs < 50, "the pass never completes");
         let s = w.queue().engine().sweep(&opts).await.unwrap();
-        assert!(s.scanned <= 1, "run {runs}: {s:?}");
+        assert!(
+            s.scanned <= budget as u64,
+            "budget {budget}, run {runs}: {s:?}"
+        );
         finished += s.finished;
         if s.complete {
             break;
         }
     }
     assert_eq!((finished, w.count("tasks/")), (6, 6));
+}
+
+#[test]
+fn a_summary_adds_every_count_of_another() {
+    let one = SweepSummary {
+        scanned: 3,
+        finished: 4,
+        promoted: 5,
+        expired_deleted: 6,
+        errors: 7,
+        reads: 8,
+        lists: 9,
+        past_deadline: 10,
+        early: 11,
+        ignored: 12,
+        unrecognized: 13,
+        ..Default::default()
+    };
+    let mut sum = one.clone();
+    sum.add(&one);
+    let twice = SweepSummary {
+        scanned: 6,
+        finished: 8,
+        promoted: 10,
+        expired_deleted: 12,
+        errors: 14,
+        reads: 16,
+        lists: 18,
+        past_deadline: 20,
+        early: 22,
+        ignored: 24,
+        unrecognized: 26,
+        ..Default::default()
+    };
+    assert_eq!(sum, twice);
 }
