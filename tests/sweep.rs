@@ -852,11 +852,22 @@ async fn a_budgeted_pass(budget: usize) {
     loop {
         runs += 1;
         assert!(runs < 50, "the pass never completes");
-        let s = w.queue().engine().sweep(&opts).await.unwrap();
+        let f = FaultyStore::new(w.bucket.clone());
+        let s = w.queue_over(f.clone()).engine().sweep(&opts).await.unwrap();
         assert!(
             s.scanned <= budget as u64,
             "budget {budget}, run {runs}: {s:?}"
         );
+        // The summary counts the listings and record reads it made.
+        let calls = f.calls();
+        let count = |op: Op, prefix: &str| {
+            calls
+                .iter()
+                .filter(|c| c.op == op && c.key.starts_with(prefix))
+                .count() as u64
+        };
+        assert_eq!(s.lists, count(Op::List, ""), "run {runs}: {s:?}");
+        assert_eq!(s.reads, count(Op::Get, "idempotency/"), "run {runs}: {s:?}");
         finished += s.finished;
         if s.complete {
             break;
@@ -898,4 +909,25 @@ fn a_summary_adds_every_count_of_another() {
         ..Default::default()
     };
     assert_eq!(sum, twice);
+}
+
+#[test]
+fn only_a_young_record_or_a_retryable_failure_is_handed_back() {
+    use idempotent_submit::SubmitError;
+    let retry = |o: RecordOutcome| o.retry();
+    assert!(retry(RecordOutcome::Early));
+    assert!(retry(RecordOutcome::Failed(SubmitError::Storage(
+        StoreError::Unavailable("503".into())
+    ))));
+    // A failure that a later delivery cannot fix is not handed back: a
+    // refused request, or a record still undetermined past its deadline.
+    assert!(!retry(RecordOutcome::Failed(SubmitError::Storage(
+        StoreError::Fatal("403".into())
+    ))));
+    assert!(!retry(RecordOutcome::Failed(SubmitError::Undetermined {
+        task_id: uuid::Uuid::nil(),
+        retry_after: std::time::Duration::from_secs(1),
+    })));
+    assert!(!retry(RecordOutcome::Finished));
+    assert!(!retry(RecordOutcome::PastDeadline));
 }
