@@ -75,6 +75,33 @@ impl World {
         );
     }
 
+    /// A queue whose first task write stalls `by` (the clock moves on) and
+    /// fails retryably; its operation timeout is a library user's long one,
+    /// so that the finish deadline, not the operation's, stops the retry.
+    fn queue_stalling_the_first_task_write(&self, by: Duration) -> Queue {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let clock = self.clock.clone();
+        let stalled = Arc::new(AtomicBool::new(false));
+        let store = common::Intercept {
+            inner: self.bucket.clone(),
+            hook: move |op: Op, key: &str| {
+                if op == Op::PutCreate
+                    && key.starts_with("tasks/")
+                    && !stalled.swap(true, Ordering::SeqCst)
+                {
+                    clock.advance(by);
+                    return Some(idempotent_submit::StoreError::Unavailable("stalled".into()));
+                }
+                None
+            },
+        };
+        let settings = idempotent_submit::Settings {
+            operation_timeout: Duration::hours(2),
+            ..common::settings()
+        };
+        Queue::with_clock(store, Arc::new(self.clock.clone()), settings)
+    }
+
     fn count(&self, prefix: &str) -> usize {
         self.bucket
             .keys()
@@ -250,35 +277,13 @@ async fn the_http_answer_to_a_clock_off_is_a_503_with_retry_after_and_no_detail_
 
 #[tokio::test]
 async fn a_stalled_first_submit_keeps_the_deadline_of_its_records_s3_time() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     // S3 is 50 s ahead: the record's LastModified is our send time + 50 s,
     // and its deadline 50 s later than our clock's send time would say. A
     // submit stalled between its record and its task (the first task write
     // fails after 2350 s) may still write it; 2420 s is past.
     for (stall, written) in [(2350, true), (2420, false)] {
         let w = World::new(Duration::seconds(50));
-        let clock = w.clock.clone();
-        let stalled = Arc::new(AtomicBool::new(false));
-        let store = common::Intercept {
-            inner: w.bucket.clone(),
-            hook: move |op: Op, key: &str| {
-                if op == Op::PutCreate
-                    && key.starts_with("tasks/")
-                    && !stalled.swap(true, Ordering::SeqCst)
-                {
-                    clock.advance(Duration::seconds(stall));
-                    return Some(idempotent_submit::StoreError::Unavailable("stalled".into()));
-                }
-                None
-            },
-        };
-        // A library user's long operation timeout: the finish deadline,
-        // not the operation's, is what stops the write.
-        let settings = idempotent_submit::Settings {
-            operation_timeout: Duration::hours(2),
-            ..common::settings()
-        };
-        let q = Queue::with_clock(store, Arc::new(w.clock.clone()), settings);
+        let q = w.queue_stalling_the_first_task_write(Duration::seconds(stall));
         let r = submit(&q, "k").await;
         assert_eq!(r.is_ok(), written, "stall {stall} s: {r:?}");
         assert_eq!(w.count("tasks/"), usize::from(written), "stall {stall} s");
@@ -341,33 +346,13 @@ async fn a_missing_marker_alone_is_written_by_s3s_deadline_not_ours() {
 
 #[tokio::test]
 async fn a_write_refused_at_the_deadline_waits_out_the_late_writes_by_s3s_earliest_time() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     // S3 is 50 s ahead. A replay starts in time, but its task write stalls
     // 200 s and the retry finds S3's deadline passed: undetermined until 15
     // minutes after the deadline, counted from S3's earliest time now.
     let w = World::new(Duration::seconds(50));
     w.interrupted("k").await;
     w.clock.advance(Duration::seconds(2300));
-    let clock = w.clock.clone();
-    let stalled = Arc::new(AtomicBool::new(false));
-    let store = common::Intercept {
-        inner: w.bucket.clone(),
-        hook: move |op: Op, key: &str| {
-            if op == Op::PutCreate
-                && key.starts_with("tasks/")
-                && !stalled.swap(true, Ordering::SeqCst)
-            {
-                clock.advance(Duration::seconds(200));
-                return Some(idempotent_submit::StoreError::Unavailable("stalled".into()));
-            }
-            None
-        },
-    };
-    let settings = idempotent_submit::Settings {
-        operation_timeout: Duration::hours(2),
-        ..common::settings()
-    };
-    let q = Queue::with_clock(store, Arc::new(w.clock.clone()), settings);
+    let q = w.queue_stalling_the_first_task_write(Duration::seconds(200));
     match submit(&q, "k").await.unwrap_err() {
         // The record's deadline is S3's t0 + 50 + 2400; now is our t0 + 2500,
         // S3's t0 + 2550: 900 - 100 s are left.
