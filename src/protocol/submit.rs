@@ -278,8 +278,25 @@ impl Engine {
     /// S3's time minus ours, as far as S3's answers have told it: the bounds
     /// every deadline decision takes its safe side of (a write only while
     /// `now + high` is before the deadline; `missing` only once `now + low`
-    /// is past it). An error when it is unknown or over 60 s.
+    /// is past it). An error, logged, when it is unknown or over 60 s.
     pub(crate) fn s3_offset(&self) -> Result<Offset, SubmitError> {
+        self.judged_offset().map_err(|offset| {
+            match offset {
+                Some(o) => tracing::error!(
+                    offset = %o,
+                    "S3's clock stands over 60 s from ours: nothing bound by a deadline is written until the machine's clock is fixed"
+                ),
+                None => tracing::warn!(
+                    "S3's clock is not known yet: nothing bound by a deadline is written"
+                ),
+            }
+            SubmitError::ClockOffset { offset }
+        })
+    }
+
+    /// The offset if it may be used; else what is known of it (`None`: not
+    /// yet dated). Logs nothing.
+    fn judged_offset(&self) -> Result<Offset, Option<Offset>> {
         if self.settings.clock_check == ClockCheck::TrustClock {
             let zero = chrono::Duration::zero();
             return Ok(Offset {
@@ -289,18 +306,7 @@ impl Engine {
         }
         match self.store.clock_offset() {
             Some(o) if o.magnitude() <= MAX_CLOCK_OFFSET => Ok(o),
-            offset => {
-                match offset {
-                    Some(o) => tracing::error!(
-                        offset = %o,
-                        "S3's clock stands over 60 s from ours: nothing bound by a deadline is written until the machine's clock is fixed"
-                    ),
-                    None => tracing::warn!(
-                        "S3's clock is not known yet: nothing bound by a deadline is written"
-                    ),
-                }
-                Err(SubmitError::ClockOffset { offset })
-            }
+            other => Err(other),
         }
     }
 
@@ -324,22 +330,11 @@ impl Engine {
         rkey: &str,
         op_deadline: DateTime<Utc>,
     ) -> Result<(), SubmitError> {
-        if self.s3_offset_quiet().is_some_and(|ok| !ok) {
+        if matches!(self.judged_offset(), Err(Some(_))) {
             let _ = self.call(op_deadline, || self.store.head(rkey)).await;
             self.s3_offset()?;
         }
         Ok(())
-    }
-
-    /// Is the offset known and within bounds (`Some(true)`), known and too
-    /// large (`Some(false)`), or unknown (`None`)? Logs nothing.
-    fn s3_offset_quiet(&self) -> Option<bool> {
-        if self.settings.clock_check == ClockCheck::TrustClock {
-            return Some(true);
-        }
-        self.store
-            .clock_offset()
-            .map(|o| o.magnitude() <= MAX_CLOCK_OFFSET)
     }
 
     /// One store request with retries: on 409 and retryable failures, with
