@@ -421,6 +421,74 @@ async fn each_record_is_read_a_bounded_number_of_times_however_often_the_sweeper
     );
 }
 
+/// The ages (in hours since the record's last write) at which hourly passes
+/// read a record kept for `ttl`, up to `until` hours; and the age at which
+/// one deleted it.
+async fn hourly_reads_of_a_long_lived_record(ttl: Duration, until: i64) -> (Vec<i64>, Option<i64>) {
+    let w = World::new();
+    w.queue()
+        .submit("t", json!({"k": 1}))
+        .idempotency_key("long")
+        .idempotency_ttl(ttl)
+        .await
+        .unwrap();
+    // One pass past the stale threshold settles the record (reads it, and
+    // promotes it if its submit left it `creating`); the ages count from
+    // its last write.
+    w.clock.advance(Duration::minutes(11));
+    w.sweep(false).await;
+    let (rec, meta) = w.queue().record("t", "long", None).await.unwrap().unwrap();
+    assert_eq!(rec.status, Some(RecordStatus::Ready));
+    let written = meta.last_modified;
+    let f = FaultyStore::new(w.bucket.clone());
+    let q = w.queue_over(f.clone());
+    let (mut reads, mut deleted) = (Vec::new(), None);
+    for age in 1..=until {
+        w.clock.set(written + Duration::hours(age));
+        let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+        assert!(s.complete && s.errors == 0, "{s:?}");
+        if s.reads > 0 {
+            reads.push(age);
+        }
+        if s.expired_deleted > 0 {
+            deleted = Some(age);
+            break;
+        }
+    }
+    // The summaries' reads are the GETs the bucket saw.
+    let gets = f
+        .calls()
+        .iter()
+        .filter(|c| c.op == Op::Get && c.key.starts_with("idempotency/"))
+        .count();
+    assert_eq!(gets, reads.len());
+    (reads, deleted)
+}
+
+#[tokio::test]
+async fn a_record_kept_past_the_default_ttl_is_read_at_it_and_at_each_doubling_of_its_age() {
+    // The default TTL is 30 days (720 h); then 2^k hours past it: 1024 h,
+    // 2048 h, 4096 h, 8192 h. A 365-day record (8760 h) is alive at 8192 h
+    // and is deleted at the next doubling, 16384 h: under twice its TTL.
+    let (reads, deleted) = hourly_reads_of_a_long_lived_record(Duration::days(365), 20_000).await;
+    assert_eq!(reads, [720, 1024, 2048, 4096, 8192, 16384]);
+    assert_eq!(deleted, Some(16384));
+}
+
+#[tokio::test]
+async fn a_record_kept_for_the_default_ttl_is_read_once_and_deleted_then() {
+    let (reads, deleted) = hourly_reads_of_a_long_lived_record(Duration::days(30), 2_000).await;
+    assert_eq!(reads, [720]);
+    assert_eq!(deleted, Some(720));
+}
+
+#[tokio::test]
+async fn a_record_kept_for_less_than_the_default_ttl_is_deleted_at_the_default_ttls_age() {
+    let (reads, deleted) = hourly_reads_of_a_long_lived_record(Duration::days(2), 2_000).await;
+    assert_eq!(reads, [720]);
+    assert_eq!(deleted, Some(720));
+}
+
 #[tokio::test]
 async fn a_pass_reads_and_finishes_records_side_by_side() {
     let w = World::new();
