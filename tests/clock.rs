@@ -102,6 +102,13 @@ impl World {
         Queue::with_clock(store, Arc::new(self.clock.clone()), settings)
     }
 
+    /// Another machine, whose clock stands `skew` from S3's, asks at S3's
+    /// time `at` (S3's clock runs on; the machine's is set to match).
+    fn machine_at(&self, skew: Duration, at: chrono::DateTime<chrono::Utc>) {
+        self.bucket.set_skew(skew);
+        self.clock.set(at - skew);
+    }
+
     fn count(&self, prefix: &str) -> usize {
         self.bucket
             .keys()
@@ -360,4 +367,56 @@ async fn a_write_refused_at_the_deadline_waits_out_the_late_writes_by_s3s_earlie
         other => panic!("expected undetermined, got {other:?}"),
     }
     assert_eq!(w.count("tasks/"), 0);
+}
+
+#[tokio::test]
+async fn within_60_s_a_records_life_is_judged_by_s3s_clock_whichever_machine_wrote_or_reads_it() {
+    for (writer, reader) in [(-50, 50), (50, -50), (-50, -50), (50, 50), (0, 50)] {
+        let (writer, reader) = (Duration::seconds(writer), Duration::seconds(reader));
+        let w = World::new(writer);
+        let q = w.queue();
+        let ttl = Duration::hours(1);
+        // A process that has had an answer from S3 (a cold one writes its
+        // first record by its own clock: it has nothing else to go by).
+        submit(&q, "warm").await.unwrap();
+        let first = q
+            .submit("t", json!({"n": 1}))
+            .idempotency_key("k")
+            .idempotency_ttl(ttl)
+            .await
+            .unwrap();
+        assert!(first.created());
+        // Written in S3's time: the life runs from the record's LastModified.
+        let (rec, meta) = q.record("t", "k", None).await.unwrap().unwrap();
+        assert_eq!(
+            (rec.created_at, rec.expires_at),
+            (meta.last_modified, meta.last_modified + ttl),
+            "writer {writer}"
+        );
+        // 20 s before that by S3's clock, a machine whose clock is off (it
+        // may think the record long expired) still replays it...
+        let again = |n| {
+            let q = w.queue();
+            async move {
+                q.submit("t", json!({"n": n}))
+                    .idempotency_key("k")
+                    .idempotency_ttl(ttl)
+                    .await
+                    .unwrap()
+            }
+        };
+        w.machine_at(reader, rec.expires_at - Duration::seconds(20));
+        let replay = again(1).await;
+        assert_eq!(
+            (replay.task_id, replay.replayed),
+            (first.task_id, true),
+            "writer {writer}, reader {reader}"
+        );
+        // ...and at it (though its clock may say it has 50 s to go), takes
+        // the key for a new task.
+        w.machine_at(reader, rec.expires_at);
+        let next = again(2).await;
+        assert!(next.created(), "writer {writer}, reader {reader}");
+        assert_ne!(next.task_id, first.task_id);
+    }
 }

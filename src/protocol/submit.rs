@@ -457,6 +457,13 @@ impl Engine {
         let rkey = record_key(&scope, &key_hash);
         self.refuse_if_clock_known_off(&rkey, op_deadline).await?;
         let now = self.now().trunc_subsecs(0);
+        // The record's life is in S3's time, as every reader judges it: from
+        // S3's earliest time now. A cold process, which has no answer yet to
+        // learn S3's clock from, writes its own (within the 60 s that any
+        // clock it judges by may be off).
+        let record_now = self
+            .judged_offset()
+            .map_or(now, |o| (self.now() + o.low).trunc_subsecs(0));
         // The task id and write_id are chosen once and kept across retries:
         // that is how a retry recognizes its own earlier write.
         let loc = TaskLocation::new(new_task_id(req), self.settings.shard_prefix_len, now);
@@ -481,8 +488,8 @@ impl Engine {
             task_type: req.task_type.to_string(),
             input_hash: req.input.hash.clone(),
             status: Some(RecordStatus::Creating),
-            created_at: now,
-            expires_at: now + k.ttl.duration(),
+            created_at: record_now,
+            expires_at: record_now + k.ttl.duration(),
             write_id: Some(write_id),
             tenant: tenant_id.clone(),
             pending_task: Some(task),
@@ -528,7 +535,11 @@ impl Engine {
                     .await;
             }
 
-            if existing.is_expired(self.now()) && !self.settings.has_bug(Bug::ExpiryIgnored) {
+            // Expired by S3's earliest time, as the sweeper judges it: never
+            // before its `expires_at` by S3's clock, whichever machine asks.
+            if existing.is_expired(self.s3_earliest()?)
+                && !self.settings.has_bug(Bug::ExpiryIgnored)
+            {
                 // An expired record counts as absent: replace it, but only if
                 // it is still the one we read.
                 let sent_at = self.now();
