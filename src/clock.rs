@@ -86,8 +86,12 @@ impl std::fmt::Display for Offset {
 /// carries its `Date` (whole seconds): it was made at a storage time in
 /// `[date, date + 1 s)`, at a local time between sending the request and
 /// reading the answer, so the offset lies in `[date − received, date + 1 s −
-/// sent]`. Samples that agree narrow the bounds; one that disagrees with all
-/// before it (the local clock was stepped) starts over from itself.
+/// sent]`. The latest answer's bounds replace the last ones: intersecting
+/// answers would narrow the bounds below a second, but a local clock that
+/// drifts or is stepped by less than the bounds' width would then leave them
+/// wrong (excluding the true offset) with nothing to show it, while one
+/// answer's bounds always hold the offset at its time. Every decision takes
+/// the safe side of a second-wide interval instead.
 #[derive(Debug, Default)]
 pub struct OffsetEstimate(Mutex<Option<Offset>>);
 
@@ -97,14 +101,7 @@ impl OffsetEstimate {
             low: date - received,
             high: date + Duration::seconds(1) - sent,
         };
-        let mut known = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        *known = Some(match *known {
-            Some(o) if o.low <= sample.high && sample.low <= o.high => Offset {
-                low: o.low.max(sample.low),
-                high: o.high.min(sample.high),
-            },
-            _ => sample,
-        });
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(sample);
     }
 
     /// `None` until the first answer.
@@ -136,16 +133,18 @@ mod tests {
     }
 
     #[test]
-    fn agreeing_answers_narrow_the_bounds_and_a_disagreeing_one_starts_over() {
+    fn each_answer_replaces_the_bounds_so_a_clock_stepped_by_under_a_second_is_seen_at_once() {
         let e = OffsetEstimate::default();
         e.observe(at(0, 200), at(0, 300), at(10, 0)); // [9.7, 10.8]
-        e.observe(at(1, 500), at(1, 600), at(11, 0)); // [9.4, 10.5]
+        // Our clock was stepped 0.6 s back: this answer's bounds overlap the
+        // last, but only its own hold the offset now.
+        e.observe(at(1, 0), at(1, 100), at(11, 0)); // [9.9, 11.0]
         let o = e.get().unwrap();
         assert_eq!(
             (o.low, o.high),
-            (Duration::milliseconds(9700), Duration::milliseconds(10500))
+            (Duration::milliseconds(9900), Duration::seconds(11))
         );
-        // The local clock was stepped a minute back: the old bounds are void.
+        // Stepped a minute back.
         e.observe(at(2, 0), at(2, 100), at(72, 0)); // [69.9, 71.0]
         let o = e.get().unwrap();
         assert_eq!(
