@@ -24,4 +24,7 @@ pub enum Bug {
     OverwriteTask,
     /// Reads an expired record as live (breaks guarantee 6).
     ExpiryIgnored,
+    /// Trusts the machine's clock as S3's, offset zero, whatever S3's
+    /// answers show (breaks the deadline when the clock is off).
+    TrustMachineClock,
 }

@@ -4,8 +4,10 @@
 //! `queue` scope and a custom scope, where another task type is a conflict;
 //! the sweeper's record events (the due queue, delivered
 //! `STALE_CREATING_AFTER_SECONDS` to 15 minutes after each record write) and
-//! its scheduled pass; time passing past staleness, deadlines and expiry; and
-//! tasks deleted by the queue.
+//! its scheduled pass; time passing past staleness, deadlines and expiry;
+//! tasks deleted by the queue; and the functions' machines' clock stepped up
+//! to 58 s off S3's and back. Every time the checker notes is S3's; the
+//! protocol runs on the machines' clock and learns S3's from its answers.
 //!
 //! After every step, guarantees 1 to 7 of CONTRACT.md section 3 are checked
 //! against each submit's own (tenant, scope, key, task type): every answer
@@ -107,6 +109,12 @@ enum Step {
     DeleteTask {
         who: Who,
         task_type: u8,
+    },
+    /// The functions' machines' clock is stepped: from now on it stands
+    /// `secs` behind S3's (ahead when negative), within the 60 s allowed.
+    /// S3's clock, in which the checker judges, runs on undisturbed.
+    ClockStepped {
+        secs: i64,
     },
 }
 
@@ -244,6 +252,13 @@ fn gen_schedule(seed: u64, len: usize) -> Vec<Step> {
                     _ => rng.i64(3600..3 * 86400),
                 },
                 sweeper_down: rng.u8(..100) < 20,
+            }],
+            93..=95 => vec![Step::ClockStepped {
+                secs: if rng.u8(..100) < 20 {
+                    0
+                } else {
+                    rng.i64(-58..=58)
+                },
             }],
             _ => vec![Step::DeleteTask {
                 who: gen_who(&mut rng),
@@ -481,6 +496,7 @@ struct Stats {
     event_late: u64,
     swept_finished: u64,
     swept_deleted: u64,
+    off_clock_submits: u64,
 }
 
 impl Stats {
@@ -490,12 +506,12 @@ impl Stats {
         }
     }
 
-    fn fields(&self) -> [u64; 22] {
+    fn fields(&self) -> [u64; 23] {
         let mut c = *self;
         c.fields_mut().map(|v| *v)
     }
 
-    fn fields_mut(&mut self) -> [&mut u64; 22] {
+    fn fields_mut(&mut self) -> [&mut u64; 23] {
         [
             &mut self.crashes,
             &mut self.lost_answers,
@@ -519,10 +535,11 @@ impl Stats {
             &mut self.event_late,
             &mut self.swept_finished,
             &mut self.swept_deleted,
+            &mut self.off_clock_submits,
         ]
     }
 
-    const NAMES: [&'static str; 22] = [
+    const NAMES: [&'static str; 23] = [
         "crashes",
         "lost answers to writes",
         "task writes landing after the deadline, inside the 15-minute margin",
@@ -545,6 +562,7 @@ impl Stats {
         "events reaching the sweeper late",
         "records finished by the scheduled pass",
         "expired records deleted",
+        "submits from a machine whose clock is off S3's",
     ];
 }
 
@@ -558,8 +576,26 @@ struct Answer {
     end: DateTime<Utc>,
 }
 
+/// The functions' machines' clock: S3's (the model's `ManualClock`) less
+/// `behind`.
+#[derive(Clone)]
+struct MachineClock {
+    s3: ManualClock,
+    behind: Arc<Mutex<Duration>>,
+}
+
+impl Clock for MachineClock {
+    fn now(&self) -> DateTime<Utc> {
+        self.s3.now() - *self.behind.lock().unwrap()
+    }
+}
+
 struct World {
+    /// S3's clock: every time the checker notes or compares is S3's, as the
+    /// records' `LastModified` are.
     clock: ManualClock,
+    /// The clock the protocol runs on.
+    machine: MachineClock,
     bucket: MemoryStore,
     recorder: Recorder,
     settings: Settings,
@@ -578,7 +614,13 @@ enum Outcome {
 impl World {
     fn new(bug: Option<Bug>) -> Self {
         let clock = ManualClock::at_epoch();
-        let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+        let machine = MachineClock {
+            s3: clock.clone(),
+            behind: Arc::default(),
+        };
+        // The bucket stands `behind` ahead of the machines: its time (and so
+        // its LastModified and Date) is the model's clock.
+        let bucket = MemoryStore::new(Arc::new(machine.clone()) as Arc<dyn Clock>);
         let mut settings = common::settings();
         settings.retry.attempt_timeout = std::time::Duration::from_millis(50);
         #[cfg(feature = "planted-bugs")]
@@ -600,6 +642,7 @@ impl World {
         };
         World {
             clock,
+            machine,
             bucket,
             recorder,
             settings,
@@ -641,7 +684,7 @@ impl World {
             per_mille: f.slow_per_mille,
             sends: self.sends.clone(),
         };
-        let q = Queue::with_clock(slow, Arc::new(self.clock.clone()), self.settings.clone());
+        let q = Queue::with_clock(slow, Arc::new(self.machine.clone()), self.settings.clone());
         (q, store)
     }
 
@@ -707,6 +750,12 @@ impl World {
                     self.deleted.insert(rec.task_id);
                     self.stats.task_deletions += 1;
                 }
+                Ok(())
+            }
+            Step::ClockStepped { secs } => {
+                let behind = Duration::seconds(*secs);
+                *self.machine.behind.lock().unwrap() = behind;
+                self.bucket.set_skew(behind);
                 Ok(())
             }
             Step::Submit { .. } | Step::Sweep { .. } => {
@@ -948,6 +997,7 @@ impl World {
         r: Result<idempotent_submit::Submitted, SubmitError>,
     ) -> Result<(), String> {
         self.stats.tenant_submits += u64::from(c.who.tenant > 0);
+        self.stats.off_clock_submits += u64::from(!self.machine.behind.lock().unwrap().is_zero());
         self.stats.queue_scope_submits += u64::from(c.who.scope == 1);
         self.stats.custom_scope_submits += u64::from(c.who.scope == 2);
         let my_type = TASK_TYPES[c.task_type as usize];
@@ -1106,7 +1156,11 @@ impl World {
                 let Some(sent) = sent else {
                     return Err(format!("undetermined for {task_id}, which no record named"));
                 };
-                if c.now < sent + self.settings.finish_window {
+                // Less two seconds: a writer knows S3's clock to within a
+                // second (its answers' Date has whole seconds), and takes the
+                // safe side twice: its deadline from the send time's earliest
+                // S3 time, now from the latest.
+                if c.now + Duration::seconds(2) < sent + self.settings.finish_window {
                     return Err(format!(
                         "undetermined for {task_id} at {}, before its deadline ({sent} + window)",
                         c.now
@@ -1172,8 +1226,10 @@ impl World {
         for w in writes.iter().filter(|w| w.key.starts_with("idempotency/")) {
             let r = Record::parse(&w.body).unwrap();
             first_landed.entry(r.task_id).or_insert(w.at);
+            // A life runs from the record's first write (S3's time, not the
+            // `created_at` a writer's clock gave it) to its `expires_at`.
             life.entry(r.task_id)
-                .or_insert((w.key.clone(), r.created_at, r.expires_at));
+                .or_insert((w.key.clone(), w.at, r.expires_at));
         }
         // Guarantee 2 and the finish deadline: each task written once, only
         // for a record, with If-None-Match, landing no later than the
@@ -1452,4 +1508,10 @@ fn the_checker_catches_a_task_written_twice() {
 #[test]
 fn the_checker_catches_an_expired_record_kept_alive() {
     planted_bug_is_caught(Bug::ExpiryIgnored, "guarantee 6");
+}
+
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_checker_catches_a_writer_that_trusts_its_own_clock() {
+    planted_bug_is_caught(Bug::TrustMachineClock, "past its deadline");
 }
