@@ -420,3 +420,34 @@ async fn within_60_s_a_records_life_is_judged_by_s3s_clock_whichever_machine_wro
         assert_ne!(next.task_id, first.task_id);
     }
 }
+
+#[tokio::test]
+async fn the_sweepers_event_judges_a_records_expiry_by_s3s_clock() {
+    // S3 50 s ahead: expired by S3's clock 10 s ago, 40 s ahead by ours:
+    // deleted. S3 50 s behind: 10 s to go by S3's clock, expired 40 s ago by
+    // ours: kept.
+    for (skew, past_expiry, deleted) in [(50, 10, true), (-50, -10, false)] {
+        let skew = Duration::seconds(skew);
+        let w = World::new(skew);
+        let q = w.queue();
+        submit(&q, "warm").await.unwrap();
+        q.submit("t", json!({"n": 1}))
+            .idempotency_key("k")
+            .idempotency_ttl(Duration::hours(1))
+            .await
+            .unwrap();
+        let (rec, meta) = q.record("t", "k", None).await.unwrap().unwrap();
+        w.machine_at(skew, rec.expires_at + Duration::seconds(past_expiry));
+        let outcome = w
+            .queue()
+            .engine()
+            .sweep_record(&meta.key, false, None)
+            .await;
+        assert_eq!(
+            matches!(outcome, RecordOutcome::ExpiredDeleted),
+            deleted,
+            "S3 {skew} off: {outcome:?}"
+        );
+        assert_eq!(q.record("t", "k", None).await.unwrap().is_some(), !deleted);
+    }
+}

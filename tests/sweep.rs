@@ -883,8 +883,9 @@ async fn a_run_that_died_holding_the_pass_keeps_it_for_its_lease_then_loses_it()
         .advance(Duration::minutes(15) + Duration::seconds(24));
     let s = w.sweep(false).await;
     assert!(s.busy && s.scanned == 0, "{s:?}");
-    // Then the next run takes it over and finishes the record.
-    w.clock.advance(Duration::seconds(2));
+    // From the lease's last instant, the next run takes it over and
+    // finishes the record.
+    w.clock.advance(Duration::seconds(1));
     let s = w.sweep(false).await;
     assert!(!s.busy && s.complete, "{s:?}");
     assert_eq!(s.finished, 1, "{s:?}");
