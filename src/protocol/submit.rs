@@ -312,6 +312,12 @@ impl Engine {
         }
     }
 
+    /// Whether S3's latest possible time now is before `deadline`: a write
+    /// may start.
+    fn s3_before(&self, deadline: DateTime<Utc>) -> Result<bool, SubmitError> {
+        Ok(self.now() + self.s3_offset()?.high < deadline)
+    }
+
     /// The earliest S3 time that a local instant can have been.
     fn s3_at_least(&self, local: DateTime<Utc>) -> Result<DateTime<Utc>, SubmitError> {
         Ok(local + self.s3_offset()?.low)
@@ -620,8 +626,6 @@ impl Engine {
         // Our own task id on a record we did not recognize by write_id: we
         // wrote it, and the sweeper turned it ready. It is still our 201.
         let replayed = rec.task_id != my_task_id;
-        let now = self.now();
-        let offset = self.s3_offset();
         let finish_deadline = meta.last_modified + self.settings.finish_window;
         match rec.status {
             Some(RecordStatus::Ready) => {
@@ -635,17 +639,10 @@ impl Engine {
             }
             // Whether S3's time may still be before the deadline needs its
             // offset: unknown or too large, the submit writes nothing and
-            // answers nothing it cannot vouch for.
-            Some(RecordStatus::Creating) if rec.pending_task.is_some() && offset.is_err() => {
-                Err(offset
-                    .err()
-                    .unwrap_or(SubmitError::ClockOffset { offset: None }))
-            }
+            // answers nothing it cannot vouch for (the error).
             Some(RecordStatus::Creating)
                 if rec.pending_task.is_some()
-                    && (offset
-                        .as_ref()
-                        .is_ok_and(|o| now + o.high < finish_deadline)
+                    && (self.s3_before(finish_deadline)?
                         || self.settings.has_bug(Bug::IgnoreFinishDeadline)) =>
             {
                 let done = self
@@ -668,7 +665,7 @@ impl Engine {
                     // `missing` only once S3's earliest possible time is past
                     // the last instant a late write can land.
                     None => {
-                        let s3_now = now + offset?.low;
+                        let s3_now = self.s3_earliest()?;
                         if s3_now < until {
                             Err(SubmitError::Undetermined {
                                 task_id: rec.task_id,
