@@ -533,6 +533,17 @@ impl Clock for TickingClock {
 /// A bucket holding one expired record per second of `LastModified`, `n`
 /// of them under each of `scopes`, on a clock that ticks at every read.
 async fn dense_bucket(scopes: &[(&str, usize)]) -> (ManualClock, MemoryStore) {
+    // Ready, and expired from the start: whenever a pass reads one, it
+    // deletes it.
+    dense_bucket_expiring(scopes, "2026-01-27T13:00:00Z").await
+}
+
+/// Records of `scopes`, ready, expiring at `expires_at`, written a second
+/// apart from the epoch on.
+async fn dense_bucket_expiring(
+    scopes: &[(&str, usize)],
+    expires_at: &str,
+) -> (ManualClock, MemoryStore) {
     let manual = ManualClock::at_epoch();
     let bucket = common::memory_store(&manual);
     let q = Queue::with_clock(bucket.clone(), Arc::new(manual.clone()), common::settings());
@@ -548,9 +559,7 @@ async fn dense_bucket(scopes: &[(&str, usize)]) -> (ManualClock, MemoryStore) {
     let mut v: serde_json::Value =
         serde_json::from_slice(&bucket.get(&template_key).await.unwrap().body).unwrap();
     bucket.delete(&template_key, None).await.unwrap();
-    // Ready, and expired from the start: whenever a pass reads one, it
-    // deletes it.
-    v["expires_at"] = json!("2026-01-27T13:00:00Z");
+    v["expires_at"] = json!(expires_at);
     v["status"] = json!("ready");
     v.as_object_mut().unwrap().remove("pending_task");
     let body: bytes::Bytes = serde_json::to_vec(&v).unwrap().into();
@@ -727,6 +736,112 @@ async fn a_pass_over_parallel_ranges_resumed_across_runs_misses_nothing_and_read
         .map(|c| c.key)
         .collect();
     assert!(split.len() >= 8, "{split:?}");
+}
+
+/// Live records over two full pages: every pass reads each once, and none
+/// is deleted, so a range listed or read again shows in the counts.
+#[tokio::test]
+async fn a_failure_inside_a_split_page_waits_alone_and_its_rest_is_listed_and_read_exactly_once() {
+    let (manual, bucket) = dense_bucket_expiring(&[("big", 2500)], "2030-01-01T00:00:00Z").await;
+    manual.advance(Duration::days(31));
+    let keys: Vec<String> = bucket
+        .keys()
+        .into_iter()
+        .filter(|k| k.starts_with("idempotency/big/"))
+        .collect();
+    assert_eq!(keys.len(), 2500);
+    let f = FaultyStore::new(bucket.clone());
+    let q = Queue::with_clock(f.clone(), Arc::new(manual.clone()), common::settings());
+    let run = |failing: Option<&str>| {
+        f.heal();
+        if let Some(k) = failing {
+            f.inject(
+                Some(Op::Get),
+                k,
+                1,
+                usize::MAX,
+                Fault::Fail(StoreError::Unavailable("503".into())),
+            );
+        }
+        let (q, f) = (q.clone(), f.clone());
+        async move {
+            let before = f.calls().len();
+            let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+            let calls = f.calls()[before..].to_vec();
+            let count = |op: Op| {
+                calls
+                    .iter()
+                    .filter(|c| c.op == op && c.key.starts_with("idempotency/big/"))
+                    .count()
+            };
+            let gets: Vec<String> = calls
+                .iter()
+                .filter(|c| c.op == Op::Get && c.key.starts_with("idempotency/big/"))
+                .map(|c| c.key.clone())
+                .collect();
+            (s, count(Op::List), gets)
+        }
+    };
+    let gets_of = |g: &[String]| g.iter().collect::<std::collections::BTreeSet<_>>().len();
+
+    // Run 1: the first record of the first (full) page fails. Its chunk of
+    // 16 is read; the rest of that page waits; the split ranges after it
+    // go on now and read the other 1500.
+    let (s, _, gets) = run(Some(&keys[0])).await;
+    assert_eq!((s.errors, s.complete), (1, false), "{s:?}");
+    assert_eq!(gets_of(&gets), 16 + 1500);
+    assert!(gets.iter().all(|k| k <= &keys[15] || k > &keys[999]));
+
+    // Run 2: the waiting page, bounded by its last key, is listed from its
+    // start (one listing: a full page) and read up to record 500, which
+    // fails now: its chunk (497 to 512) is read, the rest waits.
+    let (s, lists, gets) = run(Some(&keys[499])).await;
+    assert_eq!((s.errors, s.complete), (1, false), "{s:?}");
+    assert_eq!(lists, 1, "{s:?}");
+    assert_eq!(gets_of(&gets), 512);
+    assert!(gets.iter().all(|k| k <= &keys[511]));
+
+    // Run 3: from record 500 to the page's end, nothing past it: one
+    // listing, 501 reads, and the pass is complete.
+    let (s, lists, gets) = run(None).await;
+    assert_eq!((s.errors, s.complete), (0, true), "{s:?}");
+    assert_eq!(lists, 1, "{s:?}");
+    assert_eq!(gets_of(&gets), 501);
+    assert_eq!(gets.len(), 501);
+    assert!(gets.iter().all(|k| k >= &keys[499] && k <= &keys[999]));
+}
+
+#[tokio::test]
+async fn a_listing_that_fails_is_counted_and_its_range_is_listed_next_run() {
+    let w = World::new();
+    for k in ["a", "b"] {
+        w.interrupted(k, Op::PutCreate, "idempotency/", Fault::CrashAfter)
+            .await;
+    }
+    w.clock.advance(Duration::minutes(11));
+    let f = FaultyStore::new(w.bucket.clone());
+    f.inject(
+        Some(Op::List),
+        "idempotency/t/",
+        1,
+        usize::MAX,
+        Fault::Fail(StoreError::Unavailable("503".into())),
+    );
+    let s = w
+        .queue_over(f.clone())
+        .engine()
+        .sweep(&SweepOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((s.errors, s.reads, s.complete), (1, 0, false), "{s:?}");
+    f.heal();
+    let s = w
+        .queue_over(f)
+        .engine()
+        .sweep(&SweepOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((s.errors, s.finished, s.complete), (0, 2, true), "{s:?}");
 }
 
 #[tokio::test]

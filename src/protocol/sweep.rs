@@ -787,6 +787,21 @@ mod tests {
     }
 
     #[test]
+    fn a_range_two_digits_deep_still_splits_by_its_third() {
+        let r = split("idempotency/a.b/ab", "idempotency/a.b/abe1.json".into());
+        assert_eq!(
+            keys(&r),
+            [
+                (
+                    "idempotency/a.b/abe".into(),
+                    Some("idempotency/a.b/abe1.json".into())
+                ),
+                ("idempotency/a.b/abf".into(), None)
+            ]
+        );
+    }
+
+    #[test]
     fn a_range_three_digits_deep_goes_on_without_splitting() {
         let r = split("idempotency/t/abc", "idempotency/t/abcd.json".into());
         assert_eq!(
