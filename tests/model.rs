@@ -1206,7 +1206,11 @@ impl World {
             if rec.status == Some(RecordStatus::Creating)
                 && !rec.is_expired(now)
                 && age >= self.settings.stale_creating_after
-                && age < self.settings.finish_window
+                // Less a second: the sweeper knows S3's clock to a second
+                // (whole-second Dates) and judges "past the deadline" by its
+                // latest possible time, so in the last second it leaves the
+                // record rather than risk a late write.
+                && age < self.settings.finish_window - Duration::seconds(1)
             {
                 return Err(format!(
                     "{} is still creating after a clean sweep (age {age})",
