@@ -467,11 +467,11 @@ impl Engine {
         let now = self.now().trunc_subsecs(0);
         // The record's life is in S3's time, as every reader judges it: from
         // S3's earliest time now. A cold process, which has no answer yet to
-        // learn S3's clock from, writes its own (within the 60 s that any
-        // clock it judges by may be off).
+        // learn S3's clock from, writes its own clock's time (a clock over
+        // 60 s off then has the task refused, and the life off by as much).
         let record_now = self
             .judged_offset()
-            .map_or(now, |o| (self.now() + o.low).trunc_subsecs(0));
+            .map_or(now, |o| (now + o.low).trunc_subsecs(0));
         // The task id and write_id are chosen once and kept across retries:
         // that is how a retry recognizes its own earlier write.
         let loc = TaskLocation::new(new_task_id(req), self.settings.shard_prefix_len, now);
