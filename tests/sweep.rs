@@ -14,6 +14,18 @@ use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, PutMode, Sto
 use idempotent_submit::{Clock, ManualClock, Queue};
 use serde_json::json;
 
+/// Every `op` on a key under `prefix` fails with a retryable 503 until
+/// `heal`.
+fn fail_until_healed(f: &FaultyStore<MemoryStore>, op: Op, prefix: &str) {
+    f.inject(
+        Some(op),
+        prefix,
+        1,
+        usize::MAX,
+        Fault::Fail(StoreError::Unavailable("503".into())),
+    );
+}
+
 struct World {
     clock: ManualClock,
     bucket: MemoryStore,
@@ -63,6 +75,15 @@ impl World {
                 dry_run,
                 ..Default::default()
             })
+            .await
+            .unwrap()
+    }
+
+    /// A scheduled pass through `store` (the bucket behind faults).
+    async fn sweep_over(&self, store: impl Store) -> SweepSummary {
+        self.queue_over(store)
+            .engine()
+            .sweep(&SweepOptions::default())
             .await
             .unwrap()
     }
@@ -267,27 +288,11 @@ async fn a_sweep_stops_at_a_storage_failure_and_the_next_run_retries_that_record
         .await;
     w.clock.advance(Duration::minutes(11));
     let f = FaultyStore::new(w.bucket.clone());
-    f.inject(
-        Some(Op::PutCreate),
-        "tasks/",
-        1,
-        usize::MAX,
-        Fault::Fail(StoreError::Unavailable("503".into())),
-    );
-    let s = w
-        .queue_over(f.clone())
-        .engine()
-        .sweep(&SweepOptions::default())
-        .await
-        .unwrap();
+    fail_until_healed(&f, Op::PutCreate, "tasks/");
+    let s = w.sweep_over(f.clone()).await;
     assert_eq!((s.errors, s.complete), (1, false));
     f.heal();
-    let s = w
-        .queue_over(f)
-        .engine()
-        .sweep(&SweepOptions::default())
-        .await
-        .unwrap();
+    let s = w.sweep_over(f).await;
     assert_eq!((s.finished, s.complete), (1, true));
 }
 
@@ -503,12 +508,7 @@ async fn a_pass_reads_and_finishes_records_side_by_side() {
     }
     w.clock.advance(Duration::minutes(11));
     let f = FaultyStore::new(w.bucket.clone());
-    let s = w
-        .queue_over(f.clone())
-        .engine()
-        .sweep(&SweepOptions::default())
-        .await
-        .unwrap();
+    let s = w.sweep_over(f.clone()).await;
     assert_eq!((s.finished, s.complete), (32, true));
     // 32 records, 4 requests each, in chunks of 16 at a time: far fewer
     // sequential round trips than requests.
@@ -755,13 +755,7 @@ async fn a_failure_inside_a_split_page_waits_alone_and_its_rest_is_listed_and_re
     let run = |failing: Option<&str>| {
         f.heal();
         if let Some(k) = failing {
-            f.inject(
-                Some(Op::Get),
-                k,
-                1,
-                usize::MAX,
-                Fault::Fail(StoreError::Unavailable("503".into())),
-            );
+            fail_until_healed(&f, Op::Get, k);
         }
         let (q, f) = (q.clone(), f.clone());
         async move {
@@ -820,27 +814,11 @@ async fn a_listing_that_fails_is_counted_and_its_range_is_listed_next_run() {
     }
     w.clock.advance(Duration::minutes(11));
     let f = FaultyStore::new(w.bucket.clone());
-    f.inject(
-        Some(Op::List),
-        "idempotency/t/",
-        1,
-        usize::MAX,
-        Fault::Fail(StoreError::Unavailable("503".into())),
-    );
-    let s = w
-        .queue_over(f.clone())
-        .engine()
-        .sweep(&SweepOptions::default())
-        .await
-        .unwrap();
+    fail_until_healed(&f, Op::List, "idempotency/t/");
+    let s = w.sweep_over(f.clone()).await;
     assert_eq!((s.errors, s.reads, s.complete), (1, 0, false), "{s:?}");
     f.heal();
-    let s = w
-        .queue_over(f)
-        .engine()
-        .sweep(&SweepOptions::default())
-        .await
-        .unwrap();
+    let s = w.sweep_over(f).await;
     assert_eq!((s.errors, s.finished, s.complete), (0, 2, true), "{s:?}");
 }
 
