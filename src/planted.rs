@@ -14,9 +14,17 @@ pub enum Bug {
     /// Hashes every key of a scope alike, so one key answers another key's
     /// task (breaks guarantee 1).
     OneRecordPerScope,
-    /// The sweeper promotes without checking or writing the marker (breaks
-    /// "ready only once both were seen", guarantee 3).
-    PromoteWithoutMarker,
+    /// A finisher takes the marker for present without checking it, so an
+    /// interrupted submit's marker is never written (breaks guarantee 3 and
+    /// the ready index's liveness).
+    FinishWithoutMarker,
+    /// The old rule: a finisher writes the marker whenever its HEAD finds
+    /// none, whatever a worker did to the task since (breaks guarantee 10).
+    MarkerWhenHeadFindsNone,
+    /// A finisher does not read the task again after its marker landed, so a
+    /// worker that claimed the task in between leaves our marker stale
+    /// (breaks guarantee 10, in a race).
+    MarkerUnverified,
     /// Answers `missing` as soon as the finish deadline passes, without the
     /// 15-minute margin for a late write (breaks guarantee 7).
     MissingWithoutMargin,

@@ -252,10 +252,18 @@ async fn a_sweeper_whose_clock_is_off_leaves_records_and_its_checkpoint_alone() 
         .unwrap_err();
     assert!(clock_error(&e), "{e:?}");
     assert_eq!(w.bucket.snapshot(), before);
-    // Fixed, the same event finishes and promotes it.
+    // Fixed, the same event finishes it: its task and marker written, the
+    // record left as it was.
     w.bucket.set_skew(Duration::zero());
     let outcome = w.queue().engine().sweep_record(&rkey, false, None).await;
     assert!(matches!(outcome, RecordOutcome::Finished), "{outcome:?}");
+    assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
+    let record = |snap: &[(String, bytes::Bytes, idempotent_submit::store::ETag, _)]| {
+        snap.iter()
+            .find(|(k, ..)| *k == rkey)
+            .map(|(_, b, e, _)| (b.clone(), e.clone()))
+    };
+    assert_eq!(record(&w.bucket.snapshot()), record(&before));
 }
 
 #[tokio::test]

@@ -61,15 +61,22 @@ impl World {
         self.record_key(key)
     }
 
-    /// A submit of `key` whose record the sweeper has promoted already.
-    async fn submitted(&self, key: &str, ttl: Duration) -> String {
+    /// A submit of `key` that answered, whose record the sweeper of an
+    /// earlier version then turned `ready`: a new write, without
+    /// `pending_task`, under a new write_id.
+    async fn turned_ready_by_an_earlier_version(&self, key: &str, ttl: Duration) -> String {
         let rkey = self.answered(key, ttl).await;
         let o = self.bucket.get(&rkey).await.unwrap();
-        let ready = idempotent_submit::protocol::Record::parse(&o.body)
-            .unwrap()
-            .to_ready();
+        let mut v: Value = serde_json::from_slice(&o.body).unwrap();
+        v["status"] = json!("ready");
+        v["write_id"] = json!(uuid::Uuid::new_v4());
+        v.as_object_mut().unwrap().remove("pending_task");
         self.bucket
-            .put(&rkey, ready.to_bytes(), PutMode::Update(o.meta.etag))
+            .put(
+                &rkey,
+                serde_json::to_vec(&v).unwrap().into(),
+                PutMode::Update(o.meta.etag),
+            )
             .await
             .unwrap();
         rkey
@@ -104,6 +111,11 @@ impl World {
             .unwrap()
             .status
     }
+
+    /// The record's ETag: the same ETag, the same write.
+    async fn etag(&self, rkey: &str) -> idempotent_submit::store::ETag {
+        self.bucket.get(rkey).await.unwrap().meta.etag
+    }
 }
 
 /// The body S3 sends for a write of `key` (the key URL-encoded, as S3 and
@@ -132,45 +144,70 @@ fn msg(id: &str, body: String) -> DueMessage {
 }
 
 #[tokio::test]
-async fn a_stale_interrupted_submit_is_finished_and_promoted_by_its_event() {
+async fn a_stale_interrupted_submit_is_finished_by_its_event_and_its_record_left_as_written() {
     let w = World::new();
     let rkey = w.interrupted("a").await;
+    let written = w.etag(&rkey).await;
     w.clock.advance(Duration::seconds(600));
     let b = w.deliver(&[msg("m1", notification(BUCKET, &rkey))]).await;
     assert!(b.retry.is_empty());
     assert_eq!((b.summary.scanned, b.summary.finished), (1, 1));
-    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Ready));
+    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Creating));
+    assert_eq!(w.etag(&rkey).await, written, "the record is written once");
     assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
 }
 
 #[tokio::test]
-async fn an_answered_submit_is_promoted_by_its_event_after_both_objects_are_seen() {
+async fn an_answered_submits_event_checks_both_objects_and_writes_nothing() {
     let w = World::new();
     let rkey = w.answered("a", Duration::days(30)).await;
     assert_eq!(w.status(&rkey).await, Some(RecordStatus::Creating));
+    let before = w.bucket.snapshot();
     w.clock.advance(Duration::seconds(600));
     let f = FaultyStore::new(w.bucket.clone());
     let m = [msg("m1", notification(BUCKET, &rkey))];
     let b = handle_messages(w.queue_over(f.clone()).engine(), BUCKET, &m, false, None).await;
     assert!(b.retry.is_empty());
-    assert_eq!((b.summary.promoted, b.summary.finished), (1, 0));
-    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Ready));
+    assert_eq!(
+        (b.summary.scanned, b.summary.finished, b.summary.errors),
+        (1, 0, 0)
+    );
+    assert_eq!(w.bucket.snapshot(), before, "byte for byte");
+    // The record, then its task and marker side by side; no write.
     let ops: Vec<(Op, String)> = f
         .calls()
         .iter()
         .map(|c| (c.op, c.key.split('/').next().unwrap_or("").to_owned()))
         .collect();
-    assert_eq!(ops.len(), 4, "{ops:?}");
+    assert_eq!(ops.len(), 3, "{ops:?}");
     assert_eq!(ops[0], (Op::Get, "idempotency".into()));
     assert!(ops[1..3].contains(&(Op::Get, "tasks".into())));
     assert!(ops[1..3].contains(&(Op::Head, "ready".into())));
-    assert_eq!(ops[3], (Op::PutUpdate, "idempotency".into()));
 }
 
 #[tokio::test]
-async fn a_record_whose_marker_is_gone_is_not_promoted_until_the_marker_is_written() {
+async fn a_record_an_earlier_version_turned_ready_is_read_once_by_its_event_and_left_alone() {
+    let w = World::new();
+    let rkey = w
+        .turned_ready_by_an_earlier_version("a", Duration::days(30))
+        .await;
+    let before = w.bucket.snapshot();
+    w.clock.advance(Duration::seconds(600));
+    let f = FaultyStore::new(w.bucket.clone());
+    let m = [msg("m1", notification(BUCKET, &rkey))];
+    let b = handle_messages(w.queue_over(f.clone()).engine(), BUCKET, &m, false, None).await;
+    assert!(b.retry.is_empty());
+    assert_eq!((b.summary.scanned, b.summary.errors), (1, 0));
+    let calls: Vec<(Op, String)> = f.calls().into_iter().map(|c| (c.op, c.key)).collect();
+    assert_eq!(calls, [(Op::Get, rkey)]);
+    assert_eq!(w.bucket.snapshot(), before);
+}
+
+#[tokio::test]
+async fn a_record_whose_marker_is_missing_keeps_its_message_until_the_marker_is_written() {
     let w = World::new();
     let rkey = w.answered("a", Duration::days(30)).await;
+    let written = w.etag(&rkey).await;
     let marker = w
         .bucket
         .keys()
@@ -180,7 +217,7 @@ async fn a_record_whose_marker_is_gone_is_not_promoted_until_the_marker_is_writt
     w.bucket.delete(&marker, None).await.unwrap();
     w.clock.advance(Duration::seconds(600));
     let f = FaultyStore::new(w.bucket.clone());
-    // The marker cannot be written this time: the record must stay creating.
+    // The marker cannot be written this time: the message must come back.
     f.inject(
         Some(Op::Put),
         "ready/",
@@ -191,12 +228,14 @@ async fn a_record_whose_marker_is_gone_is_not_promoted_until_the_marker_is_writt
     let m = [msg("m1", notification(BUCKET, &rkey))];
     let b = handle_messages(w.queue_over(f.clone()).engine(), BUCKET, &m, false, None).await;
     assert_eq!(b.retry, ["m1"]);
-    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Creating));
+    assert_eq!(b.summary.errors, 1);
     assert_eq!(w.count("ready/"), 0);
     f.heal();
     let b = handle_messages(w.queue_over(f).engine(), BUCKET, &m, false, None).await;
     assert!(b.retry.is_empty());
-    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Ready));
+    assert_eq!(b.summary.finished, 1);
+    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Creating));
+    assert_eq!(w.etag(&rkey).await, written, "the record is written once");
     assert_eq!(
         w.bucket.keys().into_iter().filter(|k| *k == marker).count(),
         1
@@ -230,7 +269,7 @@ async fn an_event_past_the_finish_deadline_is_counted_and_acknowledged() {
 #[tokio::test]
 async fn an_expired_record_named_by_an_event_is_deleted() {
     let w = World::new();
-    let rkey = w.submitted("a", Duration::hours(1)).await;
+    let rkey = w.answered("a", Duration::hours(1)).await;
     w.clock.advance(Duration::hours(2));
     let b = w.deliver(&[msg("m1", notification(BUCKET, &rkey))]).await;
     assert!(b.retry.is_empty());
@@ -259,7 +298,8 @@ async fn a_storage_failure_sends_the_message_back_and_the_redelivery_finishes_it
     let b = handle_messages(w.queue_over(f).engine(), BUCKET, &m, false, None).await;
     assert!(b.retry.is_empty());
     assert_eq!(b.summary.finished, 1);
-    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Ready));
+    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Creating));
+    assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
 }
 
 #[tokio::test]
@@ -294,14 +334,15 @@ async fn test_events_foreign_keys_other_buckets_and_junk_are_acknowledged_withou
 #[tokio::test]
 async fn a_record_named_twice_in_a_batch_is_read_once_and_both_messages_are_answered() {
     let w = World::new();
-    let ready = w.submitted("r", Duration::days(30)).await;
+    let stale = w.answered("r", Duration::days(30)).await;
+    w.clock.advance(Duration::seconds(300));
     let early = w.interrupted("e").await;
     w.clock.advance(Duration::seconds(300));
     let f = FaultyStore::new(w.bucket.clone());
     let q = w.queue_over(f.clone());
     let messages = [
-        msg("r1", notification(BUCKET, &ready)),
-        msg("r2", notification(BUCKET, &ready)),
+        msg("r1", notification(BUCKET, &stale)),
+        msg("r2", notification(BUCKET, &stale)),
         msg("e1", notification(BUCKET, &early)),
         msg("e2", notification(BUCKET, &early)),
     ];
@@ -310,15 +351,27 @@ async fn a_record_named_twice_in_a_batch_is_read_once_and_both_messages_are_answ
     retry.sort();
     assert_eq!(retry, ["e1", "e2"]);
     assert_eq!(b.summary.scanned, 2);
-    let gets = f.calls().iter().filter(|c| c.op == Op::Get).count();
-    assert_eq!(gets, 2);
+    let record_gets = |k: &str| {
+        f.calls()
+            .iter()
+            .filter(|c| c.op == Op::Get && c.key == k)
+            .count()
+    };
+    assert_eq!((record_gets(&stale), record_gets(&early)), (1, 1));
+    // The stale one's task checked once as well (with its marker).
+    let task_gets = f
+        .calls()
+        .iter()
+        .filter(|c| c.op == Op::Get && c.key.starts_with("tasks/"))
+        .count();
+    assert_eq!(task_gets, 1);
 }
 
 /// The requests that the events of `probe` records make, counted from the
 /// store's call log, in a bucket of `size` other records.
 async fn requests_for_events(size: usize) -> BTreeMap<String, usize> {
     let w = World::new();
-    let template = w.submitted("template", Duration::days(30)).await;
+    let template = w.answered("template", Duration::days(30)).await;
     let body: Bytes = w.bucket.get(&template).await.unwrap().body;
     for i in 0..size {
         let k = format!(
@@ -331,13 +384,13 @@ async fn requests_for_events(size: usize) -> BTreeMap<String, usize> {
             .unwrap();
     }
     let interrupted = w.interrupted("probe-interrupted").await;
-    let ready = w.submitted("probe-ready", Duration::days(30)).await;
+    let answered = w.answered("probe-answered", Duration::days(30)).await;
     w.clock.advance(Duration::seconds(600));
     let f = FaultyStore::new(w.bucket.clone());
     let q = w.queue_over(f.clone());
     let messages = [
         msg("i", notification(BUCKET, &interrupted)),
-        msg("r", notification(BUCKET, &ready)),
+        msg("a", notification(BUCKET, &answered)),
     ];
     let b = handle_messages(q.engine(), BUCKET, &messages, false, None).await;
     assert!(b.retry.is_empty());
@@ -356,15 +409,15 @@ async fn requests_per_record_event_stay_the_same_from_a_thousand_to_a_hundred_th
     let large = requests_for_events(100_000).await;
     assert_eq!(small, large);
     // The interrupted record: read, its task read and its marker checked
-    // (neither there), both written, then ready. The ready record: one read.
-    // No listing.
+    // (neither there), both written. The answered record: read, its task
+    // read and its marker checked (both there), nothing written. No record
+    // write, no listing.
     let expected: BTreeMap<String, usize> = [
         ("Get idempotency", 2),
-        ("Get tasks", 1),
-        ("Head ready", 1),
+        ("Get tasks", 2),
+        ("Head ready", 2),
         ("PutCreate tasks", 1),
         ("Put ready", 1),
-        ("PutUpdate idempotency", 1),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -413,7 +466,12 @@ async fn the_function_tells_a_due_batch_from_the_schedule_by_event_source() {
         out,
         json!({"batchItemFailures": [{"itemIdentifier": "early"}]})
     );
-    assert_eq!(w.status(&stale).await, Some(RecordStatus::Ready));
+    assert_eq!(w.status(&stale).await, Some(RecordStatus::Creating));
+    assert_eq!(
+        (w.count("tasks/"), w.count("ready/")),
+        (1, 1),
+        "the stale one's"
+    );
     let line = &sweeper.metrics.lines()[0];
     assert_eq!(
         (line["SweepFinished"].as_u64(), line["SweepEarly"].as_u64()),

@@ -48,10 +48,7 @@ impl Env {
                 }
                 let outcome = self.queue.engine().sweep_record(&k, false, None).await;
                 assert!(
-                    matches!(
-                        outcome,
-                        RecordOutcome::Promoted | RecordOutcome::Finished | RecordOutcome::Nothing
-                    ),
+                    matches!(outcome, RecordOutcome::Finished | RecordOutcome::Nothing),
                     "{k}: {outcome:?}"
                 );
             }
@@ -64,7 +61,7 @@ impl Env {
     }
 }
 
-async fn a_new_key_creates_one_task_its_marker_and_a_record_the_sweeper_promotes(env: Env) {
+async fn a_new_key_creates_one_task_its_marker_and_a_record_written_once(env: Env) {
     let r = env
         .queue
         .submit(
@@ -108,22 +105,23 @@ async fn a_new_key_creates_one_task_its_marker_and_a_record_the_sweeper_promotes
             .await
             .unwrap()
             .unwrap()
-            .0
     };
-    let rec = record().await;
+    let (rec, written) = record().await;
     assert_eq!(rec.status, Some(RecordStatus::Creating));
     assert_eq!(rec.task_id, r.task_id);
     assert!(rec.pending_task.is_some());
     assert_eq!(env.keys().await.len(), 3);
 
+    // Its event finds both objects there: the record stays as written.
     env.sweep_events().await;
-    let rec = record().await;
-    assert_eq!(rec.status, Some(RecordStatus::Ready));
+    let (rec, meta) = record().await;
+    assert_eq!(rec.status, Some(RecordStatus::Creating));
     assert_eq!(rec.task_id, r.task_id);
     assert!(
-        rec.pending_task.is_none(),
-        "pending_task is dropped once ready"
+        rec.pending_task.is_some(),
+        "pending_task stays for the record's life"
     );
+    assert_eq!(meta.etag, written.etag, "the record is written once");
     assert_eq!(env.keys().await.len(), 3);
 }
 
@@ -156,7 +154,7 @@ async fn a_replay_reports_the_tasks_current_status(env: Env) {
         .idempotency_key("k")
         .await
         .unwrap();
-    // A worker claims the task.
+    // A worker claims the task, and deletes its marker, as buquet's does.
     let mut task = env.task(&first.task_key).await;
     task["status"] = json!("running");
     env.store()
@@ -167,6 +165,12 @@ async fn a_replay_reports_the_tasks_current_status(env: Env) {
         )
         .await
         .unwrap();
+    for k in env.keys().await {
+        if k.starts_with("ready/") {
+            env.store().delete(&k, None).await.unwrap();
+        }
+    }
+    let before = env.keys().await;
     let again = env
         .queue
         .submit("t", json!(1))
@@ -174,9 +178,11 @@ async fn a_replay_reports_the_tasks_current_status(env: Env) {
         .await
         .unwrap();
     assert_eq!(again.status, "running");
+    // No marker for a task a worker has taken.
+    assert_eq!(env.keys().await, before);
 }
 
-async fn a_ready_record_whose_task_is_gone_answers_missing_and_writes_nothing(env: Env) {
+async fn a_settled_record_whose_task_is_gone_answers_missing_and_writes_nothing(env: Env) {
     let first = env
         .queue
         .submit("t", json!(1))
@@ -184,6 +190,8 @@ async fn a_ready_record_whose_task_is_gone_answers_missing_and_writes_nothing(en
         .await
         .unwrap();
     env.sweep_events().await;
+    // An hour on, past its finish deadline and the 15 minutes after it, the
+    // queue deletes the task.
     env.clock.advance(Duration::hours(1));
     env.store().delete(&first.task_key, None).await.unwrap();
     let before = env.keys().await;
@@ -202,17 +210,32 @@ async fn a_ready_record_whose_task_is_gone_answers_missing_and_writes_nothing(en
     );
 }
 
-async fn a_ready_records_task_deleted_at_once_is_missing_at_once(env: Env) {
-    // `ready` says both objects were written: no late write can land, so a
-    // task gone (an operator deleted it) is `missing` without waiting out
-    // the deadline's 15 minutes.
+async fn a_record_an_earlier_version_turned_ready_whose_task_is_deleted_at_once_is_missing_at_once(
+    env: Env,
+) {
+    // `ready` (which earlier versions of the sweeper wrote once they had
+    // seen both objects) says the task was created: no late write can land,
+    // so a task gone (an operator deleted it) is `missing` without waiting
+    // out the deadline's 15 minutes.
     let first = env
         .queue
         .submit("t", json!(1))
         .idempotency_key("k")
         .await
         .unwrap();
-    env.sweep_events().await;
+    let (rec, meta) = env.queue.record("t", "k", None).await.unwrap().unwrap();
+    let mut v = serde_json::to_value(&rec).unwrap();
+    v["status"] = json!("ready");
+    v["write_id"] = json!(uuid::Uuid::new_v4());
+    v.as_object_mut().unwrap().remove("pending_task");
+    env.store()
+        .put(
+            &meta.key,
+            serde_json::to_vec(&v).unwrap().into(),
+            idempotent_submit::store::PutMode::Update(meta.etag),
+        )
+        .await
+        .unwrap();
     env.store().delete(&first.task_key, None).await.unwrap();
     let again = env
         .queue
@@ -550,11 +573,11 @@ macro_rules! suite {
 }
 
 suite!(
-    a_new_key_creates_one_task_its_marker_and_a_record_the_sweeper_promotes,
-    a_ready_records_task_deleted_at_once_is_missing_at_once,
+    a_new_key_creates_one_task_its_marker_and_a_record_written_once,
+    a_record_an_earlier_version_turned_ready_whose_task_is_deleted_at_once_is_missing_at_once,
     a_replay_answers_the_same_task_and_writes_nothing,
     a_replay_reports_the_tasks_current_status,
-    a_ready_record_whose_task_is_gone_answers_missing_and_writes_nothing,
+    a_settled_record_whose_task_is_gone_answers_missing_and_writes_nothing,
     another_input_under_the_same_key_is_a_conflict_and_writes_nothing,
     another_task_type_under_a_shared_scope_is_a_conflict,
     scopes_keep_keys_apart,

@@ -5,11 +5,14 @@ mod common;
 
 use std::sync::Arc;
 
-use chrono::Duration;
-use idempotent_submit::protocol::{RecordOutcome, RecordStatus};
-use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, Store, StoreError};
+use chrono::{DateTime, Duration, SecondsFormat, Utc};
+use futures::FutureExt;
+use idempotent_submit::protocol::{Record, RecordOutcome, RecordStatus, TaskLocation};
+use idempotent_submit::store::{
+    Fault, FaultyStore, MemoryStore, ObjectMeta, Op, PutMode, Store, StoreError,
+};
 use idempotent_submit::{Clock, ManualClock, Queue, SubmitError};
-use serde_json::json;
+use serde_json::{Value, json};
 
 struct World {
     clock: ManualClock,
@@ -53,13 +56,97 @@ impl World {
             .count()
     }
 
-    async fn record(&self) -> idempotent_submit::protocol::Record {
+    async fn record(&self) -> Record {
+        self.record_meta().await.0
+    }
+
+    /// The record and its metadata (its ETag tells one write from another).
+    async fn record_meta(&self) -> (Record, ObjectMeta) {
         self.restarted()
             .record("t", "k", None)
             .await
             .unwrap()
             .unwrap()
-            .0
+    }
+
+    /// The record is still the one write its submit made (`creating`, with
+    /// its `pending_task`, the same write_id and ETag), and its task and
+    /// marker are both in the bucket.
+    async fn assert_written_once(&self, written: &(Record, ObjectMeta)) {
+        let (rec, meta) = self.record_meta().await;
+        assert_eq!(rec.status, Some(RecordStatus::Creating));
+        assert!(
+            rec.pending_task.is_some(),
+            "pending_task stays for the record's life"
+        );
+        assert_eq!(rec.task_id, written.0.task_id);
+        assert_eq!(rec.write_id, written.0.write_id, "the same write");
+        assert_eq!(meta.etag, written.1.etag, "the same write");
+        assert_eq!((self.count("tasks/"), self.count("ready/")), (1, 1));
+    }
+
+    fn markers(&self) -> Vec<String> {
+        self.bucket()
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with("ready/"))
+            .collect()
+    }
+
+    /// The task object as it is in the bucket, and its ETag.
+    async fn task(&self) -> (Value, idempotent_submit::store::ETag) {
+        let o = self
+            .bucket()
+            .get(&self.record().await.task_key)
+            .await
+            .unwrap();
+        (serde_json::from_slice(&o.body).unwrap(), o.meta.etag)
+    }
+
+    /// What buquet's worker does when it claims the task: a compare-and-swap
+    /// of the task object from `pending` to `running`, then it deletes the
+    /// task's marker.
+    async fn worker_claims(&self) {
+        let rec = self.record().await;
+        let (task, etag) = self.task().await;
+        self.bucket()
+            .put(&rec.task_key, claimed(&task), PutMode::Update(etag))
+            .await
+            .unwrap();
+        for m in self.markers() {
+            self.bucket().delete(&m, None).await.unwrap();
+        }
+    }
+
+    /// What buquet's worker does when a claimed attempt fails and is retried:
+    /// the task is `pending` again, available three minutes later, with a
+    /// new marker in that minute. The new marker's key.
+    async fn worker_retries(&self) -> String {
+        let rec = self.record().await;
+        let (mut task, etag) = self.task().await;
+        let at: DateTime<Utc> = task["available_at"].as_str().unwrap().parse().unwrap();
+        let later = at + Duration::minutes(3);
+        task["status"] = json!("pending");
+        task["retry_count"] = json!(1);
+        task["available_at"] = json!(later.to_rfc3339_opts(SecondsFormat::Secs, true));
+        task["lease_id"] = Value::Null;
+        task["lease_expires_at"] = Value::Null;
+        task["worker_id"] = Value::Null;
+        task["last_error"] = json!("the handler failed");
+        self.bucket()
+            .put(
+                &rec.task_key,
+                serde_json::to_vec(&task).unwrap().into(),
+                PutMode::Update(etag),
+            )
+            .await
+            .unwrap();
+        let marker = TaskLocation::new(rec.task_id, 1, later).marker_key();
+        self.bucket()
+            .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)
+            .await
+            .unwrap();
+        marker
     }
 
     fn record_key(&self) -> String {
@@ -79,20 +166,73 @@ impl World {
             .sweep_record(&self.record_key(), false, None)
             .await
     }
+
+    /// The same, with the sweeper's calls logged.
+    async fn logged_sweep_event(&self) -> RecordOutcome {
+        self.clock.advance(common::settings().stale_creating_after);
+        self.process()
+            .engine()
+            .sweep_record(&self.record_key(), false, None)
+            .await
+    }
 }
 
 async fn submit(q: &Queue) -> Result<idempotent_submit::Submitted, SubmitError> {
     q.submit("t", json!({"n": 1})).idempotency_key("k").await
 }
 
+/// `task` as a worker's claim rewrites it: `running`, under a lease.
+fn claimed(task: &Value) -> bytes::Bytes {
+    let mut t = task.clone();
+    t["status"] = json!("running");
+    t["attempt"] = json!(1);
+    t["lease_id"] = json!(uuid::Uuid::new_v4());
+    t["lease_expires_at"] = json!("1970-01-01T00:05:00Z");
+    t["worker_id"] = json!("worker-1");
+    serde_json::to_vec(&t).unwrap().into()
+}
+
+/// Writes made through `f` to the task objects or the ready index.
+fn queue_writes(f: &FaultyStore<impl Store + Clone>) -> Vec<(Op, String)> {
+    f.calls()
+        .into_iter()
+        .filter(|c| c.op.is_write() && !c.key.starts_with("idempotency/"))
+        .map(|c| (c.op, c.key))
+        .collect()
+}
+
+/// A submit that wrote its record and its task, and died before its marker
+/// landed (the marker's first attempt failed; the process died before the
+/// retry). A new world over the same bucket, with a fresh call log.
+async fn died_before_the_marker() -> World {
+    let w = World::new();
+    w.faulty.inject(
+        Some(Op::Put),
+        "ready/",
+        1,
+        1,
+        Fault::Fail(StoreError::Unavailable("503".into())),
+    );
+    w.faulty
+        .inject(Some(Op::PutCreate), "tasks/", 1, 1, Fault::CrashAfter);
+    submit(&w.process()).await.unwrap_err();
+    assert_eq!(w.count("tasks/"), 1);
+    assert_eq!(w.count("ready/"), 0, "the crash came before the marker");
+    World {
+        clock: w.clock.clone(),
+        faulty: FaultyStore::new(w.bucket().clone()),
+    }
+}
+
 /// After a crash at some step, the next submit answers the crashed submit's
-/// task id; exactly one task and one marker exist; the record stays
-/// `creating` until the sweeper's event promotes it.
+/// task id; exactly one task and one marker exist; the record stays as the
+/// crashed submit wrote it, through the sweeper's event too.
 async fn next_submit_recovers(w: &World) {
     let crashed = submit(&w.process()).await.unwrap_err();
     assert_eq!(crashed, SubmitError::Storage(StoreError::Crashed));
     assert!(w.faulty.crashed());
-    let pending = w.record().await;
+    let written = w.record_meta().await;
+    let pending = written.0.clone();
     assert_eq!(pending.status, Some(RecordStatus::Creating));
     assert!(pending.pending_task.is_some());
 
@@ -102,17 +242,11 @@ async fn next_submit_recovers(w: &World) {
     assert_eq!(next.status, "pending");
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
-    assert_eq!(
-        w.record().await.status,
-        Some(RecordStatus::Creating),
-        "a submit never promotes"
-    );
-    // The record's event: both are there, so the sweeper only promotes.
-    assert_eq!(w.sweep_event().await, RecordOutcome::Promoted);
-    let rec = w.record().await;
-    assert_eq!(rec.status, Some(RecordStatus::Ready));
-    assert!(rec.pending_task.is_none());
-    assert_eq!(rec.task_id, pending.task_id);
+    w.assert_written_once(&written).await;
+    // The record's event: both are there and the task untouched, so the
+    // sweeper writes nothing.
+    assert_eq!(w.sweep_event().await, RecordOutcome::Nothing);
+    w.assert_written_once(&written).await;
     // And a third submit is a plain replay.
     let third = submit(&w.restarted()).await.unwrap();
     assert_eq!(third.task_id, pending.task_id);
@@ -129,42 +263,33 @@ async fn a_crash_after_the_record_is_finished_by_the_next_submit() {
 
 #[tokio::test]
 async fn a_crash_after_the_task_before_the_marker_is_finished_by_the_next_submit() {
-    let w = World::new();
     // The marker's first attempt fails, so the task lands first, then the
     // process dies before the marker's retry.
-    w.faulty.inject(
-        Some(Op::Put),
-        "ready/",
-        1,
-        1,
-        Fault::Fail(StoreError::Unavailable("503".into())),
-    );
-    w.faulty
-        .inject(Some(Op::PutCreate), "tasks/", 1, 1, Fault::CrashAfter);
-    submit(&w.process()).await.unwrap_err();
-    assert_eq!(w.count("tasks/"), 1);
-    assert_eq!(w.count("ready/"), 0, "the crash came before the marker");
-    let w2 = World {
-        clock: w.clock.clone(),
-        faulty: FaultyStore::new(w.bucket().clone()),
-    };
-    let next = submit(&w2.process()).await.unwrap();
-    assert_eq!(next.task_id, w.record().await.task_id);
+    let w = died_before_the_marker().await;
+    let written = w.record_meta().await;
+    let next = submit(&w.process()).await.unwrap();
+    assert_eq!(next.task_id, written.0.task_id);
     assert!(next.recovered, "it wrote the missing marker");
+    assert_eq!(next.status, "pending");
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
-    // The finisher read the task, found the marker missing, and wrote only
-    // the marker: no task write at all.
-    let ops: Vec<(Op, String)> = w2
+    // The finisher read the task, found it untouched and the marker
+    // missing, and wrote only the marker: no task write at all. Then it read
+    // the task again, in case a worker claimed it before the marker landed.
+    let ops: Vec<(Op, String)> = w
         .faulty
         .calls()
         .iter()
         .map(|c| (c.op, c.key.split('/').next().unwrap_or("").to_owned()))
         .collect();
     assert!(!ops.contains(&(Op::PutCreate, "tasks".into())), "{ops:?}");
-    assert!(ops.contains(&(Op::Put, "ready".into())), "{ops:?}");
-    assert_eq!(w.sweep_event().await, RecordOutcome::Promoted);
-    assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
+    let put = ops
+        .iter()
+        .position(|o| *o == (Op::Put, "ready".into()))
+        .expect("the marker written");
+    assert_eq!(ops[put + 1..], [(Op::Get, "tasks".into())], "{ops:?}");
+    assert_eq!(w.sweep_event().await, RecordOutcome::Nothing);
+    w.assert_written_once(&written).await;
 }
 
 #[tokio::test]
@@ -174,16 +299,12 @@ async fn a_crash_before_the_marker_is_finished_by_the_sweeper_event_alone() {
         .inject(Some(Op::Put), "ready/", 1, 1, Fault::CrashBefore);
     submit(&w.process()).await.unwrap_err();
     assert_eq!(w.count("ready/"), 0);
-    // Nobody submits the key again: the sweeper writes what is missing
-    // (the task may or may not have landed before the crash), then promotes.
-    let outcome = w.sweep_event().await;
-    assert!(
-        matches!(outcome, RecordOutcome::Finished | RecordOutcome::Promoted),
-        "{outcome:?}"
-    );
-    assert_eq!(w.count("tasks/"), 1);
-    assert_eq!(w.count("ready/"), 1);
-    assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
+    let written = w.record_meta().await;
+    // Nobody submits the key again: the sweeper writes what is missing (the
+    // marker for certain; the task may or may not have landed before the
+    // crash), and leaves the record as it is.
+    assert_eq!(w.sweep_event().await, RecordOutcome::Finished);
+    w.assert_written_once(&written).await;
 }
 
 #[tokio::test]
@@ -261,15 +382,18 @@ async fn a_lost_answer_to_the_task_write_still_creates_one_task() {
     assert!(r.created());
     assert_eq!(r.status, "pending");
     assert_eq!(w.count("tasks/"), 1);
+    // Its retry met the task (412), so the task was read again after the
+    // marker landed: still pending in the marker's minute, the marker stays.
+    assert_eq!(w.count("ready/"), 1);
 }
 
 #[tokio::test]
-async fn a_lost_answer_to_the_sweepers_ready_write_is_checked_by_reading_the_record() {
-    let w = World::new();
-    submit(&w.restarted()).await.unwrap();
+async fn a_lost_answer_to_the_sweepers_marker_write_is_retried_and_the_record_is_never_written() {
+    let w = died_before_the_marker().await;
+    let written = w.record_meta().await;
     w.faulty.inject(
-        Some(Op::PutUpdate),
-        "idempotency/",
+        Some(Op::Put),
+        "ready/",
         1,
         1,
         Fault::FailAfter(StoreError::Unavailable("timeout".into())),
@@ -280,26 +404,31 @@ async fn a_lost_answer_to_the_sweepers_ready_write_is_checked_by_reading_the_rec
         .engine()
         .sweep_record(&w.record_key(), false, None)
         .await;
-    assert_eq!(outcome, RecordOutcome::Promoted);
-    assert_eq!(w.record().await.status, Some(RecordStatus::Ready));
-    // The retried If-Match met the sweeper's own write (412), read the
-    // record, and saw it ready.
+    assert_eq!(outcome, RecordOutcome::Finished);
+    w.assert_written_once(&written).await;
+    // After the record's GET and the task's GET and the marker's HEAD: the
+    // marker PUT landed and lost its answer, so it was sent again (a marker
+    // written twice is the same marker); then the task was read again, since
+    // a worker may have claimed it meanwhile. Nothing else was written.
     let calls = w.faulty.calls();
-    let writes: Vec<(Op, Option<StoreError>)> = calls
+    let after_check: Vec<(Op, Option<StoreError>)> = calls
         .iter()
         .skip(3)
         .map(|c| (c.op, c.error.clone()))
         .collect();
     assert_eq!(
-        writes,
+        after_check,
         vec![
-            (
-                Op::PutUpdate,
-                Some(StoreError::Unavailable("timeout".into()))
-            ),
-            (Op::PutUpdate, Some(StoreError::PreconditionFailed)),
+            (Op::Put, Some(StoreError::Unavailable("timeout".into()))),
+            (Op::Put, None),
             (Op::Get, None),
         ],
+        "{calls:#?}"
+    );
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.op.is_write() && c.key.starts_with("idempotency/")),
         "{calls:#?}"
     );
 }
@@ -332,8 +461,12 @@ async fn conflicts_409_and_503s_are_retried() {
     assert!(r.created());
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
-    // 3 requests, plus one retry for each of the 4 failures.
-    assert_eq!(w.faulty.calls().len(), 3 + 4);
+    // 3 requests, plus one retry for each of the 4 failures, plus one GET:
+    // the marker needed a second attempt, so a worker may have claimed the
+    // task before it landed, and the task is read again.
+    assert_eq!(w.faulty.calls().len(), 3 + 4 + 1);
+    let last = w.faulty.calls().last().cloned().unwrap();
+    assert_eq!((last.op, last.key.starts_with("tasks/")), (Op::Get, true));
 }
 
 #[tokio::test]
@@ -565,6 +698,168 @@ async fn no_marker_write_is_attempted_once_the_finish_deadline_has_passed_even_b
     assert_eq!(w.count("ready/"), 0);
 }
 
+// ---- the queue's workers: the ready index stays true (guarantee 10) ----
+
+#[tokio::test]
+async fn a_replay_of_a_key_whose_task_a_worker_has_claimed_writes_no_marker_and_answers_its_status()
+{
+    let w = World::new();
+    let first = submit(&w.restarted()).await.unwrap();
+    w.worker_claims().await;
+    assert!(w.markers().is_empty());
+    let before = w.bucket().snapshot();
+    let r = submit(&w.process()).await.unwrap();
+    assert_eq!(r.task_id, first.task_id);
+    assert_eq!(r.status, "running");
+    assert!(r.replayed && !r.recovered);
+    assert_eq!(queue_writes(&w.faulty), []);
+    assert_eq!(w.bucket().snapshot(), before, "byte for byte");
+    // The replay's 4 requests: PUT (412), GET record, GET task + HEAD
+    // marker; the task is not the record's `pending_task` any more, so the
+    // missing marker is not written.
+    assert_eq!(w.faulty.calls().len(), 4);
+
+    // Run to completion: a replay answers that, and writes nothing either.
+    let (mut task, etag) = w.task().await;
+    task["status"] = json!("completed");
+    w.bucket()
+        .put(
+            &r.task_key,
+            serde_json::to_vec(&task).unwrap().into(),
+            PutMode::Update(etag),
+        )
+        .await
+        .unwrap();
+    w.faulty.reset_log();
+    let before = w.bucket().snapshot();
+    let r = submit(&w.process()).await.unwrap();
+    assert_eq!(r.status, "completed");
+    assert_eq!(queue_writes(&w.faulty), []);
+    assert_eq!(w.bucket().snapshot(), before, "byte for byte");
+}
+
+#[tokio::test]
+async fn the_sweepers_event_for_a_record_whose_task_a_worker_has_claimed_writes_nothing() {
+    let w = World::new();
+    submit(&w.restarted()).await.unwrap();
+    let written = w.record_meta().await;
+    w.worker_claims().await;
+    let before = w.bucket().snapshot();
+    assert_eq!(w.logged_sweep_event().await, RecordOutcome::Nothing);
+    assert_eq!(queue_writes(&w.faulty), []);
+    assert_eq!(w.bucket().snapshot(), before, "byte for byte");
+    // GET record, GET task + HEAD marker.
+    assert_eq!(w.faulty.calls().len(), 3);
+    assert!(w.markers().is_empty());
+    assert_eq!(w.record_meta().await.1.etag, written.1.etag);
+}
+
+/// A store whose first marker PUT reaches the bucket just after a worker has
+/// claimed the task (found by scanning `tasks/`, as buquet's worker does when
+/// the index is empty): the claim lands between a finisher's read of the task
+/// and its marker. The worker deletes the task's marker after its claim, but
+/// there is none yet.
+fn racing_a_worker(
+    w: &World,
+    task_key: &str,
+    claimed_task: bytes::Bytes,
+) -> FaultyStore<impl Store + Clone> {
+    let bucket = w.bucket().clone();
+    let task_key = task_key.to_owned();
+    let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    FaultyStore::new(common::Intercept {
+        inner: w.bucket().clone(),
+        hook: move |op: Op, key: &str| {
+            if op == Op::Put
+                && key.starts_with("ready/")
+                && !fired.swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                let cur = bucket.get(&task_key).now_or_never()?.ok()?;
+                bucket
+                    .put(
+                        &task_key,
+                        claimed_task.clone(),
+                        PutMode::Update(cur.meta.etag),
+                    )
+                    .now_or_never()?
+                    .ok()?;
+            }
+            None
+        },
+    })
+}
+
+#[tokio::test]
+async fn a_finisher_whose_marker_lands_after_a_worker_claimed_the_task_removes_its_marker() {
+    for finisher in ["a replay", "the sweeper"] {
+        let w = died_before_the_marker().await;
+        let written = w.record_meta().await;
+        let (task, _) = w.task().await;
+        let f = racing_a_worker(&w, &written.0.task_key, claimed(&task));
+        let q = Queue::with_clock(f.clone(), Arc::new(w.clock.clone()), common::settings());
+        if finisher == "a replay" {
+            let r = submit(&q).await.unwrap();
+            assert_eq!(r.status, "running", "the status read after the marker");
+        } else {
+            w.clock.advance(common::settings().stale_creating_after);
+            let outcome = q.engine().sweep_record(&w.record_key(), false, None).await;
+            assert_eq!(outcome, RecordOutcome::Finished);
+        }
+        assert_eq!(w.task().await.0["status"], "running", "{finisher}");
+        // Its marker landed, the task read again was no longer pending, and
+        // the marker went: no marker names a task that cannot be claimed.
+        assert!(w.markers().is_empty(), "{finisher}: {:?}", w.markers());
+        let writes = queue_writes(&f);
+        assert_eq!(writes.len(), 2, "{finisher}: {writes:?}");
+        assert_eq!((writes[0].0, writes[1].0), (Op::Put, Op::Delete));
+        assert_eq!(writes[0].1, writes[1].1, "{finisher}: {writes:?}");
+        let (rec, meta) = w.record_meta().await;
+        assert_eq!(rec.status, Some(RecordStatus::Creating));
+        assert_eq!(
+            meta.etag, written.1.etag,
+            "{finisher}: the record as written"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_retried_task_gets_no_marker_of_ours_in_its_old_minute() {
+    let w = World::new();
+    submit(&w.restarted()).await.unwrap();
+    let first = w.markers();
+    w.worker_claims().await;
+    let retried = w.worker_retries().await;
+    assert_eq!(first.len(), 1);
+    assert_ne!(first[0], retried, "another minute");
+    let before = w.bucket().snapshot();
+    let r = submit(&w.process()).await.unwrap();
+    assert_eq!(r.status, "pending");
+    assert_eq!(w.markers(), std::slice::from_ref(&retried));
+    assert_eq!(w.logged_sweep_event().await, RecordOutcome::Nothing);
+    assert_eq!(w.markers(), [retried]);
+    assert_eq!(queue_writes(&w.faulty), []);
+    assert_eq!(w.bucket().snapshot(), before, "byte for byte");
+}
+
+#[tokio::test]
+async fn a_marker_left_for_a_task_a_worker_has_claimed_is_removed_by_the_next_finisher() {
+    let w = World::new();
+    submit(&w.restarted()).await.unwrap();
+    let marker = w.markers().pop().unwrap();
+    w.worker_claims().await;
+    // Left by an earlier version of this service, which wrote a marker
+    // whenever its HEAD found none, or by a finisher that died before it
+    // read the task again.
+    w.bucket()
+        .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)
+        .await
+        .unwrap();
+    let r = submit(&w.process()).await.unwrap();
+    assert_eq!(r.status, "running");
+    assert!(w.markers().is_empty());
+    assert_eq!(queue_writes(&w.faulty), [(Op::Delete, marker)]);
+}
+
 // ---- request counts (guarantee 8) ----
 
 fn trips(w: &World) -> Vec<(Op, usize)> {
@@ -587,15 +882,47 @@ async fn a_new_submit_is_two_round_trips_and_three_requests() {
 }
 
 #[tokio::test]
-async fn a_replay_of_a_ready_record_is_at_most_three_requests() {
+async fn a_replay_of_a_settled_record_is_three_requests() {
     let w = World::new();
     submit(&w.restarted()).await.unwrap();
-    assert_eq!(w.sweep_event().await, RecordOutcome::Promoted);
-    submit(&w.process()).await.unwrap();
+    // Past its finish deadline and the 15 minutes after it: nothing can be
+    // written for it any more, and its task object alone answers.
+    w.clock.advance(Duration::seconds(2400 + 15 * 60 + 1));
+    let r = submit(&w.process()).await.unwrap();
+    assert_eq!(r.status, "pending");
     assert_eq!(
         trips(&w),
         vec![(Op::PutCreate, 1), (Op::Get, 2), (Op::Get, 3)]
     );
+}
+
+#[tokio::test]
+async fn a_replay_of_a_record_an_earlier_version_turned_ready_is_three_requests() {
+    let w = World::new();
+    submit(&w.restarted()).await.unwrap();
+    // What the sweeper of an earlier version wrote once it had seen both
+    // objects: `ready`, without `pending_task`, under a new write_id.
+    let (rec, meta) = w.record_meta().await;
+    let mut v: Value = serde_json::to_value(&rec).unwrap();
+    v["status"] = json!("ready");
+    v["write_id"] = json!(uuid::Uuid::new_v4());
+    v.as_object_mut().unwrap().remove("pending_task");
+    w.bucket()
+        .put(
+            &w.record_key(),
+            serde_json::to_vec(&v).unwrap().into(),
+            PutMode::Update(meta.etag),
+        )
+        .await
+        .unwrap();
+    let before = w.bucket().snapshot();
+    let r = submit(&w.process()).await.unwrap();
+    assert_eq!((r.task_id, r.status.as_str()), (rec.task_id, "pending"));
+    assert_eq!(
+        trips(&w),
+        vec![(Op::PutCreate, 1), (Op::Get, 2), (Op::Get, 3)]
+    );
+    assert_eq!(w.bucket().snapshot(), before);
 }
 
 #[tokio::test]
@@ -622,7 +949,8 @@ async fn a_replay_that_finishes_an_interrupted_submit_writes_only_what_is_missin
     assert!(r.recovered && r.replayed);
     let ops = trips(&w);
     // PUT (412), GET record, GET task + HEAD marker (both 404), PUT task +
-    // PUT marker: 6 requests in 4 round trips.
+    // PUT marker: 6 requests in 4 round trips. No second read of the task:
+    // this call created it, beside its marker, so no worker had it before.
     assert_eq!(ops.len(), 6, "{ops:?}");
     assert_eq!(w.faulty.round_trips(), 4, "{ops:?}");
     assert!(ops[4..].contains(&(Op::PutCreate, 4)) && ops[4..].contains(&(Op::Put, 4)));
@@ -631,21 +959,55 @@ async fn a_replay_that_finishes_an_interrupted_submit_writes_only_what_is_missin
 }
 
 #[tokio::test]
-async fn the_sweeper_promotes_a_finished_record_in_three_requests_and_one_write() {
+async fn an_answered_submits_event_checks_both_objects_in_three_requests_and_writes_nothing() {
     let w = World::new();
     submit(&w.restarted()).await.unwrap();
+    let written = w.record_meta().await;
+    let before = w.bucket().snapshot();
     w.clock.advance(common::settings().stale_creating_after);
     let outcome = w
         .process()
         .engine()
         .sweep_record(&w.record_key(), false, None)
         .await;
-    assert_eq!(outcome, RecordOutcome::Promoted);
+    assert_eq!(outcome, RecordOutcome::Nothing);
+    // GET record, then GET task + HEAD marker in parallel: 3 requests in 2
+    // round trips, and no PUT (the record is not promoted any more).
     let ops = trips(&w);
-    assert_eq!(ops.len(), 4, "{ops:?}");
+    assert_eq!(ops.len(), 3, "{ops:?}");
+    assert_eq!(w.faulty.round_trips(), 2, "{ops:?}");
+    assert_eq!(ops[0], (Op::Get, 1));
+    assert!(ops[1..].contains(&(Op::Get, 2)) && ops[1..].contains(&(Op::Head, 2)));
+    assert_eq!(w.bucket().snapshot(), before, "byte for byte");
+    w.assert_written_once(&written).await;
+}
+
+#[tokio::test]
+async fn an_interrupted_submits_event_writes_both_objects_in_five_requests_and_not_the_record() {
+    let crashed = World::new();
+    interrupted(&crashed).await;
+    let w = World {
+        clock: crashed.clock.clone(),
+        faulty: FaultyStore::new(crashed.bucket().clone()),
+    };
+    let written = w.record_meta().await;
+    w.clock.advance(common::settings().stale_creating_after);
+    let outcome = w
+        .process()
+        .engine()
+        .sweep_record(&w.record_key(), false, None)
+        .await;
+    assert_eq!(outcome, RecordOutcome::Finished);
+    // GET record, GET task + HEAD marker (both 404), PUT task + PUT marker:
+    // 5 requests in 3 round trips, no record write. The task is not read
+    // again: the sweeper created it beside its marker.
+    let ops = trips(&w);
+    assert_eq!(ops.len(), 5, "{ops:?}");
+    assert_eq!(w.faulty.round_trips(), 3, "{ops:?}");
     assert_eq!(ops[0], (Op::Get, 1));
     assert!(ops[1..3].contains(&(Op::Get, 2)) && ops[1..3].contains(&(Op::Head, 2)));
-    assert_eq!(ops[3], (Op::PutUpdate, 3));
+    assert!(ops[3..].contains(&(Op::PutCreate, 3)) && ops[3..].contains(&(Op::Put, 3)));
+    w.assert_written_once(&written).await;
 }
 
 #[tokio::test]

@@ -5,7 +5,8 @@
 //! no lost acknowledged task, every error retryable; most submits still
 //! acknowledged; every kind of fault, and a lost answer on each kind of
 //! conditional write, shown to have happened; then a heal phase through the
-//! same proxy in which every key answers.
+//! same proxy in which every key answers, and every record has its task and
+//! its marker, written once.
 
 mod common;
 
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use common::chaos_proxy::{ChaosProxy, KINDS};
 use idempotent_submit::protocol::{RecordOutcome, RecordStatus};
-use idempotent_submit::store::{S3Store, Store};
+use idempotent_submit::store::{PutMode, S3Store, Store};
 use idempotent_submit::{Clock, Queue, RetryPolicy, Settings, SubmitError};
 use serde_json::json;
 
@@ -134,31 +135,85 @@ async fn a_fifth_of_requests_failing_loses_and_doubles_nothing() {
         .into_iter()
         .filter(|k| k.starts_with("idempotency/"))
         .collect();
-    // Besides the random ones, the first three promotions land and lose
-    // their answer: the If-Match case, which only the sweeper writes now.
+    // What each record's submits left: both objects, or something missing
+    // for the sweeper to write.
+    let mut incomplete = HashSet::new();
+    let mut written = HashMap::new();
+    for key in &records {
+        let o = direct.get(key).await.unwrap();
+        written.insert(key.clone(), o.meta.etag.clone());
+        let rec = idempotent_submit::protocol::Record::parse(&o.body).unwrap();
+        let pending: serde_json::Value =
+            serde_json::from_str(rec.pending_task.as_ref().unwrap().get()).unwrap();
+        let at: chrono::DateTime<chrono::Utc> =
+            pending["available_at"].as_str().unwrap().parse().unwrap();
+        let marker =
+            idempotent_submit::protocol::TaskLocation::new(rec.task_id, 1, at).marker_key();
+        if direct.get(&rec.task_key).await.is_err() || direct.head(&marker).await.is_err() {
+            incomplete.insert(key.clone());
+        }
+    }
+    // Records that expired long ago (an earlier submit's of other keys): the
+    // sweeper deletes them with If-Match, the one conditional update left on
+    // the sweeper's path now that it never writes a record. Besides the
+    // random ones, the first three land and lose their answer.
+    let template: serde_json::Value =
+        serde_json::from_slice(&direct.get(&records[0]).await.unwrap().body).unwrap();
+    let mut expired = Vec::new();
+    for i in 0..5u32 {
+        let mut v = template.clone();
+        v["created_at"] = json!("2020-01-01T00:00:00Z");
+        v["expires_at"] = json!("2020-01-31T00:00:00Z");
+        v["write_id"] = json!(uuid::Uuid::new_v4());
+        let key = format!("idempotency/chaos/{i:064x}.json");
+        direct
+            .put(
+                &key,
+                serde_json::to_vec(&v).unwrap().into(),
+                PutMode::Create,
+            )
+            .await
+            .unwrap();
+        expired.push(key);
+    }
     proxy.lose_update_answers(3);
-    let sweeps = records.iter().map(|key| {
+    let sweeps = records.iter().chain(&expired).map(|key| {
         let sweeper = &sweeper;
+        let (was_incomplete, is_expired) = (incomplete.contains(key), expired.contains(key));
         async move {
             let mut came_back = 0;
             loop {
-                match sweeper.engine().sweep_record(key, false, None).await {
-                    RecordOutcome::Failed(e) => {
-                        assert!(e.is_retryable(), "{key}: {e:?}");
-                        came_back += 1;
-                    }
-                    // A failed attempt may have promoted it before its answer
-                    // was lost: the redelivery then finds it ready.
-                    RecordOutcome::Nothing if came_back > 0 => return came_back,
-                    o => {
-                        assert!(
-                            matches!(o, RecordOutcome::Promoted | RecordOutcome::Finished),
-                            "{key}: {o:?}"
-                        );
-                        return came_back;
-                    }
+                let o = sweeper.engine().sweep_record(key, false, None).await;
+                if let RecordOutcome::Failed(e) = &o {
+                    assert!(e.is_retryable(), "{key}: {e:?}");
+                    came_back += 1;
+                    assert!(came_back < 100, "the sweeper never got through {key}");
+                    continue;
                 }
-                assert!(came_back < 100, "the sweeper never got through {key}");
+                if is_expired {
+                    // A delete that landed and lost its answer is retried and
+                    // finds the record gone.
+                    assert!(
+                        matches!(o, RecordOutcome::ExpiredDeleted | RecordOutcome::Nothing),
+                        "{key}: {o:?}"
+                    );
+                } else if came_back > 0 {
+                    // A failed attempt may have written what was missing
+                    // before it failed: the redelivery then finds nothing to do.
+                    assert!(
+                        matches!(o, RecordOutcome::Finished | RecordOutcome::Nothing),
+                        "{key}: {o:?}"
+                    );
+                } else {
+                    // Written exactly when something was missing.
+                    let want = if was_incomplete {
+                        RecordOutcome::Finished
+                    } else {
+                        RecordOutcome::Nothing
+                    };
+                    assert_eq!(o, want, "{key}");
+                }
+                return came_back;
             }
         }
     });
@@ -192,7 +247,8 @@ async fn a_fifth_of_requests_failing_loses_and_doubles_nothing() {
 
     // Healed, through the same proxy: no fault any more, every key answers,
     // each with the task it was acknowledged with, and the bucket holds one
-    // task per key, every record ready.
+    // task and one marker per key, every record `creating` as written, and
+    // no expired record.
     proxy.heal();
     let faults_before = c.faults.load(std::sync::atomic::Ordering::SeqCst);
     let forwarded_before = c.forwarded.load(std::sync::atomic::Ordering::SeqCst);
@@ -224,12 +280,30 @@ async fn a_fifth_of_requests_failing_loses_and_doubles_nothing() {
         c.forwarded.load(std::sync::atomic::Ordering::SeqCst) >= forwarded_before + 90,
         "the heal phase went through the proxy"
     );
+    let keys = common::all_keys(&direct).await;
+    let ids_under = |prefix: &str| -> HashSet<String> {
+        keys.iter()
+            .filter(|k| k.starts_with(prefix))
+            .map(|k| {
+                let name = k.rsplit('/').next().unwrap();
+                name.trim_end_matches(".json").to_owned()
+            })
+            .collect()
+    };
+    let mut record_tasks = HashSet::new();
     for key in &records {
         let o = direct.get(key).await.unwrap();
         let rec = idempotent_submit::protocol::Record::parse(&o.body).unwrap();
-        assert_eq!(rec.status, Some(RecordStatus::Ready), "{key}");
+        assert_eq!(rec.status, Some(RecordStatus::Creating), "{key}");
+        assert!(rec.pending_task.is_some(), "{key}");
+        assert_eq!(Some(&o.meta.etag), written.get(key), "{key}: written once");
+        record_tasks.insert(rec.task_id.to_string());
     }
-    let keys = common::all_keys(&direct).await;
+    assert_eq!(ids_under("tasks/"), record_tasks, "each record's task");
+    assert_eq!(ids_under("ready/"), record_tasks, "each task's marker");
+    for key in &expired {
+        assert!(!keys.contains(key), "{key} was not deleted");
+    }
     assert_eq!(
         keys.iter().filter(|k| k.starts_with("tasks/")).count(),
         30,

@@ -1,5 +1,6 @@
-//! The sweeper: finishing, promoting, expiry, dry runs, keeping its place,
-//! races, and reads per record that do not grow with how often it runs.
+//! The sweeper: finishing (and writing nothing where nothing is missing),
+//! expiry, dry runs, keeping its place, races, and reads per record that do
+//! not grow with how often it runs.
 
 mod common;
 
@@ -60,12 +61,27 @@ impl World {
     }
 
     async fn record(&self, key: &str) -> idempotent_submit::protocol::Record {
-        self.queue()
-            .record("t", key, None)
-            .await
-            .unwrap()
-            .unwrap()
-            .0
+        self.record_meta(key).await.0
+    }
+
+    async fn record_meta(
+        &self,
+        key: &str,
+    ) -> (
+        idempotent_submit::protocol::Record,
+        idempotent_submit::store::ObjectMeta,
+    ) {
+        self.queue().record("t", key, None).await.unwrap().unwrap()
+    }
+
+    /// The record of `key` is still the one write its submit made:
+    /// `creating`, with its `pending_task`, under the ETag it was written
+    /// with.
+    async fn assert_written_once(&self, key: &str, written: &idempotent_submit::store::ETag) {
+        let (rec, meta) = self.record_meta(key).await;
+        assert_eq!(rec.status, Some(RecordStatus::Creating), "{key}");
+        assert!(rec.pending_task.is_some(), "{key}");
+        assert_eq!(&meta.etag, written, "{key}: the same write");
     }
 
     async fn sweep(&self, dry_run: bool) -> SweepSummary {
@@ -103,15 +119,15 @@ async fn a_stale_creating_record_is_finished_with_its_task_and_marker() {
     let id = w
         .interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
+    let written = w.record_meta("a").await.1.etag;
     w.clock.advance(Duration::minutes(11));
     let s = w.sweep(false).await;
     assert_eq!(
-        (s.scanned, s.finished, s.promoted, s.errors, s.complete),
-        (1, 1, 0, 0, true)
+        (s.scanned, s.finished, s.errors, s.complete),
+        (1, 1, 0, true)
     );
-    let rec = w.record("a").await;
-    assert_eq!(rec.status, Some(RecordStatus::Ready));
-    assert_eq!(rec.task_id, id);
+    w.assert_written_once("a", &written).await;
+    assert_eq!(w.record("a").await.task_id, id);
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
     // The next submit is a plain replay of the same task.
@@ -125,19 +141,28 @@ async fn a_stale_creating_record_is_finished_with_its_task_and_marker() {
 }
 
 #[tokio::test]
-async fn a_stale_record_whose_task_is_there_is_promoted() {
+async fn a_stale_record_whose_task_and_marker_are_there_is_read_and_left_as_written() {
     let w = World::new();
     w.queue()
         .submit("t", json!({"k": "a"}))
         .idempotency_key("a")
         .await
         .unwrap();
-    assert_eq!(w.record("a").await.status, Some(RecordStatus::Creating));
+    let written = w.record_meta("a").await.1.etag;
+    let outside_the_sweepers_place = |w: &World| {
+        w.bucket
+            .snapshot()
+            .into_iter()
+            .filter(|(k, ..)| !k.starts_with("sweeper/"))
+            .collect::<Vec<_>>()
+    };
+    let before = outside_the_sweepers_place(&w);
     w.clock.advance(Duration::minutes(11));
     let s = w.sweep(false).await;
-    assert_eq!((s.finished, s.promoted), (0, 1));
-    assert_eq!(w.record("a").await.status, Some(RecordStatus::Ready));
-    assert_eq!(w.count("tasks/"), 1);
+    assert_eq!((s.scanned, s.reads, s.finished, s.errors), (1, 1, 0, 0));
+    w.assert_written_once("a", &written).await;
+    assert_eq!(outside_the_sweepers_place(&w), before, "byte for byte");
+    assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
 }
 
 #[tokio::test]
@@ -188,6 +213,20 @@ async fn expired_records_are_deleted_whatever_their_status() {
         .idempotency_ttl(Duration::hours(1))
         .await
         .unwrap();
+    // As the sweeper of an earlier version left it.
+    let (rec, meta) = w.record_meta("ready").await;
+    let mut v = serde_json::to_value(&rec).unwrap();
+    v["status"] = json!("ready");
+    v.as_object_mut().unwrap().remove("pending_task");
+    w.bucket
+        .put(
+            &meta.key,
+            serde_json::to_vec(&v).unwrap().into(),
+            PutMode::Update(meta.etag),
+        )
+        .await
+        .unwrap();
+    assert_eq!(w.record("ready").await.status, Some(RecordStatus::Ready));
     w.interrupted("creating", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.queue()
@@ -332,12 +371,14 @@ async fn a_record_replaced_between_the_sweepers_read_and_its_delete_survives() {
 }
 
 #[tokio::test]
-async fn a_sweeper_and_a_late_submit_finishing_together_leave_one_task_and_a_ready_record() {
+async fn a_sweeper_and_a_late_submit_finishing_together_leave_one_task_its_marker_and_the_record_as_written()
+ {
     for _ in 0..20 {
         let w = World::new();
         let id = w
             .interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
             .await;
+        let written = w.record_meta("a").await.1.etag;
         w.clock.advance(Duration::minutes(11));
         // Both go through a yielding store, so their requests interleave.
         let (sweeper, submitter) = (
@@ -357,7 +398,7 @@ async fn a_sweeper_and_a_late_submit_finishing_together_leave_one_task_and_a_rea
         assert_eq!(s.errors, 0);
         assert_eq!(w.count("tasks/"), 1);
         assert_eq!(w.count("ready/"), 1);
-        assert_eq!(w.record("a").await.status, Some(RecordStatus::Ready));
+        w.assert_written_once("a", &written).await;
     }
 }
 
@@ -415,9 +456,10 @@ async fn each_record_is_read_a_bounded_number_of_times_however_often_the_sweeper
     let max1 = every_1.values().copied().max().unwrap();
     assert!(max5 <= 9, "{every_5:?}");
     assert!(max1 <= 9, "{every_1:?}");
-    // Five times the runs, the same reads: up to one more per record, where
-    // the sweeper's own finish (a write, so a new LastModified) landed at
-    // another age.
+    // Five times the runs, the same reads: up to one more per record (the
+    // sweeper never writes a record, so every age counts from its one
+    // write), where the first pass of one schedule still found a record
+    // inside its finish window and the first pass of the other did not.
     let total5: usize = every_5.values().sum();
     let total1: usize = every_1.values().sum();
     assert!(
@@ -437,14 +479,15 @@ async fn hourly_reads_of_a_long_lived_record(ttl: Duration, until: i64) -> (Vec<
         .idempotency_ttl(ttl)
         .await
         .unwrap();
-    // One pass past the stale threshold settles the record (reads it, and
-    // promotes it if its submit left it `creating`); the ages count from
-    // its last write.
+    // One pass past the stale threshold reads the record, finds its task
+    // and marker there, and writes nothing: the record keeps its one write,
+    // and the ages count from it.
+    let first = w.record_meta("long").await.1;
     w.clock.advance(Duration::minutes(11));
-    w.sweep(false).await;
-    let (rec, meta) = w.queue().record("t", "long", None).await.unwrap().unwrap();
-    assert_eq!(rec.status, Some(RecordStatus::Ready));
-    let written = meta.last_modified;
+    let s = w.sweep(false).await;
+    assert_eq!((s.reads, s.finished), (1, 0), "{s:?}");
+    w.assert_written_once("long", &first.etag).await;
+    let written = first.last_modified;
     let f = FaultyStore::new(w.bucket.clone());
     let q = w.queue_over(f.clone());
     let (mut reads, mut deleted) = (Vec::new(), None);
@@ -510,11 +553,12 @@ async fn a_pass_reads_and_finishes_records_side_by_side() {
     let f = FaultyStore::new(w.bucket.clone());
     let s = w.sweep_over(f.clone()).await;
     assert_eq!((s.finished, s.complete), (32, true));
-    // 32 records, 4 requests each, in chunks of 16 at a time: far fewer
+    // 32 records, 5 requests each (the record; its task and marker; both
+    // written) in 3 round trips, in chunks of 16 at a time: far fewer
     // sequential round trips than requests.
     let calls = f.calls().len();
     let trips = f.round_trips();
-    assert!(calls >= 32 * 4, "{calls}");
+    assert!(calls >= 32 * 5, "{calls}");
     assert!(trips <= 2 * 3 + 4, "{trips} round trips for {calls} calls");
 }
 
@@ -943,7 +987,8 @@ async fn an_unfinished_pass_saved_by_the_listing_sweeper_before_ranges_is_done_a
     let s = w.sweep(false).await;
     assert!(s.resumed && s.complete, "{s:?}");
     assert_eq!(s.finished, 1);
-    assert_eq!(w.record("a").await.status, Some(RecordStatus::Ready));
+    assert_eq!(w.record("a").await.status, Some(RecordStatus::Creating));
+    assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
 }
 
 #[tokio::test]
@@ -1043,7 +1088,6 @@ fn a_summary_adds_every_count_of_another() {
     let one = SweepSummary {
         scanned: 3,
         finished: 4,
-        promoted: 5,
         expired_deleted: 6,
         errors: 7,
         reads: 8,
@@ -1059,7 +1103,6 @@ fn a_summary_adds_every_count_of_another() {
     let twice = SweepSummary {
         scanned: 6,
         finished: 8,
-        promoted: 10,
         expired_deleted: 12,
         errors: 14,
         reads: 16,

@@ -57,7 +57,6 @@ async fn a_scheduled_event_runs_a_sweep_and_answers_its_summary() {
             "errors",
             "expired_deleted",
             "finished",
-            "promoted",
             "scanned"
         ]
     );

@@ -209,7 +209,6 @@ pub async fn handle_sqs(
         retried = batch.retry.len(),
         scanned = s.scanned,
         finished = s.finished,
-        promoted = s.promoted,
         expired_deleted = s.expired_deleted,
         errors = s.errors,
         past_deadline = s.past_deadline,

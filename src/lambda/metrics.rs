@@ -114,7 +114,6 @@ impl Metrics {
         self.emit(&[
             ("SweepScanned", s.scanned),
             ("SweepFinished", s.finished),
-            ("SweepPromoted", s.promoted),
             ("SweepExpiredDeleted", s.expired_deleted),
             ("SweepErrors", s.errors),
             ("SweepPastDeadline", s.past_deadline),

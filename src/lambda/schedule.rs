@@ -41,7 +41,6 @@ pub async fn handle(
                 reads = s.reads,
                 lists = s.lists,
                 finished = s.finished,
-                promoted = s.promoted,
                 expired_deleted = s.expired_deleted,
                 errors = s.errors,
                 complete = s.complete,

@@ -13,7 +13,8 @@ pub enum RecordStatus {
     /// A submit is in flight, or was interrupted: `pending_task` says what to
     /// finish.
     Creating,
-    /// The task object and its marker were written. Never goes back.
+    /// Written by earlier versions of this service once the task object and
+    /// its marker were seen. Read, never written any more.
     Ready,
 }
 
@@ -58,17 +59,6 @@ impl Record {
         serde_json::from_slice(body)
     }
 
-    /// The same record turned `ready` by a new write: `pending_task` dropped,
-    /// a fresh `write_id`.
-    pub fn to_ready(&self) -> Record {
-        Record {
-            status: Some(RecordStatus::Ready),
-            write_id: Some(Uuid::new_v4()),
-            pending_task: None,
-            ..self.clone()
-        }
-    }
-
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
         self.expires_at <= now
     }
@@ -93,6 +83,19 @@ pub mod rfc3339 {
         DateTime::parse_from_rfc3339(&s)
             .map(|t| t.with_timezone(&Utc))
             .map_err(serde::de::Error::custom)
+    }
+
+    /// An optional time: absent or null is `None`.
+    pub mod option {
+        use super::*;
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<DateTime<Utc>>, D::Error> {
+            #[derive(Deserialize)]
+            struct W(#[serde(deserialize_with = "super::deserialize")] DateTime<Utc>);
+            Ok(Option::<W>::deserialize(d)?.map(|W(t)| t))
+        }
     }
 }
 
@@ -181,9 +184,18 @@ impl TaskLocation {
 
     /// `ready/{shard}/{minute}/{task_id}`, the minute zero-padded to 10 digits.
     pub fn marker_key(&self) -> String {
-        let minute = self.available_at.timestamp().div_euclid(60);
-        format!("ready/{}/{:010}/{}", self.shard, minute, self.id)
+        format!(
+            "ready/{}/{:010}/{}",
+            self.shard,
+            marker_minute(self.available_at),
+            self.id
+        )
     }
+}
+
+/// The minute folder of the ready index a task available at `t` is listed in.
+pub fn marker_minute(t: DateTime<Utc>) -> i64 {
+    t.timestamp().div_euclid(60)
 }
 
 /// The task object's JSON for a new task.
@@ -244,6 +256,36 @@ impl TaskHead {
             shard: self.shard.clone(),
             available_at: self.available_at,
         }
+    }
+}
+
+/// What a finisher needs to know of a task object as it is now, whoever
+/// wrote it last: read leniently, since workers add fields.
+#[derive(Debug, Deserialize)]
+pub(crate) struct TaskState {
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default, with = "rfc3339::option")]
+    pub available_at: Option<DateTime<Utc>>,
+}
+
+impl TaskState {
+    /// A body that does not parse as a task says nothing: not ready.
+    pub fn parse(body: &[u8]) -> Self {
+        serde_json::from_slice(body).unwrap_or(TaskState {
+            status: None,
+            available_at: None,
+        })
+    }
+
+    /// Whether the marker at `loc` is true for this task: it is `pending`
+    /// and listed in that minute (a worker's retry or reschedule moves it to
+    /// another minute, with a marker of its own).
+    pub fn is_ready_in(&self, loc: &TaskLocation) -> bool {
+        self.status.as_deref() == Some("pending")
+            && self
+                .available_at
+                .is_some_and(|t| marker_minute(t) == marker_minute(loc.available_at))
     }
 }
 

@@ -2,10 +2,11 @@
 //!
 //! A keyed submit writes its record first (`If-None-Match: *`), then the task
 //! object and its ready marker in parallel, and answers: two round trips.
-//! Whoever meets a `creating` record before its finish deadline (a later
-//! submit of the key, the sweeper) checks both and writes what is missing,
-//! through [`Engine::complete`]; only the sweeper then turns the record
-//! `ready`, by compare-and-swap ([`Engine::promote`]).
+//! The record is written once and stays `creating`: whoever meets it before
+//! its finish deadline (a later submit of the key, the sweeper) checks both
+//! objects and writes what is missing, through [`Engine::finish`], a marker
+//! only for a task no worker has touched. Past the deadline a record is
+//! settled: its task object alone says what became of the submit.
 
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
@@ -18,13 +19,13 @@ use uuid::Uuid;
 use super::hash;
 use super::names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
 use super::record::{
-    Record, RecordStatus, TaskHead, TaskIdempotency, TaskLocation, record_key, task_json,
-    task_status,
+    Record, RecordStatus, TaskHead, TaskIdempotency, TaskLocation, TaskState, record_key,
+    task_json, task_status,
 };
 use crate::clock::{Clock, Offset};
 use crate::config::{ClockCheck, LATE_WRITE_MARGIN, MAX_CLOCK_OFFSET, Settings};
 use crate::planted::Bug;
-use crate::store::{ETag, ObjectMeta, PutMode, Store, StoreError};
+use crate::store::{ObjectMeta, PutMode, Store, StoreError};
 
 /// How many times a submit starts over when the record changes under it
 /// (deleted by the sweeper, replaced after expiry) before giving up.
@@ -221,21 +222,21 @@ impl From<Failure> for SubmitError {
     }
 }
 
-/// Whether [`Engine::complete`] reads what exists before writing.
+/// Where [`Engine::finish`] starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Check {
-    /// Read the task and check the marker first; write only what is missing.
-    Yes,
-    /// Write both: the record was just written, so neither can exist yet
-    /// (except by a lost answer of our own, which the task's 412 tells).
-    No,
+pub(crate) enum Start {
+    /// This submit has just written the record: neither object can exist
+    /// yet (except by a lost answer of our own, which the task's 412 tells),
+    /// so both are written at once.
+    Claimed,
+    /// Anyone else: read the task and check the marker first, and write only
+    /// what is missing.
+    Check,
 }
 
-/// What [`Engine::complete`] found and did.
+/// What [`Engine::finish`] found and did.
 #[derive(Debug)]
-pub(crate) struct Completed {
-    /// This call created the task object.
-    pub created: bool,
+pub(crate) struct Finished {
     /// This call wrote the task object or the marker.
     pub wrote: bool,
     /// The task's status, when this call learned it.
@@ -593,8 +594,7 @@ impl Engine {
     }
 
     /// We wrote the record: write its task object and marker, and answer 201.
-    /// The record stays `creating`; the sweeper promotes it, off the response
-    /// path.
+    /// The record stays as written.
     async fn finish_as_owner(
         &self,
         rkey: &str,
@@ -607,7 +607,7 @@ impl Engine {
         // never later than the real one.
         let deadline = written_not_before + self.settings.finish_window;
         let done = self
-            .complete(rkey, mine, Check::No, deadline, op_deadline)
+            .finish(rkey, mine, Start::Claimed, deadline, op_deadline)
             .await?;
         let status = self.status_after(mine, &done, op_deadline).await?;
         Ok(self.answer(mine, status, false, false))
@@ -624,7 +624,8 @@ impl Engine {
         op_deadline: DateTime<Utc>,
     ) -> Result<Submitted, SubmitError> {
         // Our own task id on a record we did not recognize by write_id: we
-        // wrote it, and the sweeper turned it ready. It is still our 201.
+        // wrote it (an earlier version's sweeper may have turned it ready).
+        // It is still our 201.
         let replayed = rec.task_id != my_task_id;
         let finish_deadline = meta.last_modified + self.settings.finish_window;
         match rec.status {
@@ -646,7 +647,7 @@ impl Engine {
                         || self.settings.has_bug(Bug::IgnoreFinishDeadline)) =>
             {
                 let done = self
-                    .complete(rkey, rec, Check::Yes, finish_deadline, op_deadline)
+                    .finish(rkey, rec, Start::Check, finish_deadline, op_deadline)
                     .await?;
                 let status = self.status_after(rec, &done, op_deadline).await?;
                 Ok(self.answer(rec, status, replayed, done.wrote))
@@ -680,25 +681,35 @@ impl Engine {
         }
     }
 
-    /// Makes sure that a `creating` record's task object and ready marker
-    /// both exist, writing only what is missing: the task with If-None-Match
-    /// (412: it is already there), the marker by plain PUT, in parallel.
-    /// With [`Check::Yes`] it first reads the task and checks the marker (GET
-    /// and HEAD, in parallel); the first submit, which knows neither exists,
-    /// writes both at once. No write is attempted at or after
-    /// `finish_deadline`.
+    /// Makes sure that a `creating` record's task object exists and, while
+    /// no worker has touched that task, its ready marker too, writing only
+    /// what is missing: the task with If-None-Match (412: it is already
+    /// there), the marker by plain PUT, in parallel. No write is attempted at
+    /// or after `finish_deadline`.
+    ///
+    /// From [`Start::Check`] it first reads the task and checks the marker
+    /// (GET and HEAD, in parallel). The marker is written only for a task
+    /// that this call creates, or whose object is byte for byte the record's
+    /// `pending_task`: a task that a worker has claimed, run, retried or
+    /// rescheduled has left that state, and a marker for it would stay in the
+    /// index forever (buquet's workers delete a marker only when they claim
+    /// its task). A marker written for a task that this call did not create
+    /// (found by its read, or by its write's 412), or one that took a retry,
+    /// is checked by reading the task again once it has landed
+    /// ([`Engine::verify_marker`]): that closes the race with a worker that
+    /// claimed the task between our read and our write. A marker found
+    /// beside a task that a worker has taken since is removed.
     ///
     /// The one finishing path of the first submit, a later submit and the
-    /// sweeper. It never touches the record: only the sweeper promotes it
-    /// ([`Engine::promote`]).
-    pub(crate) async fn complete(
+    /// sweeper. It never writes the record.
+    pub(crate) async fn finish(
         &self,
         rkey: &str,
         rec: &Record,
-        check: Check,
+        start: Start,
         finish_deadline: DateTime<Utc>,
         op_deadline: DateTime<Utc>,
-    ) -> Result<Completed, SubmitError> {
+    ) -> Result<Finished, SubmitError> {
         let corrupt = |reason: String| SubmitError::Corrupt {
             key: rkey.to_owned(),
             reason,
@@ -715,44 +726,57 @@ impl Engine {
             ));
         }
         let task_key = rec.task_key.as_str();
-        let marker_key = head.location().marker_key();
+        let loc = head.location();
+        let marker_key = loc.marker_key();
 
         let (mut need_task, mut need_marker, mut status) = (true, true, None);
-        if check == Check::Yes {
+        if start == Start::Check {
             let (t, m) = tokio::join!(
                 self.call(op_deadline, || self.store.get(task_key)),
                 self.call(op_deadline, || self.store.head(&marker_key)),
             );
+            let marker_found = match m {
+                Ok(_) => true,
+                Err(Failure::Store(StoreError::NotFound)) => false,
+                Err(e) => return Err(e.into()),
+            };
+            let marker_missing = !marker_found && !self.settings.has_bug(Bug::FinishWithoutMarker);
             match t {
                 Ok(obj) => {
                     need_task = false;
                     status = Some(task_status(&obj.body).unwrap_or_else(|| "unknown".into()));
+                    // Untouched: the very bytes the record's submit wrote.
+                    // Every worker transition rewrites the object.
+                    let untouched = obj.body.as_ref() == pending.get().as_bytes();
+                    need_marker = marker_missing
+                        && (untouched || self.settings.has_bug(Bug::MarkerWhenHeadFindsNone));
+                    // A marker in the record's minute for a task a worker has
+                    // taken since is stale: left by a finisher that died
+                    // before its re-read, or by an earlier version of this
+                    // service. It would cost every idle worker a read per
+                    // poll, forever.
+                    if marker_found && !untouched && !TaskState::parse(&obj.body).is_ready_in(&loc)
+                    {
+                        self.remove_marker(&marker_key, op_deadline).await?;
+                    }
                 }
-                Err(Failure::Store(StoreError::NotFound)) => {}
+                Err(Failure::Store(StoreError::NotFound)) => need_marker = marker_missing,
                 Err(e) => return Err(e.into()),
             }
-            match m {
-                Ok(_) => need_marker = false,
-                _ if self.settings.has_bug(Bug::PromoteWithoutMarker) => need_marker = false,
-                Err(Failure::Store(StoreError::NotFound)) => {}
-                Err(e) => return Err(e.into()),
-            }
+        }
+        if !need_task && !need_marker {
+            return Ok(Finished {
+                wrote: false,
+                status,
+            });
         }
 
         // Both writes stop at the finish deadline: past it nobody writes a
         // record's task or marker, which is what makes a task 412 mean
-        // "created" and a deleted task stay deleted.
-        // The deadline is S3's time; an attempt may start only while S3's
-        // latest possible time is before it. Without a trusted offset,
-        // nothing is written.
-        let offset = if need_task || need_marker {
-            self.s3_offset()?
-        } else {
-            Offset {
-                low: chrono::Duration::zero(),
-                high: chrono::Duration::zero(),
-            }
-        };
+        // "created" and a deleted task stay deleted. The deadline is S3's
+        // time; an attempt may start only while S3's latest possible time is
+        // before it. Without a trusted offset, nothing is written.
+        let offset = self.s3_offset()?;
         let local_finish_deadline = finish_deadline - offset.high;
         let write_deadline = if self.settings.has_bug(Bug::IgnoreFinishDeadline) {
             op_deadline
@@ -781,13 +805,7 @@ impl Engine {
             },
             async {
                 if need_marker {
-                    Some(
-                        self.call(write_deadline, || {
-                            self.store
-                                .put(&marker_key, Bytes::new(), PutMode::Overwrite)
-                        })
-                        .await,
-                    )
+                    Some(self.put_marker(&marker_key, write_deadline).await)
                 } else {
                     None
                 }
@@ -818,75 +836,97 @@ impl Engine {
             Some(Err(Failure::Store(StoreError::PreconditionFailed))) => {}
             Some(Err(f)) => return Err(refused(f)),
         }
-        if let Some(Err(f)) = m {
-            return Err(refused(f));
+        let marker_attempts = match m {
+            None => 0,
+            Some(Ok(n)) => n,
+            Some(Err(f)) => return Err(refused(f)),
+        };
+        // Our marker needs no re-read when this call created the task beside
+        // it and the marker landed on its first attempt: both were sent at
+        // once, and a worker that finds the task by listing `tasks/` needs
+        // several round trips (list, read, claim) after the task lands before
+        // its claim deletes a marker (the first submit's path: no round trip
+        // added; docs/protocol.md, "the ready index stays true", says what
+        // stays open).
+        // Otherwise, a task found by our read or by our write's 412, or a
+        // marker that took a retry, a worker may have claimed the task in
+        // between: read the task again.
+        let verify = need_marker && (!created || marker_attempts > 1);
+        if verify && !self.settings.has_bug(Bug::MarkerUnverified) {
+            status = self
+                .verify_marker(task_key, &loc, &marker_key, op_deadline)
+                .await?;
         }
-        Ok(Completed {
-            created,
+        Ok(Finished {
             wrote: created || need_marker,
             status,
         })
     }
 
-    /// Turns a `creating` record whose task object and marker were seen or
-    /// written `ready`, by compare-and-swap against the ETag it was read
-    /// with. Only the sweeper calls it.
-    pub(crate) async fn promote(
-        &self,
-        rkey: &str,
-        rec: &Record,
-        etag: &ETag,
-        op_deadline: DateTime<Utc>,
-    ) -> Result<(), SubmitError> {
-        let ready = rec.to_ready().to_bytes();
-        let mut etag = etag.clone();
-        for _ in 0..MAX_ROUNDS {
-            let cond = PutMode::Update(etag.clone());
-            match self
-                .call(op_deadline, || {
-                    self.store.put(rkey, ready.clone(), cond.clone())
-                })
-                .await
-            {
-                Ok(_) => return Ok(()),
-                // Somebody wrote the record since we read it. Before it
-                // expires that can only be another sweep promoting it (or our
-                // own write whose answer was lost); make sure.
-                Err(Failure::Store(StoreError::PreconditionFailed)) => {
-                    let obj = self.call(op_deadline, || self.store.get(rkey)).await?;
-                    let now = Record::parse(&obj.body).map_err(|e| SubmitError::Corrupt {
-                        key: rkey.to_owned(),
-                        reason: e.to_string(),
-                    })?;
-                    match (now.task_id == rec.task_id, now.status) {
-                        (true, Some(RecordStatus::Ready)) => return Ok(()),
-                        // Still ours and still creating under another ETag:
-                        // an emulator that answered 412 while another write
-                        // was landing. Try again against what is there now.
-                        (true, Some(RecordStatus::Creating)) => etag = obj.meta.etag,
-                        (_, status) => {
-                            return Err(SubmitError::Storage(StoreError::Unavailable(format!(
-                                "the idempotency record changed while it was being promoted \
-                                 (now {status:?} for task {})",
-                                now.task_id
-                            ))));
-                        }
-                    }
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(SubmitError::Storage(StoreError::Unavailable(
-            "the idempotency record changed while it was being promoted".into(),
-        )))
+    /// The marker PUT (an empty object, unconditional: writing it twice is
+    /// harmless), retried; how many attempts it took.
+    async fn put_marker(&self, marker_key: &str, deadline: DateTime<Utc>) -> Result<u32, Failure> {
+        let mut attempts = 0;
+        self.call(deadline, || {
+            attempts += 1;
+            self.store.put(marker_key, Bytes::new(), PutMode::Overwrite)
+        })
+        .await?;
+        Ok(attempts)
     }
 
-    /// The status to answer once [`Engine::complete`] is done: the one it
+    /// Reads the task after our marker for it landed, and removes the marker
+    /// unless it is true: the task is `pending` and available in the
+    /// marker's minute. A worker that claimed the task before our marker
+    /// landed has deleted its marker already; ours would name a task it can
+    /// no longer claim. A worker that claims it after our marker landed
+    /// deletes the marker itself. Answers the task's status, `None` if the
+    /// task is not there.
+    async fn verify_marker(
+        &self,
+        task_key: &str,
+        loc: &TaskLocation,
+        marker_key: &str,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Option<String>, SubmitError> {
+        let task = match self.call(op_deadline, || self.store.get(task_key)).await {
+            Ok(obj) => Some(TaskState::parse(&obj.body)),
+            Err(Failure::Store(StoreError::NotFound)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        if !task.as_ref().is_some_and(|t| t.is_ready_in(loc)) {
+            self.remove_marker(marker_key, op_deadline).await?;
+        }
+        Ok(task.map(|t| t.status.unwrap_or_else(|| "unknown".into())))
+    }
+
+    /// Deletes a marker that names a task no worker can claim from it any
+    /// more. Not bound by the finish deadline: a removal makes nothing
+    /// appear.
+    async fn remove_marker(
+        &self,
+        marker_key: &str,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<(), SubmitError> {
+        tracing::info!(
+            marker = marker_key,
+            "a worker has taken the task since: its marker is removed"
+        );
+        match self
+            .call(op_deadline, || self.store.delete(marker_key, None))
+            .await
+        {
+            Ok(()) | Err(Failure::Store(StoreError::NotFound)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The status to answer once [`Engine::finish`] is done: the one it
     /// learned, or a read when its task write met an existing task.
     async fn status_after(
         &self,
         rec: &Record,
-        done: &Completed,
+        done: &Finished,
         op_deadline: DateTime<Utc>,
     ) -> Result<String, SubmitError> {
         match &done.status {

@@ -42,7 +42,7 @@ use futures::stream::FuturesUnordered;
 use serde::{Deserialize, Serialize};
 
 use super::record::{Record, RecordStatus};
-use super::submit::{Check, Engine, Failure, SubmitError};
+use super::submit::{Engine, Failure, Start, SubmitError};
 use crate::store::{ETag, ObjectMeta, PutMode, StoreError};
 
 /// Where the sweeper keeps its place.
@@ -78,10 +78,9 @@ pub struct SweepOptions {
 pub struct SweepSummary {
     /// Records listed (a pass) or named by events (the due queue).
     pub scanned: u64,
-    /// Interrupted submits whose task the sweeper wrote.
+    /// Records for which something was missing (the task object, its
+    /// marker) and the sweeper wrote it.
     pub finished: u64,
-    /// Interrupted submits whose task was there: record turned `ready`.
-    pub promoted: u64,
     pub expired_deleted: u64,
     /// Records that could not be handled: `creating` past the finish
     /// deadline, corrupt, or storage failures.
@@ -121,7 +120,6 @@ impl SweepSummary {
     pub fn add(&mut self, o: &SweepSummary) {
         self.scanned += o.scanned;
         self.finished += o.finished;
-        self.promoted += o.promoted;
         self.expired_deleted += o.expired_deleted;
         self.errors += o.errors;
         self.reads += o.reads;
@@ -136,13 +134,12 @@ impl SweepSummary {
 /// What the sweeper did with one record it read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordOutcome {
-    /// Nothing to do: `ready`, not ours (no `status`), gone, or (in a pass)
-    /// `creating` and too young.
+    /// Nothing to do: nothing missing, `ready`, not ours (no `status`),
+    /// gone, or (in a pass) `creating` and too young.
     Nothing,
-    /// A `creating` record whose task the sweeper wrote; now `ready`.
+    /// A `creating` record whose task object or marker was missing: the
+    /// sweeper wrote what was.
     Finished,
-    /// A `creating` record whose task was there; now `ready`.
-    Promoted,
     /// Past `expires_at`: deleted (If-Match).
     ExpiredDeleted,
     /// `creating` and younger than `STALE_CREATING_AFTER_SECONDS`: its event
@@ -174,7 +171,6 @@ impl RecordOutcome {
         match self {
             RecordOutcome::Nothing => {}
             RecordOutcome::Finished => s.finished += 1,
-            RecordOutcome::Promoted => s.promoted += 1,
             RecordOutcome::ExpiredDeleted => s.expired_deleted += 1,
             RecordOutcome::Early => s.early += 1,
             RecordOutcome::PastDeadline => {
@@ -254,7 +250,7 @@ struct Unit {
 
 impl Engine {
     /// Reads the record at `key` and does what its state needs (CONTRACT.md
-    /// section 6): finish and promote a stale `creating` record, delete an
+    /// section 6): finish a stale `creating` record, delete an
     /// expired one, report an early or a late one. The one record handler of
     /// the event path and the scheduled pass.
     /// No request starts at or after `deadline` (nor after the operation
@@ -330,8 +326,17 @@ impl Engine {
                 .settings
                 .has_bug(crate::planted::Bug::IgnoreFinishDeadline)
         {
-            tracing::warn!(record = key, task_id = %rec.task_id, "creating record past its finish deadline");
-            return RecordOutcome::PastDeadline;
+            // Settled or settling: nothing is written for it any more. Only
+            // a submit that never got its task is an error (it answers
+            // `missing`); a record whose task is there is done.
+            return match self.read_status(&rec.task_key, op_deadline).await {
+                Ok(Some(_)) => RecordOutcome::Nothing,
+                Ok(None) => {
+                    tracing::warn!(record = key, task_id = %rec.task_id, "creating record past its finish deadline without its task");
+                    RecordOutcome::PastDeadline
+                }
+                Err(e) => self.failed(key, e),
+            };
         }
         if earliest - meta.last_modified < self.settings.stale_creating_after {
             return RecordOutcome::Early;
@@ -339,17 +344,14 @@ impl Engine {
         if dry_run {
             return RecordOutcome::Finished;
         }
-        let done = match self
-            .complete(key, &rec, Check::Yes, finish_deadline, op_deadline)
+        // Written once, the record stays as it is: the sweeper only writes
+        // what its submit left missing.
+        match self
+            .finish(key, &rec, Start::Check, finish_deadline, op_deadline)
             .await
         {
-            Ok(d) => d,
-            Err(e) => return self.failed(key, e),
-        };
-        // Both were seen or written: only now may the record say `ready`.
-        match self.promote(key, &rec, &meta.etag, op_deadline).await {
-            Ok(()) if done.created => RecordOutcome::Finished,
-            Ok(()) => RecordOutcome::Promoted,
+            Ok(done) if done.wrote => RecordOutcome::Finished,
+            Ok(_) => RecordOutcome::Nothing,
             Err(e) => self.failed(key, e),
         }
     }
