@@ -31,11 +31,13 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
 use idempotent_submit::planted::Bug;
+use idempotent_submit::protocol::TaskLocation;
 use idempotent_submit::protocol::hash::{canonical_json, input_hash, key_hash};
+use idempotent_submit::protocol::record::{marker_minute, rfc3339};
 use idempotent_submit::protocol::{Record, RecordOutcome, RecordStatus, SweepOptions};
 use idempotent_submit::store::{
-    ETag, Fault, FaultyStore, ListPage, MemoryStore, Object, ObjectMeta, PutMode, PutResult, Store,
-    StoreError,
+    ETag, Fault, FaultyStore, ListPage, MemoryStore, Object, ObjectMeta, Op, PutMode, PutResult,
+    Store, StoreError,
 };
 use idempotent_submit::{
     Clock, IdempotencyKey, ManualClock, Queue, Scope, Settings, SubmitError, Tenant,
@@ -110,12 +112,51 @@ enum Step {
         who: Who,
         task_type: u8,
     },
+    /// A worker of the queue, as buquet 0.1's behaves, claims one pending,
+    /// available task that it finds by its marker (oldest minute first) or,
+    /// with `scan` or when no marker leads to a claim, by listing `tasks/`:
+    /// a compare-and-swap from pending to running, then it deletes the
+    /// claimed version's marker; then it runs it to `then`.
+    Work {
+        scan: bool,
+        then: Then,
+    },
     /// The functions' machines' clock is stepped: from now on it stands
     /// `secs` behind S3's (ahead when negative), within the 60 s allowed.
     /// S3's clock, in which the checker judges, runs on undisturbed.
     ClockStepped {
         secs: i64,
     },
+}
+
+/// What a worker does with the task it claimed.
+#[derive(Debug, Clone, Copy)]
+enum Then {
+    Complete,
+    /// Fails it: pending again `secs` later, with a new marker in that
+    /// minute (or failed for good once its retries are spent).
+    Retry {
+        secs: i64,
+    },
+    /// Reschedules it `secs` later, with a new marker in that minute.
+    Reschedule {
+        secs: i64,
+    },
+}
+
+fn gen_work(rng: &mut fastrand::Rng) -> Step {
+    Step::Work {
+        scan: rng.u8(..100) < 30,
+        then: match rng.u8(..100) {
+            0..=59 => Then::Complete,
+            60..=84 => Then::Retry {
+                secs: rng.i64(1..120),
+            },
+            _ => Then::Reschedule {
+                secs: rng.i64(1..600),
+            },
+        },
+    }
 }
 
 fn gen_faults(rng: &mut fastrand::Rng) -> Faults {
@@ -188,11 +229,15 @@ fn gen_schedule(seed: u64, len: usize) -> Vec<Step> {
                     {
                         *w = who;
                     }
-                    if rng.u8(..100) < 20 {
-                        next = Step::Sweep {
-                            dry_run: false,
-                            faults: gen_faults(&mut rng),
-                        };
+                    match rng.u8(..100) {
+                        0..=19 => {
+                            next = Step::Sweep {
+                                dry_run: false,
+                                faults: gen_faults(&mut rng),
+                            }
+                        }
+                        20..=44 => next = gen_work(&mut rng),
+                        _ => {}
                     }
                     steps.push(without_lag(next));
                 }
@@ -202,7 +247,7 @@ fn gen_schedule(seed: u64, len: usize) -> Vec<Step> {
                 dry_run: rng.u8(..100) < 10,
                 faults: gen_faults(&mut rng),
             }],
-            65..=69 => {
+            65..=67 => {
                 // The deadline band: a submit dies after its record, the
                 // sweeper misses it, and a slow retry comes shortly before
                 // the deadline.
@@ -245,7 +290,45 @@ fn gen_schedule(seed: u64, len: usize) -> Vec<Step> {
                     submit(slow),
                 ]
             }
-            70..=92 => vec![Step::Advance {
+            68..=69 => {
+                // The worker's race: a submit dies after its task, before
+                // its marker; its replay and a worker that finds the task
+                // by listing `tasks/` then meet.
+                let Step::Submit {
+                    who,
+                    input,
+                    task_type,
+                    ttl_hours,
+                    faults,
+                } = gen_submit(&mut rng)
+                else {
+                    unreachable!()
+                };
+                let submit = |faults| Step::Submit {
+                    who,
+                    input,
+                    task_type,
+                    ttl_hours,
+                    faults,
+                };
+                let Step::Work { then, .. } = gen_work(&mut rng) else {
+                    unreachable!()
+                };
+                vec![
+                    submit(Faults {
+                        crash_at: Some((3, false)),
+                        per_mille: 0,
+                        slow_per_mille: 0,
+                        ..faults
+                    }),
+                    Step::Together(vec![
+                        submit(Faults::none()),
+                        Step::Work { scan: true, then },
+                    ]),
+                ]
+            }
+            70..=76 => vec![gen_work(&mut rng)],
+            77..=92 => vec![Step::Advance {
                 secs: match rng.u8(..100) {
                     0..=49 => rng.i64(1..700),
                     50..=84 => rng.i64(600..3600),
@@ -311,6 +394,177 @@ fn task_id_of(key: &str) -> uuid::Uuid {
         .trim_end_matches(".json")
         .parse()
         .unwrap_or_default()
+}
+
+// ---- the queue's worker, as buquet 0.1's behaves ----
+
+/// One claim a worker made.
+#[derive(Debug)]
+struct Claim {
+    id: uuid::Uuid,
+    attempt: u64,
+    by_scan: bool,
+    then: Then,
+    /// The markers it wrote (a retry's, a reschedule's).
+    markers: Vec<String>,
+}
+
+/// What one worker step did: at most one claim.
+#[derive(Debug)]
+struct Worked {
+    claim: Option<Claim>,
+}
+
+/// A few turns for the other requests under way.
+async fn turns(rng: &mut fastrand::Rng, most: u32) {
+    for _ in 0..rng.u32(0..most) {
+        tokio::task::yield_now().await;
+    }
+}
+
+fn time_of(v: &Value) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(v.as_str()?)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+fn marker_of(t: &Value) -> Option<String> {
+    Some(
+        TaskLocation {
+            id: t["id"].as_str()?.parse().ok()?,
+            shard: t["shard"].as_str()?.to_owned(),
+            available_at: time_of(&t["available_at"])?,
+        }
+        .marker_key(),
+    )
+}
+
+/// The worker's step: what buquet 0.1's worker does in one poll that finds
+/// a task (`src/worker/claim.rs` and `runner.rs` there). It lists the ready
+/// index from its oldest minute up to now and tries each task; in hybrid
+/// mode, when no marker led to a claim, it lists `tasks/` (the log scan).
+/// It claims by a compare-and-swap from pending to running, then deletes the
+/// claimed version's marker; a task that is not pending and available is
+/// left alone, marker and all. Then it runs the task to `then`.
+async fn work(
+    bucket: MemoryStore,
+    now: DateTime<Utc>,
+    scan: bool,
+    then: Then,
+    seed: u64,
+) -> Result<Worked, String> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let listed = |prefix: &'static str| {
+        let bucket = bucket.clone();
+        async move {
+            bucket
+                .list(prefix, None, None, 10_000)
+                .await
+                .map(|p| p.objects)
+                .map_err(|e| format!("worker listing {prefix}: {e}"))
+        }
+    };
+    let mut candidates: Vec<(String, bool)> = Vec::new();
+    if !scan {
+        let mut index: Vec<(i64, String)> = listed("ready/")
+            .await?
+            .into_iter()
+            .filter_map(|m| {
+                let parts: Vec<&str> = m.key.split('/').collect();
+                let minute: i64 = parts.get(2)?.parse().ok()?;
+                (minute <= marker_minute(now))
+                    .then(|| (minute, format!("tasks/{}/{}.json", parts[1], parts[3])))
+            })
+            .collect();
+        index.sort();
+        candidates.extend(index.into_iter().map(|(_, k)| (k, false)));
+    }
+    // Its poll starts at any moment of the other requests under way.
+    turns(&mut rng, 16).await;
+    candidates.extend(listed("tasks/").await?.into_iter().map(|m| (m.key, true)));
+    for (key, by_scan) in candidates {
+        turns(&mut rng, 2).await;
+        let Ok(obj) = bucket.get(&key).await else {
+            continue;
+        };
+        let Ok(mut t) = serde_json::from_slice::<Value>(&obj.body) else {
+            return Err(format!("{key} is not a task: {:?}", obj.body));
+        };
+        if t["status"] != "pending" || time_of(&t["available_at"]).is_none_or(|a| a > now) {
+            continue;
+        }
+        let old_marker = marker_of(&t).ok_or_else(|| format!("{key} has no place in the index"))?;
+        let attempt = t["attempt"].as_u64().unwrap_or(0) + 1;
+        let stamp = json!(rfc3339::format(&now));
+        t["status"] = json!("running");
+        t["attempt"] = json!(attempt);
+        t["worker_id"] = json!("model-worker");
+        t["lease_id"] = json!(uuid::Uuid::new_v4());
+        t["lease_expires_at"] = json!(rfc3339::format(&(now + Duration::seconds(300))));
+        t["updated_at"] = stamp.clone();
+        // The worker rewrites the object in its own serialization.
+        let put = |t: &Value, etag: ETag| {
+            let bucket = bucket.clone();
+            let key = key.clone();
+            let body = Bytes::from(serde_json::to_vec(t).unwrap());
+            async move { bucket.put(&key, body, PutMode::Update(etag)).await }
+        };
+        let etag = match put(&t, obj.meta.etag.clone()).await {
+            Ok(r) => r.etag,
+            // Another claim won.
+            Err(StoreError::PreconditionFailed) => continue,
+            Err(e) => return Err(format!("claiming {key}: {e}")),
+        };
+        turns(&mut rng, 2).await;
+        match bucket.delete(&old_marker, None).await {
+            Ok(()) | Err(StoreError::NotFound) => {}
+            Err(e) => return Err(format!("deleting {old_marker}: {e}")),
+        }
+        turns(&mut rng, 2).await;
+        for f in ["lease_id", "lease_expires_at", "worker_id"] {
+            t[f] = Value::Null;
+        }
+        let requeue = |secs: i64, counter: &str, t: &mut Value| {
+            t["status"] = json!("pending");
+            t[counter] = json!(t[counter].as_u64().unwrap_or(0) + 1);
+            t["available_at"] = json!(rfc3339::format(&(now + Duration::seconds(secs))));
+        };
+        match then {
+            Then::Complete => {
+                t["status"] = json!("completed");
+                t["completed_at"] = stamp.clone();
+                t["output"] = json!({"ok": true});
+            }
+            Then::Retry { secs } if t["retry_count"].as_u64() < t["max_retries"].as_u64() => {
+                requeue(secs, "retry_count", &mut t);
+                t["last_error"] = json!("the model's handler failed");
+            }
+            Then::Retry { .. } => t["status"] = json!("failed"),
+            Then::Reschedule { secs } => requeue(secs, "reschedule_count", &mut t),
+        }
+        put(&t, etag)
+            .await
+            .map_err(|e| format!("finishing {key}: {e}"))?;
+        let mut markers = Vec::new();
+        if t["status"] == "pending" {
+            let m = marker_of(&t).ok_or("a requeued task without a place")?;
+            bucket
+                .put(&m, Bytes::new(), PutMode::Overwrite)
+                .await
+                .map_err(|e| format!("marker {m}: {e}"))?;
+            markers.push(m);
+        }
+        return Ok(Worked {
+            claim: Some(Claim {
+                id: task_id_of(&key),
+                attempt,
+                by_scan,
+                then,
+                markers,
+            }),
+        });
+    }
+    Ok(Worked { claim: None })
 }
 
 // ---- a recording store: every successful write, in order, with its time ----
@@ -407,9 +661,24 @@ struct Slow {
     rng: Arc<Mutex<fastrand::Rng>>,
     per_mille: u32,
     sends: Arc<Mutex<Sends>>,
+    /// Beside a worker: after each request lands, its answer takes a random
+    /// number of turns to come back, so that a worker's requests can fall
+    /// between a finisher's read and its write. Requests sent together (the
+    /// task and its marker) still land together.
+    turns: Option<Arc<Mutex<fastrand::Rng>>>,
 }
 
 impl Slow {
+    async fn answer<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Some(rng) = &self.turns {
+            let n = rng.lock().unwrap().u32(0..6);
+            for _ in 0..n {
+                tokio::task::yield_now().await;
+            }
+        }
+        r
+    }
+
     /// Maybe lets time pass; then maybe the request is lost on the way (it
     /// timed out and never landed).
     fn lag(&self) -> Result<(), StoreError> {
@@ -431,11 +700,11 @@ impl Store for Slow {
     }
     async fn get(&self, key: &str) -> Result<Object, StoreError> {
         self.lag()?;
-        self.inner.get(key).await
+        self.answer(self.inner.get(key).await).await
     }
     async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
         self.lag()?;
-        self.inner.head(key).await
+        self.answer(self.inner.head(key).await).await
     }
     async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
         {
@@ -450,11 +719,11 @@ impl Store for Slow {
             }
         }
         self.lag()?;
-        self.inner.put(key, body, mode).await
+        self.answer(self.inner.put(key, body, mode).await).await
     }
     async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
         self.lag()?;
-        self.inner.delete(key, if_match).await
+        self.answer(self.inner.delete(key, if_match).await).await
     }
     async fn list(
         &self,
@@ -464,7 +733,7 @@ impl Store for Slow {
         l: usize,
     ) -> Result<ListPage, StoreError> {
         self.lag()?;
-        self.inner.list(p, s, pg, l).await
+        self.answer(self.inner.list(p, s, pg, l).await).await
     }
 }
 
@@ -491,12 +760,20 @@ struct Stats {
     tenant_submits: u64,
     queue_scope_submits: u64,
     custom_scope_submits: u64,
-    event_promoted: u64,
+    event_checked: u64,
     event_finished: u64,
     event_late: u64,
     swept_finished: u64,
     swept_deleted: u64,
     off_clock_submits: u64,
+    beside_a_worker: u64,
+    claims: u64,
+    claimed_by_scan: u64,
+    completed: u64,
+    retried: u64,
+    rescheduled: u64,
+    markers_removed: u64,
+    touched_replays: u64,
 }
 
 impl Stats {
@@ -506,12 +783,12 @@ impl Stats {
         }
     }
 
-    fn fields(&self) -> [u64; 23] {
+    fn fields(&self) -> [u64; 31] {
         let mut c = *self;
         c.fields_mut().map(|v| *v)
     }
 
-    fn fields_mut(&mut self) -> [&mut u64; 23] {
+    fn fields_mut(&mut self) -> [&mut u64; 31] {
         [
             &mut self.crashes,
             &mut self.lost_answers,
@@ -530,16 +807,24 @@ impl Stats {
             &mut self.tenant_submits,
             &mut self.queue_scope_submits,
             &mut self.custom_scope_submits,
-            &mut self.event_promoted,
+            &mut self.event_checked,
             &mut self.event_finished,
             &mut self.event_late,
             &mut self.swept_finished,
             &mut self.swept_deleted,
             &mut self.off_clock_submits,
+            &mut self.beside_a_worker,
+            &mut self.claims,
+            &mut self.claimed_by_scan,
+            &mut self.completed,
+            &mut self.retried,
+            &mut self.rescheduled,
+            &mut self.markers_removed,
+            &mut self.touched_replays,
         ]
     }
 
-    const NAMES: [&'static str; 23] = [
+    const NAMES: [&'static str; 31] = [
         "crashes",
         "lost answers to writes",
         "task writes landing after the deadline, inside the 15-minute margin",
@@ -557,12 +842,20 @@ impl Stats {
         "submits of a tenant",
         "submits in the queue scope",
         "submits in a custom scope",
-        "records promoted by their event",
+        "records checked by their event, nothing missing",
         "interrupted submits finished by their event",
         "events reaching the sweeper late",
         "records finished by the scheduled pass",
         "expired records deleted",
         "submits from a machine whose clock is off S3's",
+        "steps where a worker ran beside submits or sweeps",
+        "tasks claimed by a worker",
+        "tasks a worker found by listing tasks/",
+        "tasks completed",
+        "tasks failed and retried",
+        "tasks rescheduled",
+        "markers of ours removed once a worker had taken their task",
+        "replays answered with a task a worker had touched",
     ];
 }
 
@@ -603,12 +896,20 @@ struct World {
     sends: Arc<Mutex<Sends>>,
     /// Tasks the queue deleted.
     deleted: HashSet<uuid::Uuid>,
+    /// Every claim a worker made: (task, attempt).
+    claims: HashSet<(uuid::Uuid, u64)>,
+    /// Markers last written by a process of ours that did not end cleanly.
+    unsure_markers: HashSet<String>,
+    /// Tasks whose submit was finished before its deadline: answered, or
+    /// handled by its record's event on time.
+    finished: HashSet<uuid::Uuid>,
     stats: Stats,
 }
 
 enum Outcome {
     Submit(Result<idempotent_submit::Submitted, SubmitError>),
     Sweep(Result<idempotent_submit::protocol::SweepSummary, SubmitError>),
+    Work(Result<Worked, String>),
 }
 
 impl World {
@@ -649,11 +950,14 @@ impl World {
             answers: Vec::new(),
             sends: Arc::default(),
             deleted: HashSet::new(),
+            claims: HashSet::new(),
+            unsure_markers: HashSet::new(),
+            finished: HashSet::new(),
             stats: Stats::default(),
         }
     }
 
-    fn process(&self, f: &Faults) -> (Queue, FaultyStore<Recorder>) {
+    fn process(&self, f: &Faults, beside_a_worker: bool) -> (Queue, FaultyStore<Recorder>) {
         let store = FaultyStore::new(self.recorder.clone());
         if let Some((n, after)) = f.crash_at {
             store.at_call(
@@ -683,6 +987,8 @@ impl World {
             rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(f.seed ^ 0x51_0e))),
             per_mille: f.slow_per_mille,
             sends: self.sends.clone(),
+            turns: beside_a_worker
+                .then(|| Arc::new(Mutex::new(fastrand::Rng::with_seed(f.seed ^ 0x7u64)))),
         };
         let q = Queue::with_clock(slow, Arc::new(self.machine.clone()), self.settings.clone());
         (q, store)
@@ -758,7 +1064,7 @@ impl World {
                 self.bucket.set_skew(behind);
                 Ok(())
             }
-            Step::Submit { .. } | Step::Sweep { .. } => {
+            Step::Submit { .. } | Step::Sweep { .. } | Step::Work { .. } => {
                 self.run_concurrent(std::slice::from_ref(step), true).await
             }
             Step::Together(steps) => self.run_concurrent(steps, false).await,
@@ -799,15 +1105,17 @@ impl World {
     }
 
     /// The sweeper handles one record event, with a healthy store. On time,
-    /// guarantee 4: a `creating` record is finished and promoted.
+    /// guarantee 4: a `creating` record is finished (its task object, and
+    /// its marker while no worker has touched the task), and not rewritten.
     async fn deliver(&mut self, event: &Event, on_time: bool) -> Result<(), String> {
-        let (q, _) = self.process(&Faults::none());
+        let (q, store) = self.process(&Faults::none(), false);
         let before = self.record_at(&event.key).await;
         let outcome = q.engine().sweep_record(&event.key, false, None).await;
         let now = self.clock.now();
+        self.note_markers(&store, !matches!(outcome, RecordOutcome::Failed(_)));
         match &outcome {
             RecordOutcome::Finished => self.stats.event_finished += 1,
-            RecordOutcome::Promoted => self.stats.event_promoted += 1,
+            RecordOutcome::Nothing => self.stats.event_checked += 1,
             RecordOutcome::Early => {
                 // A newer write of the record has its own event; this one
                 // comes back after the visibility timeout anyway.
@@ -817,7 +1125,7 @@ impl World {
                 });
             }
             RecordOutcome::PastDeadline if !on_time => {}
-            RecordOutcome::Nothing | RecordOutcome::ExpiredDeleted => {}
+            RecordOutcome::ExpiredDeleted => {}
             other => {
                 return Err(format!(
                     "guarantee 4: the sweeper's event for {} at {now} ended {other:?} (record before: {:?})",
@@ -826,16 +1134,29 @@ impl World {
                 ));
             }
         }
-        if matches!(outcome, RecordOutcome::Finished | RecordOutcome::Promoted) {
-            let (rec, _) = self
+        if matches!(outcome, RecordOutcome::Finished | RecordOutcome::Nothing)
+            && let Some((rec, meta)) = before
+            && rec.status == Some(RecordStatus::Creating)
+            && !rec.is_expired(now)
+        {
+            let (after, meta_after) = self
                 .record_at(&event.key)
                 .await
-                .ok_or("a promoted record is gone")?;
-            if rec.status != Some(RecordStatus::Ready) {
+                .ok_or("a finished record is gone")?;
+            if meta_after.etag != meta.etag || after.task_id != rec.task_id {
                 return Err(format!(
-                    "guarantee 4: {} is not ready after its event",
+                    "{} was rewritten by its event: a record is written once",
                     event.key
                 ));
+            }
+            if self.get(&rec.task_key).await.is_none() {
+                return Err(format!(
+                    "guarantee 4: {} has no task after its event",
+                    event.key
+                ));
+            }
+            if on_time && now < meta.last_modified + self.settings.finish_window {
+                self.finished.insert(rec.task_id);
             }
         }
         Ok(())
@@ -861,25 +1182,37 @@ impl World {
                 self.stats.same_key_contention += 1;
             }
         }
-        let procs: Vec<_> = steps
+        let beside_a_worker = steps.iter().any(|s| matches!(s, Step::Work { .. }));
+        if beside_a_worker && steps.len() > 1 {
+            self.stats.beside_a_worker += 1;
+        }
+        let procs: Vec<Option<(Queue, FaultyStore<Recorder>)>> = steps
             .iter()
             .map(|s| match s {
-                Step::Submit { faults, .. } | Step::Sweep { faults, .. } => self.process(faults),
-                _ => unreachable!(),
+                Step::Submit { faults, .. } | Step::Sweep { faults, .. } => {
+                    Some(self.process(faults, beside_a_worker))
+                }
+                _ => None,
             })
             .collect();
-        let futs = steps.iter().zip(&procs).map(|(s, (q, _))| {
-            let q = q.clone();
+        let work_seed = self.clock.now().timestamp() as u64 ^ steps.len() as u64;
+        let futs = steps.iter().zip(&procs).map(|(s, p)| {
+            let q = p.as_ref().map(|(q, _)| q.clone());
             let s = s.clone();
+            let bucket = self.bucket.clone();
+            let now = self.clock.now();
             async move {
-                match s {
-                    Step::Submit {
-                        who,
-                        input,
-                        task_type,
-                        ttl_hours,
-                        ..
-                    } => {
+                match (s, q) {
+                    (
+                        Step::Submit {
+                            who,
+                            input,
+                            task_type,
+                            ttl_hours,
+                            ..
+                        },
+                        Some(q),
+                    ) => {
                         let mut b = q
                             .submit(TASK_TYPES[task_type as usize], input_of(who, input))
                             .idempotency_key(key_name(who.key))
@@ -894,7 +1227,7 @@ impl World {
                         }
                         Outcome::Submit(b.await)
                     }
-                    Step::Sweep { dry_run, .. } => Outcome::Sweep(
+                    (Step::Sweep { dry_run, .. }, Some(q)) => Outcome::Sweep(
                         q.engine()
                             .sweep(&SweepOptions {
                                 dry_run,
@@ -902,6 +1235,9 @@ impl World {
                             })
                             .await,
                     ),
+                    (Step::Work { scan, then }, None) => {
+                        Outcome::Work(work(bucket, now, scan, then, work_seed).await)
+                    }
                     _ => unreachable!(),
                 }
             }
@@ -909,8 +1245,14 @@ impl World {
         let start = self.clock.now();
         let outcomes = futures::future::join_all(futs).await;
         let now = self.clock.now();
-        for (i, ((step, (_, store)), outcome)) in steps.iter().zip(&procs).zip(outcomes).enumerate()
-        {
+        for (i, ((step, proc), outcome)) in steps.iter().zip(&procs).zip(outcomes).enumerate() {
+            if let Outcome::Work(r) = outcome {
+                self.worked(r?)?;
+                continue;
+            }
+            let Some((_, store)) = proc else {
+                unreachable!()
+            };
             let crashed = store.crashed();
             if crashed {
                 self.stats.crashes += 1;
@@ -929,6 +1271,12 @@ impl World {
                 }
                 _ => (false, false),
             };
+            let clean = match (step, &outcome) {
+                (Step::Submit { .. }, Outcome::Submit(r)) => r.is_ok(),
+                (Step::Sweep { .. }, Outcome::Sweep(r)) => r.as_ref().is_ok_and(|s| s.errors == 0),
+                _ => false,
+            };
+            self.note_markers(store, clean);
             match (step, outcome) {
                 (
                     Step::Submit {
@@ -965,7 +1313,7 @@ impl World {
                     if let Ok(s) = &r
                         && !dry_run
                     {
-                        self.stats.swept_finished += s.finished + s.promoted;
+                        self.stats.swept_finished += s.finished;
                         self.stats.swept_deleted += s.expired_deleted;
                     }
                     let clean = !faulty && !slow;
@@ -988,6 +1336,58 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// Notes the claims of a worker's step: no task is claimed twice for one
+    /// attempt.
+    fn worked(&mut self, done: Worked) -> Result<(), String> {
+        let Some(c) = done.claim else {
+            return Ok(());
+        };
+        self.stats.claims += 1;
+        self.stats.claimed_by_scan += u64::from(c.by_scan);
+        match c.then {
+            Then::Complete => self.stats.completed += 1,
+            Then::Retry { .. } => self.stats.retried += 1,
+            Then::Reschedule { .. } => self.stats.rescheduled += 1,
+        }
+        if !self.claims.insert((c.id, c.attempt)) {
+            return Err(format!(
+                "task {} was claimed twice for attempt {}",
+                c.id, c.attempt
+            ));
+        }
+        // A marker the worker writes is the task's own, and true.
+        for m in &c.markers {
+            self.unsure_markers.remove(m);
+        }
+        Ok(())
+    }
+
+    /// Markers our process wrote or removed in this step. A process that did
+    /// not end cleanly (crashed, or failed) may have died between its
+    /// marker landing and its re-read of the task: such a marker is not
+    /// vouched for until a later finisher of its record checks it.
+    fn note_markers(&mut self, store: &FaultyStore<Recorder>, clean: bool) {
+        for c in store.calls() {
+            if !c.key.starts_with("ready/") {
+                continue;
+            }
+            match c.op {
+                Op::Delete if c.error.is_none() => {
+                    self.stats.markers_removed += 1;
+                    self.unsure_markers.remove(&c.key);
+                }
+                Op::Put if !clean => {
+                    // It may have landed, whatever the process was told.
+                    self.unsure_markers.insert(c.key.clone());
+                }
+                Op::Put if c.error.is_none() => {
+                    self.unsure_markers.remove(&c.key);
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Checks one submit's answer or error against what the state allowed.
@@ -1035,6 +1435,12 @@ impl World {
                     ));
                 }
                 let task = self.get(&s.task_key).await;
+                let decided_in_time = self
+                    .record_first_landed(s.task_id)
+                    .is_some_and(|t| c.now < t + self.settings.finish_window);
+                if s.status != "missing" && decided_in_time {
+                    self.finished.insert(s.task_id);
+                }
                 if s.status == "missing" {
                     // Guarantee 7: `missing` is true, and said only once no
                     // late write can land any more (or the queue deleted it).
@@ -1075,10 +1481,11 @@ impl World {
                         .objects
                         .iter()
                         .any(|m| m.key.ends_with(&s.task_id.to_string()));
-                    let decided_in_time = self
-                        .record_first_landed(s.task_id)
-                        .is_some_and(|t| c.now < t + self.settings.finish_window);
-                    if !marker && decided_in_time {
+                    // A worker that claimed the task has deleted its marker,
+                    // rightly: the marker is owed while the task is untouched.
+                    let untouched = self.untouched(s.task_id, &task.body).await;
+                    self.stats.touched_replays += u64::from(!untouched);
+                    if !marker && untouched && decided_in_time {
                         return Err(format!(
                             "answered {} before its deadline, but its marker is not in the bucket",
                             s.task_id
@@ -1191,8 +1598,100 @@ impl World {
         Ok(())
     }
 
-    /// Guarantee 4 for the scheduled pass: after a clean, complete pass, no
-    /// record is left `creating` between staleness and its finish deadline.
+    /// Whether `body` is, byte for byte, the `pending_task` of the record
+    /// that named `id`: the task as its submit wrote it, untouched by any
+    /// worker.
+    async fn untouched(&self, id: uuid::Uuid, body: &[u8]) -> bool {
+        self.recorder
+            .writes
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|w| w.key.starts_with("idempotency/"))
+            .filter_map(|w| Record::parse(&w.body).ok())
+            .find(|r| r.task_id == id)
+            .and_then(|r| r.pending_task)
+            .is_some_and(|p| p.get().as_bytes() == body)
+    }
+
+    /// Guarantee 10, after every step: every marker in the bucket names a
+    /// task that a worker can claim from it: `pending`, and available in
+    /// that minute. Exempt: markers whose last writer of ours did not end
+    /// cleanly (it may have died before its re-read; the next finisher of
+    /// the record checks them), markers of tasks the queue deleted, and a
+    /// marker whose task was never created (a submit that died between its
+    /// two writes and was never finished).
+    async fn check_index(&self) -> Result<(), String> {
+        let markers = self
+            .bucket
+            .list("ready/", None, None, 10_000)
+            .await
+            .unwrap()
+            .objects;
+        for m in markers {
+            let parts: Vec<&str> = m.key.split('/').collect();
+            let id: uuid::Uuid = parts[3].parse().unwrap();
+            if self.unsure_markers.contains(&m.key) || self.deleted.contains(&id) {
+                continue;
+            }
+            let Some(task) = self.get(&format!("tasks/{}/{id}.json", parts[1])).await else {
+                continue;
+            };
+            let t: Value = serde_json::from_slice(&task.body).unwrap();
+            let minute = time_of(&t["available_at"]).map(marker_minute);
+            if t["status"] != "pending" || minute != parts[2].parse().ok() {
+                return Err(format!(
+                    "guarantee 10: the marker {} names a task the queue cannot claim from it: {} available at {}",
+                    m.key, t["status"], t["available_at"]
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The end of a schedule: the sweeper is up and the store healthy long
+    /// enough for every record event to arrive. Then every task whose submit
+    /// was finished in time, and that no worker has touched, has its marker
+    /// (the ready index's liveness).
+    async fn epilogue(&mut self) -> Result<(), String> {
+        self.advance(self.settings.finish_window + Duration::minutes(16), false)
+            .await?;
+        let tasks = self
+            .bucket
+            .list("tasks/", None, None, 10_000)
+            .await
+            .unwrap()
+            .objects;
+        let markers: HashSet<String> = self
+            .bucket
+            .list("ready/", None, None, 10_000)
+            .await
+            .unwrap()
+            .objects
+            .into_iter()
+            .map(|m| m.key)
+            .collect();
+        for meta in tasks {
+            let id = task_id_of(&meta.key);
+            let task = self.get(&meta.key).await.ok_or("a listed task is gone")?;
+            if !self.finished.contains(&id) || !self.untouched(id, &task.body).await {
+                continue;
+            }
+            let t: Value = serde_json::from_slice(&task.body).unwrap();
+            let marker = marker_of(&t).ok_or("a task without a place")?;
+            if !markers.contains(&marker) {
+                return Err(format!(
+                    "liveness: {id} was finished and no worker touched it, but {marker} is not in the index"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Guarantee 4 for the scheduled pass: after a clean, complete pass,
+    /// every `creating` record between staleness and its finish deadline is
+    /// finished: its task object is there and, while no worker has touched
+    /// the task, its marker too.
     async fn check_swept(&self, now: DateTime<Utc>) -> Result<(), String> {
         let page = self
             .bucket
@@ -1211,11 +1710,24 @@ impl World {
                 // latest possible time, so in the last second it leaves the
                 // record rather than risk a late write.
                 && age < self.settings.finish_window - Duration::seconds(1)
+                && !self.deleted.contains(&rec.task_id)
             {
-                return Err(format!(
-                    "{} is still creating after a clean sweep (age {age})",
-                    meta.key
-                ));
+                let Some(task) = self.get(&rec.task_key).await else {
+                    return Err(format!(
+                        "{} has no task after a clean sweep (age {age})",
+                        meta.key
+                    ));
+                };
+                let t: Value = serde_json::from_slice(&task.body).unwrap();
+                let marker = marker_of(&t).ok_or("a task without a place")?;
+                if self.untouched(rec.task_id, &task.body).await
+                    && self.get(&marker).await.is_none()
+                {
+                    return Err(format!(
+                        "{} has no marker after a clean sweep (age {age})",
+                        meta.key
+                    ));
+                }
             }
         }
         Ok(())
@@ -1237,26 +1749,18 @@ impl World {
         }
         // Guarantee 2 and the finish deadline: each task written once, only
         // for a record, with If-None-Match, landing no later than the
-        // deadline + 15 minutes. A record turns ready only after its task and
-        // its marker were written.
+        // deadline + 15 minutes. A record is written once: no two writes
+        // name one task id, and none says `ready`.
         let mut task_writes: HashMap<&str, usize> = HashMap::new();
-        let mut tasks_written: HashSet<uuid::Uuid> = HashSet::new();
-        let mut markers: HashSet<uuid::Uuid> = HashSet::new();
+        let mut record_writes: HashSet<uuid::Uuid> = HashSet::new();
         let mut late = 0;
         for w in &writes {
-            if w.key.starts_with("ready/") {
-                markers.insert(task_id_of(&w.key));
-            }
             if w.key.starts_with("idempotency/") {
                 let r = Record::parse(&w.body).unwrap();
-                if r.status == Some(RecordStatus::Ready)
-                    && !(markers.contains(&r.task_id) && tasks_written.contains(&r.task_id))
-                {
+                if !record_writes.insert(r.task_id) || r.status != Some(RecordStatus::Creating) {
                     return Err(format!(
-                        "the record of {} turned ready before its task ({}) and marker ({}) were written",
-                        r.task_id,
-                        tasks_written.contains(&r.task_id),
-                        markers.contains(&r.task_id)
+                        "the record of {} was written again ({:?}): a record is written once",
+                        r.task_id, r.status
                     ));
                 }
             }
@@ -1268,7 +1772,6 @@ impl World {
                 return Err(format!("{} was written without If-None-Match", w.key));
             }
             let id = task_id_of(&w.key);
-            tasks_written.insert(id);
             let Some(t0) = first_landed.get(&id) else {
                 return Err(format!("task {id} was written for no record"));
             };
@@ -1373,7 +1876,16 @@ fn run(schedule: &[Step], bug: Option<Bug>) -> Result<Stats, String> {
                 .map_err(|e| format!("step {i}: {e}"))?;
             w.check_history()
                 .map_err(|e| format!("after step {i}: {e}"))?;
+            w.check_index()
+                .await
+                .map_err(|e| format!("after step {i}: {e}"))?;
         }
+        w.epilogue().await.map_err(|e| format!("epilogue: {e}"))?;
+        w.check_history()
+            .map_err(|e| format!("after the epilogue: {e}"))?;
+        w.check_index()
+            .await
+            .map_err(|e| format!("after the epilogue: {e}"))?;
         Ok(w.stats)
     })
 }
@@ -1492,8 +2004,20 @@ fn the_checker_catches_one_key_answered_with_another_keys_task() {
 
 #[cfg(feature = "planted-bugs")]
 #[test]
-fn the_checker_catches_a_promotion_without_a_marker() {
-    planted_bug_is_caught(Bug::PromoteWithoutMarker, "turned ready before its task");
+fn the_checker_catches_a_finisher_that_never_writes_a_missing_marker() {
+    planted_bug_is_caught(Bug::FinishWithoutMarker, "marker is not in the");
+}
+
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_checker_catches_a_marker_written_for_a_task_a_worker_has_taken() {
+    planted_bug_is_caught(Bug::MarkerWhenHeadFindsNone, "guarantee 10");
+}
+
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_checker_catches_a_marker_left_for_a_task_a_worker_claimed_before_it_landed() {
+    planted_bug_is_caught(Bug::MarkerUnverified, "guarantee 10");
 }
 
 #[cfg(feature = "planted-bugs")]
