@@ -27,6 +27,9 @@ pub struct Counts {
     pub lost_create: AtomicU64,
     /// Writes that landed and lost their answer, with If-Match.
     pub lost_update: AtomicU64,
+    /// The request line (`GET /bucket/key HTTP/1.1`) of every request
+    /// forwarded, in order: what a client behind the proxy asked of S3.
+    pub requests: Mutex<Vec<String>>,
 }
 
 /// The kinds of fault, as [`Counts::by_kind`] counts them.
@@ -257,6 +260,11 @@ impl ChaosProxy {
                         let reply = match chaos {
                             None => {
                                 counts.forwarded.fetch_add(1, Ordering::SeqCst);
+                                counts
+                                    .requests
+                                    .lock()
+                                    .unwrap()
+                                    .push(req.head.lines().next().unwrap_or("").to_owned());
                                 forward(&upstream, &req).await
                             }
                             Some(Chaos::SlowDown) => Some(error_response(503, "SlowDown")),

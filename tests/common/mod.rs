@@ -317,3 +317,23 @@ pub async fn idem(bucket: &str, env: &[(&str, &str)], args: &[&str]) -> (i32, se
     });
     (out.status.code().unwrap_or(-1), v)
 }
+
+/// Messages received from moto's SQS as the SQS event Lambda would hand
+/// over (`eventSource: aws:sqs`).
+#[allow(dead_code)]
+pub fn sqs_event(messages: &[aws_sdk_sqs::types::Message]) -> serde_json::Value {
+    let mut e = aws_lambda_events::sqs::SqsEvent::default();
+    e.records = messages
+        .iter()
+        .map(|m| {
+            let mut r = aws_lambda_events::sqs::SqsMessage::default();
+            r.message_id = m.message_id.clone();
+            r.receipt_handle = m.receipt_handle.clone();
+            r.body = m.body.clone();
+            r.event_source = Some("aws:sqs".into());
+            r.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:due".into());
+            r
+        })
+        .collect();
+    serde_json::to_value(e).unwrap()
+}

@@ -4,6 +4,7 @@
     buquet_client.py submit TYPE INPUT_JSON KEY [SCOPE]   -> {"id", "status"}
     buquet_client.py work TYPE COUNT                      -> {"processed"}
     buquet_client.py get TASK_ID                          -> the task as buquet sees it
+    buquet_client.py idle TYPE SECONDS                    -> a worker polls that long: {"processed"}
 
 Environment: BUQUET_ENDPOINT, BUQUET_BUCKET, and AWS test credentials.
 """
@@ -45,6 +46,20 @@ async def main(argv):
 
         opts = buquet.WorkerRunOptions(max_tasks=count, with_monitor=False, poll_interval_ms=100)
         processed = await asyncio.wait_for(worker.run(opts), timeout=60)
+        print(json.dumps({"processed": processed}))
+    elif cmd == "idle":
+        task_type, seconds = argv[1], float(argv[2])
+        worker = buquet.Worker(q, "idle-worker", [format(i, "x") for i in range(16)])
+
+        @worker.task(task_type)
+        async def handle(data):
+            return {"handled": data}
+
+        opts = buquet.WorkerRunOptions(with_monitor=False, poll_interval_ms=100)
+        try:
+            processed = await asyncio.wait_for(worker.run(opts), timeout=seconds)
+        except asyncio.TimeoutError:
+            processed = 0
         print(json.dumps({"processed": processed}))
     elif cmd == "get":
         t = await q.get(argv[1])
