@@ -8,6 +8,14 @@ depends on it. Served one request at a time, moto's conditional writes are
 atomic too. (It costs nothing measurable: moto holds the GIL while it works,
 so its threads never ran side by side anyway.)
 
+It also rewrites one answer that moto gets wrong: GetBucketVersioning. S3
+answers `<VersioningConfiguration><Status>Enabled</Status>...`; moto 5 names
+the root element `GetBucketVersioningResponse`. The Rust SDK's deserializer
+checks the root's name ("encountered invalid XML root: expected
+VersioningConfiguration"), so buquet's clients, which check versioning at
+start, fail with an S3 service error on any moto bucket. Only the root's name
+is changed; the elements inside are S3's.
+
     moto_serial.py [-H HOST] [-p PORT]
 """
 import argparse
@@ -18,13 +26,53 @@ from werkzeug.serving import run_simple
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
 
+_MOTO_ROOT = b"GetBucketVersioningResponse"
+_S3_ROOT = b"VersioningConfiguration"
+
+
+def _is_get_versioning(environ):
+    if environ.get("REQUEST_METHOD") != "GET":
+        return False
+    params = [p.split("=", 1)[0] for p in environ.get("QUERY_STRING", "").split("&")]
+    return "versioning" in params
+
+
+def s3_answers(app):
+    """`app`, with moto's GetBucketVersioning answer in S3's shape."""
+
+    def wrapped(environ, start_response):
+        if not _is_get_versioning(environ):
+            return app(environ, start_response)
+        captured = {}
+
+        def capture(status, headers, exc_info=None):
+            captured["status"], captured["headers"] = status, headers
+            return lambda _data: None
+
+        chunks = app(environ, capture)
+        try:
+            body = b"".join(chunks)
+        finally:
+            if hasattr(chunks, "close"):
+                chunks.close()
+        body = body.replace(b"<" + _MOTO_ROOT, b"<" + _S3_ROOT).replace(
+            b"</" + _MOTO_ROOT + b">", b"</" + _S3_ROOT + b">"
+        )
+        headers = [(k, v) for k, v in captured["headers"] if k.lower() != "content-length"]
+        headers.append(("Content-Length", str(len(body))))
+        start_response(captured["status"], headers)
+        return [body]
+
+    return wrapped
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-H", "--host", default="127.0.0.1")
     parser.add_argument("-p", "--port", type=int, default=5000)
     args = parser.parse_args()
     os.environ.setdefault("MOTO_PORT", str(args.port))
-    app = DomainDispatcherApplication(create_backend_app)
+    app = s3_answers(DomainDispatcherApplication(create_backend_app))
     run_simple(args.host, args.port, app, threaded=False, use_reloader=False)
 
 
