@@ -8,13 +8,16 @@ depends on it. Served one request at a time, moto's conditional writes are
 atomic too. (It costs nothing measurable: moto holds the GIL while it works,
 so its threads never ran side by side anyway.)
 
-It also rewrites one answer that moto gets wrong: GetBucketVersioning. S3
-answers `<VersioningConfiguration><Status>Enabled</Status>...`; moto 5 names
-the root element `GetBucketVersioningResponse`. The Rust SDK's deserializer
-checks the root's name ("encountered invalid XML root: expected
-VersioningConfiguration"), so buquet's clients, which check versioning at
-start, fail with an S3 service error on any moto bucket. Only the root's name
-is changed; the elements inside are S3's.
+It also rewrites two answers that moto gets wrong, GetBucketVersioning and
+GetBucketNotificationConfiguration. S3 answers
+`<VersioningConfiguration><Status>Enabled</Status>...` and
+`<NotificationConfiguration>...`; moto 5 names the root elements
+`GetBucketVersioningResponse` and `GetBucketNotificationResponse`. The Rust
+SDK's deserializers check the root's name ("encountered invalid XML root:
+expected VersioningConfiguration"), so buquet's clients, which check
+versioning at start, fail with an S3 service error on any moto bucket, and
+`idem doctor` could not read either. Only the root's name is changed; the
+elements inside are S3's.
 
     moto_serial.py [-H HOST] [-p PORT]
 """
@@ -26,23 +29,32 @@ from werkzeug.serving import run_simple
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
 
-_MOTO_ROOT = b"GetBucketVersioningResponse"
-_S3_ROOT = b"VersioningConfiguration"
+# The bucket subresource, moto's root element, S3's root element.
+_ROOTS = {
+    "versioning": (b"GetBucketVersioningResponse", b"VersioningConfiguration"),
+    "notification": (b"GetBucketNotificationResponse", b"NotificationConfiguration"),
+}
 
 
-def _is_get_versioning(environ):
+def _misnamed_roots(environ):
+    """The (moto, S3) root names of this request's answer, if moto misnames it."""
     if environ.get("REQUEST_METHOD") != "GET":
-        return False
+        return None
     params = [p.split("=", 1)[0] for p in environ.get("QUERY_STRING", "").split("&")]
-    return "versioning" in params
+    for sub, roots in _ROOTS.items():
+        if sub in params:
+            return roots
+    return None
 
 
 def s3_answers(app):
-    """`app`, with moto's GetBucketVersioning answer in S3's shape."""
+    """`app`, with moto's misnamed answers in S3's shape."""
 
     def wrapped(environ, start_response):
-        if not _is_get_versioning(environ):
+        roots = _misnamed_roots(environ)
+        if roots is None:
             return app(environ, start_response)
+        moto_root, s3_root = roots
         captured = {}
 
         def capture(status, headers, exc_info=None):
@@ -55,8 +67,8 @@ def s3_answers(app):
         finally:
             if hasattr(chunks, "close"):
                 chunks.close()
-        body = body.replace(b"<" + _MOTO_ROOT, b"<" + _S3_ROOT).replace(
-            b"</" + _MOTO_ROOT + b">", b"</" + _S3_ROOT + b">"
+        body = body.replace(b"<" + moto_root, b"<" + s3_root).replace(
+            b"</" + moto_root + b">", b"</" + s3_root + b">"
         )
         headers = [(k, v) for k, v in captured["headers"] if k.lower() != "content-length"]
         headers.append(("Content-Length", str(len(body))))
