@@ -40,12 +40,15 @@ pub enum Version {
     DeleteMarker,
 }
 
+/// Every version of every key, oldest first.
+type History = BTreeMap<String, Vec<Version>>;
+
 /// An in-memory bucket. Clones share one bucket.
 #[derive(Clone)]
 pub struct MemoryStore {
     objects: Arc<Mutex<BTreeMap<String, Entry>>>,
     /// Every version of every key, oldest first; `None` when unversioned.
-    versions: Option<Arc<Mutex<BTreeMap<String, Vec<Version>>>>>,
+    versions: Option<Arc<Mutex<History>>>,
     clock: Arc<dyn Clock>,
     /// The store's clock is `clock` + `skew`: a machine whose clock is off.
     skew: Arc<Mutex<chrono::Duration>>,

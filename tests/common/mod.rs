@@ -139,12 +139,14 @@ pub async fn moto_versions(store: &S3Store, key: &str) -> KeyVersions {
         .send()
         .await
         .expect("listing versions on moto");
-    let mut kv = KeyVersions::default();
-    kv.objects = out
-        .versions()
-        .iter()
-        .filter(|v| v.key() == Some(key))
-        .count();
+    let mut kv = KeyVersions {
+        objects: out
+            .versions()
+            .iter()
+            .filter(|v| v.key() == Some(key))
+            .count(),
+        ..KeyVersions::default()
+    };
     for m in out.delete_markers().iter().filter(|m| m.key() == Some(key)) {
         kv.delete_markers += 1;
         kv.latest_is_delete_marker |= m.is_latest() == Some(true);
