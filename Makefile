@@ -18,11 +18,12 @@ api-fuzz: tools
 	./scripts/with-moto.sh ./scripts/api-fuzz.sh $(API_FUZZ_EXAMPLES) random
 
 # The Python tools the tests use: moto (S3), cfn-lint and the SAM translator
-# (template checks), buquet (the queue's own client and worker, for interop).
+# (template checks), buquet (the queue's own client and worker, for interop),
+# awscli (the README's bucket commands, tests/bucket_setup.rs).
 # Installed with pip where missing.
 tools:
-	@python3 -c 'import moto, cfnlint, samtranslator, samcli, buquet, openapi_spec_validator, jsonschema, yaml, schemathesis, boto3' 2>/dev/null || \
-	  python3 -m pip install --quiet 'moto[server]>=5.1' 'cfn-lint>=1' 'aws-sam-translator>=1.90' aws-sam-cli 'buquet==0.1.*' 'openapi-spec-validator>=0.7' 'jsonschema>=4.18' pyyaml 'schemathesis>=4,<5' boto3
+	@python3 -c 'import moto, cfnlint, samtranslator, samcli, buquet, openapi_spec_validator, jsonschema, yaml, schemathesis, boto3, awscli' 2>/dev/null || \
+	  python3 -m pip install --quiet 'moto[server]>=5.1' 'cfn-lint>=1' 'aws-sam-translator>=1.90' aws-sam-cli 'buquet==0.1.*' 'openapi-spec-validator>=0.7' 'jsonschema>=4.18' pyyaml 'schemathesis>=4,<5' boto3 awscli
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

@@ -8,6 +8,17 @@ depends on it. Served one request at a time, moto's conditional writes are
 atomic too. (It costs nothing measurable: moto holds the GIL while it works,
 so its threads never ran side by side anyway.)
 
+It also rewrites two answers that moto gets wrong, GetBucketVersioning and
+GetBucketNotificationConfiguration. S3 answers
+`<VersioningConfiguration><Status>Enabled</Status>...` and
+`<NotificationConfiguration>...`; moto 5 names the root elements
+`GetBucketVersioningResponse` and `GetBucketNotificationResponse`. The Rust
+SDK's deserializers check the root's name ("encountered invalid XML root:
+expected VersioningConfiguration"), so buquet's clients, which check
+versioning at start, fail with an S3 service error on any moto bucket, and
+`idem doctor` could not read either. Only the root's name is changed; the
+elements inside are S3's.
+
     moto_serial.py [-H HOST] [-p PORT]
 """
 import argparse
@@ -18,13 +29,62 @@ from werkzeug.serving import run_simple
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
 
+# The bucket subresource, moto's root element, S3's root element.
+_ROOTS = {
+    "versioning": (b"GetBucketVersioningResponse", b"VersioningConfiguration"),
+    "notification": (b"GetBucketNotificationResponse", b"NotificationConfiguration"),
+}
+
+
+def _misnamed_roots(environ):
+    """The (moto, S3) root names of this request's answer, if moto misnames it."""
+    if environ.get("REQUEST_METHOD") != "GET":
+        return None
+    params = [p.split("=", 1)[0] for p in environ.get("QUERY_STRING", "").split("&")]
+    for sub, roots in _ROOTS.items():
+        if sub in params:
+            return roots
+    return None
+
+
+def s3_answers(app):
+    """`app`, with moto's misnamed answers in S3's shape."""
+
+    def wrapped(environ, start_response):
+        roots = _misnamed_roots(environ)
+        if roots is None:
+            return app(environ, start_response)
+        moto_root, s3_root = roots
+        captured = {}
+
+        def capture(status, headers, exc_info=None):
+            captured["status"], captured["headers"] = status, headers
+            return lambda _data: None
+
+        chunks = app(environ, capture)
+        try:
+            body = b"".join(chunks)
+        finally:
+            if hasattr(chunks, "close"):
+                chunks.close()
+        body = body.replace(b"<" + moto_root, b"<" + s3_root).replace(
+            b"</" + moto_root + b">", b"</" + s3_root + b">"
+        )
+        headers = [(k, v) for k, v in captured["headers"] if k.lower() != "content-length"]
+        headers.append(("Content-Length", str(len(body))))
+        start_response(captured["status"], headers)
+        return [body]
+
+    return wrapped
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-H", "--host", default="127.0.0.1")
     parser.add_argument("-p", "--port", type=int, default=5000)
     args = parser.parse_args()
     os.environ.setdefault("MOTO_PORT", str(args.port))
-    app = DomainDispatcherApplication(create_backend_app)
+    app = s3_answers(DomainDispatcherApplication(create_backend_app))
     run_simple(args.host, args.port, app, threaded=False, use_reloader=False)
 
 

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # make run: the service on this machine. A moto S3 and SQS server on loopback
-# with a bucket, its due queue and the bucket's notification of record writes
-# to it (as template.yaml sets them up), and `cargo lambda watch` serving the
-# `submit` and `sweep` functions
-# (function URLs on http://127.0.0.1:$INVOKE_PORT/lambda-url/<function>/).
+# with a versioned bucket, its lifecycle rules, its due queue and the bucket's
+# notification of record writes to it (as template.yaml sets them up);
+# `cargo lambda watch` serving the `submit` and `sweep` functions
+# (function URLs on http://127.0.0.1:$INVOKE_PORT/lambda-url/<function>/);
+# and, in the background, the due queue drained as the event source mapping
+# would (`idem sweep --due-queue`, every DUE_POLL_SECONDS), so that an
+# interrupted submit is finished STALE_CREATING_AFTER_SECONDS later (30 s
+# here, 600 deployed) with nothing to do by hand.
 # Installs moto[server] and cargo-lambda with pip where they are missing.
 # Ctrl-C stops everything.
 set -euo pipefail
@@ -12,7 +16,9 @@ cd "$(dirname "$0")/.."
 INVOKE_PORT="${INVOKE_PORT:-9000}"
 MOTO_PORT="${MOTO_PORT:-4566}"
 BUCKET="${BUCKET_NAME:-local-queue}"
-STALE="${STALE_CREATING_AFTER_SECONDS:-600}"
+# Short locally, so that an interrupted submit is seen finished soon.
+STALE="${STALE_CREATING_AFTER_SECONDS:-30}"
+DUE_POLL="${DUE_POLL_SECONDS:-5}"
 
 python3 -c 'import moto.server' >/dev/null 2>&1 || python3 -m pip install --quiet 'moto[server]>=5.1'
 command -v cargo-lambda >/dev/null 2>&1 || python3 -m pip install --quiet cargo-lambda
@@ -21,6 +27,7 @@ hash -r
 python3 scripts/moto_serial.py -H 127.0.0.1 -p "$MOTO_PORT" >/tmp/idempotent-submit-moto.log 2>&1 &
 moto_pid=$!
 cleanup() {
+  [ -n "${drain_pid:-}" ] && kill "$drain_pid" 2>/dev/null || true
   kill "$moto_pid" 2>/dev/null || true
   [ -n "${watch_pid:-}" ] && kill "$watch_pid" 2>/dev/null || true
   wait 2>/dev/null || true
@@ -44,6 +51,20 @@ for _ in range(100):
         time.sleep(0.1)
 else:
     sys.exit("moto did not start")
+# Versioned, with template.yaml's lifecycle rules (its parameters' defaults).
+s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+def rule(id, prefix, **actions):
+    return {"ID": id, "Status": "Enabled", "Filter": {"Prefix": prefix}, **actions}
+noncurrent = {"NoncurrentVersionExpiration": {"NoncurrentDays": 1}}
+markers = {"Expiration": {"ExpiredObjectDeleteMarker": True}}
+s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [
+    rule("idempotency-backstop", "idempotency/", Expiration={"Days": 366}, **noncurrent),
+    rule("idempotency-delete-markers", "idempotency/", **markers),
+    rule("rejected-messages", "rejected/", Expiration={"Days": 30}, **noncurrent),
+    rule("rejected-delete-markers", "rejected/", **markers),
+    rule("payloads-noncurrent", "payloads/", **markers, **noncurrent),
+    rule("abort-incomplete-uploads", "", AbortIncompleteMultipartUpload={"DaysAfterInitiation": 7}),
+]})
 # The due queue: every record write, STALE_CREATING_AFTER_SECONDS later.
 url = sqs.create_queue(QueueName=f"{bucket}-due", Attributes={"DelaySeconds": stale})["QueueUrl"]
 arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -74,7 +95,9 @@ url="http://127.0.0.1:$INVOKE_PORT/lambda-url/submit"
 cat <<MSG
 
   S3 (moto):  http://127.0.0.1:$MOTO_PORT  bucket $BUCKET
-  due queue:  $due_url  (record events, ${STALE} s later)
+  due queue:  $due_url
+              record events, STALE_CREATING_AFTER_SECONDS=${STALE} s later; drained every ${DUE_POLL} s
+              (an interrupted submit is finished about ${STALE} s after its record)
   submit:     $url/tasks
 
   Try it (the first request builds the function):
@@ -88,15 +111,31 @@ cat <<MSG
   cargo lambda invoke submit --data-file events/sqs-standard-batch.json
   cargo lambda invoke sweep --data-file events/sweep-dry-run.json
 
-  # The due queue's events, handled as the sweep function handles them
-  # (cargo lambda watch does not poll SQS):
+  # What the bucket has and lacks (versioning, notification, lifecycle):
   BUCKET_NAME=$BUCKET AWS_ENDPOINT_URL=http://127.0.0.1:$MOTO_PORT S3_FORCE_PATH_STYLE=true \\
     AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 \\
-    cargo run --bin idem -- sweep --due-queue $due_url --wait-seconds 0
+    target/debug/idem doctor
 
   Ctrl-C stops everything.
 
 MSG
+
+# The due queue, drained as the event source mapping would: short polls
+# (a long poll would hold moto's one-at-a-time server), every DUE_POLL s.
+# Cargo lambda watch does not poll SQS.
+cargo build --locked --bin idem
+(
+  export BUCKET_NAME="$BUCKET" AWS_ENDPOINT_URL="http://127.0.0.1:$MOTO_PORT" S3_FORCE_PATH_STYLE=true \
+    STALE_CREATING_AFTER_SECONDS="$STALE" AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
+  while sleep "$DUE_POLL"; do
+    out=$(target/debug/idem sweep --due-queue "$due_url" --wait-seconds 0 2>/dev/null) || true
+    case "$out" in
+      *'"messages":0,'*|*'"messages":0}'*) ;;
+      *) echo "[due queue] $out" ;;
+    esac
+  done
+) &
+drain_pid=$!
 
 cargo lambda watch --invoke-port "$INVOKE_PORT" --env-file "$env_file" &
 watch_pid=$!

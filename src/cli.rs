@@ -76,6 +76,14 @@ pub enum Command {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(0..=20))]
         wait_seconds: i32,
     },
+    /// Read the bucket's versioning, notification, lifecycle and encryption
+    /// and report what is missing; exit 5 when a guarantee depends on it.
+    Doctor {
+        /// The due queue the record events must reach (the stack's
+        /// `DueQueueArn`); without it, any queue will do.
+        #[arg(long)]
+        due_queue_arn: Option<String>,
+    },
 }
 
 /// Exit codes.
@@ -85,6 +93,8 @@ pub mod exit {
     pub const INVALID: i32 = 2;
     pub const CONFLICT: i32 = 3;
     pub const NOT_FOUND: i32 = 4;
+    /// `idem doctor`: something a guarantee depends on is missing.
+    pub const UNHEALTHY: i32 = 5;
 }
 
 /// What a command prints and how the process exits.
@@ -337,6 +347,25 @@ pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
                     output: serde_json::to_value(&summary).unwrap_or(Value::Null),
                 },
                 Err(e) => submit_error(&e),
+            }
+        }
+        Command::Doctor { due_queue_arn } => {
+            // The same client settings as the store's (S3_FORCE_PATH_STYLE).
+            let path_style = std::env::var("S3_FORCE_PATH_STYLE").is_ok_and(|v| {
+                matches!(
+                    v.trim().to_ascii_lowercase().as_str(),
+                    "true" | "on" | "1" | "yes"
+                )
+            });
+            let client = crate::store::s3::client_from_env(path_style).await;
+            let expect = crate::doctor::Expectations {
+                max_ttl_days: queue.settings().max_ttl.num_days(),
+                due_queue_arn,
+            };
+            let report = crate::doctor::examine(&client, bucket, &expect).await;
+            Outcome {
+                exit: if report.ok { exit::OK } else { exit::UNHEALTHY },
+                output: serde_json::to_value(&report).unwrap_or(Value::Null),
             }
         }
         Command::Task { task_id } => {

@@ -39,6 +39,7 @@
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod doctor;
 #[cfg(feature = "lambda")]
 pub mod lambda;
 #[doc(hidden)]

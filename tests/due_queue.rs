@@ -16,6 +16,22 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
 /// A submit of `key` that died right after writing its record.
+/// Each test on an unversioned and on a versioned bucket.
+macro_rules! on_both_buckets {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn unversioned() {
+                super::$name(super::common::Versioning::Off).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn versioned() {
+                super::$name(super::common::Versioning::On).await;
+            }
+        }
+    };
+}
+
 async fn interrupted(store: &S3Store, key: &str) {
     let f = FaultyStore::new(store.clone());
     f.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
@@ -61,9 +77,11 @@ async fn only_record(store: &S3Store) -> (String, Record) {
     (k, Record::parse(&o.body).unwrap())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_record_event_from_moto_finishes_an_interrupted_submit_through_the_sweep_handler() {
-    let store = common::moto_store().await;
+on_both_buckets!(a_record_event_from_moto_finishes_an_interrupted_submit_through_the_sweep_handler);
+async fn a_record_event_from_moto_finishes_an_interrupted_submit_through_the_sweep_handler(
+    versioning: common::Versioning,
+) {
+    let store = common::moto_store_with(versioning).await;
     let url = common::moto_due_queue(&store, 0).await;
     interrupted(&store, "a").await;
     let (rkey, rec) = only_record(&store).await;
@@ -170,9 +188,9 @@ async fn idem(bucket: &str, stale: &str, args: &[&str]) -> (i32, Value) {
     common::idem(bucket, &[("STALE_CREATING_AFTER_SECONDS", stale)], args).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idem_drains_the_due_queue_as_the_function_does() {
-    let store = common::moto_store().await;
+on_both_buckets!(idem_drains_the_due_queue_as_the_function_does);
+async fn idem_drains_the_due_queue_as_the_function_does(versioning: common::Versioning) {
+    let store = common::moto_store_with(versioning).await;
     let url = common::moto_due_queue(&store, 0).await;
     interrupted(&store, "a").await;
     let (rkey, _) = only_record(&store).await;

@@ -188,10 +188,14 @@ fn mutate_text(s: &str, rng: &mut fastrand::Rng) -> String {
 
 /// Tenant isolation on for every other input: on, events without a
 /// principal are 401s and the rest reach a tenant's namespace; off, they
-/// reach the seeded key's.
-fn app(tenant_isolation: bool) -> (App, idempotent_submit::MemoryStore) {
+/// reach the seeded key's. A versioned bucket for every other pair.
+fn app(tenant_isolation: bool, versioned: bool) -> (App, idempotent_submit::MemoryStore) {
     let clock = ManualClock::at_epoch();
-    let store = common::memory_store(&clock);
+    let store = if versioned {
+        common::memory_store_versioned(&clock)
+    } else {
+        common::memory_store(&clock)
+    };
     let cfg = Config {
         bucket: "b".into(),
         force_path_style: true,
@@ -204,8 +208,8 @@ fn app(tenant_isolation: bool) -> (App, idempotent_submit::MemoryStore) {
 
 /// One input through the handler: what it answered (an HTTP status, `sqs`
 /// or `error`), or what went wrong.
-async fn check(event: Value, tenant_isolation: bool) -> Result<String, String> {
-    let (app, store) = app(tenant_isolation);
+async fn check(event: Value, tenant_isolation: bool, versioned: bool) -> Result<String, String> {
+    let (app, store) = app(tenant_isolation, versioned);
     // The sample events share a key: with it taken, replays and conflicts
     // are reachable too.
     app.queue
@@ -236,6 +240,12 @@ async fn check(event: Value, tenant_isolation: bool) -> Result<String, String> {
         };
     };
     let after = store.snapshot();
+    if !store.delete_markers().is_empty() {
+        return Err(format!(
+            "a submit deleted something: {:?}",
+            store.delete_markers()
+        ));
+    }
     let effect = Effect::between(&before, &after)?;
     if is_sqs {
         let failures = out["batchItemFailures"]
@@ -435,7 +445,8 @@ fn mutated_events_never_panic_and_bad_input_writes_nothing() {
             mutate(&mut event, &mut rng, 0);
         }
         let shown = event.to_string();
-        match rt.block_on(check(event, seed.wrapping_add(i) % 2 == 1)) {
+        let n = seed.wrapping_add(i);
+        match rt.block_on(check(event, n % 2 == 1, n / 2 % 2 == 1)) {
             Ok(what) => *seen.entry(what).or_default() += 1,
             Err(e) => {
                 let shown: String = shown.chars().take(4000).collect();

@@ -14,10 +14,13 @@ use idempotent_submit::{Config, ManualClock, Queue, Settings};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
+/// Our handler and buquet's clients on one moto bucket: versioned, as
+/// buquet's workers require, unless the test says otherwise.
 struct Shared {
     bucket: String,
     store: idempotent_submit::S3Store,
     app: App,
+    versioning: common::Versioning,
 }
 
 impl Shared {
@@ -26,7 +29,11 @@ impl Shared {
     }
 
     async fn with_isolation(tenant_isolation: bool) -> Self {
-        let store = common::moto_store().await;
+        Self::on(common::Versioning::On, tenant_isolation).await
+    }
+
+    async fn on(versioning: common::Versioning, tenant_isolation: bool) -> Self {
+        let store = common::moto_store_with(versioning).await;
         let bucket = store.bucket().to_owned();
         let cfg = Config {
             bucket: bucket.clone(),
@@ -39,7 +46,12 @@ impl Shared {
             &cfg,
             Metrics::collecting("submit"),
         );
-        Shared { bucket, store, app }
+        Shared {
+            bucket,
+            store,
+            app,
+            versioning,
+        }
     }
 
     /// Runs the buquet client; its JSON answer.
@@ -49,19 +61,8 @@ impl Shared {
 
     /// Runs the buquet client against `endpoint` (moto, or a proxy before it).
     fn buquet_via(&self, endpoint: &str, args: &[&str]) -> Value {
-        let out = Command::new("python3")
-            .arg(format!(
-                "{}/tests/interop/buquet_client.py",
-                env!("CARGO_MANIFEST_DIR")
-            ))
-            .args(args)
-            .env("BUQUET_ENDPOINT", endpoint)
-            .env("BUQUET_BUCKET", &self.bucket)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .output()
-            .expect("python3 runs");
+        let skip = self.versioning == common::Versioning::Off;
+        let out = self.buquet_run(endpoint, args, skip);
         assert!(
             out.status.success(),
             "buquet {args:?} failed (is `buquet` installed? make test installs it): {:?} {} {}",
@@ -70,6 +71,37 @@ impl Shared {
             String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Runs the buquet client, told to skip its versioning check only on
+    /// an unversioned bucket.
+    fn buquet_output(&self, args: &[&str]) -> std::process::Output {
+        let skip = self.versioning == common::Versioning::Off;
+        self.buquet_skipping_check(args, skip)
+    }
+
+    fn buquet_skipping_check(&self, args: &[&str], skip: bool) -> std::process::Output {
+        self.buquet_run(&common::moto_endpoint(), args, skip)
+    }
+
+    fn buquet_run(&self, endpoint: &str, args: &[&str], skip: bool) -> std::process::Output {
+        let mut cmd = Command::new("python3");
+        cmd.env_remove("BUQUET_ALLOW_NO_VERSIONING");
+        if skip {
+            cmd.env("BUQUET_ALLOW_NO_VERSIONING", "1");
+        }
+        cmd.arg(format!(
+            "{}/tests/interop/buquet_client.py",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .args(args)
+        .env("BUQUET_ENDPOINT", endpoint)
+        .env("BUQUET_BUCKET", &self.bucket)
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .expect("python3 runs")
     }
 
     async fn post(&self, body: Value) -> (u64, Value) {
@@ -120,6 +152,24 @@ async fn a_task_submitted_through_our_handler_is_claimed_and_completed_by_a_buqu
         .await;
     assert_eq!((status, again["task_id"].as_str()), (200, Some(id)));
     assert_eq!(again["status"], "completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_an_unversioned_bucket_buquet_refuses_to_start_unless_told_and_then_completes_our_task()
+{
+    let s = Shared::on(common::Versioning::Off, false).await;
+    let refused = s.buquet_skipping_check(&["work", "charge_customer", "1"], false);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("versioning must be enabled"), "{why}");
+    let (status, body) = s
+        .post(json!({"task_type": "charge_customer", "input": {"n": 1}, "idempotency_key": "k-u"}))
+        .await;
+    assert_eq!(status, 201);
+    let run = s.buquet(&["work", "charge_customer", "1"]);
+    assert_eq!(run["processed"], 1);
+    let task = s.buquet(&["get", body["task_id"].as_str().unwrap()]);
+    assert_eq!(task["status"], "completed", "{task}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

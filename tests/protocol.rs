@@ -536,21 +536,31 @@ async fn tenants_never_share_a_key(env: Env) {
     }
 }
 
+/// The suite on a bucket of `$store` (memory, memory_versioned; on moto,
+/// a `common::Versioning`).
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
-        mod memory {
+        suite!(@memory memory, memory_store, $($name),*);
+        suite!(@memory memory_versioned, memory_store_versioned, $($name),*);
+        suite!(@moto moto, Off, $($name),*);
+        suite!(@moto moto_versioned, On, $($name),*);
+    };
+    (@memory $module:ident, $store:ident, $($name:ident),*) => {
+        mod $module {
             use super::*;
             $(
                 #[tokio::test]
                 async fn $name() {
                     let clock = ManualClock::at_epoch();
-                    let store = common::memory_store(&clock);
+                    let store = common::$store(&clock);
                     let queue = Queue::with_clock(store, Arc::new(clock.clone()), common::settings());
                     super::$name(Env { queue, clock }).await;
                 }
             )*
         }
-        mod moto {
+    };
+    (@moto $module:ident, $versioning:ident, $($name:ident),*) => {
+        mod $module {
             use super::*;
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -559,7 +569,7 @@ macro_rules! suite {
                     // The tests move the clock minutes ahead of moto's, which
                     // cannot be moved: the injected clock stands for S3's.
                     let clock = ManualClock::new(chrono::Utc::now());
-                    let store = common::moto_store().await;
+                    let store = common::moto_store_with(common::Versioning::$versioning).await;
                     let settings = idempotent_submit::Settings {
                         clock_check: idempotent_submit::ClockCheck::TrustClock,
                         ..common::settings()

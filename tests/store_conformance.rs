@@ -1,4 +1,5 @@
-//! One conformance suite, run on the in-memory store and on moto: every
+//! One conformance suite, run on the in-memory store and on moto, each
+//! unversioned and versioned: every
 //! conditional outcome, and races that assert exact counts.
 
 mod common;
@@ -115,6 +116,44 @@ async fn conditional_delete_checks_the_etag(s: Arc<dyn Store>) {
     assert_eq!(s.head("k").await, Err(StoreError::NotFound));
 }
 
+/// On a versioned bucket the delete leaves a delete marker as the current
+/// version: every answer below is the same as on an unversioned one.
+async fn a_deleted_key_is_gone_to_every_call_and_can_be_created_again(s: Arc<dyn Store>) {
+    let a = s
+        .put("d/k", Bytes::from_static(b"1"), PutMode::Create)
+        .await
+        .unwrap();
+    s.delete("d/k", Some(&a.etag)).await.unwrap();
+    assert_eq!(s.get("d/k").await.map(|_| ()), Err(StoreError::NotFound));
+    assert_eq!(s.head("d/k").await.map(|_| ()), Err(StoreError::NotFound));
+    assert_eq!(
+        s.put(
+            "d/k",
+            Bytes::from_static(b"2"),
+            PutMode::Update(a.etag.clone())
+        )
+        .await
+        .map(|_| ()),
+        Err(StoreError::NotFound),
+        "If-Match on a deleted key is a 404"
+    );
+    assert_eq!(
+        s.delete("d/k", Some(&a.etag)).await,
+        Err(StoreError::NotFound),
+        "a conditional delete of a deleted key is a 404"
+    );
+    let listed = s.list("d/", None, None, 10).await.unwrap();
+    assert!(listed.objects.is_empty(), "{:?}", listed.objects);
+    let b = s
+        .put("d/k", Bytes::from_static(b"1"), PutMode::Create)
+        .await
+        .expect("If-None-Match: * succeeds over a deleted key");
+    assert_eq!(b.etag, a.etag, "the same bytes, the same ETag");
+    assert_eq!(&s.get("d/k").await.unwrap().body[..], b"1");
+    let listed = s.list("d/", None, None, 10).await.unwrap();
+    assert_eq!(listed.objects.len(), 1);
+}
+
 async fn unconditional_delete_of_a_missing_key_succeeds(s: Arc<dyn Store>) {
     s.delete("never-there", None).await.unwrap();
 }
@@ -201,24 +240,37 @@ async fn sixteen_racing_cas_increments_count_exactly(s: Arc<dyn Store>) {
     assert_eq!(&s.get("n").await.unwrap().body[..], b"16");
 }
 
+/// Every test on four buckets: in memory and on moto, each unversioned and
+/// versioned.
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
-        mod memory {
+        suite!(@memory memory, memory_store, $($name),*);
+        suite!(@memory memory_versioned, memory_store_versioned, $($name),*);
+        suite!(@moto moto, Off, $($name),*);
+        suite!(@moto moto_versioned, On, $($name),*);
+    };
+    (@memory $module:ident, $store:ident, $($name:ident),*) => {
+        mod $module {
             use super::*;
             $(
                 #[tokio::test]
                 async fn $name() {
                     let clock = idempotent_submit::ManualClock::at_epoch();
-                    super::$name(Arc::new(common::memory_store(&clock))).await;
+                    super::$name(Arc::new(common::$store(&clock))).await;
                 }
             )*
         }
-        mod moto {
+    };
+    (@moto $module:ident, $versioning:ident, $($name:ident),*) => {
+        mod $module {
             use super::*;
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
-                    super::$name(Arc::new(common::moto_store().await)).await;
+                    super::$name(Arc::new(
+                        common::moto_store_with(common::Versioning::$versioning).await,
+                    ))
+                    .await;
                 }
             )*
         }
@@ -233,6 +285,7 @@ suite!(
     get_and_head_of_a_missing_key_are_404,
     get_returns_body_etag_and_last_modified,
     conditional_delete_checks_the_etag,
+    a_deleted_key_is_gone_to_every_call_and_can_be_created_again,
     unconditional_delete_of_a_missing_key_succeeds,
     listing_pages_in_key_order_under_a_prefix,
     exactly_one_of_32_racing_creates_wins,

@@ -305,7 +305,7 @@ fn the_bucket_is_private_encrypted_tls_only_and_expires_records_and_rejections()
     let rule = |prefix: &str| {
         rules
             .iter()
-            .find(|r| r["Prefix"] == prefix)
+            .find(|r| r["Prefix"] == prefix && !r["ExpirationInDays"].is_null())
             .unwrap_or_else(|| panic!("no rule for {prefix}"))
             .clone()
     };
@@ -332,6 +332,77 @@ fn the_bucket_is_private_encrypted_tls_only_and_expires_records_and_rejections()
     assert_eq!(tls["Condition"]["Bool"]["aws:SecureTransport"], "false");
     // An existing bucket may be named instead.
     assert_eq!(t.res("QueueBucket")["Condition"], "MakeBucket");
+}
+
+#[test]
+fn the_bucket_is_versioned_and_its_lifecycle_bounds_this_services_prefixes_only() {
+    let t = templates();
+    let b = &t.res("QueueBucket")["Properties"];
+    assert_eq!(b["VersioningConfiguration"]["Status"], "Enabled");
+    assert_eq!(t.param_default("NoncurrentRetentionDays"), 1);
+    assert_eq!(
+        t.out["Parameters"]["NoncurrentRetentionDays"]["MinValue"],
+        1
+    );
+    let rules = b["LifecycleConfiguration"]["Rules"].as_array().unwrap();
+    for r in rules {
+        assert_eq!(r["Status"], "Enabled", "{r}");
+        // S3 refuses ExpiredObjectDeleteMarker beside a days expiry.
+        assert!(
+            r["ExpiredObjectDeleteMarker"].is_null() || r["ExpirationInDays"].is_null(),
+            "{r}"
+        );
+    }
+    let under = |prefix: &str| -> Vec<&Value> {
+        rules
+            .iter()
+            .filter(|r| r["Prefix"] == prefix)
+            .collect::<Vec<_>>()
+    };
+    for prefix in ["idempotency/", "rejected/", "payloads/"] {
+        let rs = under(prefix);
+        assert!(
+            rs.iter().any(
+                |r| r["NoncurrentVersionExpiration"]["NoncurrentDays"]["Ref"]
+                    == "NoncurrentRetentionDays"
+            ),
+            "noncurrent versions under {prefix} expire"
+        );
+        assert!(
+            rs.iter().any(|r| r["ExpiredObjectDeleteMarker"] == true),
+            "expired delete markers under {prefix} are removed"
+        );
+    }
+    // payloads/ are tasks' inputs: their current versions are the queue's.
+    assert!(
+        under("payloads/")
+            .iter()
+            .all(|r| r["ExpirationInDays"].is_null())
+    );
+    let whole: Vec<&Value> = rules
+        .iter()
+        .filter(|r| r["Prefix"].is_null() && r["Filter"].is_null())
+        .collect();
+    assert_eq!(whole.len(), 1, "one rule for the whole bucket: {whole:?}");
+    assert!(
+        whole[0]["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"]
+            .as_u64()
+            .is_some_and(|d| d >= 1)
+    );
+    assert!(
+        whole[0]["ExpirationInDays"].is_null()
+            && whole[0]["NoncurrentVersionExpiration"].is_null()
+            && whole[0]["ExpiredObjectDeleteMarker"].is_null(),
+        "the whole-bucket rule expires nothing of the queue's: {}",
+        whole[0]
+    );
+    // The queue's own prefixes are left to its operators.
+    for r in rules {
+        let p = r["Prefix"].as_str().unwrap_or("");
+        for queue_prefix in ["tasks/", "ready/", "leases/", "schedules/"] {
+            assert!(!p.starts_with(queue_prefix), "{r}");
+        }
+    }
 }
 
 #[test]

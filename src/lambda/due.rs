@@ -7,8 +7,9 @@
 //! once (a batch that names one record twice reads it once) and handled by
 //! [`Engine::sweep_record`]. A message is handed back to the queue (listed
 //! for retry) when one of its records came early or failed retryably. S3's
-//! `s3:TestEvent`, keys outside `idempotency/` and other buckets are
-//! acknowledged without a read; a body that is not an S3 notification is
+//! `s3:TestEvent`, keys outside `idempotency/`, other buckets and removals
+//! (`ObjectRemoved:*`, e.g. the `DeleteMarkerCreated` of a versioned bucket,
+//! should a notification ever include them) are acknowledged without a read; a body that is not an S3 notification is
 //! logged, counted and acknowledged, so that it is never retried forever.
 
 use std::collections::HashMap;
@@ -31,6 +32,9 @@ pub struct Named {
     pub bucket: String,
     /// The object key, decoded.
     pub key: String,
+    /// An `ObjectRemoved:*` event (a delete, or a delete marker created on a
+    /// versioned bucket): nothing is left to finish, so it names no work.
+    pub removed: bool,
 }
 
 /// What a message body is.
@@ -75,9 +79,15 @@ pub fn parse(body: &str) -> Notice {
         let Some(key) = decode_key(key) else {
             return Notice::Unrecognized("an object key that does not decode".into());
         };
+        let removed = r
+            .get("eventName")
+            .and_then(Value::as_str)
+            .map(|n| n.strip_prefix("s3:").unwrap_or(n))
+            .is_some_and(|n| n.starts_with("ObjectRemoved:"));
         out.push(Named {
             bucket: bucket.to_owned(),
             key,
+            removed,
         });
     }
     Notice::Objects(out)
@@ -146,7 +156,7 @@ pub async fn handle_messages(
             }
             Notice::Objects(objects) => {
                 for o in objects {
-                    if o.bucket != bucket || !o.key.starts_with(RECORDS_PREFIX) {
+                    if o.bucket != bucket || !o.key.starts_with(RECORDS_PREFIX) || o.removed {
                         summary.ignored += 1;
                         continue;
                     }
@@ -255,7 +265,17 @@ mod tests {
             parse(body),
             Notice::Objects(vec![Named {
                 bucket: "b".into(),
-                key: "idempotency/t/ab.json".into()
+                key: "idempotency/t/ab.json".into(),
+                removed: false,
+            }])
+        );
+        let marker = body.replace("ObjectCreated:Put", "ObjectRemoved:DeleteMarkerCreated");
+        assert_eq!(
+            parse(&marker),
+            Notice::Objects(vec![Named {
+                bucket: "b".into(),
+                key: "idempotency/t/ab.json".into(),
+                removed: true,
             }])
         );
         for bad in [

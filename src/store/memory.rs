@@ -1,5 +1,15 @@
 //! An in-memory bucket that answers exactly as S3 does (see the module docs of
 //! [`crate::store`]), for unit tests, fault injection and the CPU benchmark.
+//!
+//! It can be versioned, as buquet's buckets are ([`MemoryStore::versioned`]).
+//! What versioning changes is kept beside the current objects and is what
+//! S3 does: every write adds a version, every DELETE (conditional or not, of
+//! an object or of nothing) adds a delete marker as the current version. The
+//! protocol sees through [`Store`] exactly what S3 shows it: a GET or HEAD of
+//! a key whose current version is a delete marker is a 404, `If-None-Match:
+//! *` succeeds over a delete marker, `If-Match` on one is a 404, and a
+//! listing (ListObjectsV2) shows current objects only. [`MemoryStore::versions`]
+//! shows the rest, as ListObjectVersions would.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -20,10 +30,25 @@ struct Entry {
     last_modified: DateTime<Utc>,
 }
 
+/// One version of a key in a versioned bucket, oldest first in
+/// [`MemoryStore::versions`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Version {
+    /// An object as it was written (its ETag).
+    Object(ETag),
+    /// A delete marker.
+    DeleteMarker,
+}
+
+/// Every version of every key, oldest first.
+type History = BTreeMap<String, Vec<Version>>;
+
 /// An in-memory bucket. Clones share one bucket.
 #[derive(Clone)]
 pub struct MemoryStore {
     objects: Arc<Mutex<BTreeMap<String, Entry>>>,
+    /// Every version of every key, oldest first; `None` when unversioned.
+    versions: Option<Arc<Mutex<History>>>,
     clock: Arc<dyn Clock>,
     /// The store's clock is `clock` + `skew`: a machine whose clock is off.
     skew: Arc<Mutex<chrono::Duration>>,
@@ -56,9 +81,62 @@ impl MemoryStore {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         MemoryStore {
             objects: Arc::new(Mutex::new(BTreeMap::new())),
+            versions: None,
             clock,
             skew: Arc::default(),
             offset: Arc::default(),
+        }
+    }
+
+    /// A versioned bucket (versioning enabled from the start) whose
+    /// `LastModified` comes from `clock`.
+    pub fn versioned(clock: Arc<dyn Clock>) -> Self {
+        MemoryStore {
+            versions: Some(Arc::default()),
+            ..Self::new(clock)
+        }
+    }
+
+    pub fn is_versioned(&self) -> bool {
+        self.versions.is_some()
+    }
+
+    /// Every version of `key`, oldest first, the last one current (empty on
+    /// an unversioned bucket), as ListObjectVersions shows them.
+    pub fn versions(&self, key: &str) -> Vec<Version> {
+        self.versions
+            .as_ref()
+            .and_then(|v| {
+                v.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(key)
+                    .cloned()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Keys whose current version is a delete marker.
+    pub fn delete_markers(&self) -> Vec<String> {
+        let Some(v) = &self.versions else {
+            return Vec::new();
+        };
+        v.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, vs)| vs.last() == Some(&Version::DeleteMarker))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Adds `version` to `key`'s history on a versioned bucket. Called with
+    /// the objects' lock held, so that versions keep the writes' order.
+    fn record_version(&self, key: &str, version: Version) {
+        if let Some(v) = &self.versions {
+            v.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(key.to_owned())
+                .or_default()
+                .push(version);
         }
     }
 
@@ -158,6 +236,7 @@ impl Store for MemoryStore {
             last_modified: at.trunc_subsecs(0),
         };
         objects.insert(key.to_owned(), entry);
+        self.record_version(key, Version::Object(etag.clone()));
         Ok(PutResult { etag })
     }
 
@@ -172,6 +251,9 @@ impl Store for MemoryStore {
             }
         }
         objects.remove(key);
+        // On a versioned bucket a DELETE without a version id always adds a
+        // delete marker, whether or not there was an object.
+        self.record_version(key, Version::DeleteMarker);
         Ok(())
     }
 

@@ -30,7 +30,7 @@ pub mod memory;
 pub mod s3;
 
 pub use faulty::{Call, Fault, FaultyStore, Op};
-pub use memory::MemoryStore;
+pub use memory::{MemoryStore, Version};
 pub use s3::S3Store;
 
 /// An entity tag, as S3 returns it (quotes included).

@@ -60,8 +60,26 @@ fn start_moto() -> String {
     panic!("moto_server did not come up on port {port}: is `moto[server]` installed?");
 }
 
-/// A store on a new, empty bucket of the moto server.
+/// Whether a test bucket keeps versions (buquet's workers want it on; the
+/// protocol holds either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Versioning {
+    Off,
+    On,
+}
+
+/// A store on a new, empty, unversioned bucket of the moto server.
 pub async fn moto_store() -> S3Store {
+    moto_store_with(Versioning::Off).await
+}
+
+/// A store on a new, empty, versioned bucket of the moto server.
+pub async fn moto_store_versioned() -> S3Store {
+    moto_store_with(Versioning::On).await
+}
+
+/// A store on a new, empty bucket of the moto server, versioned or not.
+pub async fn moto_store_with(versioning: Versioning) -> S3Store {
     static N: AtomicUsize = AtomicUsize::new(0);
     let bucket = format!(
         "t{}-{}-{}",
@@ -77,11 +95,63 @@ pub async fn moto_store() -> S3Store {
         .send()
         .await
         .unwrap_or_else(|e| panic!("creating bucket {bucket} on moto: {e:?}"));
+    if versioning == Versioning::On {
+        store
+            .client()
+            .put_bucket_versioning()
+            .bucket(&bucket)
+            .versioning_configuration(
+                aws_sdk_s3::types::VersioningConfiguration::builder()
+                    .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("enabling versioning on {bucket}: {e:?}"));
+    }
     store
 }
 
 pub fn memory_store(clock: &ManualClock) -> MemoryStore {
     MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>)
+}
+
+/// The in-memory twin of a versioned bucket.
+pub fn memory_store_versioned(clock: &ManualClock) -> MemoryStore {
+    MemoryStore::versioned(Arc::new(clock.clone()) as Arc<dyn Clock>)
+}
+
+/// What ListObjectVersions shows of one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KeyVersions {
+    pub objects: usize,
+    pub delete_markers: usize,
+    pub latest_is_delete_marker: bool,
+}
+
+/// The versions and delete markers of `key` on moto.
+pub async fn moto_versions(store: &S3Store, key: &str) -> KeyVersions {
+    let out = store
+        .client()
+        .list_object_versions()
+        .bucket(store.bucket())
+        .prefix(key)
+        .send()
+        .await
+        .expect("listing versions on moto");
+    let mut kv = KeyVersions {
+        objects: out
+            .versions()
+            .iter()
+            .filter(|v| v.key() == Some(key))
+            .count(),
+        ..KeyVersions::default()
+    };
+    for m in out.delete_markers().iter().filter(|m| m.key() == Some(key)) {
+        kv.delete_markers += 1;
+        kv.latest_is_delete_marker |= m.is_latest() == Some(true);
+    }
+    kv
 }
 
 pub fn faulty(clock: &ManualClock) -> FaultyStore<MemoryStore> {

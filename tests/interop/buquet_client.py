@@ -6,18 +6,19 @@
     buquet_client.py get TASK_ID                          -> the task as buquet sees it
     buquet_client.py idle TYPE SECONDS                    -> a worker polls that long: {"processed"}
 
-Environment: BUQUET_ENDPOINT, BUQUET_BUCKET, and AWS test credentials.
+Environment: BUQUET_ENDPOINT, BUQUET_BUCKET, AWS test credentials, and
+BUQUET_ALLOW_NO_VERSIONING=1 for an unversioned bucket.
 """
 import asyncio
 import json
 import os
 import sys
 
-# moto answers GetBucketVersioning with a root element the Rust SDK inside
-# buquet refuses; versioning is not what these tests are about.
-os.environ.setdefault("BUQUET_ALLOW_NO_VERSIONING", "1")
-
-import buquet  # noqa: E402
+# buquet checks at connect that the bucket is versioned, unless
+# BUQUET_ALLOW_NO_VERSIONING=1 (tests/interop.rs sets it for its unversioned
+# bucket only). moto's own GetBucketVersioning answer has a root element the
+# Rust SDK inside buquet refuses; scripts/moto_serial.py answers in S3's shape.
+import buquet
 
 
 async def connect():
