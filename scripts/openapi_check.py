@@ -63,6 +63,8 @@ class Checker:
         segs = [s for s in path.split("/") if s]
         if segs[-1:] == ["tasks"]:
             return "/tasks"
+        if segs[-2:] == ["tasks", "batch"]:
+            return "/tasks/batch"
         if len(segs) >= 2 and segs[-2] == "tasks":
             return "/tasks/{task_id}"
         return None

@@ -26,14 +26,25 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Submit a task; prints the success body of the HTTP API.
+    /// Submit a task; prints the success body of the HTTP API. With
+    /// `--batch FILE`, submits one `POST /tasks` body per line of FILE (`-`:
+    /// stdin) as `POST /tasks/batch` does, MAX_BATCH_TASKS at a time, and
+    /// prints one result per line, in order: the success body with its
+    /// `status_code` (201, 200), or the item's problem. Exit 0 when every
+    /// line was created or replayed; else 1 if a line failed in a way a
+    /// retry may fix (send the file again: each line replays on its key),
+    /// else 3 if a line conflicted, else 2 (invalid lines, or no file).
     Submit {
         /// The task type.
-        #[arg(long = "type")]
-        task_type: String,
+        #[arg(long = "type", required_unless_present = "batch")]
+        task_type: Option<String>,
         /// The input, as JSON.
-        #[arg(long)]
-        input: String,
+        #[arg(long, required_unless_present = "batch")]
+        input: Option<String>,
+        /// A file of JSON lines, each a `POST /tasks` body with its own
+        /// `idempotency_key` (`-`: stdin).
+        #[arg(long, conflicts_with_all = ["task_type", "input", "key", "ttl_seconds", "scope"])]
+        batch: Option<std::path::PathBuf>,
         /// The idempotency key.
         #[arg(long)]
         key: Option<String>,
@@ -102,6 +113,105 @@ pub mod exit {
 pub struct Outcome {
     pub exit: i32,
     pub output: Value,
+}
+
+impl Outcome {
+    /// What goes to stdout: the output's JSON; a list (the results of
+    /// `submit --batch`) one element per line.
+    pub fn render(&self) -> String {
+        match &self.output {
+            Value::Array(items) => items
+                .iter()
+                .map(Value::to_string)
+                .collect::<Vec<_>>()
+                .join("\n"),
+            v => v.to_string(),
+        }
+    }
+}
+
+/// `submit --batch`: every line of `path` submitted as a batch item, the
+/// settings' `max_batch_tasks` at a time.
+async fn submit_batch(queue: &Queue, path: &std::path::Path) -> Outcome {
+    use crate::lambda::problem::Problem;
+    use crate::lambda::request::SubmitBody;
+    let text = if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map(|_| s)
+    } else {
+        std::fs::read_to_string(path)
+    };
+    let text = match text {
+        Ok(t) => t,
+        Err(e) => {
+            return error(
+                exit::INVALID,
+                "invalid_request",
+                format!("{}: {e}", path.display()),
+            );
+        }
+    };
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    if lines.is_empty() {
+        return error(
+            exit::INVALID,
+            "invalid_request",
+            format!(
+                "{}: no task in it (one POST /tasks body per line)",
+                path.display()
+            ),
+        );
+    }
+    let mut results: Vec<Result<crate::Submitted, SubmitError>> = Vec::with_capacity(lines.len());
+    for chunk in lines.chunks(queue.settings().max_batch_tasks.max(1)) {
+        let mut builders = Vec::with_capacity(chunk.len());
+        let mut unread: Vec<Option<SubmitError>> = Vec::with_capacity(chunk.len());
+        for line in chunk {
+            let prepared = SubmitBody::parse(line.as_bytes()).and_then(|b| {
+                let key = b.idempotency_key.clone();
+                b.into_submit(queue, key, None)
+            });
+            match prepared {
+                Ok(b) => {
+                    builders.push(b);
+                    unread.push(None);
+                }
+                Err(e) => unread.push(Some(e.into())),
+            }
+        }
+        let mut sent = queue.submit_many(builders).await.into_iter();
+        for u in unread {
+            results.push(match u {
+                Some(e) => Err(e),
+                None => sent.next().unwrap_or(Err(SubmitError::DeadlineExceeded)),
+            });
+        }
+    }
+    let failed = |f: fn(&SubmitError) -> bool| results.iter().any(|r| r.as_ref().is_err_and(f));
+    let exit = if results.iter().all(Result::is_ok) {
+        exit::OK
+    } else if failed(|e| submit_error(e).exit == exit::FAILED) {
+        exit::FAILED
+    } else if failed(|e| matches!(e, SubmitError::Conflict { .. })) {
+        exit::CONFLICT
+    } else {
+        exit::INVALID
+    };
+    let output = results
+        .iter()
+        .map(|r| match r {
+            Ok(s) => {
+                let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
+                v["status_code"] = json!(if s.created() { 201 } else { 200 });
+                v
+            }
+            Err(e) => Problem::from_submit(e).body(),
+        })
+        .collect();
+    Outcome {
+        exit,
+        output: Value::Array(output),
+    }
 }
 
 fn error(exit: i32, code: &str, detail: impl ToString) -> Outcome {
@@ -273,12 +383,23 @@ async fn drain_due_queue(
 pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
     match command {
         Command::Submit {
+            batch: Some(path), ..
+        } => submit_batch(queue, &path).await,
+        Command::Submit {
             task_type,
             input,
             key,
             ttl_seconds,
             scope,
+            batch: None,
         } => {
+            let (Some(task_type), Some(input)) = (task_type, input) else {
+                return error(
+                    exit::INVALID,
+                    "invalid_request",
+                    "--type and --input are required (or --batch FILE)",
+                );
+            };
             let input: Value = match serde_json::from_str(&input) {
                 Ok(v) => v,
                 Err(e) => return error(exit::INVALID, "invalid_request", format!("input: {e}")),

@@ -64,6 +64,8 @@ pub struct Settings {
     pub stale_creating_after: Duration,
     pub shard_prefix_len: usize,
     pub max_input_bytes: usize,
+    /// Most items in one `POST /tasks/batch` (`MAX_BATCH_TASKS`).
+    pub max_batch_tasks: usize,
     pub require_key: bool,
     /// Every submit, all its attempts included, ends within this: 25 s, well
     /// under API Gateway's integration limit (29 s for REST APIs, 30 s for
@@ -87,6 +89,7 @@ impl Default for Settings {
             stale_creating_after: Duration::seconds(600),
             shard_prefix_len: 1,
             max_input_bytes: 262_144,
+            max_batch_tasks: 100,
             require_key: false,
             operation_timeout: Duration::seconds(25),
             retry: RetryPolicy::default(),
@@ -139,6 +142,13 @@ pub const MAX_SQS_DELAY: Duration = Duration::seconds(900);
 /// How late a record's event may reach the sweeper after its delay: S3's
 /// event delivery and the due queue's redeliveries of a failed batch.
 pub const EVENT_DELIVERY_MARGIN: Duration = Duration::minutes(15);
+
+/// The largest `MAX_BATCH_TASKS`: a batch runs at most
+/// [`crate::queue::BATCH_FAN_OUT`] items at once (two S3 connections each,
+/// well under Lambda's 1,024 file descriptors), so that every item of a
+/// batch starts at once and the batch ends within one submit's operation
+/// deadline, under API Gateway's integration timeout.
+pub const MAX_BATCH_TASKS_LIMIT: usize = 100;
 
 /// A variable that is malformed, or values that together break the
 /// protocol's operating conditions.
@@ -210,6 +220,12 @@ impl Settings {
         }
         if self.max_input_bytes == 0 || self.max_input_bytes > 64 << 20 {
             return Err(err("MAX_INPUT_BYTES", "must be 1 to 67108864"));
+        }
+        if !(1..=MAX_BATCH_TASKS_LIMIT).contains(&self.max_batch_tasks) {
+            return Err(err(
+                "MAX_BATCH_TASKS",
+                format!("must be 1 to {MAX_BATCH_TASKS_LIMIT}"),
+            ));
         }
         Ok(())
     }
@@ -293,6 +309,7 @@ impl Config {
             )?,
             shard_prefix_len: parse_num("TASK_SHARD_PREFIX_LEN", &get, d.shard_prefix_len)?,
             max_input_bytes: parse_num("MAX_INPUT_BYTES", &get, d.max_input_bytes)?,
+            max_batch_tasks: parse_num("MAX_BATCH_TASKS", &get, d.max_batch_tasks)?,
             require_key: parse_bool("REQUIRE_IDEMPOTENCY_KEY", &get, false)?,
             ..d
         };
@@ -339,6 +356,9 @@ mod tests {
             ("STALE_CREATING_AFTER_SECONDS", "2000"),
             ("TASK_SHARD_PREFIX_LEN", "5"),
             ("MAX_INPUT_BYTES", "0"),
+            ("MAX_BATCH_TASKS", "0"),
+            ("MAX_BATCH_TASKS", "101"),
+            ("MAX_BATCH_TASKS", "many"),
             ("REQUIRE_IDEMPOTENCY_KEY", "maybe"),
             ("TENANT_ISOLATION", "sometimes"),
             ("S3_FORCE_PATH_STYLE", "2"),

@@ -19,6 +19,12 @@ use crate::protocol::{
 };
 use crate::store::{ObjectMeta, S3Store, Store, StoreError};
 
+/// How many submits of one [`Queue::submit_many`] run at once: every item of
+/// the largest batch the HTTP API takes (`MAX_BATCH_TASKS`), so that a batch
+/// of new keys takes the two round trips of one submit; a longer list waits
+/// for free slots. At most two S3 requests are in flight per submit.
+pub const BATCH_FAN_OUT: usize = crate::config::MAX_BATCH_TASKS_LIMIT;
+
 /// A queue in a bucket, seen through the idempotent submit protocol.
 #[derive(Clone)]
 pub struct Queue {
@@ -64,6 +70,37 @@ impl Queue {
             scope: Scope::TaskType,
             tenant: None,
         }
+    }
+
+    /// Submits every item as if alone, [`BATCH_FAN_OUT`] at a time; one
+    /// result per item, in the items' order. An item that fails leaves the
+    /// others as they are (nothing is undone), and each item replays on its
+    /// own key, so the whole list, or only its failed items, may be sent
+    /// again.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: idempotent_submit::Queue) {
+    /// let results = queue
+    ///     .submit_many((0..3).map(|i| {
+    ///         queue
+    ///             .submit("charge_customer", serde_json::json!({"order": i}))
+    ///             .idempotency_key(format!("charge-{i}"))
+    ///     }))
+    ///     .await;
+    /// assert_eq!(results.len(), 3);
+    /// # }
+    /// ```
+    pub async fn submit_many<'q>(
+        &self,
+        items: impl IntoIterator<Item = SubmitBuilder<'q>>,
+    ) -> Vec<Result<Submitted, SubmitError>> {
+        use futures::StreamExt;
+        // `buffered` keeps the items' order and runs up to the fan-out at once.
+        futures::stream::iter(items)
+            .map(SubmitBuilder::send)
+            .buffered(BATCH_FAN_OUT)
+            .collect()
+            .await
     }
 
     /// Reads a task object; `None` if there is none.

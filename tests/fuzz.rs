@@ -43,6 +43,9 @@ fn random_string(rng: &mut fastrand::Rng) -> String {
         "tasks",
         "/tasks",
         "/prod/tasks",
+        "/tasks/batch",
+        "batch",
+        "tasks\":[",
         "POST",
         "GET",
         "\"",
@@ -261,6 +264,13 @@ async fn check(event: Value, tenant_isolation: bool, versioned: bool) -> Result<
     // describes.
     common::openapi::try_check(&request, &out)?;
     let status = out["statusCode"].as_u64().ok_or("no statusCode")?;
+    let answer: Option<Value> = serde_json::from_str(out["body"].as_str().unwrap_or("")).ok();
+    if status == 200
+        && let Some(results) = answer.as_ref().and_then(|a| a.get("results"))
+    {
+        effect.of_batch_results(&request, results)?;
+        return Ok("batch".into());
+    }
     match status {
         201 => {
             let answer: Value = serde_json::from_str(out["body"].as_str().unwrap_or(""))
@@ -347,6 +357,46 @@ impl Effect {
         let others = self.created.len() - 2 - self.under("idempotency/").count();
         if others != 0 {
             return Err(format!("a 201 also wrote {:?}", self.created));
+        }
+        Ok(())
+    }
+
+    /// A `POST /tasks/batch` answer: each 201 result made exactly one task,
+    /// the answered one, with its item's type and input, and its marker; no
+    /// other task was made; at most one record per new task besides.
+    fn of_batch_results(&self, request: &Value, results: &Value) -> Result<(), String> {
+        let results = results.as_array().ok_or("results is not a list")?;
+        let body = http_body(request).ok_or("a batch answered for a body that is not JSON")?;
+        let items = body["tasks"]
+            .as_array()
+            .ok_or("a batch answered without tasks")?;
+        if items.len() != results.len() {
+            return Err(format!("{} items, {} results", items.len(), results.len()));
+        }
+        let mut made = 0;
+        for (item, r) in items.iter().zip(results) {
+            if r["status_code"] != 201 {
+                continue;
+            }
+            made += 1;
+            let id = r["task_id"].as_str().unwrap_or("-");
+            let Some((key, task)) = self.under("tasks/").find(|(_, t)| t["id"] == id) else {
+                return Err(format!("a 201 result answered {id}, which was not made"));
+            };
+            if task["input"] != item["input"] || task["task_type"] != item["task_type"] {
+                return Err(format!("{key} is not its item's: {item}"));
+            }
+            if !self.under("ready/").any(|(k, _)| k.ends_with(id)) {
+                return Err(format!("{key} has no marker"));
+            }
+        }
+        let tasks = self.under("tasks/").count();
+        if tasks != made {
+            return Err(format!("{made} results were 201, {tasks} tasks were made"));
+        }
+        let records = self.under("idempotency/").count();
+        if records > made || self.created.len() != 2 * made + records {
+            return Err(format!("the batch also wrote {:?}", self.created));
         }
         Ok(())
     }
@@ -461,7 +511,7 @@ fn mutated_events_never_panic_and_bad_input_writes_nothing() {
     if iterations >= 1000 {
         // The mutations reach past the parser into every kind of answer.
         for what in [
-            "200", "201", "400", "401", "404", "405", "415", "422", "sqs", "error",
+            "200", "201", "400", "401", "404", "405", "415", "422", "sqs", "error", "batch",
         ] {
             assert!(
                 seen.contains_key(what),

@@ -128,3 +128,62 @@ async fn a_bad_variable_stops_the_function_at_start_naming_it() {
     );
     assert!(all.contains("FINISH_WINDOW_SECONDS"), "{all}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_logs_one_line_per_item_with_its_outcome_and_never_the_input() {
+    let store = common::moto_store().await;
+    let mut api = RuntimeApi::start().await;
+    let mut child = function(env!("CARGO_BIN_EXE_submit"), &api, store.bucket());
+    let mut e = event("http-v2-batch.json");
+    e["body"] = json!(
+        json!({"tasks": [
+            {"task_type": "t", "input": {"secret": "s3cr3t-1"}, "idempotency_key": "a"},
+            {"task_type": "t", "input": {"secret": "s3cr3t-2"}, "idempotency_key": "a"},
+            {"task_type": "bad type", "input": {"secret": "s3cr3t-3"}},
+        ]})
+        .to_string()
+    );
+    api.invoke(e.clone());
+    let p = api.next_posted().await;
+    assert_eq!(p.body["statusCode"], 200, "{p:?}");
+    common::openapi::check(&e, &p.body);
+    child.start_kill().unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let logs = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let mut items: Vec<(u64, u64)> = lines
+        .iter()
+        .filter(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("batch item"))
+        })
+        .map(|l| {
+            (
+                l["fields"]["item"].as_u64().unwrap(),
+                l["fields"]["status"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    items.sort();
+    // One key twice: whichever item claimed it first made the task.
+    let mut first_two = [items[0].1, items[1].1];
+    first_two.sort();
+    assert_eq!(
+        (items.len(), items[0].0, items[1].0, first_two, items[2]),
+        (3, 0, 1, [201, 422], (2, 400)),
+        "{logs}"
+    );
+    let metric = lines
+        .iter()
+        .find(|l| l["BatchItems"] == 3)
+        .unwrap_or_else(|| panic!("no batch metric line: {logs}"));
+    assert_eq!(
+        (&metric["Created"], &metric["Conflict"], &metric["Invalid"]),
+        (&json!(1), &json!(1), &json!(1))
+    );
+    assert!(!logs.contains("s3cr3t"), "an input leaked into the logs");
+}

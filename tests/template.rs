@@ -143,7 +143,10 @@ fn the_http_api_routes_post_and_get_with_a_switch_for_iam_auth() {
         .map(|(_, r)| r["Properties"]["RouteKey"].as_str().unwrap())
         .collect();
     keys.sort();
-    assert_eq!(keys, ["GET /tasks/{task_id}", "POST /tasks"]);
+    assert_eq!(
+        keys,
+        ["GET /tasks/{task_id}", "POST /tasks", "POST /tasks/batch"]
+    );
     for (_, r) in routes {
         assert_eq!(r["Properties"]["AuthorizationType"]["Ref"], "ApiAuth");
     }

@@ -14,6 +14,6 @@ async fn main() {
         }
         Err(o) => o,
     };
-    println!("{}", outcome.output);
+    println!("{}", outcome.render());
     std::process::exit(outcome.exit);
 }

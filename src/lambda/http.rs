@@ -1,5 +1,6 @@
 //! API Gateway REST (payload 1.0), HTTP API (2.0) and function URL events:
-//! `POST /tasks`, `GET /tasks/{task_id}` (CONTRACT.md section 4).
+//! `POST /tasks`, `POST /tasks/batch` (src/lambda/batch.rs),
+//! `GET /tasks/{task_id}` (CONTRACT.md section 4).
 //!
 //! Requests are read with a lenient struct of our own rather than the typed
 //! `aws_lambda_events` requests: one struct reads all three shapes, and odd
@@ -116,7 +117,7 @@ impl HttpRequest {
             .map(|(_, v)| v.as_str())
     }
 
-    fn body_bytes(&self) -> Result<Vec<u8>, Problem> {
+    pub(super) fn body_bytes(&self) -> Result<Vec<u8>, Problem> {
         match (&self.body, self.base64) {
             (None, _) => Ok(Vec::new()),
             (Some(b), false) => Ok(b.as_bytes().to_vec()),
@@ -195,6 +196,7 @@ pub fn parse_key_header(value: &str) -> Result<String, String> {
 #[derive(Debug, PartialEq, Eq)]
 enum Route<'a> {
     Tasks,
+    Batch,
     Task(&'a str),
     None,
 }
@@ -210,13 +212,15 @@ fn route<'a>(path: &'a str, stage: Option<&str>) -> Route<'a> {
     }
     match segs.as_slice() {
         ["tasks"] | [_, "tasks"] => Route::Tasks,
+        // Before a task's route: `batch` is no task id.
+        ["tasks", "batch"] | [_, "tasks", "batch"] => Route::Batch,
         ["tasks", id] | [_, "tasks", id] => Route::Task(id),
         _ => Route::None,
     }
 }
 
 /// An HTTP response in the shape all three event sources accept.
-fn response(status: u16, headers: Vec<(&str, String)>, body: &Value) -> Value {
+pub(super) fn response(status: u16, headers: Vec<(&str, String)>, body: &Value) -> Value {
     let headers: Map<String, Value> = headers
         .into_iter()
         .map(|(k, v)| (k.to_owned(), Value::String(v)))
@@ -323,13 +327,15 @@ async fn serve(app: &App, req: &HttpRequest) -> Result<Value, Problem> {
     match route {
         Route::Tasks if req.method == "POST" => submit(app, req, tenant).await,
         Route::Tasks => Err(Problem::method_not_allowed("POST")),
+        Route::Batch if req.method == "POST" => super::batch::submit(app, req, tenant).await,
+        Route::Batch => Err(Problem::method_not_allowed("POST")),
         Route::Task(id) if req.method == "GET" => get_task(app, id, tenant).await,
         Route::Task(_) => Err(Problem::method_not_allowed("GET")),
         Route::None => Err(Problem::not_found(format!("no route for {}", req.path))),
     }
 }
 
-fn is_json(content_type: &str) -> bool {
+pub(super) fn is_json(content_type: &str) -> bool {
     let mime = content_type
         .split(';')
         .next()
@@ -455,6 +461,10 @@ mod tests {
         assert_eq!(route("/prod/tasks", Some("prod")), Route::Tasks);
         assert_eq!(route("/v1/tasks/abc", None), Route::Task("abc"));
         assert_eq!(route("/tasks/abc", Some("prod")), Route::Task("abc"));
+        assert_eq!(route("/tasks/batch", None), Route::Batch);
+        assert_eq!(route("/prod/tasks/batch", Some("prod")), Route::Batch);
+        assert_eq!(route("/v1/tasks/batch/", Some("$default")), Route::Batch);
+        assert_eq!(route("/tasks/batch/x", None), Route::None);
         assert_eq!(route("/", None), Route::None);
         assert_eq!(route("/a/b/tasks", None), Route::None);
         assert_eq!(route("/tasks/a/b", None), Route::None);

@@ -88,20 +88,31 @@ impl Metrics {
 
     /// A submit's outcome.
     pub fn submit(&self, result: &Result<Submitted, SubmitError>) {
-        let name = match result {
-            Ok(s) if s.created() => "Created",
-            Ok(_) => "Replayed",
-            Err(SubmitError::Conflict { .. }) => "Conflict",
-            Err(SubmitError::Invalid(_) | SubmitError::InputTooLarge { .. }) => "Invalid",
-            // A submit of the key may still be landing: not a storage failure.
-            Err(SubmitError::Undetermined { .. }) => "SubmitInProgress",
-            Err(_) => "StorageError",
-        };
+        let name = outcome(result);
         if matches!(result, Ok(s) if s.recovered) {
             self.emit(&[(name, 1), ("Recovered", 1)]);
         } else {
             self.emit(&[(name, 1)]);
         }
+    }
+
+    /// The outcomes of a batch's items: one line for the batch, counting
+    /// each item under the metric a single submit of it would have counted
+    /// (so that a dashboard's sums are the same however tasks came), and
+    /// `BatchItems`, the items of the batch.
+    pub fn batch(&self, results: &[Result<Submitted, SubmitError>]) {
+        let mut counts: Vec<(&str, u64)> = vec![("BatchItems", results.len() as u64)];
+        let mut add = |name: &'static str| match counts.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, c)) => *c += 1,
+            None => counts.push((name, 1)),
+        };
+        for r in results {
+            add(outcome(r));
+            if matches!(r, Ok(s) if s.recovered) {
+                add("Recovered");
+            }
+        }
+        self.emit(&counts);
     }
 
     /// An SQS message written to `rejected/`.
@@ -123,6 +134,19 @@ impl Metrics {
             ("SweepReads", s.reads),
             ("SweepLists", s.lists),
         ]);
+    }
+}
+
+/// The metric that counts a submit's outcome.
+fn outcome(result: &Result<Submitted, SubmitError>) -> &'static str {
+    match result {
+        Ok(s) if s.created() => "Created",
+        Ok(_) => "Replayed",
+        Err(SubmitError::Conflict { .. }) => "Conflict",
+        Err(SubmitError::Invalid(_) | SubmitError::InputTooLarge { .. }) => "Invalid",
+        // A submit of the key may still be landing: not a storage failure.
+        Err(SubmitError::Undetermined { .. }) => "SubmitInProgress",
+        Err(_) => "StorageError",
     }
 }
 
@@ -151,6 +175,30 @@ mod tests {
         assert_eq!(decl["Metrics"][0]["Name"], "StorageError");
         assert_eq!(decl["Dimensions"][0][0], "Function");
         assert!(l["_aws"]["Timestamp"].is_i64());
+    }
+
+    #[test]
+    fn a_batch_is_one_line_counting_each_item_under_its_outcome() {
+        let m = Metrics::collecting("submit");
+        m.batch(&[
+            Err(SubmitError::DeadlineExceeded),
+            Err(SubmitError::InputTooLarge { size: 2, limit: 1 }),
+            Err(SubmitError::DeadlineExceeded),
+        ]);
+        let lines = m.lines();
+        assert_eq!(lines.len(), 1);
+        let l = &lines[0];
+        assert_eq!(l["BatchItems"], 3);
+        assert_eq!(l["StorageError"], 2);
+        assert_eq!(l["Invalid"], 1);
+        assert!(l.get("Created").is_none());
+        let declared: Vec<&str> = l["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["Name"].as_str().unwrap())
+            .collect();
+        assert_eq!(declared, ["BatchItems", "StorageError", "Invalid"]);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! directly with `LambdaEvent::new(event, Context::default())`; the binaries
 //! in `src/bin/` only wire them to the runtime.
 
+pub mod batch;
 pub mod due;
 pub mod http;
 pub mod metrics;

@@ -40,7 +40,12 @@ impl SubmitBody {
     pub fn parse(body: &[u8]) -> Result<Self, ValidationError> {
         let v: Value = serde_json::from_slice(body)
             .map_err(|e| ValidationError::field("body", format!("is not valid JSON: {e}")))?;
-        let Value::Object(obj) = v else {
+        Self::from_value(v)
+    }
+
+    /// The body from JSON already parsed (an item of a batch).
+    pub fn from_value(v: Value) -> Result<Self, ValidationError> {
+        let Value::Object(mut obj) = v else {
             return Err(ValidationError::field("body", "must be a JSON object"));
         };
         if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
@@ -59,9 +64,9 @@ impl SubmitBody {
             }
             Some(_) => return Err(ValidationError::field("task_type", "must be a string")),
         };
+        // Taken, not copied: an input may be most of the body.
         let input = obj
-            .get("input")
-            .cloned()
+            .remove("input")
             .ok_or_else(|| ValidationError::field("input", "is required (any JSON value)"))?;
         let idempotency_ttl_seconds = match obj.get("idempotency_ttl_seconds") {
             None | Some(Value::Null) => None,

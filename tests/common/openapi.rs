@@ -43,7 +43,16 @@ fn method_and_path(event: &Value) -> (String, String) {
     let method = s("/requestContext/http/method")
         .or_else(|| s("/httpMethod"))
         .unwrap_or_default();
-    let path = s("/rawPath").or_else(|| s("/path")).unwrap_or_default();
+    // As the handler reads it (src/lambda/http.rs): payload 2.0's raw path,
+    // else its `requestContext.http.path`; payload 1.0's `path`.
+    let v2 = event.get("version").and_then(Value::as_str) == Some("2.0")
+        || event.pointer("/requestContext/http").is_some();
+    let path = if v2 {
+        s("/rawPath").or_else(|| s("/requestContext/http/path"))
+    } else {
+        s("/path")
+    }
+    .unwrap_or_default();
     (method, path)
 }
 
