@@ -73,13 +73,6 @@ impl Shared {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
-    /// Runs the buquet client, told to skip its versioning check only on
-    /// an unversioned bucket.
-    fn buquet_output(&self, args: &[&str]) -> std::process::Output {
-        let skip = self.versioning == common::Versioning::Off;
-        self.buquet_skipping_check(args, skip)
-    }
-
     fn buquet_skipping_check(&self, args: &[&str], skip: bool) -> std::process::Output {
         self.buquet_run(&common::moto_endpoint(), args, skip)
     }
