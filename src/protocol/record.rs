@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
+use super::options::{TaskFields, TaskRetryPolicy};
+
 /// `status` of a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -42,10 +44,20 @@ pub struct Record {
     pub write_id: Option<Uuid>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+    /// The hash of the task options the submit sent; absent when it sent
+    /// none (and in records of buquet's clients).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options_hash: Option<String>,
     /// The whole task object, kept as raw JSON: written out byte for byte by
     /// whoever finishes the submit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_task: Option<Box<RawValue>>,
+    /// The whole input (canonical JSON) of a task whose input is offloaded to
+    /// `payloads/{task_id}/input.json`: whoever finishes the submit writes
+    /// the payload from it when it is missing, before the task object, so
+    /// that no finisher needs the producer to send the input again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_input: Option<Box<RawValue>>,
 }
 
 impl Record {
@@ -78,6 +90,36 @@ pub mod rfc3339 {
         s.serialize_str(&format(t))
     }
 
+    /// RFC 3339 UTC keeping any fraction of a second (as buquet writes a
+    /// `schedule_at` or `expires_at` it was given); whole seconds print as
+    /// [`format`] does.
+    pub fn format_precise(t: &DateTime<Utc>) -> String {
+        t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+    }
+
+    /// Serializes with [`format_precise`].
+    pub mod precise {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_str(&format_precise(t))
+        }
+
+        pub mod option {
+            use super::*;
+
+            pub fn serialize<S: Serializer>(
+                t: &Option<DateTime<Utc>>,
+                s: S,
+            ) -> Result<S::Ok, S::Error> {
+                match t {
+                    Some(t) => s.serialize_str(&format_precise(t)),
+                    None => s.serialize_none(),
+                }
+            }
+        }
+    }
+
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
         let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
         DateTime::parse_from_rfc3339(&s)
@@ -97,14 +139,6 @@ pub mod rfc3339 {
             Ok(Option::<W>::deserialize(d)?.map(|W(t)| t))
         }
     }
-}
-
-#[derive(Serialize)]
-struct RetryPolicy {
-    initial_interval_ms: u64,
-    max_interval_ms: u64,
-    multiplier: f64,
-    jitter_percent: f64,
 }
 
 /// The task object's `idempotency`: the record's scope and key hash for a
@@ -135,14 +169,16 @@ struct TaskObject<'a> {
     task_type: &'a str,
     input: &'a RawValue,
     output: Option<()>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_ref: Option<String>,
     timeout_seconds: u64,
     max_retries: u32,
     retry_count: u32,
-    retry_policy: RetryPolicy,
+    retry_policy: TaskRetryPolicy,
     status: &'static str,
     #[serde(with = "rfc3339")]
     created_at: DateTime<Utc>,
-    #[serde(with = "rfc3339")]
+    #[serde(with = "rfc3339::precise")]
     available_at: DateTime<Utc>,
     #[serde(with = "rfc3339")]
     updated_at: DateTime<Utc>,
@@ -153,7 +189,14 @@ struct TaskObject<'a> {
     worker_id: Option<()>,
     last_error: Option<()>,
     reschedule_count: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_reschedules: Option<u32>,
     cancel_requested: bool,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "rfc3339::precise::option::serialize"
+    )]
+    expires_at: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "TaskIdempotency::is_empty")]
     idempotency: TaskIdempotency<'a>,
 }
@@ -198,7 +241,7 @@ pub fn marker_minute(t: DateTime<Utc>) -> i64 {
     t.timestamp().div_euclid(60)
 }
 
-/// The task object's JSON for a new task.
+/// The task object's JSON for a new task without options.
 pub fn task_json(
     loc: &TaskLocation,
     task_type: &str,
@@ -206,21 +249,54 @@ pub fn task_json(
     now: DateTime<Utc>,
     idempotency: TaskIdempotency<'_>,
 ) -> Box<RawValue> {
+    task_json_with(
+        loc,
+        task_type,
+        TaskInput::Inline(input),
+        now,
+        &TaskFields::defaults(loc.available_at),
+        idempotency,
+    )
+}
+
+/// A task's input: inline, or offloaded (`input` null, `input_ref` its key).
+#[derive(Debug, Clone, Copy)]
+pub enum TaskInput<'a> {
+    Inline(&'a RawValue),
+    Offloaded,
+}
+
+/// `payloads/{task_id}/input.json`, where buquet puts an offloaded input.
+pub fn payload_key(id: Uuid) -> String {
+    format!("payloads/{id}/input.json")
+}
+
+/// The task object's JSON for a new task, with the fields its options set
+/// (`fields.available_at` must be `loc.available_at`).
+pub fn task_json_with(
+    loc: &TaskLocation,
+    task_type: &str,
+    input: TaskInput<'_>,
+    now: DateTime<Utc>,
+    fields: &TaskFields,
+    idempotency: TaskIdempotency<'_>,
+) -> Box<RawValue> {
+    let null = RawValue::NULL;
+    let (input, input_ref) = match input {
+        TaskInput::Inline(i) => (i, None),
+        TaskInput::Offloaded => (null, Some(payload_key(loc.id))),
+    };
     let task = TaskObject {
         id: loc.id,
         shard: &loc.shard,
         task_type,
         input,
         output: None,
-        timeout_seconds: 300,
-        max_retries: 3,
+        input_ref,
+        timeout_seconds: fields.timeout_seconds,
+        max_retries: fields.max_retries,
         retry_count: 0,
-        retry_policy: RetryPolicy {
-            initial_interval_ms: 1000,
-            max_interval_ms: 60000,
-            multiplier: 2.0,
-            jitter_percent: 0.25,
-        },
+        retry_policy: fields.retry_policy,
         status: "pending",
         created_at: now,
         available_at: loc.available_at,
@@ -232,7 +308,9 @@ pub fn task_json(
         worker_id: None,
         last_error: None,
         reschedule_count: 0,
+        max_reschedules: fields.max_reschedules,
         cancel_requested: false,
+        expires_at: fields.expires_at,
         idempotency,
     };
     // Serializing this struct cannot fail; the fallback is never taken.
