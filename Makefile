@@ -70,7 +70,7 @@ fuzz:
 # model test at 200 schedules per mutant. Hours on two cores: not part of
 # make test. MUTANTS_FILES narrows it (one -f per file), MUTANTS_ARGS adds
 # options (e.g. --shard 0/4). Results: mutants.out/; docs/testing.md.
-MUTANTS_FILES ?= -f src/protocol/submit.rs -f src/protocol/sweep.rs -f src/store/s3.rs
+MUTANTS_FILES ?= -f "src/protocol/*.rs" -f "src/protocol/sweep/*.rs" -f src/store/s3.rs
 MUTANTS_TESTS ?= --lib --test s3_status --test recovery --test protocol --test model --test due_events --test sweep --test submit_handler --test clock
 mutants: tools
 	@command -v cargo-mutants >/dev/null || $(CARGO) install --locked cargo-mutants

@@ -1,0 +1,210 @@
+//! The protocol's one error type, and the failure of a single store call.
+//! Outcomes, not HTTP codes: every adapter (HTTP, SQS, the CLI, the metrics)
+//! classifies an error through [`SubmitError::kind`] alone.
+
+use std::time::Duration as StdDuration;
+
+use uuid::Uuid;
+
+use super::names::ValidationError;
+use crate::clock::Offset;
+use crate::store::StoreError;
+
+/// What differs between a replay and the record it met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConflictKind {
+    TaskType,
+    Input,
+}
+
+/// Every way a submit can fail. Outcomes, not HTTP codes: the HTTP edge maps
+/// them in one place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// The request is malformed (400).
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// The input is over the limit (413).
+    #[error("input is {size} bytes; the limit is {limit}")]
+    InputTooLarge { size: usize, limit: usize },
+    /// The key is taken by a submit of another task type or input (422).
+    /// Nothing was written.
+    #[error("idempotency conflict: the key was used with another {}",
+        match .kind { ConflictKind::TaskType => "task type", ConflictKind::Input => "input" })]
+    Conflict { kind: ConflictKind, task_id: Uuid },
+    /// A submit of this key may still be landing: it cannot be said yet
+    /// whether its task exists. Retry after `retry_after`.
+    #[error("the submit of this key is still undetermined; retry in {} s", .retry_after.as_secs())]
+    Undetermined {
+        task_id: Uuid,
+        retry_after: StdDuration,
+    },
+    /// S3 failed after retries.
+    #[error("storage: {0}")]
+    Storage(StoreError),
+    /// The submit's own deadline passed before it could finish.
+    #[error("the operation deadline passed")]
+    DeadlineExceeded,
+    /// The object at `key` is not what the layout says it should be.
+    #[error("corrupt object at {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+    /// S3's clock cannot be told well enough to judge a deadline: no answer
+    /// has dated it yet, or it stands more than 60 s from ours. Nothing
+    /// deadline-bound was written.
+    #[error("S3's clock is {}; nothing bound by a deadline is written",
+        match .offset { Some(o) => format!("{o} off ours, over the 60 s allowed"), None => "unknown".to_owned() })]
+    ClockOffset { offset: Option<Offset> },
+}
+
+impl SubmitError {
+    /// Would the same request, sent again later, possibly succeed?
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SubmitError::Undetermined { .. }
+            | SubmitError::DeadlineExceeded
+            | SubmitError::ClockOffset { .. } => true,
+            SubmitError::Storage(e) => e.is_retryable() || *e == StoreError::Crashed,
+            _ => false,
+        }
+    }
+
+    /// The problem code of CONTRACT.md section 4, shared by the HTTP API, SQS
+    /// rejections and the CLI.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SubmitError::Invalid(ValidationError::KeyRequired) => "idempotency_key_missing",
+            SubmitError::Invalid(_) => "invalid_request",
+            SubmitError::InputTooLarge { .. } => "input_too_large",
+            SubmitError::Conflict { .. } => "idempotency_conflict",
+            SubmitError::Undetermined { .. } => "submit_in_progress",
+            e if e.is_retryable() => "storage_unavailable",
+            _ => "storage_error",
+        }
+    }
+
+    /// The hint for a retry, where there is one.
+    pub fn retry_after(&self) -> Option<StdDuration> {
+        match self {
+            SubmitError::Undetermined { retry_after, .. } => Some(*retry_after),
+            // A clock that far off is not fixed in a second; one that is
+            // merely unknown is known after the next answer.
+            SubmitError::ClockOffset { offset: Some(_) } => Some(StdDuration::from_secs(30)),
+            e if e.is_retryable() => Some(StdDuration::from_secs(1)),
+            _ => None,
+        }
+    }
+}
+
+/// A store call that did not succeed: the store's answer, or no attempt left
+/// before the deadline.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    Store(StoreError),
+    Deadline,
+}
+
+impl From<Failure> for SubmitError {
+    fn from(f: Failure) -> Self {
+        match f {
+            Failure::Store(e) => SubmitError::Storage(e),
+            Failure::Deadline => SubmitError::DeadlineExceeded,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unavailable() -> SubmitError {
+        SubmitError::Storage(StoreError::Unavailable("503".into()))
+    }
+
+    #[test]
+    fn each_error_maps_to_its_problem_code_retryability_and_hint() {
+        let id = Uuid::nil();
+        let cases: Vec<(SubmitError, &str, bool, Option<u64>)> = vec![
+            (
+                SubmitError::Invalid(ValidationError::KeyRequired),
+                "idempotency_key_missing",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Invalid(ValidationError::field("task_type", "bad")),
+                "invalid_request",
+                false,
+                None,
+            ),
+            (
+                SubmitError::InputTooLarge { size: 2, limit: 1 },
+                "input_too_large",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Conflict {
+                    kind: ConflictKind::Input,
+                    task_id: id,
+                },
+                "idempotency_conflict",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Undetermined {
+                    task_id: id,
+                    retry_after: StdDuration::from_secs(42),
+                },
+                "submit_in_progress",
+                true,
+                Some(42),
+            ),
+            (
+                SubmitError::DeadlineExceeded,
+                "storage_unavailable",
+                true,
+                Some(1),
+            ),
+            (unavailable(), "storage_unavailable", true, Some(1)),
+            (
+                SubmitError::Storage(StoreError::Conflict),
+                "storage_unavailable",
+                true,
+                Some(1),
+            ),
+            (
+                SubmitError::Storage(StoreError::Crashed),
+                "storage_unavailable",
+                true,
+                Some(1),
+            ),
+            (
+                SubmitError::Storage(StoreError::Fatal("403".into())),
+                "storage_error",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Storage(StoreError::PreconditionFailed),
+                "storage_error",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Corrupt {
+                    key: "k".into(),
+                    reason: "r".into(),
+                },
+                "storage_error",
+                false,
+                None,
+            ),
+        ];
+        for (e, code, retryable, hint) in cases {
+            assert_eq!(e.code(), code, "{e:?}");
+            assert_eq!(e.is_retryable(), retryable, "{e:?}");
+            assert_eq!(e.retry_after().map(|d| d.as_secs()), hint, "{e:?}");
+        }
+    }
+}
