@@ -15,7 +15,7 @@ use crate::protocol::hash;
 use crate::protocol::record::{TaskLocation, record_key};
 use crate::protocol::{
     Engine, IdempotencyKey, Input, KeySpec, Record, Scope, SubmitError, SubmitRequest, Submitted,
-    TaskType, Tenant, Ttl, ValidationError,
+    TaskOptions, TaskRetryPolicy, TaskType, Tenant, Ttl, ValidationError,
 };
 use crate::store::{ObjectMeta, S3Store, Store, StoreError};
 
@@ -69,6 +69,7 @@ impl Queue {
             ttl: None,
             scope: Scope::TaskType,
             tenant: None,
+            options: Ok(TaskOptions::default()),
         }
     }
 
@@ -167,6 +168,16 @@ pub struct SubmitBuilder<'q> {
     ttl: Option<Duration>,
     scope: Scope,
     tenant: Option<String>,
+    /// The task options so far; the first invalid one is kept to report.
+    options: Result<TaskOptions, ValidationError>,
+}
+
+/// Whole seconds of `d`, or the field named.
+fn whole_seconds(d: Duration, field: &'static str) -> Result<u64, ValidationError> {
+    if d.subsec_nanos() != 0 {
+        return Err(ValidationError::field(field, "must be whole seconds"));
+    }
+    u64::try_from(d.num_seconds()).map_err(|_| ValidationError::field(field, "must not be negative"))
 }
 
 impl<'q> SubmitBuilder<'q> {
@@ -189,6 +200,105 @@ impl<'q> SubmitBuilder<'q> {
         self
     }
 
+    fn option(
+        mut self,
+        set: impl FnOnce(&mut TaskOptions) -> Result<(), ValidationError>,
+    ) -> Self {
+        if let Ok(o) = &mut self.options
+            && let Err(e) = set(o)
+        {
+            self.options = Err(e);
+        }
+        self
+    }
+
+    /// Every task option at once (what the HTTP and SQS bodies carry).
+    pub fn options(mut self, options: TaskOptions) -> Self {
+        self.options = Ok(options);
+        self
+    }
+
+    /// How long a worker may run the task before it counts as timed out
+    /// (buquet's `timeout_seconds`, default 300 s; whole seconds, 1 s to a
+    /// day).
+    pub fn timeout(self, timeout: Duration) -> Self {
+        self.option(|o| {
+            o.timeout_seconds = Some(whole_seconds(timeout, "timeout_seconds")?);
+            Ok(())
+        })
+    }
+
+    /// How many times a failed task is retried (default 3; up to 100).
+    pub fn max_retries(self, n: u32) -> Self {
+        self.option(|o| {
+            o.max_retries = Some(n);
+            Ok(())
+        })
+    }
+
+    /// The backoff between retries.
+    pub fn retry_policy(self, policy: TaskRetryPolicy) -> Self {
+        self.option(|o| {
+            o.retry_policy = Some(policy);
+            Ok(())
+        })
+    }
+
+    /// The task becomes available (is claimed no earlier than) at `at`.
+    pub fn schedule_at(self, at: chrono::DateTime<chrono::Utc>) -> Self {
+        self.option(|o| {
+            o.schedule_at = Some(at);
+            Ok(())
+        })
+    }
+
+    /// The task becomes available `delay` after the submit, in S3's time
+    /// (`delay_seconds`; whole seconds).
+    pub fn delay(self, delay: Duration) -> Self {
+        self.option(|o| {
+            o.delay_seconds = Some(whole_seconds(delay, "delay_seconds")?);
+            Ok(())
+        })
+    }
+
+    /// How many times a handler may reschedule the task before it fails.
+    pub fn max_reschedules(self, n: u32) -> Self {
+        self.option(|o| {
+            o.max_reschedules = Some(n);
+            Ok(())
+        })
+    }
+
+    /// The task expires (is not run) once `ttl` has passed since the submit
+    /// (buquet's `ttl_seconds`; not the key's life, which is
+    /// [`SubmitBuilder::idempotency_ttl`]).
+    pub fn task_ttl(self, ttl: Duration) -> Self {
+        self.option(|o| {
+            o.ttl_seconds = Some(whole_seconds(ttl, "ttl_seconds")?);
+            Ok(())
+        })
+    }
+
+    /// The task expires (is not run) at `at` (buquet's `expires_at`).
+    pub fn task_expires_at(self, at: chrono::DateTime<chrono::Utc>) -> Self {
+        self.option(|o| {
+            o.expires_at = Some(at);
+            Ok(())
+        })
+    }
+
+    /// Offloads an input whose compact JSON is longer than `threshold`
+    /// bytes to `payloads/{task_id}/input.json`, as buquet's
+    /// `use_payload_refs` does (its default threshold is
+    /// [`crate::protocol::options::DEFAULT_PAYLOAD_REF_THRESHOLD_BYTES`]).
+    pub fn payload_refs(self, threshold: usize) -> Self {
+        self.option(|o| {
+            o.use_payload_refs = Some(true);
+            o.payload_ref_threshold_bytes = Some(u64::try_from(threshold).unwrap_or(u64::MAX));
+            Ok(())
+        })
+    }
+
     /// Keeps this principal's keys apart from everyone else's.
     pub fn tenant(mut self, principal: impl Into<String>) -> Self {
         self.tenant = Some(principal.into());
@@ -203,6 +313,8 @@ impl<'q> SubmitBuilder<'q> {
             .input
             .map_err(|e| ValidationError::field("input", format!("cannot be serialized: {e}")))?;
         let input = Input::new(&value, settings.max_input_bytes)?;
+        let options = self.options?;
+        options.check()?;
         let idempotency = match self.key {
             None if settings.require_key => return Err(ValidationError::KeyRequired.into()),
             None => None,
@@ -228,6 +340,7 @@ impl<'q> SubmitBuilder<'q> {
             task_type,
             input,
             idempotency,
+            options,
             tenant,
         })
     }

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::protocol::{Scope, ValidationError};
+use crate::protocol::{Scope, TaskOptions, ValidationError, options};
 use crate::queue::{Queue, SubmitBuilder};
 
 /// The fields of a submit body. Unknown fields are refused: a misspelt
@@ -15,6 +15,8 @@ pub struct SubmitBody {
     pub idempotency_key: Option<String>,
     pub idempotency_ttl_seconds: Option<i64>,
     pub idempotency_scope: Option<String>,
+    /// The task options, named as buquet's submit names them.
+    pub options: TaskOptions,
 }
 
 const FIELDS: [&str; 5] = [
@@ -24,6 +26,10 @@ const FIELDS: [&str; 5] = [
     "idempotency_ttl_seconds",
     "idempotency_scope",
 ];
+
+fn known(field: &str) -> bool {
+    FIELDS.contains(&field) || options::FIELDS.contains(&field)
+}
 
 fn optional_string(
     obj: &Map<String, Value>,
@@ -48,12 +54,13 @@ impl SubmitBody {
         let Value::Object(mut obj) = v else {
             return Err(ValidationError::field("body", "must be a JSON object"));
         };
-        if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        if let Some(unknown) = obj.keys().find(|k| !known(k)) {
             return Err(ValidationError::field(
                 "body",
                 format!(
-                    "unknown field {unknown:?} (expected one of {})",
-                    FIELDS.join(", ")
+                    "unknown field {unknown:?} (expected one of {}, {})",
+                    FIELDS.join(", "),
+                    options::FIELDS.join(", ")
                 ),
             ));
         }
@@ -93,7 +100,9 @@ impl SubmitBody {
                 ));
             }
         };
+        let options = TaskOptions::from_body(&obj)?;
         Ok(SubmitBody {
+            options,
             task_type,
             input,
             idempotency_key: optional_string(&obj, "idempotency_key")?,
@@ -112,7 +121,8 @@ impl SubmitBody {
     ) -> Result<SubmitBuilder<'_>, ValidationError> {
         let mut b = queue
             .submit(self.task_type, self.input)
-            .idempotency_scope(Scope::parse(self.idempotency_scope.as_deref())?);
+            .idempotency_scope(Scope::parse(self.idempotency_scope.as_deref())?)
+            .options(self.options);
         if let Some(k) = key {
             b = b.idempotency_key(k);
         }

@@ -15,6 +15,9 @@ use crate::store::StoreError;
 pub enum ConflictKind {
     TaskType,
     Input,
+    /// The task options (records written by this service only: buquet's
+    /// clients keep no options hash).
+    Options,
 }
 
 /// Every way a submit can fail. Outcomes, not HTTP codes: the HTTP edge maps
@@ -30,7 +33,7 @@ pub enum SubmitError {
     /// The key is taken by a submit of another task type or input (422).
     /// Nothing was written.
     #[error("idempotency conflict: the key was used with another {}",
-        match .kind { ConflictKind::TaskType => "task type", ConflictKind::Input => "input" })]
+        match .kind { ConflictKind::TaskType => "task type", ConflictKind::Input => "input", ConflictKind::Options => "set of task options" })]
     Conflict { kind: ConflictKind, task_id: Uuid },
     /// A submit of this key may still be landing: it cannot be said yet
     /// whether its task exists. Retry after `retry_after`.

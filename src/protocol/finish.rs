@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::engine::{Engine, Failure};
 use super::error::SubmitError;
-use super::record::{Record, TaskHead, TaskLocation, TaskState, task_status};
+use super::record::{Record, TaskHead, TaskLocation, TaskState, payload_key, task_status};
 use crate::config::LATE_WRITE_MARGIN;
 use crate::planted::Bug;
 use crate::store::{PutMode, StoreError};
@@ -141,6 +141,40 @@ impl Engine {
         } else {
             PutMode::Create
         };
+        let refused = |f: Failure| match f {
+            Failure::Deadline if self.now() >= local_finish_deadline => {
+                let until = finish_deadline + LATE_WRITE_MARGIN;
+                SubmitError::Undetermined {
+                    task_id: rec.task_id,
+                    retry_after: (until - (self.now() + offset.low))
+                        .to_std()
+                        .unwrap_or_default(),
+                }
+            }
+            f => f.into(),
+        };
+        // An offloaded input is in its payload before any task names it: a
+        // worker that claims the task reads it from there. The first submit
+        // wrote it beside the record; a finisher that finds the task missing
+        // writes it from the record's `pending_input` (If-None-Match: 412 is
+        // the payload already there, under this record's own task id), so
+        // nobody needs the producer to send the input again.
+        if need_task
+            && start == Start::Check
+            && let Some(input) = &rec.pending_input
+        {
+            let key = payload_key(rec.task_id);
+            let bytes = Bytes::copy_from_slice(input.get().as_bytes());
+            match self
+                .call(write_deadline, || {
+                    self.store.put(&key, bytes.clone(), PutMode::Create)
+                })
+                .await
+            {
+                Ok(_) | Err(Failure::Store(StoreError::PreconditionFailed)) => {}
+                Err(f) => return Err(refused(f)),
+            }
+        }
         let task_body = Bytes::copy_from_slice(pending.get().as_bytes());
         let (t, m) = tokio::join!(
             async {
@@ -164,18 +198,6 @@ impl Engine {
                 }
             },
         );
-        let refused = |f: Failure| match f {
-            Failure::Deadline if self.now() >= local_finish_deadline => {
-                let until = finish_deadline + LATE_WRITE_MARGIN;
-                SubmitError::Undetermined {
-                    task_id: rec.task_id,
-                    retry_after: (until - (self.now() + offset.low))
-                        .to_std()
-                        .unwrap_or_default(),
-                }
-            }
-            f => f.into(),
-        };
         let mut created = false;
         match t {
             None => {}

@@ -18,7 +18,11 @@ use super::error::{ConflictKind, SubmitError};
 use super::finish::Start;
 use super::hash;
 use super::names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
-use super::record::{Record, RecordStatus, TaskIdempotency, TaskLocation, record_key, task_json};
+use super::options::{TaskFields, TaskOptions};
+use super::record::{
+    Record, RecordStatus, TaskIdempotency, TaskInput, TaskLocation, payload_key, record_key,
+    task_json_with,
+};
 use crate::config::LATE_WRITE_MARGIN;
 use crate::planted::Bug;
 use crate::store::{ETag, ObjectMeta, PutMode, StoreError};
@@ -53,6 +57,21 @@ impl Input {
             .map_err(|e| ValidationError::field("input", e.to_string()))?;
         Ok(Input { canonical, hash })
     }
+
+    /// The canonical JSON's length: what buquet's threshold is compared with.
+    pub fn len(&self) -> usize {
+        self.canonical.get().len()
+    }
+
+    /// Never: the shortest input, `null`, is 4 bytes.
+    pub fn is_empty(&self) -> bool {
+        self.canonical.get().is_empty()
+    }
+
+    /// `input_hash`: of the whole input, offloaded or not.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
 }
 
 /// A tenant's tasks get ids sealed to it (see [`Tenant::new_task_id`]).
@@ -76,6 +95,9 @@ pub struct SubmitRequest {
     pub task_type: TaskType,
     pub input: Input,
     pub idempotency: Option<KeySpec>,
+    /// The task options, as sent (checked for bounds; the checks that need
+    /// the submit's time are made when it is sent).
+    pub options: TaskOptions,
     /// The caller's tenant under tenant isolation: folded into the key hash,
     /// stored in the record and in the task object's `idempotency`.
     pub tenant: Option<Tenant>,
@@ -133,18 +155,31 @@ impl Engine {
         op_deadline: DateTime<Utc>,
     ) -> Result<Submitted, SubmitError> {
         let now = self.now().trunc_subsecs(0);
-        let loc = TaskLocation::new(new_task_id(req), self.settings.shard_prefix_len, now);
+        let fields = self.task_fields(req, now, None)?;
+        let loc = TaskLocation::new(
+            new_task_id(req),
+            self.settings.shard_prefix_len,
+            fields.available_at,
+        );
         let tenant_id = req.tenant.as_ref().map(Tenant::id);
-        let task = task_json(
+        let offload = fields.offloads(req.input.len());
+        let task = task_json_with(
             &loc,
             req.task_type.as_str(),
-            &req.input.canonical,
+            self.task_input(req, offload),
             now,
+            &fields,
             TaskIdempotency {
                 tenant: tenant_id.as_deref(),
                 ..Default::default()
             },
         );
+        // Without a record, nothing else holds the input: its payload must
+        // be in the bucket before a task names it (one more round trip, as
+        // buquet's own submit takes).
+        if offload {
+            self.put_payload(loc.id, &req.input, op_deadline).await?;
+        }
         let body = Bytes::copy_from_slice(task.get().as_bytes());
         let (task_key, marker_key) = (loc.task_key(), loc.marker_key());
         let (t, m) = tokio::join!(
@@ -208,13 +243,21 @@ impl Engine {
             .map_or(now, |o| (now + o.low).trunc_subsecs(0));
         // The task id and write_id are chosen once and kept across retries:
         // that is how a retry recognizes its own earlier write.
-        let loc = TaskLocation::new(new_task_id(req), self.settings.shard_prefix_len, now);
+        let expires_at = record_now + k.ttl.duration();
+        let fields = self.task_fields(req, now, Some((record_now, expires_at)))?;
+        let loc = TaskLocation::new(
+            new_task_id(req),
+            self.settings.shard_prefix_len,
+            fields.available_at,
+        );
         let write_id = Uuid::new_v4();
-        let task = task_json(
+        let offload = fields.offloads(req.input.len());
+        let task = task_json_with(
             &loc,
             req.task_type.as_str(),
-            &req.input.canonical,
+            self.task_input(req, offload),
             now,
+            &fields,
             TaskIdempotency {
                 scope: Some(&scope),
                 key_hash: Some(&key_hash),
@@ -231,22 +274,31 @@ impl Engine {
             input_hash: req.input.hash.clone(),
             status: Some(RecordStatus::Creating),
             created_at: record_now,
-            expires_at: record_now + k.ttl.duration(),
+            expires_at,
             write_id: Some(write_id),
             tenant: tenant_id.clone(),
+            options_hash: req.options.hash(),
             pending_task: Some(task),
+            pending_input: offload.then(|| req.input.canonical.clone()),
         };
         let body = mine.to_bytes();
 
         // What the next claim writes over: nothing (If-None-Match), or the
         // expired record just read (If-Match its ETag).
         let mut replace: Option<ETag> = None;
+        // An offloaded input's payload goes beside the first claim, in the
+        // same round trip; `Some(landed)` once it was sent.
+        let mut payload: Option<bool> = None;
         let mut rounds = 0;
         while rounds < MAX_ROUNDS {
             // 1. Claim the key: create the record, or replace the expired one.
             let replacing = replace.is_some();
             let mode = replace.take().map_or(PutMode::Create, PutMode::Update);
-            if let Some(done) = self.claim(&rkey, &mine, &body, mode, op_deadline).await? {
+            let with_payload = offload && payload != Some(true);
+            if let Some(done) = self
+                .claim(&rkey, &mine, &body, mode, with_payload, &mut payload, req, op_deadline)
+                .await?
+            {
                 return Ok(done);
             }
             if replacing {
@@ -271,6 +323,9 @@ impl Engine {
 
             if existing.write_id == Some(write_id) {
                 // Our own write: its answer was lost, and a retry met it.
+                if payload == Some(false) {
+                    self.put_payload(loc.id, &req.input, op_deadline).await?;
+                }
                 return self
                     .finish_as_owner(&rkey, &mine, obj.meta.last_modified, op_deadline)
                     .await;
@@ -287,22 +342,39 @@ impl Engine {
                 continue;
             }
 
-            // 3. Same key: the same request, or a conflict.
-            if existing.task_type != req.task_type.as_str() {
+            // 3. Same key: the same request, or a conflict. Our payload, if
+            // we sent one, belongs to no task: the key is another record's.
+            // It is deleted beside the answer (the lifecycle rule on
+            // `payloads/` removes it if this process dies first).
+            let orphan = async {
+                if payload.is_some() && existing.task_id != loc.id {
+                    self.remove_orphan_payload(loc.id, op_deadline).await;
+                }
+            };
+            let kind = if existing.task_type != req.task_type.as_str() {
+                Some(ConflictKind::TaskType)
+            } else if existing.input_hash != req.input.hash {
+                Some(ConflictKind::Input)
+            } else if existing.write_id.is_some() && existing.options_hash != mine.options_hash {
+                // Records of this service (they have a write_id) carry the
+                // options' hash, or none for none; buquet's clients keep
+                // no options and are compared on task type and input only.
+                Some(ConflictKind::Options)
+            } else {
+                None
+            };
+            if let Some(kind) = kind {
+                orphan.await;
                 return Err(SubmitError::Conflict {
-                    kind: ConflictKind::TaskType,
+                    kind,
                     task_id: existing.task_id,
                 });
             }
-            if existing.input_hash != req.input.hash {
-                return Err(SubmitError::Conflict {
-                    kind: ConflictKind::Input,
-                    task_id: existing.task_id,
-                });
-            }
-            return self
-                .answer_existing(&rkey, &existing, &obj.meta, loc.id, op_deadline)
-                .await;
+            let (answer, ()) = tokio::join!(
+                self.answer_existing(&rkey, &existing, &obj.meta, loc.id, op_deadline),
+                orphan
+            );
+            return answer;
         }
         Err(SubmitError::Storage(StoreError::Unavailable(
             "the idempotency record kept changing; gave up".into(),
@@ -313,25 +385,52 @@ impl Engine {
     /// record's ETag) and, if it landed, finishes as its owner: the answer.
     /// `None`: the key is held by another record (412), or the expired one
     /// we meant to replace is gone (404).
+    ///
+    /// With `with_payload`, the offloaded input's payload is written in
+    /// parallel (`payload` records whether it landed): a request more, not a
+    /// round trip. If the record landed and the payload did not, the payload
+    /// is written again before the task (the record's `pending_input` lets
+    /// any finisher do it too).
+    #[allow(clippy::too_many_arguments)]
     async fn claim(
         &self,
         rkey: &str,
         mine: &Record,
         body: &Bytes,
         mode: PutMode,
+        with_payload: bool,
+        payload: &mut Option<bool>,
+        req: &SubmitRequest,
         op_deadline: DateTime<Utc>,
     ) -> Result<Option<Submitted>, SubmitError> {
         let sent_at = self.now();
-        match self
-            .call(op_deadline, || {
+        let (r, p) = tokio::join!(
+            self.call(op_deadline, || {
                 self.store.put(rkey, body.clone(), mode.clone())
-            })
-            .await
-        {
-            Ok(_) => Ok(Some(
-                self.finish_as_owner(rkey, mine, self.s3_at_least(sent_at)?, op_deadline)
-                    .await?,
-            )),
+            }),
+            async {
+                if with_payload {
+                    Some(self.put_payload(mine.task_id, &req.input, op_deadline).await)
+                } else {
+                    None
+                }
+            }
+        );
+        if let Some(p) = p {
+            *payload = Some(p.is_ok());
+        }
+        match r {
+            Ok(_) => {
+                if *payload == Some(false) {
+                    self.put_payload(mine.task_id, &req.input, op_deadline)
+                        .await?;
+                    *payload = Some(true);
+                }
+                Ok(Some(
+                    self.finish_as_owner(rkey, mine, self.s3_at_least(sent_at)?, op_deadline)
+                        .await?,
+                ))
+            }
             Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -421,6 +520,80 @@ impl Engine {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// The task's fields from the request's options at a submit made at
+    /// `now` (our clock, whole seconds): relative times count from S3's time
+    /// (`keyed`: the record's `created_at` and `expires_at`, which bounds
+    /// when the task may become available), else from S3's earliest time
+    /// now, within `IDEMPOTENCY_MAX_TTL_DAYS`. A task without a schedule is
+    /// available at `now`, as it always was.
+    fn task_fields(
+        &self,
+        req: &SubmitRequest,
+        now: DateTime<Utc>,
+        keyed: Option<(DateTime<Utc>, DateTime<Utc>)>,
+    ) -> Result<TaskFields, SubmitError> {
+        let o = &req.options;
+        if o.is_empty() {
+            return Ok(TaskFields::defaults(now));
+        }
+        let (s3_now, horizon) = keyed.unwrap_or_else(|| {
+            let s3_now = self
+                .judged_offset()
+                .map_or(now, |off| (now + off.low).trunc_subsecs(0));
+            (s3_now, s3_now + self.settings.max_ttl)
+        });
+        let mut fields = o.resolve(s3_now, horizon, keyed.is_some())?;
+        if o.schedule_at.is_none() && o.delay_seconds.is_none() {
+            fields.available_at = now;
+        }
+        Ok(fields)
+    }
+
+    fn task_input<'r>(&self, req: &'r SubmitRequest, offload: bool) -> TaskInput<'r> {
+        if offload {
+            TaskInput::Offloaded
+        } else {
+            TaskInput::Inline(&req.input.canonical)
+        }
+    }
+
+    /// `payloads/{task_id}/input.json` with If-None-Match: 412 is our own
+    /// earlier attempt (the task id is new and ours).
+    async fn put_payload(
+        &self,
+        id: Uuid,
+        input: &Input,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<(), SubmitError> {
+        let key = payload_key(id);
+        let bytes = Bytes::copy_from_slice(input.canonical.get().as_bytes());
+        match self
+            .call(op_deadline, || {
+                self.store.put(&key, bytes.clone(), PutMode::Create)
+            })
+            .await
+        {
+            Ok(_) | Err(Failure::Store(StoreError::PreconditionFailed)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Deletes the payload written beside a claim that lost: no task will
+    /// ever name it. Best effort: a failure is logged, and the lifecycle
+    /// rule on `payloads/` removes what is left.
+    async fn remove_orphan_payload(&self, id: Uuid, op_deadline: DateTime<Utc>) {
+        let key = payload_key(id);
+        match self
+            .call(op_deadline, || self.store.delete(&key, None))
+            .await
+        {
+            Ok(()) | Err(Failure::Store(StoreError::NotFound)) => {}
+            Err(e) => {
+                tracing::warn!(payload = %key, error = ?e, "an orphan payload was not deleted; the lifecycle rule will");
             }
         }
     }
