@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::protocol::names::parse_principal;
-use crate::protocol::{Scope, SubmitError, Tenant};
+use crate::protocol::{Scope, SubmitError, TaskOptions, Tenant, ValidationError};
 use crate::queue::Queue;
 
 #[derive(Debug, Parser)]
@@ -43,7 +43,7 @@ pub enum Command {
         input: Option<String>,
         /// A file of JSON lines, each a `POST /tasks` body with its own
         /// `idempotency_key` (`-`: stdin).
-        #[arg(long, conflicts_with_all = ["task_type", "input", "key", "ttl_seconds", "scope"])]
+        #[arg(long, conflicts_with_all = ["task_type", "input", "key", "ttl_seconds", "scope", "task_options"])]
         batch: Option<std::path::PathBuf>,
         /// The idempotency key.
         #[arg(long)]
@@ -54,6 +54,8 @@ pub enum Command {
         /// The key's scope: a custom name, or `queue` (default: the task type).
         #[arg(long)]
         scope: Option<String>,
+        #[command(flatten)]
+        options: TaskOptionArgs,
     },
     /// Print the idempotency record of a key (without `pending_task`).
     Key {
@@ -95,6 +97,90 @@ pub enum Command {
         #[arg(long)]
         due_queue_arn: Option<String>,
     },
+}
+
+/// The task options of `idem submit`, one flag each, checked as the HTTP
+/// body's fields are (README lists the bounds).
+#[derive(Debug, Clone, Default, clap::Args)]
+#[group(id = "task_options", multiple = true, required = false)]
+pub struct TaskOptionArgs {
+    /// `timeout_seconds`: how long a worker may run the task (default 300).
+    #[arg(long)]
+    pub timeout_seconds: Option<u64>,
+    /// `max_retries` (default 3).
+    #[arg(long)]
+    pub max_retries: Option<u32>,
+    /// `retry_policy`, as JSON: `{"initial_interval_ms":..,
+    /// "max_interval_ms":.., "multiplier":.., "jitter_percent":..}`.
+    #[arg(long)]
+    pub retry_policy: Option<String>,
+    /// `schedule_at`: RFC 3339; the task is not claimed before it.
+    #[arg(long)]
+    pub schedule_at: Option<String>,
+    /// `delay_seconds`: from S3's time at the submit.
+    #[arg(long)]
+    pub delay_seconds: Option<u64>,
+    /// `max_reschedules`.
+    #[arg(long)]
+    pub max_reschedules: Option<u32>,
+    /// `ttl_seconds`: the task's own expiry, from the submit (not the key's
+    /// life: that is `--ttl-seconds`).
+    #[arg(long)]
+    pub task_ttl_seconds: Option<u64>,
+    /// `expires_at`: the task's own expiry, RFC 3339.
+    #[arg(long)]
+    pub task_expires_at: Option<String>,
+    /// `use_payload_refs`: offload an input over the threshold to
+    /// `payloads/{task_id}/input.json`.
+    #[arg(long)]
+    pub use_payload_refs: bool,
+    /// `payload_ref_threshold_bytes` (default 262144), with
+    /// `--use-payload-refs`.
+    #[arg(long)]
+    pub payload_ref_threshold_bytes: Option<u64>,
+}
+
+impl TaskOptionArgs {
+    /// The options, through the same checks as a `POST /tasks` body.
+    pub fn parse(&self) -> Result<TaskOptions, ValidationError> {
+        let mut m = serde_json::Map::new();
+        let mut put = |k: &str, v: Value| {
+            m.insert(k.to_owned(), v);
+        };
+        if let Some(v) = self.timeout_seconds {
+            put("timeout_seconds", v.into());
+        }
+        if let Some(v) = self.max_retries {
+            put("max_retries", v.into());
+        }
+        if let Some(v) = &self.retry_policy {
+            let p: Value = serde_json::from_str(v)
+                .map_err(|e| ValidationError::field("retry_policy", format!("is not JSON: {e}")))?;
+            put("retry_policy", p);
+        }
+        if let Some(v) = &self.schedule_at {
+            put("schedule_at", v.clone().into());
+        }
+        if let Some(v) = self.delay_seconds {
+            put("delay_seconds", v.into());
+        }
+        if let Some(v) = self.max_reschedules {
+            put("max_reschedules", v.into());
+        }
+        if let Some(v) = self.task_ttl_seconds {
+            put("ttl_seconds", v.into());
+        }
+        if let Some(v) = &self.task_expires_at {
+            put("expires_at", v.clone().into());
+        }
+        if self.use_payload_refs {
+            put("use_payload_refs", true.into());
+        }
+        if let Some(v) = self.payload_ref_threshold_bytes {
+            put("payload_ref_threshold_bytes", v.into());
+        }
+        TaskOptions::from_body(&m)
+    }
 }
 
 /// Exit codes.
@@ -392,6 +478,7 @@ pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
             ttl_seconds,
             scope,
             batch: None,
+            options,
         } => {
             let (Some(task_type), Some(input)) = (task_type, input) else {
                 return error(
@@ -404,7 +491,10 @@ pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
                 Ok(v) => v,
                 Err(e) => return error(exit::INVALID, "invalid_request", format!("input: {e}")),
             };
-            let mut b = queue.submit(task_type, input);
+            let mut b = match options.parse() {
+                Ok(o) => queue.submit(task_type, input).options(o),
+                Err(e) => return submit_error(&e.into()),
+            };
             if let Some(k) = key {
                 b = b.idempotency_key(k);
             }
