@@ -75,6 +75,18 @@ fn random_string(rng: &mut fastrand::Rng) -> String {
         "idempotency_key",
         "idempotency_ttl_seconds",
         "idempotency_scope",
+        "timeout_seconds",
+        "max_retries",
+        "retry_policy",
+        "multiplier",
+        "schedule_at",
+        "delay_seconds",
+        "max_reschedules",
+        "ttl_seconds",
+        "expires_at",
+        "use_payload_refs",
+        "payload_ref_threshold_bytes",
+        "2026-01-27T12:00:00Z",
         "00000000-0000-4000-8000-000000000000",
     ];
     let mut s = String::new();
@@ -326,6 +338,18 @@ impl Effect {
         Ok(Effect { created })
     }
 
+    /// A created task's input: inline, or its payload's.
+    fn input_of(&self, task: &Value) -> Value {
+        match task.get("input_ref").and_then(Value::as_str) {
+            Some(r) => self
+                .created
+                .iter()
+                .find(|(k, _)| k == r)
+                .map_or(Value::Null, |(_, p)| p.clone()),
+            None => task["input"].clone(),
+        }
+    }
+
     fn under<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a (String, Value)> + 'a {
         self.created
             .iter()
@@ -344,7 +368,24 @@ impl Effect {
             return Err(format!("a 201 answered {id}, but made {key}"));
         }
         let body = http_body(request).ok_or("a 201 for a body that is not JSON")?;
-        if task["input"] != body["input"] || task["task_type"] != body["task_type"] {
+        // An offloaded input is in its payload, and only there.
+        let payloads: Vec<_> = self.under("payloads/").collect();
+        let input = match task.get("input_ref").and_then(Value::as_str) {
+            Some(r) => {
+                let [(k, p)] = payloads.as_slice() else {
+                    return Err(format!("an offloaded 201 wrote payloads {payloads:?}"));
+                };
+                if k != r || !task["input"].is_null() {
+                    return Err(format!("a 201's input_ref {r} beside {k}"));
+                }
+                p.clone()
+            }
+            None if !payloads.is_empty() => {
+                return Err(format!("an inline 201 wrote payloads {payloads:?}"));
+            }
+            None => task["input"].clone(),
+        };
+        if input != body["input"] || task["task_type"] != body["task_type"] {
             return Err(format!(
                 "a 201 made {} {}, asked {} {}",
                 task["task_type"], task["input"], body["task_type"], body["input"]
@@ -354,7 +395,10 @@ impl Effect {
         if markers.len() != 1 || !markers[0].0.ends_with(id) {
             return Err(format!("a 201's markers: {markers:?}"));
         }
-        let others = self.created.len() - 2 - self.under("idempotency/").count();
+        let others = self.created.len()
+            - 2
+            - self.under("idempotency/").count()
+            - self.under("payloads/").count();
         if others != 0 {
             return Err(format!("a 201 also wrote {:?}", self.created));
         }
@@ -383,7 +427,7 @@ impl Effect {
             let Some((key, task)) = self.under("tasks/").find(|(_, t)| t["id"] == id) else {
                 return Err(format!("a 201 result answered {id}, which was not made"));
             };
-            if task["input"] != item["input"] || task["task_type"] != item["task_type"] {
+            if self.input_of(task) != item["input"] || task["task_type"] != item["task_type"] {
                 return Err(format!("{key} is not its item's: {item}"));
             }
             if !self.under("ready/").any(|(k, _)| k.ends_with(id)) {
@@ -395,7 +439,8 @@ impl Effect {
             return Err(format!("{made} results were 201, {tasks} tasks were made"));
         }
         let records = self.under("idempotency/").count();
-        if records > made || self.created.len() != 2 * made + records {
+        let payloads = self.under("payloads/").count();
+        if records > made || self.created.len() != 2 * made + records + payloads {
             return Err(format!("the batch also wrote {:?}", self.created));
         }
         Ok(())
@@ -410,7 +455,16 @@ impl Effect {
         let tasks: Vec<Value> = after
             .iter()
             .filter(|(k, _, _, _)| k.starts_with("tasks/"))
-            .map(|(_, b, _, _)| serde_json::from_slice(b).unwrap_or(Value::Null))
+            .map(|(_, b, _, _)| {
+                let mut t: Value = serde_json::from_slice(b).unwrap_or(Value::Null);
+                // An offloaded input, read back from its payload.
+                if let Some(r) = t.get("input_ref").and_then(Value::as_str)
+                    && let Some((_, p, _, _)) = after.iter().find(|(k, _, _, _)| k == r)
+                {
+                    t["input"] = serde_json::from_slice(p).unwrap_or(Value::Null);
+                }
+                t
+            })
             .collect();
         let mut accepted = Vec::new();
         for m in &messages {
@@ -440,7 +494,7 @@ impl Effect {
         for (key, task) in self.under("tasks/") {
             if !accepted
                 .iter()
-                .any(|b| task["input"] == b["input"] && task["task_type"] == b["task_type"])
+                .any(|b| self.input_of(task) == b["input"] && task["task_type"] == b["task_type"])
             {
                 return Err(format!("{key} was asked for by no message"));
             }

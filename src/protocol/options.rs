@@ -15,7 +15,7 @@
 //! | `retry_policy.jitter_percent` | 0 to 1 |
 //! | `schedule_at` / `delay_seconds` | from 1970 / 0, to the horizon |
 //! | `max_reschedules` | 0 to 10 000 |
-//! | `ttl_seconds` / `expires_at` | after `available_at`, to the horizon |
+//! | `ttl_seconds` / `expires_at` | 1 s to 10 years; after `available_at` |
 //! | `payload_ref_threshold_bytes` | 0 to 16 777 216, with `use_payload_refs` |
 //!
 //! The horizon is `IDEMPOTENCY_MAX_TTL_DAYS` from now; with a key, a task
@@ -34,6 +34,10 @@ pub const MAX_RETRIES: u32 = 100;
 pub const MAX_INTERVAL_MS: u32 = 86_400_000;
 pub const MAX_MULTIPLIER: f64 = 100.0;
 pub const MAX_RESCHEDULES: u32 = 10_000;
+/// The most `delay_seconds` and `ttl_seconds` may say: ten years (a task
+/// must also become available within the horizon, and its expiry may be at
+/// most ten years ahead).
+pub const MAX_SECONDS_AHEAD: u64 = 315_360_000;
 pub const MAX_PAYLOAD_REF_THRESHOLD_BYTES: u64 = 16 << 20;
 /// buquet's own default threshold (256 KiB): an input whose compact JSON is
 /// longer is offloaded when `use_payload_refs` is on.
@@ -242,7 +246,7 @@ impl TaskOptions {
             o.schedule_at = Some(time(v, "schedule_at")?);
         }
         if let Some(v) = get("delay_seconds") {
-            o.delay_seconds = Some(whole(v, "delay_seconds", 0, u64::MAX >> 12)?);
+            o.delay_seconds = Some(whole(v, "delay_seconds", 0, MAX_SECONDS_AHEAD)?);
         }
         if let Some(v) = get("max_reschedules") {
             o.max_reschedules = Some(u32_of(whole(
@@ -253,7 +257,7 @@ impl TaskOptions {
             )?));
         }
         if let Some(v) = get("ttl_seconds") {
-            o.ttl_seconds = Some(whole(v, "ttl_seconds", 1, u64::MAX >> 12)?);
+            o.ttl_seconds = Some(whole(v, "ttl_seconds", 1, MAX_SECONDS_AHEAD)?);
         }
         if let Some(v) = get("expires_at") {
             o.expires_at = Some(time(v, "expires_at")?);
@@ -443,7 +447,7 @@ impl TaskOptions {
             }
             // An expiry far beyond the horizon is a mistake, not a wish.
             let far = s3_now
-                .checked_add_signed(Duration::days(3660))
+                .checked_add_signed(Duration::seconds(MAX_SECONDS_AHEAD as i64))
                 .unwrap_or(s3_now);
             if e > far {
                 return Err(ValidationError::field(field, "is more than 10 years ahead"));
