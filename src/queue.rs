@@ -177,7 +177,8 @@ fn whole_seconds(d: Duration, field: &'static str) -> Result<u64, ValidationErro
     if d.subsec_nanos() != 0 {
         return Err(ValidationError::field(field, "must be whole seconds"));
     }
-    u64::try_from(d.num_seconds()).map_err(|_| ValidationError::field(field, "must not be negative"))
+    u64::try_from(d.num_seconds())
+        .map_err(|_| ValidationError::field(field, "must not be negative"))
 }
 
 impl<'q> SubmitBuilder<'q> {
@@ -200,10 +201,7 @@ impl<'q> SubmitBuilder<'q> {
         self
     }
 
-    fn option(
-        mut self,
-        set: impl FnOnce(&mut TaskOptions) -> Result<(), ValidationError>,
-    ) -> Self {
+    fn option(mut self, set: impl FnOnce(&mut TaskOptions) -> Result<(), ValidationError>) -> Self {
         if let Ok(o) = &mut self.options
             && let Err(e) = set(o)
         {

@@ -212,7 +212,10 @@ impl TaskOptions {
             if let Some(k) = p.keys().find(|k| !POLICY.contains(&k.as_str())) {
                 return Err(ValidationError::field(
                     "retry_policy",
-                    format!("unknown field {k:?} (expected one of {})", POLICY.join(", ")),
+                    format!(
+                        "unknown field {k:?} (expected one of {})",
+                        POLICY.join(", ")
+                    ),
                 ));
             }
             let mut r = TaskRetryPolicy::default();
@@ -263,10 +266,10 @@ impl TaskOptions {
             o.expires_at = Some(time(v, "expires_at")?);
         }
         if let Some(v) = get("use_payload_refs") {
-            o.use_payload_refs = Some(
-                v.as_bool()
-                    .ok_or_else(|| ValidationError::field("use_payload_refs", "must be a boolean"))?,
-            );
+            o.use_payload_refs =
+                Some(v.as_bool().ok_or_else(|| {
+                    ValidationError::field("use_payload_refs", "must be a boolean")
+                })?);
         }
         if let Some(v) = get("payload_ref_threshold_bytes") {
             o.payload_ref_threshold_bytes = Some(whole(
@@ -644,7 +647,10 @@ mod tests {
     #[test]
     fn the_options_hash_is_of_the_options_as_sent() {
         assert_eq!(TaskOptions::default().hash(), None);
-        assert_eq!(parse(json!({"timeout_seconds": null})).unwrap().hash(), None);
+        assert_eq!(
+            parse(json!({"timeout_seconds": null})).unwrap().hash(),
+            None
+        );
         let a = parse(json!({"delay_seconds": 60, "max_retries": 2})).unwrap();
         let b = parse(json!({"max_retries": 2.0, "delay_seconds": 60})).unwrap();
         assert_eq!(a.hash(), b.hash());

@@ -296,7 +296,16 @@ impl Engine {
             let mode = replace.take().map_or(PutMode::Create, PutMode::Update);
             let with_payload = offload && payload != Some(true);
             if let Some(done) = self
-                .claim(&rkey, &mine, &body, mode, with_payload, &mut payload, req, op_deadline)
+                .claim(
+                    &rkey,
+                    &mine,
+                    &body,
+                    mode,
+                    with_payload,
+                    &mut payload,
+                    req,
+                    op_deadline,
+                )
                 .await?
             {
                 return Ok(done);
@@ -410,7 +419,10 @@ impl Engine {
             }),
             async {
                 if with_payload {
-                    Some(self.put_payload(mine.task_id, &req.input, op_deadline).await)
+                    Some(
+                        self.put_payload(mine.task_id, &req.input, op_deadline)
+                            .await,
+                    )
                 } else {
                     None
                 }
