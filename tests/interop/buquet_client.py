@@ -5,11 +5,18 @@
     buquet_client.py work TYPE COUNT                      -> {"processed"}
     buquet_client.py get TASK_ID                          -> the task as buquet sees it
     buquet_client.py idle TYPE SECONDS                    -> a worker polls that long: {"processed"}
+    buquet_client.py submit_opts TYPE INPUT_JSON OPTS_JSON  -> {"id"}: buquet's submit with task options
+    buquet_client.py slow TYPE TASK_ID SECONDS            -> a worker (with its timeout monitor) whose
+                                                           handler sleeps 2 s, until the task fails:
+                                                           {"calls", "status", "retry_count", "last_error"}
+    buquet_client.py load TYPE COUNT                      -> a worker whose handler reads its input with
+                                                           queue.load_input: {"processed", "loaded"}
 
 Environment: BUQUET_ENDPOINT, BUQUET_BUCKET, AWS test credentials, and
 BUQUET_ALLOW_NO_VERSIONING=1 for an unversioned bucket.
 """
 import asyncio
+import datetime
 import json
 import os
 import sys
@@ -62,6 +69,55 @@ async def main(argv):
         except asyncio.TimeoutError:
             processed = 0
         print(json.dumps({"processed": processed}))
+    elif cmd == "submit_opts":
+        task_type, data, opts = argv[1], json.loads(argv[2]), json.loads(argv[3])
+        for f in ("schedule_at", "expires_at"):
+            if f in opts:
+                opts[f] = datetime.datetime.fromisoformat(opts[f].replace("Z", "+00:00"))
+        if "retry_policy" in opts:
+            opts["retry_policy"] = buquet.RetryPolicy(**opts["retry_policy"])
+        t = await q.submit(task_type, data, **opts)
+        print(json.dumps({"id": str(t.id)}))
+    elif cmd == "slow":
+        task_type, task_id, seconds = argv[1], argv[2], float(argv[3])
+        worker = buquet.Worker(q, "slow-worker", [format(i, "x") for i in range(16)])
+        calls = []
+
+        @worker.task(task_type)
+        async def handle(data):
+            calls.append(1)
+            await asyncio.sleep(2)
+            return {"handled": data}
+
+        opts = buquet.WorkerRunOptions(with_monitor=True, monitor_check_interval_s=1, poll_interval_ms=100)
+        run = asyncio.ensure_future(worker.run(opts))
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        t = None
+        while loop.time() < end:
+            await asyncio.sleep(0.5)
+            t = await q.get(task_id)
+            if t is not None and str(t.status).lower().endswith("failed"):
+                break
+        run.cancel()
+        print(json.dumps({"calls": len(calls), "status": str(t.status) if t else None,
+                          "retry_count": t.retry_count if t else None,
+                          "last_error": t.last_error if t else None}))
+    elif cmd == "load":
+        task_type, count = argv[1], int(argv[2])
+        worker = buquet.Worker(q, "load-worker", [format(i, "x") for i in range(16)])
+        loaded = []
+
+        @worker.task(task_type)
+        async def handle(data, ctx):
+            task = await q.get(ctx.task_id)
+            full = await q.load_input(task)
+            loaded.append({"inline": data, "loaded": full})
+            return {"size": len(json.dumps(full))}
+
+        opts = buquet.WorkerRunOptions(max_tasks=count, with_monitor=False, poll_interval_ms=100)
+        processed = await asyncio.wait_for(worker.run(opts), timeout=60)
+        print(json.dumps({"processed": processed, "loaded": loaded}))
     elif cmd == "get":
         t = await q.get(argv[1])
         if t is None:
