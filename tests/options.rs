@@ -649,3 +649,62 @@ async fn options_through_the_http_body_reach_the_task_and_other_options_are_a_42
         "{problem}"
     );
 }
+
+#[tokio::test]
+async fn the_scheduled_pass_deletes_a_payload_no_task_names_once_no_task_can_be_written_for_it() {
+    let w = World::new();
+    let input = big(1000);
+    let first = w
+        .process()
+        .submit("t", &input)
+        .idempotency_key("k")
+        .payload_refs(16)
+        .await
+        .unwrap();
+    // A replay whose process dies before it deletes its own payload.
+    w.faulty
+        .inject(Some(Op::Delete), "payloads/", 1, 1, Fault::CrashBefore);
+    w.process()
+        .submit("t", &input)
+        .idempotency_key("k")
+        .payload_refs(16)
+        .await
+        .unwrap_err();
+    let live = format!("payloads/{}/input.json", first.task_id);
+    let mut orphans: Vec<String> = w.keys("payloads/");
+    orphans.retain(|k| *k != live);
+    assert_eq!(orphans.len(), 1, "the dead replay left its payload");
+    // A task of another client, under a two-digit shard, with its payload.
+    let other = uuid::Uuid::new_v4().to_string();
+    for (key, body) in [
+        (
+            format!("tasks/{}/{other}.json", &other[..2]),
+            b"{}".to_vec(),
+        ),
+        (format!("payloads/{other}/input.json"), b"1".to_vec()),
+    ] {
+        w.bucket()
+            .put(&key, body.into(), PutMode::Create)
+            .await
+            .unwrap();
+    }
+    let pass = || async {
+        w.restarted()
+            .engine()
+            .sweep(&idempotent_submit::protocol::SweepOptions::default())
+            .await
+            .unwrap()
+    };
+    // Young, it may still get its task: kept.
+    assert_eq!(pass().await.payloads_deleted, 0);
+    assert_eq!(w.keys("payloads/").len(), 3);
+    // Past the finish window and the late-write margin, it never can.
+    w.clock.advance(Duration::hours(2));
+    let s = pass().await;
+    assert_eq!(s.payloads_deleted, 1, "{s:?}");
+    let mut left = w.keys("payloads/");
+    left.sort();
+    let mut expected = vec![live, format!("payloads/{other}/input.json")];
+    expected.sort();
+    assert_eq!(left, expected);
+}

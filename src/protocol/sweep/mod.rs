@@ -35,6 +35,7 @@
 //! before it works, so two runs never work one pass at the same time.
 
 mod pass;
+mod payloads;
 mod ranges;
 mod record;
 
@@ -111,6 +112,10 @@ pub struct SweepSummary {
     /// Another run held the pass: this one did nothing.
     #[serde(skip)]
     pub busy: bool,
+    /// Input payloads that no task named, deleted by the pass (counted, not
+    /// deleted, in a dry run).
+    #[serde(skip)]
+    pub payloads_deleted: u64,
 }
 
 impl SweepSummary {
@@ -126,6 +131,7 @@ impl SweepSummary {
         self.early += o.early;
         self.ignored += o.ignored;
         self.unrecognized += o.unrecognized;
+        self.payloads_deleted += o.payloads_deleted;
     }
 }
 

@@ -192,6 +192,13 @@ impl Engine {
                 Err(e) => return Err(e.into()),
             }
         }
+        // Once the records are done: payloads that no task names.
+        if summary.complete
+            && let Err(e) = self.sweep_payloads(opts, started, &mut summary).await
+        {
+            tracing::warn!(error = %e, "the payload listing stopped");
+            summary.errors += 1;
+        }
         Ok(summary)
     }
 
