@@ -482,13 +482,14 @@ fn each_function_gets_explicit_actions_on_the_prefixes_it_uses_and_nothing_wider
         assert!(has(g, "s3:ListBucket", "${BucketName}"));
     }
     // Submit deletes nothing but a marker of its own that a worker
-    // overtook; both functions may.
+    // overtook (both functions may), and the payload it wrote beside a claim
+    // that lost.
     assert!(
         submit
             .iter()
             .filter(|(a, _)| a == "s3:DeleteObject")
-            .all(|(_, r)| r.ends_with("/ready/*")),
-        "submit deletes only markers"
+            .all(|(_, r)| r.ends_with("/ready/*") || r.ends_with("/payloads/*")),
+        "submit deletes only markers and orphan payloads"
     );
     for g in [&grants("SubmitFunctionRole"), &grants("SweepFunctionRole")] {
         assert!(
@@ -510,8 +511,9 @@ fn each_function_gets_explicit_actions_on_the_prefixes_it_uses_and_nothing_wider
     assert!(
         !sweep.iter().any(|(a, r)| a == "s3:DeleteObject"
             && !r.ends_with("/idempotency/*")
-            && !r.ends_with("/ready/*")),
-        "the sweeper deletes expired records and stale markers of its own, nothing else"
+            && !r.ends_with("/ready/*")
+            && !r.ends_with("/payloads/*")),
+        "the sweeper deletes expired records, stale markers of its own and orphan payloads, nothing else"
     );
     for g in [&submit, &sweep] {
         for (a, r) in g.iter().filter(|(a, _)| a.starts_with("s3:")) {
@@ -659,6 +661,48 @@ fn no_role_of_ours_can_overwrite_a_task() {
             s["Condition"],
             serde_json::json!({"StringEquals": {"s3:if-none-match": "*"}}),
             "{role}"
+        );
+    }
+}
+
+#[test]
+fn both_functions_only_create_payloads_with_if_none_match_and_may_delete_them() {
+    let t = templates();
+    for role in ["SubmitFunctionRole", "SweepFunctionRole"] {
+        let on_payloads: Vec<Value> = t
+            .role_statements(role)
+            .into_iter()
+            .filter(|s| {
+                as_list(&s["Resource"])
+                    .iter()
+                    .any(|r| sub(r).ends_with("/payloads/*"))
+            })
+            .collect();
+        let puts: Vec<&Value> = on_payloads
+            .iter()
+            .filter(|s| as_list(&s["Action"]).iter().any(|a| a == "s3:PutObject"))
+            .collect();
+        assert_eq!(puts.len(), 1, "{role}: {on_payloads:?}");
+        assert_eq!(
+            as_list(&puts[0]["Action"]),
+            vec![Value::from("s3:PutObject")],
+            "{role}"
+        );
+        assert_eq!(
+            puts[0]["Condition"],
+            serde_json::json!({"StringEquals": {"s3:if-none-match": "*"}}),
+            "{role}: a payload is only ever created"
+        );
+        let actions: Vec<Value> = on_payloads
+            .iter()
+            .flat_map(|s| as_list(&s["Action"]))
+            .collect();
+        assert!(actions.contains(&Value::from("s3:DeleteObject")), "{role}");
+        assert!(
+            actions
+                .iter()
+                .all(|a| a == "s3:PutObject" || a == "s3:DeleteObject"),
+            "{role}: nothing else on payloads/: {actions:?}"
         );
     }
 }
