@@ -643,6 +643,122 @@ async fn cpu(r: &mut Report) {
     }
 }
 
+// ---- task options and offloaded inputs ----
+
+/// A keyed submit: with every option but the payload's (`opts`: what most
+/// producers with options send), and with `use_payload_refs` at buquet's
+/// threshold (`offload`).
+fn keyed<'q>(
+    q: &'q Queue,
+    inp: &serde_json::Value,
+    i: usize,
+    opts: bool,
+    offload: bool,
+) -> idempotent_submit::SubmitBuilder<'q> {
+    let mut b = q
+        .submit("bench", inp.clone())
+        .idempotency_key(format!("k{i}"));
+    if opts {
+        b = b
+            .timeout(ChronoDuration::minutes(30))
+            .max_retries(10)
+            .retry_policy(idempotent_submit::TaskRetryPolicy {
+                initial_interval_ms: 500,
+                ..Default::default()
+            })
+            .delay(ChronoDuration::seconds(90))
+            .max_reschedules(5)
+            .task_ttl(ChronoDuration::hours(6));
+    }
+    if offload {
+        b = b.payload_refs(256 * 1024);
+    }
+    b
+}
+
+async fn options(r: &mut Report) {
+    const MIB: usize = 1 << 20;
+    let settings = || Settings {
+        max_input_bytes: 2 * MIB,
+        ..Settings::default()
+    };
+    r.line("\n## Task options and offloaded inputs\n");
+    r.line(
+        "In memory, one thread, as in section \"The protocol's CPU cost\": a keyed submit without options, with every option but `use_payload_refs` (timeout, retries, retry policy, delay, reschedules, task ttl), and with a 1 MiB input offloaded (`use_payload_refs`, buquet's 256 KiB threshold; `MAX_INPUT_BYTES` raised to 2 MiB). Requests and round trips are counted by the fault-injecting store (no faults); bytes PUT are the bodies a new submit leaves in the bucket.\n",
+    );
+    r.line("| submit | input | operations | new per second | replays per second | requests (new) | round trips (new) | requests (replay) | bytes PUT (new) |");
+    r.line("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for (name, size, n, opts, offload) in [
+        ("no options", 1024usize, 20_000usize, false, false),
+        ("every option", 1024, 20_000, true, false),
+        ("offloaded", MIB, 40, false, true),
+    ] {
+        let clock = ManualClock::at_epoch();
+        let mem = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+        let q = Queue::with_clock(mem.clone(), Arc::new(clock.clone()), settings());
+        let inp = input(size);
+        let start = Instant::now();
+        for i in 0..n {
+            keyed(&q, &inp, i, opts, offload).await.unwrap();
+        }
+        let new = n as f64 / start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        for i in 0..n {
+            keyed(&q, &inp, i, opts, offload).await.unwrap();
+        }
+        let rep = n as f64 / start.elapsed().as_secs_f64();
+        // One more of each, counted.
+        let f = FaultyStore::new(mem.clone());
+        let fq = Queue::with_clock(f.clone(), Arc::new(clock.clone()), settings());
+        keyed(&fq, &inp, n + 1, opts, offload).await.unwrap();
+        let calls = f.calls();
+        let (new_requests, new_rts) = (calls.len(), f.round_trips());
+        let mut written: Vec<&str> = calls
+            .iter()
+            .filter(|c| matches!(c.op, Op::PutCreate | Op::Put | Op::PutUpdate))
+            .map(|c| c.key.as_str())
+            .collect();
+        written.dedup();
+        let mut put_bytes = 0usize;
+        for k in written {
+            put_bytes += mem.get(k).await.map(|o| o.body.len()).unwrap_or(0);
+        }
+        f.reset_log();
+        keyed(&fq, &inp, n + 1, opts, offload).await.unwrap();
+        let replay_requests = f.calls().len();
+        let kib = size / 1024;
+        r.line(format!(
+            "| {name} | {kib} KiB | {n} | {new:.0} | {rep:.0} | {new_requests} | {new_rts} | {replay_requests} | {put_bytes} |"
+        ));
+    }
+    r.line("\nThrough moto (one request at a time, on this machine), wall time of one keyed submit, median of 15:\n");
+    r.line("| submit | input | new | replay |");
+    r.line("| --- | --- | --- | --- |");
+    for (name, size, opts, offload) in [
+        ("no options", 1024usize, false, false),
+        ("every option", 1024, true, false),
+        ("offloaded", MIB, false, true),
+    ] {
+        let store = bucket("options").await;
+        let q = Queue::new(store, settings());
+        let inp = input(size);
+        let (mut news, mut reps) = (Vec::new(), Vec::new());
+        for i in 0..15 {
+            let t = Instant::now();
+            keyed(&q, &inp, i, opts, offload).await.unwrap();
+            news.push(t.elapsed().as_secs_f64() * 1000.0);
+            let t = Instant::now();
+            keyed(&q, &inp, i, opts, offload).await.unwrap();
+            reps.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        let (new, rep) = (median(&mut news, "new"), median(&mut reps, "replay"));
+        r.line(format!(
+            "| {name} | {} KiB | {new:.1} ms | {rep:.1} ms |",
+            size / 1024
+        ));
+    }
+}
+
 // ---- 4-6. the binaries: cold start, size, memory ----
 
 fn bin(name: &str) -> String {
@@ -1445,6 +1561,29 @@ fn main() {
         std::fs::write(&path, format!("{before}{}{after}", r.0)).unwrap();
         return;
     }
+    // BENCH_ONLY=options: the figures of task options and offloaded
+    // inputs, printed and put in place of their section (before the
+    // targets).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("options") {
+        let mut r = Report::new();
+        rt.block_on(options(&mut r));
+        let path = format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR"));
+        let doc = std::fs::read_to_string(&path).unwrap_or_default();
+        let head = "\n## Task options and offloaded inputs";
+        let (before, after) = match doc.find(head) {
+            Some(i) => {
+                let rest = &doc[i + 1..];
+                let end = rest.find("\n## ").map_or(doc.len(), |j| i + 1 + j);
+                (doc[..i].to_owned(), doc[end..].to_owned())
+            }
+            None => match doc.find("\n## Against the targets") {
+                Some(i) => (doc[..i].to_owned(), doc[i..].to_owned()),
+                None => (doc.trim_end().to_owned() + "\n", String::new()),
+            },
+        };
+        std::fs::write(&path, format!("{before}{}{after}", r.0)).unwrap();
+        return;
+    }
     // BENCH_ONLY=batch: the batch figures, printed and put in place of their
     // section of docs/benchmarks.md (before the targets).
     if std::env::var("BENCH_ONLY").as_deref() == Ok("batch") {
@@ -1487,6 +1626,7 @@ fn main() {
         sweeper(&mut r).await;
         cost(&mut r).await;
         batch(&mut r).await;
+        options(&mut r).await;
         assess(&mut r);
         let mut out = r.0;
         let _ = writeln!(out);

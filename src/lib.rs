@@ -51,8 +51,8 @@ pub mod store;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ClockCheck, Config, ConfigError, RetryPolicy, Settings};
 pub use protocol::{
-    ConflictKind, IdempotencyKey, Scope, SubmitError, Submitted, TaskOptions, TaskRetryPolicy, TaskType,
-    Tenant, ValidationError,
+    ConflictKind, IdempotencyKey, Scope, SubmitError, Submitted, TaskOptions, TaskRetryPolicy,
+    TaskType, Tenant, ValidationError,
 };
 pub use queue::{Queue, SubmitBuilder};
 pub use store::{MemoryStore, S3Store, Store, StoreError};
