@@ -55,7 +55,7 @@ pub enum Command {
         #[arg(long)]
         scope: Option<String>,
         #[command(flatten)]
-        options: TaskOptionArgs,
+        options: Box<TaskOptionArgs>,
     },
     /// Print the idempotency record of a key (without `pending_task`).
     Key {

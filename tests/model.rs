@@ -1535,6 +1535,11 @@ impl World {
                     idempotent_submit::protocol::ConflictKind::TaskType => {
                         self.stats.task_type_conflicts += 1
                     }
+                    // The model sends no task options (tests/options.rs
+                    // covers them): its records all say "none".
+                    idempotent_submit::protocol::ConflictKind::Options => {
+                        return Err(format!("an options conflict without options: {task_id}"));
+                    }
                 }
                 // Guarantee 5: a conflict names a live record of this key
                 // with another input or task type, and nothing was written.
