@@ -1,4 +1,4 @@
-//! The operator CLI, `idem` (CONTRACT.md section 8). Output is JSON on
+//! The operator CLI, `idem` (the README, "The CLI"). Output is JSON on
 //! stdout; the exit code says what happened.
 
 use clap::{Parser, Subcommand};

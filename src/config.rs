@@ -1,5 +1,5 @@
 //! Configuration: the protocol's knobs ([`Settings`]) and the environment
-//! that sets them ([`Config::from_env`], CONTRACT.md section 7).
+//! that sets them ([`Config::from_env`], the README, "Configuration").
 
 use std::time::Duration as StdDuration;
 
@@ -53,7 +53,7 @@ impl RetryPolicy {
 /// How late a signed request can still land at S3 after it was sent.
 pub const LATE_WRITE_MARGIN: Duration = Duration::minutes(15);
 
-/// The protocol's knobs. `Default` is CONTRACT.md's defaults.
+/// The protocol's knobs. `Default` is the documented defaults (the README, "Configuration").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub default_ttl: Duration,
@@ -101,7 +101,7 @@ impl Default for Settings {
 }
 
 /// The largest offset between S3's clock and ours at which anything
-/// deadline-bound is still written (CONTRACT.md section 2).
+/// deadline-bound is still written (docs/protocol.md).
 pub const MAX_CLOCK_OFFSET: Duration = Duration::seconds(60);
 
 /// How the finish deadline (in S3's time: a record's `LastModified` plus the
@@ -167,7 +167,7 @@ fn err(var: &'static str, reason: impl Into<String>) -> ConfigError {
 }
 
 impl Settings {
-    /// The operating conditions of CONTRACT.md section 3 that configuration
+    /// The operating conditions of docs/protocol.md, "Guarantees" that configuration
     /// can break.
     pub fn check(&self) -> Result<(), ConfigError> {
         if self.default_ttl < Duration::hours(1) {

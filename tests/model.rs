@@ -9,7 +9,7 @@
 //! to 58 s off S3's and back. Every time the checker notes is S3's; the
 //! protocol runs on the machines' clock and learns S3's from its answers.
 //!
-//! After every step, guarantees 1 to 7 of CONTRACT.md section 3 are checked
+//! After every step, guarantees 1 to 7 and 10 (docs/protocol.md, "Guarantees") are checked
 //! against each submit's own (tenant, scope, key, task type): every answer
 //! and every error class against what the state allowed, and the whole write
 //! history (each task written once, with If-None-Match, before its record's

@@ -1,4 +1,4 @@
-//! `POST /tasks/batch` (CONTRACT.md section 4): many `POST /tasks` bodies in
+//! `POST /tasks/batch` (docs/openapi.yaml): many `POST /tasks` bodies in
 //! one request, `{"tasks": [...]}`, each submitted as if alone and all at
 //! once ([`crate::Queue::submit_many`]), answered `{"results": [...]}` in
 //! the items' order.

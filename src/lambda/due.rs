@@ -1,4 +1,4 @@
-//! The due queue (CONTRACT.md section 6): S3 event notifications of record
+//! The due queue (docs/protocol.md, "The sweeper"): S3 event notifications of record
 //! writes, which SQS hands to `sweep` `STALE_CREATING_AFTER_SECONDS` after
 //! each write. Shared by the function (an SQS event) and `idem sweep
 //! --due-queue` (messages it receives itself).

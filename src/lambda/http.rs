@@ -1,6 +1,6 @@
 //! API Gateway REST (payload 1.0), HTTP API (2.0) and function URL events:
 //! `POST /tasks`, `POST /tasks/batch` (src/lambda/batch.rs),
-//! `GET /tasks/{task_id}` (CONTRACT.md section 4).
+//! `GET /tasks/{task_id}` (docs/openapi.yaml).
 //!
 //! Requests are read with a lenient struct of our own rather than the typed
 //! `aws_lambda_events` requests: one struct reads all three shapes, and odd

@@ -68,7 +68,7 @@ impl SubmitError {
         }
     }
 
-    /// The problem code of CONTRACT.md section 4, shared by the HTTP API, SQS
+    /// The problem code of docs/openapi.yaml, shared by the HTTP API, SQS
     /// rejections and the CLI.
     pub fn code(&self) -> &'static str {
         match self {

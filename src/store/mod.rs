@@ -133,7 +133,7 @@ pub trait Store: Send + Sync + 'static {
     /// How far the storage's clock stands from this machine's (storage −
     /// local), as the `Date` of its answers so far showed it; `None` before
     /// the first answer. The protocol judges its deadlines in the storage's
-    /// time (CONTRACT.md section 2).
+    /// time (docs/protocol.md).
     fn clock_offset(&self) -> Option<Offset>;
 
     /// Reads an object whole.

@@ -1,4 +1,4 @@
-//! The sweeper (CONTRACT.md section 6): finishes interrupted submits and
+//! The sweeper (docs/protocol.md, "The sweeper"): finishes interrupted submits and
 //! deletes expired records. It is woken two ways, and neither lists the
 //! bucket on the finishing path.
 //!

@@ -11,8 +11,8 @@ use crate::protocol::record::{Record, RecordStatus};
 use crate::store::StoreError;
 
 impl Engine {
-    /// Reads the record at `key` and does what its state needs (CONTRACT.md
-    /// section 6): finish a stale `creating` record, delete an
+    /// Reads the record at `key` and does what its state needs
+    /// (docs/protocol.md, "The sweeper"): finish a stale `creating` record, delete an
     /// expired one, report an early or a late one. The one record handler of
     /// the event path and the scheduled pass.
     /// No request starts at or after `deadline` (nor after the operation
