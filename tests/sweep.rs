@@ -1136,3 +1136,37 @@ fn only_a_young_record_or_a_retryable_failure_is_handed_back() {
     assert!(!retry(RecordOutcome::Finished));
     assert!(!retry(RecordOutcome::PastDeadline));
 }
+
+/// A checkpoint that does not parse is said and counted, never dropped
+/// without a word; the pass begins anew over it and leaves one that parses.
+#[tokio::test]
+async fn an_unparseable_checkpoint_is_counted_as_an_error_and_a_new_pass_replaces_it() {
+    let w = World::new();
+    w.queue()
+        .submit("t", json!({"k": 1}))
+        .idempotency_key("a")
+        .await
+        .unwrap();
+    w.bucket
+        .put(
+            idempotent_submit::protocol::sweep::CHECKPOINT_KEY,
+            bytes::Bytes::from_static(b"{not a checkpoint"),
+            PutMode::Overwrite,
+        )
+        .await
+        .unwrap();
+    w.clock.advance(Duration::minutes(11));
+    let s = w.sweep(false).await;
+    assert_eq!((s.errors, s.complete, s.scanned), (1, true, 1), "{s:?}");
+    let saved = w
+        .bucket
+        .get(idempotent_submit::protocol::sweep::CHECKPOINT_KEY)
+        .await
+        .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&saved.body).expect("a checkpoint that parses");
+    assert!(v["pass"].is_string(), "{v}");
+    // The next pass reads it: no error.
+    w.clock.advance(Duration::days(1));
+    assert_eq!(w.sweep(false).await.errors, 0);
+}

@@ -116,6 +116,15 @@ pub struct IdempotencyInfo {
     pub expires_at: DateTime<Utc>,
 }
 
+/// A submit's own object that did not serialize: an error, never an empty
+/// body written.
+fn unserializable(what: &str, e: serde_json::Error) -> SubmitError {
+    SubmitError::Corrupt {
+        key: what.to_owned(),
+        reason: format!("could not be serialized: {e}"),
+    }
+}
+
 impl Engine {
     /// Submits a task: a plain new task without a key, the idempotency
     /// protocol with one.
@@ -144,7 +153,8 @@ impl Engine {
                 tenant: tenant_id.as_deref(),
                 ..Default::default()
             },
-        );
+        )
+        .map_err(|e| unserializable("the task object", e))?;
         let body = Bytes::copy_from_slice(task.get().as_bytes());
         let (task_key, marker_key) = (loc.task_key(), loc.marker_key());
         let (t, m) = tokio::join!(
@@ -220,7 +230,8 @@ impl Engine {
                 key_hash: Some(&key_hash),
                 tenant: tenant_id.as_deref(),
             },
-        );
+        )
+        .map_err(|e| unserializable("the task object", e))?;
         let mine = Record {
             key: k.key.to_string(),
             key_hash: key_hash.clone(),
@@ -236,7 +247,7 @@ impl Engine {
             tenant: tenant_id.clone(),
             pending_task: Some(task),
         };
-        let body = mine.to_bytes();
+        let body = mine.to_bytes().map_err(|e| unserializable(&rkey, e))?;
 
         // What the next claim writes over: nothing (If-None-Match), or the
         // expired record just read (If-Match its ETag).

@@ -92,10 +92,16 @@ impl Engine {
             })
             .await
         {
-            Ok(o) => (
-                serde_json::from_slice::<Checkpoint>(&o.body).ok(),
-                Some(o.meta.etag),
-            ),
+            Ok(o) => match serde_json::from_slice::<Checkpoint>(&o.body) {
+                Ok(cp) => (Some(cp), Some(o.meta.etag)),
+                // Not ours to read: say so, count it, and begin a new pass
+                // over it (by compare-and-swap on what is there).
+                Err(e) => {
+                    tracing::error!(key = CHECKPOINT_KEY, error = %e, "the sweeper's checkpoint does not parse: a new pass begins");
+                    summary.errors += 1;
+                    (None, Some(o.meta.etag))
+                }
+            },
             Err(Failure::Store(StoreError::NotFound)) => (None, None),
             Err(e) => return Err(e.into()),
         };
@@ -205,7 +211,11 @@ impl Engine {
             Some(e) => PutMode::Update(e.clone()),
             None => PutMode::Create,
         };
-        let body = bytes::Bytes::from(serde_json::to_vec(cp).unwrap_or_default());
+        // A checkpoint always serializes (times and strings); if it ever did
+        // not, nothing is written rather than an empty checkpoint.
+        let body = serde_json::to_vec(cp)
+            .map(bytes::Bytes::from)
+            .map_err(|e| Failure::Store(StoreError::Fatal(format!("the checkpoint: {e}"))))?;
         self.call(deadline, || {
             self.store.put(CHECKPOINT_KEY, body.clone(), cond.clone())
         })
