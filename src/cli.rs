@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::protocol::names::parse_principal;
-use crate::protocol::{Scope, SubmitError, Tenant};
+use crate::protocol::{ErrorKind, Scope, SubmitError, Tenant};
 use crate::queue::Queue;
 
 #[derive(Debug, Parser)]
@@ -222,10 +222,10 @@ fn error(exit: i32, code: &str, detail: impl ToString) -> Outcome {
 }
 
 fn submit_error(e: &SubmitError) -> Outcome {
-    let exit = match e {
-        SubmitError::Invalid(_) | SubmitError::InputTooLarge { .. } => exit::INVALID,
-        SubmitError::Conflict { .. } => exit::CONFLICT,
-        _ => exit::FAILED,
+    let exit = match e.kind() {
+        ErrorKind::Invalid | ErrorKind::KeyMissing | ErrorKind::TooLarge => exit::INVALID,
+        ErrorKind::Conflict => exit::CONFLICT,
+        ErrorKind::InProgress | ErrorKind::Unavailable | ErrorKind::Broken => exit::FAILED,
     };
     error(exit, e.code(), e)
 }
