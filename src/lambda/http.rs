@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::App;
@@ -219,21 +219,43 @@ fn route<'a>(path: &'a str, stage: Option<&str>) -> Route<'a> {
     }
 }
 
-/// An HTTP response in the shape all three event sources accept.
-pub(super) fn response(status: u16, headers: Vec<(&str, String)>, body: &Value) -> Value {
-    let headers: Map<String, Value> = headers
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), Value::String(v)))
-        .collect();
-    json!({
-        "statusCode": status,
-        "headers": headers,
-        "body": body.to_string(),
-        "isBase64Encoded": false,
-    })
+/// An HTTP answer, in the shape all three event sources accept
+/// (`statusCode`, `headers`, `body`, `isBase64Encoded`; and `cookies` for
+/// an HTTP API's payload format 2.0).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpResponse {
+    pub status_code: u16,
+    pub headers: Map<String, Value>,
+    pub body: String,
+    pub is_base64_encoded: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cookies: Option<Vec<String>>,
 }
 
-fn problem_response(p: &Problem, request_id: &str) -> Value {
+impl HttpResponse {
+    /// The event's answer, as JSON.
+    pub fn into_value(self) -> Value {
+        // A struct of strings, numbers and JSON values always serializes.
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// An HTTP response with a JSON body.
+pub(super) fn response(status: u16, headers: Vec<(&str, String)>, body: &Value) -> HttpResponse {
+    HttpResponse {
+        status_code: status,
+        headers: headers
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), Value::String(v)))
+            .collect(),
+        body: body.to_string(),
+        is_base64_encoded: false,
+        cookies: None,
+    }
+}
+
+fn problem_response(p: &Problem, request_id: &str) -> HttpResponse {
     let mut headers = vec![("content-type", "application/problem+json".to_owned())];
     if let Some(d) = p.retry_after {
         headers.push(("retry-after", retry_after_secs(d).to_string()));
@@ -263,7 +285,7 @@ fn location(public_path: &str, task_id: Uuid) -> String {
     format!("{base}/{task_id}")
 }
 
-fn success(s: &Submitted, public_path: &str) -> Value {
+fn success(s: &Submitted, public_path: &str) -> HttpResponse {
     let mut headers = vec![("content-type", "application/json".to_owned())];
     if s.created() {
         headers.push(("location", location(public_path, s.task_id)));
@@ -289,16 +311,17 @@ pub async fn handle(app: &App, event: Value, lambda_request_id: &str) -> Value {
         Ok(r) => r,
         Err(p) => {
             tracing::info!(request_id = %fallback, status = p.status, detail = %p.detail, "http request");
-            return problem_response(&p, fallback);
+            return problem_response(&p, fallback).into_value();
         }
     };
     if req.request_id.is_empty() {
         req.request_id = fallback.to_owned();
     }
-    let (status, mut answer) = match serve(app, &req).await {
-        Ok(v) => (v["statusCode"].as_u64().unwrap_or(200), v),
-        Err(p) => (u64::from(p.status), problem_response(&p, &req.request_id)),
+    let mut answer = match serve(app, &req).await {
+        Ok(r) => r,
+        Err(p) => problem_response(&p, &req.request_id),
     };
+    let status = answer.status_code;
     tracing::info!(
         request_id = %req.request_id,
         method = %req.method,
@@ -306,15 +329,13 @@ pub async fn handle(app: &App, event: Value, lambda_request_id: &str) -> Value {
         status,
         "http request"
     );
-    if req.v2
-        && let Some(obj) = answer.as_object_mut()
-    {
-        obj.insert("cookies".into(), json!([]));
+    if req.v2 {
+        answer.cookies = Some(Vec::new());
     }
-    answer
+    answer.into_value()
 }
 
-async fn serve(app: &App, req: &HttpRequest) -> Result<Value, Problem> {
+async fn serve(app: &App, req: &HttpRequest) -> Result<HttpResponse, Problem> {
     let route = route(&req.path, req.stage.as_deref());
     // Under isolation every route answers only an authenticated caller: a
     // request without a principal (no authorizer, a misconfigured one) must
@@ -345,7 +366,11 @@ pub(super) fn is_json(content_type: &str) -> bool {
     mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
 }
 
-async fn submit(app: &App, req: &HttpRequest, tenant: Option<&str>) -> Result<Value, Problem> {
+async fn submit(
+    app: &App,
+    req: &HttpRequest,
+    tenant: Option<&str>,
+) -> Result<HttpResponse, Problem> {
     let limit = app.queue.settings().max_input_bytes;
     if let Some(ct) = req.header("content-type")
         && !is_json(ct)
@@ -419,7 +444,7 @@ fn owns(tenant: &Tenant, id: Uuid, body: &[u8]) -> bool {
 /// `GET /tasks/{id}`. Under isolation, another tenant's task (or one that
 /// names no tenant: submitted through SQS or the CLI) is answered exactly as
 /// a task that does not exist, so that ids cannot be probed.
-async fn get_task(app: &App, id: &str, tenant: Option<&str>) -> Result<Value, Problem> {
+async fn get_task(app: &App, id: &str, tenant: Option<&str>) -> Result<HttpResponse, Problem> {
     let Ok(id) = Uuid::parse_str(id) else {
         return Err(Problem::not_found("no such task"));
     };
@@ -453,6 +478,7 @@ async fn get_task(app: &App, id: &str, tenant: Option<&str>) -> Result<Value, Pr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn routes_match_under_stages_and_function_url_roots() {
