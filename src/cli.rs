@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::protocol::names::parse_principal;
+use crate::protocol::names::Principal;
 use crate::protocol::{ErrorKind, Scope, SubmitError, Tenant};
 use crate::queue::Queue;
 
@@ -435,7 +435,7 @@ pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
         Command::Key { scope, key, tenant } => {
             let tenant = match tenant
                 .as_deref()
-                .map(|t| parse_principal(t).and_then(|p| Tenant::from_principal(&p)))
+                .map(|t| Principal::parse(t).and_then(|p| Tenant::from_principal(p.as_str())))
                 .transpose()
             {
                 Ok(t) => t,

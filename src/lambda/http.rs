@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::App;
 use super::problem::Problem;
 use super::request::SubmitBody;
-use crate::protocol::names::without_session;
+use crate::protocol::names::Principal;
 use crate::protocol::record::task_tenant;
 use crate::protocol::{Submitted, Tenant};
 
@@ -54,7 +54,7 @@ pub struct HttpRequest {
     pub base64: bool,
     pub request_id: String,
     /// The authenticated caller, in an injective text form.
-    pub principal: Option<String>,
+    pub principal: Option<Principal>,
     /// Payload 2.0 (HTTP API, function URL): its response may carry
     /// `cookies`; a REST API's (1.0) must not.
     pub v2: bool,
@@ -133,29 +133,24 @@ impl HttpRequest {
 /// user pool authorizer), or a Lambda authorizer's principalId. Each kind is
 /// tagged, and the JWT form is length-prefixed, so no two principals read
 /// alike.
-fn principal(ctx: &Value) -> Option<String> {
-    let s = |p: &str| {
-        ctx.pointer(p)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-    };
-    if let Some(arn) = s("/authorizer/iam/userArn").or_else(|| s("/identity/userArn")) {
-        return Some(format!("iam:{}", without_session(&arn)));
+fn principal(ctx: &Value) -> Option<Principal> {
+    let s = |p: &str| ctx.pointer(p).and_then(Value::as_str).unwrap_or("");
+    if let Some(p) = Principal::iam(s("/authorizer/iam/userArn"))
+        .or_else(|| Principal::iam(s("/identity/userArn")))
+    {
+        return Some(p);
     }
     let jwt = ["/authorizer/jwt/claims", "/authorizer/claims"]
         .iter()
         .find_map(|p| ctx.pointer(p).filter(|c| c.get("sub").is_some()));
     if let Some(claims) = jwt {
-        let iss = claims.get("iss").and_then(Value::as_str).unwrap_or("");
-        let sub = claims.get("sub").and_then(Value::as_str).unwrap_or("");
-        if !sub.is_empty() {
-            return Some(format!("jwt:{}:{iss}:{sub}", iss.len()));
+        let claim = |k: &str| claims.get(k).and_then(Value::as_str).unwrap_or("");
+        if let Some(p) = Principal::jwt(claim("iss"), claim("sub")) {
+            return Some(p);
         }
     }
-    s("/authorizer/principalId")
-        .or_else(|| s("/authorizer/lambda/principalId"))
-        .map(|p| format!("lambda:{p}"))
+    Principal::lambda(s("/authorizer/principalId"))
+        .or_else(|| Principal::lambda(s("/authorizer/lambda/principalId")))
 }
 
 /// Parses an `Idempotency-Key` header: an RFC 8941 sf-string
@@ -541,7 +536,7 @@ mod tests {
         let b = role("arn:aws:sts::123456789012:assumed-role/producer/i-0def");
         assert_eq!(a, b);
         assert_eq!(
-            a.as_deref(),
+            a.as_ref().map(Principal::as_str),
             Some("iam:arn:aws:sts::123456789012:assumed-role/producer")
         );
         // Other roles, accounts and partitions stay apart.
@@ -554,18 +549,27 @@ mod tests {
             role("arn:aws:sts::210987654321:assumed-role/producer/i-0abc")
         );
         assert_eq!(
-            role("arn:aws-cn:sts::1:assumed-role/r/s").as_deref(),
+            role("arn:aws-cn:sts::1:assumed-role/r/s")
+                .as_ref()
+                .map(Principal::as_str),
             Some("iam:arn:aws-cn:sts::1:assumed-role/r")
         );
         // Users and other ARNs are kept whole.
         assert_eq!(
-            role("arn:aws:iam::1:user/path/a").as_deref(),
+            role("arn:aws:iam::1:user/path/a")
+                .as_ref()
+                .map(Principal::as_str),
             Some("iam:arn:aws:iam::1:user/path/a")
         );
         assert_eq!(
-            role("arn:aws:sts::1:federated-user/bob").as_deref(),
+            role("arn:aws:sts::1:federated-user/bob")
+                .as_ref()
+                .map(Principal::as_str),
             Some("iam:arn:aws:sts::1:federated-user/bob")
         );
-        assert_eq!(role("not-an-arn").as_deref(), Some("iam:not-an-arn"));
+        assert_eq!(
+            role("not-an-arn").as_ref().map(Principal::as_str),
+            Some("iam:not-an-arn")
+        );
     }
 }
