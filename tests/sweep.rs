@@ -963,35 +963,6 @@ async fn an_empty_page_with_a_continuation_token_is_not_the_end_of_a_range() {
 }
 
 #[tokio::test]
-async fn an_unfinished_pass_saved_by_the_listing_sweeper_before_ranges_is_done_again_in_its_window()
-{
-    let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
-    w.clock.advance(Duration::minutes(11));
-    // The old checkpoint shape: a cursor instead of ranges, stopped early.
-    let old = json!({
-        "previous_pass": null,
-        "pass": "2026-01-27T12:11:00Z",
-        "cursor": "idempotency/0",
-        "complete": false,
-    });
-    w.bucket
-        .put(
-            "sweeper/checkpoint.json",
-            serde_json::to_vec(&old).unwrap().into(),
-            PutMode::Create,
-        )
-        .await
-        .unwrap();
-    let s = w.sweep(false).await;
-    assert!(s.resumed && s.complete, "{s:?}");
-    assert_eq!(s.finished, 1);
-    assert_eq!(w.record("a").await.status, Some(RecordStatus::Creating));
-    assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
-}
-
-#[tokio::test]
 async fn a_run_that_died_holding_the_pass_keeps_it_for_its_lease_then_loses_it() {
     let w = World::new();
     w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)

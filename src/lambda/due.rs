@@ -20,11 +20,8 @@ use futures::StreamExt;
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
-use crate::protocol::sweep::{RECORDS_PREFIX, RecordOutcome};
+use crate::protocol::sweep::{READS_AT_ONCE, RECORDS_PREFIX, RecordOutcome};
 use crate::protocol::{Engine, SweepSummary};
-
-/// Records of one batch read at once.
-const READS_AT_ONCE: usize = 16;
 
 /// One record write that an S3 notification names.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -116,17 +116,11 @@ impl Engine {
             summary.busy = true;
             return Ok(summary);
         }
+        // An unfinished pass always saves the ranges it has left.
         let mut cp = match saved {
-            Some(c) if !c.complete && !c.ranges.is_empty() => {
-                summary.resumed = true;
-                c
-            }
-            // An unfinished pass saved without ranges (by the sweeper before
-            // ranges): its window again from the start, so nothing it had
-            // left is missed.
             Some(c) if !c.complete => {
                 summary.resumed = true;
-                Checkpoint::new_pass(c.previous_pass, c.pass)
+                c
             }
             Some(c) => Checkpoint::new_pass(Some(c.pass), started),
             None => Checkpoint::new_pass(None, started),
