@@ -63,7 +63,11 @@ impl SubmitError {
             SubmitError::Undetermined { .. }
             | SubmitError::DeadlineExceeded
             | SubmitError::ClockOffset { .. } => true,
-            SubmitError::Storage(e) => e.is_retryable() || *e == StoreError::Crashed,
+            // A crashed test process's request may be sent again by its
+            // client, as any storage failure S3 may not repeat.
+            #[cfg(feature = "testing")]
+            SubmitError::Storage(StoreError::Crashed) => true,
+            SubmitError::Storage(e) => e.is_retryable(),
             _ => false,
         }
     }
@@ -174,12 +178,6 @@ mod tests {
                 Some(1),
             ),
             (
-                SubmitError::Storage(StoreError::Crashed),
-                "storage_unavailable",
-                true,
-                Some(1),
-            ),
-            (
                 SubmitError::Storage(StoreError::Fatal("403".into())),
                 "storage_error",
                 false,
@@ -206,5 +204,16 @@ mod tests {
             assert_eq!(e.is_retryable(), retryable, "{e:?}");
             assert_eq!(e.retry_after().map(|d| d.as_secs()), hint, "{e:?}");
         }
+    }
+
+    /// A fault-injection crash exists only in a build with the testing
+    /// feature; its client may send the request again.
+    #[cfg(feature = "testing")]
+    #[test]
+    fn a_crashed_test_process_is_answered_as_storage_unavailable() {
+        let e = SubmitError::Storage(StoreError::Crashed);
+        assert_eq!(e.code(), "storage_unavailable");
+        assert!(e.is_retryable());
+        assert_eq!(e.retry_after().map(|d| d.as_secs()), Some(1));
     }
 }
