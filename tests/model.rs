@@ -19,7 +19,7 @@
 //! bug planted on purpose (`tests/model/planted.rs`: wrappers of the store and
 //! the engine's settings, the library unchanged), with a shrunk schedule.
 //!
-//! Seeds are reproducible: `MODEL_SEED=<seed> cargo test --test model`
+//! Seeds are reproducible: `MODEL_SEED=<seed> cargo test --features testing --test model`
 //! replays one schedule. A failure prints its seed and a shrunk schedule.
 //! `MODEL_SCHEDULES` sets how many run (make soak runs many).
 
@@ -1948,7 +1948,7 @@ fn random_schedules_keep_every_guarantee() {
                 let small = shrink(schedule, None, &needle);
                 let why = run(&small, None).err().unwrap_or(e.clone());
                 panic!(
-                    "seed {seed} broke a guarantee: {e}\nshrunk to {} steps ({why}):\n{small:#?}\nreplay: MODEL_SEED={seed} cargo test --test model",
+                    "seed {seed} broke a guarantee: {e}\nshrunk to {} steps ({why}):\n{small:#?}\nreplay: MODEL_SEED={seed} cargo test --features testing --test model",
                     small.len()
                 );
             }
