@@ -70,9 +70,11 @@ impl SubmitError {
             SubmitError::DeadlineExceeded | SubmitError::ClockOffset { .. } => {
                 ErrorKind::Unavailable
             }
-            SubmitError::Storage(e) if e.is_retryable() || *e == StoreError::Crashed => {
-                ErrorKind::Unavailable
-            }
+            // A crashed test process's request may be sent again by its
+            // client, as any storage failure S3 may not repeat.
+            #[cfg(feature = "testing")]
+            SubmitError::Storage(StoreError::Crashed) => ErrorKind::Unavailable,
+            SubmitError::Storage(e) if e.is_retryable() => ErrorKind::Unavailable,
             SubmitError::Storage(_) | SubmitError::Corrupt { .. } => ErrorKind::Broken,
         }
     }
@@ -240,12 +242,6 @@ mod tests {
                 Some(1),
             ),
             (
-                SubmitError::Storage(StoreError::Crashed),
-                "storage_unavailable",
-                true,
-                Some(1),
-            ),
-            (
                 SubmitError::Storage(StoreError::Fatal("403".into())),
                 "storage_error",
                 false,
@@ -292,5 +288,16 @@ mod tests {
             let answers = [k.is_the_requests_fault(), k.is_retryable(), k == Broken];
             assert_eq!(answers.iter().filter(|a| **a).count(), 1, "{k:?}");
         }
+    }
+
+    /// A fault-injection crash exists only in a build with the testing
+    /// feature; its client may send the request again.
+    #[cfg(feature = "testing")]
+    #[test]
+    fn a_crashed_test_process_is_answered_as_storage_unavailable() {
+        let e = SubmitError::Storage(StoreError::Crashed);
+        assert_eq!(e.code(), "storage_unavailable");
+        assert!(e.is_retryable());
+        assert_eq!(e.retry_after().map(|d| d.as_secs()), Some(1));
     }
 }

@@ -19,8 +19,6 @@ use super::finish::Start;
 use super::hash;
 use super::names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
 use super::record::{Record, RecordStatus, TaskIdempotency, TaskLocation, record_key, task_json};
-use crate::config::LATE_WRITE_MARGIN;
-use crate::planted::Bug;
 use crate::store::{ETag, ObjectMeta, PutMode, StoreError};
 
 /// How many times a submit starts over when the record changes under it
@@ -195,16 +193,7 @@ impl Engine {
         op_deadline: DateTime<Utc>,
     ) -> Result<Submitted, SubmitError> {
         let scope = k.scope.resolve(&req.task_type).to_owned();
-        let planted;
-        let hashed_key = if self.settings.has_bug(Bug::OneRecordPerScope)
-            && let Ok(one) = IdempotencyKey::parse("planted")
-        {
-            planted = one;
-            &planted
-        } else {
-            &k.key
-        };
-        let key_hash = hash::key_hash(&scope, hashed_key, req.tenant.as_ref());
+        let key_hash = hash::key_hash(&scope, &k.key, req.tenant.as_ref());
         let tenant_id = req.tenant.as_ref().map(Tenant::id);
         let rkey = record_key(&scope, &key_hash);
         self.refuse_if_clock_known_off(&rkey, op_deadline).await?;
@@ -291,9 +280,7 @@ impl Engine {
             // before its `expires_at` by S3's clock, whichever machine asks.
             // An expired record counts as absent: replace it, but only if it
             // is still the one we read.
-            if existing.is_expired(self.s3_earliest()?)
-                && !self.settings.has_bug(Bug::ExpiryIgnored)
-            {
+            if existing.is_expired(self.s3_earliest()?) {
                 replace = Some(obj.meta.etag.clone());
                 continue;
             }
@@ -397,9 +384,7 @@ impl Engine {
             // offset: unknown or too large, the submit writes nothing and
             // answers nothing it cannot vouch for (the error).
             Some(RecordStatus::Creating)
-                if rec.pending_task.is_some()
-                    && (self.s3_before(finish_deadline)?
-                        || self.settings.has_bug(Bug::IgnoreFinishDeadline)) =>
+                if rec.pending_task.is_some() && self.s3_before(finish_deadline)? =>
             {
                 let done = self
                     .finish(rkey, rec, Start::Check, finish_deadline, op_deadline)
@@ -411,11 +396,9 @@ impl Engine {
             // `status` (buquet's): nothing is written for it. Its task exists
             // or, once no late write can land any more, it is missing.
             _ => {
-                let mut until =
-                    meta.last_modified + self.settings.finish_window + LATE_WRITE_MARGIN;
-                if self.settings.has_bug(Bug::MissingWithoutMargin) {
-                    until -= LATE_WRITE_MARGIN;
-                }
+                let until = meta.last_modified
+                    + self.settings.finish_window
+                    + self.settings.late_write_margin;
                 match self.read_status(&rec.task_key, op_deadline).await? {
                     Some(status) => Ok(self.answer(rec, status, replayed, false)),
                     // `missing` only once S3's earliest possible time is past

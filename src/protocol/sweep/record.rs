@@ -83,11 +83,7 @@ impl Engine {
             return RecordOutcome::Nothing;
         }
         let finish_deadline = meta.last_modified + self.settings.finish_window;
-        if latest >= finish_deadline
-            && !self
-                .settings
-                .has_bug(crate::planted::Bug::IgnoreFinishDeadline)
-        {
+        if latest >= finish_deadline {
             // Settled or settling: nothing is written for it any more. Only
             // a submit that never got its task is an error (it answers
             // `missing`); a record whose task is there is done.
