@@ -60,29 +60,37 @@ pub enum SubmitError {
 }
 
 impl SubmitError {
-    /// Would the same request, sent again later, possibly succeed?
-    pub fn is_retryable(&self) -> bool {
+    /// What this error means to whoever answers it: the one
+    /// classification that the HTTP edge, the SQS adapter, the CLI and the
+    /// metrics each match totally.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            SubmitError::Undetermined { .. }
-            | SubmitError::DeadlineExceeded
-            | SubmitError::ClockOffset { .. } => true,
-            SubmitError::Storage(e) => e.is_retryable() || *e == StoreError::Crashed,
-            _ => false,
+            SubmitError::Invalid(ValidationError::KeyRequired) => ErrorKind::KeyMissing,
+            SubmitError::Invalid(_) => ErrorKind::Invalid,
+            SubmitError::InputTooLarge { .. } => ErrorKind::TooLarge,
+            SubmitError::Conflict { .. } => ErrorKind::Conflict,
+            SubmitError::Undetermined { .. } => ErrorKind::InProgress,
+            SubmitError::DeadlineExceeded | SubmitError::ClockOffset { .. } => {
+                ErrorKind::Unavailable
+            }
+            // A crashed test process's request may be sent again by its
+            // client, as any storage failure S3 may not repeat.
+            #[cfg(feature = "testing")]
+            SubmitError::Storage(StoreError::Crashed) => ErrorKind::Unavailable,
+            SubmitError::Storage(e) if e.is_retryable() => ErrorKind::Unavailable,
+            SubmitError::Storage(_) | SubmitError::Corrupt { .. } => ErrorKind::Broken,
         }
     }
 
-    /// The problem code of CONTRACT.md section 4, shared by the HTTP API, SQS
+    /// Would the same request, sent again later, possibly succeed?
+    pub fn is_retryable(&self) -> bool {
+        self.kind().is_retryable()
+    }
+
+    /// The problem code (docs/openapi.yaml), shared by the HTTP API, SQS
     /// rejections and the CLI.
     pub fn code(&self) -> &'static str {
-        match self {
-            SubmitError::Invalid(ValidationError::KeyRequired) => "idempotency_key_missing",
-            SubmitError::Invalid(_) => "invalid_request",
-            SubmitError::InputTooLarge { .. } => "input_too_large",
-            SubmitError::Conflict { .. } => "idempotency_conflict",
-            SubmitError::Undetermined { .. } => "submit_in_progress",
-            e if e.is_retryable() => "storage_unavailable",
-            _ => "storage_error",
-        }
+        self.kind().code()
     }
 
     /// The hint for a retry, where there is one.
@@ -94,6 +102,66 @@ impl SubmitError {
             SubmitError::ClockOffset { offset: Some(_) } => Some(StdDuration::from_secs(30)),
             e if e.is_retryable() => Some(StdDuration::from_secs(1)),
             _ => None,
+        }
+    }
+}
+
+/// What an error means to whoever answers it. Every adapter matches this
+/// totally, so a new kind cannot be answered by accident.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request is malformed: 400 `invalid_request`.
+    Invalid,
+    /// A key is required and none was sent: 400 `idempotency_key_missing`.
+    KeyMissing,
+    /// The input is over the limit: 413 `input_too_large`.
+    TooLarge,
+    /// The key was used with another request: 422 `idempotency_conflict`.
+    Conflict,
+    /// A submit of the key may still be landing: 503 `submit_in_progress`.
+    InProgress,
+    /// Storage, or its clock, failed for now: 503 `storage_unavailable`.
+    Unavailable,
+    /// Storage failed for good, or an object is not what the layout says:
+    /// 500 `storage_error`.
+    Broken,
+}
+
+impl ErrorKind {
+    /// The problem code.
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorKind::Invalid => "invalid_request",
+            ErrorKind::KeyMissing => "idempotency_key_missing",
+            ErrorKind::TooLarge => "input_too_large",
+            ErrorKind::Conflict => "idempotency_conflict",
+            ErrorKind::InProgress => "submit_in_progress",
+            ErrorKind::Unavailable => "storage_unavailable",
+            ErrorKind::Broken => "storage_error",
+        }
+    }
+
+    /// The same request, sent again later, may succeed.
+    pub fn is_retryable(self) -> bool {
+        match self {
+            ErrorKind::InProgress | ErrorKind::Unavailable => true,
+            ErrorKind::Invalid
+            | ErrorKind::KeyMissing
+            | ErrorKind::TooLarge
+            | ErrorKind::Conflict
+            | ErrorKind::Broken => false,
+        }
+    }
+
+    /// The request itself can never succeed as sent: an SQS message of this
+    /// kind is rejected (`rejected/`), not retried.
+    pub fn is_the_requests_fault(self) -> bool {
+        match self {
+            ErrorKind::Invalid
+            | ErrorKind::KeyMissing
+            | ErrorKind::TooLarge
+            | ErrorKind::Conflict => true,
+            ErrorKind::InProgress | ErrorKind::Unavailable | ErrorKind::Broken => false,
         }
     }
 }
@@ -177,12 +245,6 @@ mod tests {
                 Some(1),
             ),
             (
-                SubmitError::Storage(StoreError::Crashed),
-                "storage_unavailable",
-                true,
-                Some(1),
-            ),
-            (
                 SubmitError::Storage(StoreError::Fatal("403".into())),
                 "storage_error",
                 false,
@@ -209,5 +271,36 @@ mod tests {
             assert_eq!(e.is_retryable(), retryable, "{e:?}");
             assert_eq!(e.retry_after().map(|d| d.as_secs()), hint, "{e:?}");
         }
+    }
+
+    #[test]
+    fn every_kind_has_its_own_code_and_is_the_requests_fault_or_worth_a_retry_or_broken() {
+        use ErrorKind::*;
+        let all = [
+            Invalid,
+            KeyMissing,
+            TooLarge,
+            Conflict,
+            InProgress,
+            Unavailable,
+            Broken,
+        ];
+        let codes: std::collections::HashSet<_> = all.iter().map(|k| k.code()).collect();
+        assert_eq!(codes.len(), all.len());
+        for k in all {
+            let answers = [k.is_the_requests_fault(), k.is_retryable(), k == Broken];
+            assert_eq!(answers.iter().filter(|a| **a).count(), 1, "{k:?}");
+        }
+    }
+
+    /// A fault-injection crash exists only in a build with the testing
+    /// feature; its client may send the request again.
+    #[cfg(feature = "testing")]
+    #[test]
+    fn a_crashed_test_process_is_answered_as_storage_unavailable() {
+        let e = SubmitError::Storage(StoreError::Crashed);
+        assert_eq!(e.code(), "storage_unavailable");
+        assert!(e.is_retryable());
+        assert_eq!(e.retry_after().map(|d| d.as_secs()), Some(1));
     }
 }

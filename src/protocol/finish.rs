@@ -8,8 +8,6 @@ use chrono::{DateTime, Utc};
 use super::engine::{Engine, Failure};
 use super::error::SubmitError;
 use super::record::{Record, TaskHead, TaskLocation, TaskState, payload_key, task_status};
-use crate::config::LATE_WRITE_MARGIN;
-use crate::planted::Bug;
 use crate::store::{PutMode, StoreError};
 
 /// Where [`Engine::finish`] starts.
@@ -93,7 +91,7 @@ impl Engine {
                 Err(Failure::Store(StoreError::NotFound)) => false,
                 Err(e) => return Err(e.into()),
             };
-            let marker_missing = !marker_found && !self.settings.has_bug(Bug::FinishWithoutMarker);
+            let marker_missing = !marker_found;
             match t {
                 Ok(obj) => {
                     need_task = false;
@@ -101,8 +99,7 @@ impl Engine {
                     // Untouched: the very bytes the record's submit wrote.
                     // Every worker transition rewrites the object.
                     let untouched = obj.body.as_ref() == pending.get().as_bytes();
-                    need_marker = marker_missing
-                        && (untouched || self.settings.has_bug(Bug::MarkerWhenHeadFindsNone));
+                    need_marker = marker_missing && untouched;
                     // A marker in the record's minute for a task a worker has
                     // taken since is stale: left by a finisher that died
                     // before its re-read, or by an earlier version of this
@@ -131,19 +128,10 @@ impl Engine {
         // before it. Without a trusted offset, nothing is written.
         let offset = self.s3_offset()?;
         let local_finish_deadline = finish_deadline - offset.high;
-        let write_deadline = if self.settings.has_bug(Bug::IgnoreFinishDeadline) {
-            op_deadline
-        } else {
-            local_finish_deadline.min(op_deadline)
-        };
-        let task_mode = if self.settings.has_bug(Bug::OverwriteTask) {
-            PutMode::Overwrite
-        } else {
-            PutMode::Create
-        };
+        let write_deadline = local_finish_deadline.min(op_deadline);
         let refused = |f: Failure| match f {
             Failure::Deadline if self.now() >= local_finish_deadline => {
-                let until = finish_deadline + LATE_WRITE_MARGIN;
+                let until = finish_deadline + self.settings.late_write_margin;
                 SubmitError::Undetermined {
                     task_id: rec.task_id,
                     retry_after: (until - (self.now() + offset.low))
@@ -181,8 +169,7 @@ impl Engine {
                 if need_task {
                     Some(
                         self.call(write_deadline, || {
-                            self.store
-                                .put(task_key, task_body.clone(), task_mode.clone())
+                            self.store.put(task_key, task_body.clone(), PutMode::Create)
                         })
                         .await,
                     )
@@ -227,7 +214,7 @@ impl Engine {
         // marker that took a retry, a worker may have claimed the task in
         // between: read the task again.
         let verify = need_marker && (!created || marker_attempts > 1);
-        if verify && !self.settings.has_bug(Bug::MarkerUnverified) {
+        if verify {
             status = self
                 .verify_marker(task_key, &loc, &marker_key, op_deadline)
                 .await?;

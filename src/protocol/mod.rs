@@ -13,7 +13,7 @@ pub mod submit;
 pub mod sweep;
 
 pub use engine::Engine;
-pub use error::{ConflictKind, SubmitError};
+pub use error::{ConflictKind, ErrorKind, SubmitError};
 pub use names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
 pub use options::{TaskOptions, TaskRetryPolicy};
 pub use record::{Record, RecordStatus, TaskLocation};

@@ -7,7 +7,6 @@ use super::engine::Engine;
 use super::error::SubmitError;
 use crate::clock::Offset;
 use crate::config::{ClockCheck, MAX_CLOCK_OFFSET};
-use crate::planted::Bug;
 
 impl Engine {
     /// S3's time minus ours, as far as S3's answers have told it: the bounds
@@ -32,9 +31,7 @@ impl Engine {
     /// The offset if it may be used; else what is known of it (`None`: not
     /// yet dated). Logs nothing.
     pub(super) fn judged_offset(&self) -> Result<Offset, Option<Offset>> {
-        if self.settings.clock_check == ClockCheck::TrustClock
-            || self.settings.has_bug(Bug::TrustMachineClock)
-        {
+        if self.settings.clock_check == ClockCheck::TrustClock {
             let zero = chrono::Duration::zero();
             return Ok(Offset {
                 low: zero,

@@ -23,8 +23,6 @@ use super::record::{
     Record, RecordStatus, TaskIdempotency, TaskInput, TaskLocation, payload_key, record_key,
     task_json_with,
 };
-use crate::config::LATE_WRITE_MARGIN;
-use crate::planted::Bug;
 use crate::store::{ETag, ObjectMeta, PutMode, StoreError};
 
 /// How many times a submit starts over when the record changes under it
@@ -138,6 +136,15 @@ pub struct IdempotencyInfo {
     pub expires_at: DateTime<Utc>,
 }
 
+/// A submit's own object that did not serialize: an error, never an empty
+/// body written.
+fn unserializable(what: &str, e: serde_json::Error) -> SubmitError {
+    SubmitError::Corrupt {
+        key: what.to_owned(),
+        reason: format!("could not be serialized: {e}"),
+    }
+}
+
 impl Engine {
     /// Submits a task: a plain new task without a key, the idempotency
     /// protocol with one.
@@ -173,7 +180,8 @@ impl Engine {
                 tenant: tenant_id.as_deref(),
                 ..Default::default()
             },
-        );
+        )
+        .map_err(|e| unserializable("the task object", e))?;
         // Without a record, nothing else holds the input: its payload must
         // be in the bucket before a task names it (one more round trip, as
         // buquet's own submit takes).
@@ -220,16 +228,7 @@ impl Engine {
         op_deadline: DateTime<Utc>,
     ) -> Result<Submitted, SubmitError> {
         let scope = k.scope.resolve(&req.task_type).to_owned();
-        let planted;
-        let hashed_key = if self.settings.has_bug(Bug::OneRecordPerScope)
-            && let Ok(one) = IdempotencyKey::parse("planted")
-        {
-            planted = one;
-            &planted
-        } else {
-            &k.key
-        };
-        let key_hash = hash::key_hash(&scope, hashed_key, req.tenant.as_ref());
+        let key_hash = hash::key_hash(&scope, &k.key, req.tenant.as_ref());
         let tenant_id = req.tenant.as_ref().map(Tenant::id);
         let rkey = record_key(&scope, &key_hash);
         self.refuse_if_clock_known_off(&rkey, op_deadline).await?;
@@ -263,7 +262,8 @@ impl Engine {
                 key_hash: Some(&key_hash),
                 tenant: tenant_id.as_deref(),
             },
-        );
+        )
+        .map_err(|e| unserializable("the task object", e))?;
         let mine = Record {
             key: k.key.to_string(),
             key_hash: key_hash.clone(),
@@ -281,7 +281,7 @@ impl Engine {
             pending_task: Some(task),
             pending_input: offload.then(|| req.input.canonical.clone()),
         };
-        let body = mine.to_bytes();
+        let body = mine.to_bytes().map_err(|e| unserializable(&rkey, e))?;
 
         // What the next claim writes over: nothing (If-None-Match), or the
         // expired record just read (If-Match its ETag).
@@ -344,9 +344,7 @@ impl Engine {
             // before its `expires_at` by S3's clock, whichever machine asks.
             // An expired record counts as absent: replace it, but only if it
             // is still the one we read.
-            if existing.is_expired(self.s3_earliest()?)
-                && !self.settings.has_bug(Bug::ExpiryIgnored)
-            {
+            if existing.is_expired(self.s3_earliest()?) {
                 replace = Some(obj.meta.etag.clone());
                 continue;
             }
@@ -497,9 +495,7 @@ impl Engine {
             // offset: unknown or too large, the submit writes nothing and
             // answers nothing it cannot vouch for (the error).
             Some(RecordStatus::Creating)
-                if rec.pending_task.is_some()
-                    && (self.s3_before(finish_deadline)?
-                        || self.settings.has_bug(Bug::IgnoreFinishDeadline)) =>
+                if rec.pending_task.is_some() && self.s3_before(finish_deadline)? =>
             {
                 let done = self
                     .finish(rkey, rec, Start::Check, finish_deadline, op_deadline)
@@ -511,11 +507,9 @@ impl Engine {
             // `status` (buquet's): nothing is written for it. Its task exists
             // or, once no late write can land any more, it is missing.
             _ => {
-                let mut until =
-                    meta.last_modified + self.settings.finish_window + LATE_WRITE_MARGIN;
-                if self.settings.has_bug(Bug::MissingWithoutMargin) {
-                    until -= LATE_WRITE_MARGIN;
-                }
+                let until = meta.last_modified
+                    + self.settings.finish_window
+                    + self.settings.late_write_margin;
                 match self.read_status(&rec.task_key, op_deadline).await? {
                     Some(status) => Ok(self.answer(rec, status, replayed, false)),
                     // `missing` only once S3's earliest possible time is past

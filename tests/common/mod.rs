@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use idempotent_submit::store::{FaultyStore, MemoryStore, S3Store};
+use idempotent_submit::store::{MemoryStore, S3Store};
 use idempotent_submit::{Clock, ManualClock, RetryPolicy, Settings};
 
 pub fn moto_endpoint() -> String {
@@ -154,8 +154,10 @@ pub async fn moto_versions(store: &S3Store, key: &str) -> KeyVersions {
     kv
 }
 
-pub fn faulty(clock: &ManualClock) -> FaultyStore<MemoryStore> {
-    FaultyStore::new(memory_store(clock))
+// Fault injection needs the testing feature.
+#[cfg(feature = "testing")]
+pub fn faulty(clock: &ManualClock) -> idempotent_submit::store::FaultyStore<MemoryStore> {
+    idempotent_submit::store::FaultyStore::new(memory_store(clock))
 }
 
 /// Contract defaults, with retries that do not wait.
@@ -182,15 +184,18 @@ pub async fn all_keys(store: &dyn idempotent_submit::Store) -> Vec<String> {
 
 /// A bucket whose writes first pass through `hook(op, key)`: it can act on
 /// the bucket or the clock (another writer, a slow attempt), and fail the
-/// write by answering an error.
+/// write by answering an error. Fault injection: the testing feature.
+#[cfg(feature = "testing")]
 #[derive(Clone)]
 pub struct Intercept<F> {
     pub inner: MemoryStore,
     pub hook: F,
 }
 
+#[cfg(feature = "testing")]
 type HookResult = Option<idempotent_submit::StoreError>;
 
+#[cfg(feature = "testing")]
 #[async_trait::async_trait]
 impl<F> idempotent_submit::Store for Intercept<F>
 where

@@ -1,4 +1,4 @@
-//! The sweeper (CONTRACT.md section 6): finishes interrupted submits and
+//! The sweeper (docs/protocol.md, "The sweeper"): finishes interrupted submits and
 //! deletes expired records. It is woken two ways, and neither lists the
 //! bucket on the finishing path.
 //!
@@ -49,8 +49,8 @@ pub const CHECKPOINT_KEY: &str = "sweeper/checkpoint.json";
 /// Where the records are.
 pub const RECORDS_PREFIX: &str = "idempotency/";
 
-/// Records one range reads (and finishes or deletes) at once.
-const READS_AT_ONCE: usize = 16;
+/// Records read (and finished or deleted) at once: by one range of a pass, or one due batch.
+pub const READS_AT_ONCE: usize = 16;
 /// Ranges listed at once by a pass.
 pub const RANGES_AT_ONCE: usize = 32;
 /// Keys per listing page (S3's largest).

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde::{Deserialize, Serialize};
 
-use super::ranges::{Range, split};
+use super::ranges::{KeysRange, Range, after_keys_page, after_scope_page, resume_after};
 use super::{
     CHECKPOINT_KEY, PAGE, RANGES_AT_ONCE, READS_AT_ONCE, RECORDS_PREFIX, RecordOutcome,
     SweepOptions, SweepSummary,
@@ -92,10 +92,16 @@ impl Engine {
             })
             .await
         {
-            Ok(o) => (
-                serde_json::from_slice::<Checkpoint>(&o.body).ok(),
-                Some(o.meta.etag),
-            ),
+            Ok(o) => match serde_json::from_slice::<Checkpoint>(&o.body) {
+                Ok(cp) => (Some(cp), Some(o.meta.etag)),
+                // Not ours to read: say so, count it, and begin a new pass
+                // over it (by compare-and-swap on what is there).
+                Err(e) => {
+                    tracing::error!(key = CHECKPOINT_KEY, error = %e, "the sweeper's checkpoint does not parse: a new pass begins");
+                    summary.errors += 1;
+                    (None, Some(o.meta.etag))
+                }
+            },
             Err(Failure::Store(StoreError::NotFound)) => (None, None),
             Err(e) => return Err(e.into()),
         };
@@ -110,17 +116,11 @@ impl Engine {
             summary.busy = true;
             return Ok(summary);
         }
+        // An unfinished pass always saves the ranges it has left.
         let mut cp = match saved {
-            Some(c) if !c.complete && !c.ranges.is_empty() => {
-                summary.resumed = true;
-                c
-            }
-            // An unfinished pass saved without ranges (by the sweeper before
-            // ranges): its window again from the start, so nothing it had
-            // left is missed.
             Some(c) if !c.complete => {
                 summary.resumed = true;
-                Checkpoint::new_pass(c.previous_pass, c.pass)
+                c
             }
             Some(c) => Checkpoint::new_pass(Some(c.pass), started),
             None => Checkpoint::new_pass(None, started),
@@ -212,7 +212,11 @@ impl Engine {
             Some(e) => PutMode::Update(e.clone()),
             None => PutMode::Create,
         };
-        let body = bytes::Bytes::from(serde_json::to_vec(cp).unwrap_or_default());
+        // A checkpoint always serializes (times and strings); if it ever did
+        // not, nothing is written rather than an empty checkpoint.
+        let body = serde_json::to_vec(cp)
+            .map(bytes::Bytes::from)
+            .map_err(|e| Failure::Store(StoreError::Fatal(format!("the checkpoint: {e}"))))?;
         self.call(deadline, || {
             self.store.put(CHECKPOINT_KEY, body.clone(), cond.clone())
         })
@@ -229,184 +233,133 @@ impl Engine {
         limit: usize,
         opts: &SweepOptions,
     ) -> Unit {
-        let mut tally = SweepSummary::default();
-        // No request starts past the run's deadline: no read, listing or
-        // finish runs into the stop margin but for one attempt's timeout.
-        let deadline = || self.request_deadline(opts.deadline);
         match range {
-            Range::Scopes { after } => {
-                tally.lists += 1;
-                let page = match self
-                    .call(deadline(), || {
-                        self.store.list(RECORDS_PREFIX, after.as_deref(), None, 1)
-                    })
-                    .await
-                {
-                    Ok(p) => p,
-                    Err(e) => return self.unit_failed(Range::Scopes { after }, e, tally),
-                };
-                let Some(first) = page.objects.first() else {
-                    return Unit {
-                        tally,
-                        next: vec![],
-                        wait: vec![],
-                    };
-                };
-                let rest = &first.key[RECORDS_PREFIX.len()..];
-                let next = match rest.split_once('/') {
-                    Some((scope, _)) => {
-                        let prefix = format!("{RECORDS_PREFIX}{scope}/");
-                        // Past every key of this scope: '/' is followed by
-                        // nothing above U+10FFFF.
-                        let skip = format!("{prefix}\u{10FFFF}");
-                        let skip = if skip.as_str() > first.key.as_str() {
-                            skip
-                        } else {
-                            first.key.clone()
-                        };
-                        vec![
-                            Range::Keys {
-                                prefix,
-                                after: None,
-                                until: None,
-                                token: None,
-                            },
-                            Range::Scopes { after: Some(skip) },
-                        ]
-                    }
-                    // A key right under idempotency/ is not a record of the
-                    // layout: step over it.
-                    None => vec![Range::Scopes {
-                        after: Some(first.key.clone()),
-                    }],
-                };
-                Unit {
-                    tally,
-                    next,
-                    wait: vec![],
-                }
-            }
+            Range::Scopes { after } => self.list_scopes(after, opts).await,
             Range::Keys {
                 prefix,
                 after,
                 until,
                 token,
             } => {
-                tally.lists += 1;
-                let page = match self
-                    .call(deadline(), || {
-                        self.store
-                            .list(&prefix, after.as_deref(), token.clone(), limit)
-                    })
-                    .await
-                {
-                    Ok(p) => p,
-                    Err(e) => {
-                        let range = Range::Keys {
-                            prefix,
-                            after,
-                            until,
-                            token: None,
-                        };
-                        return self.unit_failed(range, e, tally);
-                    }
+                let range = KeysRange {
+                    prefix,
+                    after,
+                    until,
                 };
-                // Keys past the range's upper end belong to other ranges.
-                let in_range = |k: &str| until.as_deref().is_none_or(|u| k <= u);
-                let objects: Vec<&ObjectMeta> =
-                    page.objects.iter().filter(|m| in_range(&m.key)).collect();
-                let ended = page.next.is_none() || objects.len() < page.objects.len();
-                tally.scanned += objects.len() as u64;
-                let last = objects.last().map(|m| m.key.clone());
-
-                // What comes after this page: nothing, the same range from
-                // its last key (or its token, after an empty page), or, after
-                // a full page, the rest split by the next hex digit.
-                let mut next = match (&last, ended) {
-                    (_, true) => vec![],
-                    (None, false) => vec![Range::Keys {
-                        prefix: prefix.clone(),
-                        after: after.clone(),
-                        until: until.clone(),
-                        token: page.next.clone(),
-                    }],
-                    (Some(last), false) if until.is_none() && objects.len() >= PAGE => {
-                        split(&prefix, last.clone())
-                    }
-                    (Some(last), false) => vec![Range::Keys {
-                        prefix: prefix.clone(),
-                        after: Some(last.clone()),
-                        until: until.clone(),
-                        token: None,
-                    }],
-                };
-
-                let due: Vec<&ObjectMeta> = objects
-                    .iter()
-                    .copied()
-                    .filter(|m| self.due(m.last_modified, window.0, window.1))
-                    .collect();
-                // Read the due records side by side, a chunk at a time, none
-                // started past the deadline; keep the place before the first
-                // one that has to be tried again.
-                let mut stop_at: Option<&str> = None;
-                for chunk in due.chunks(READS_AT_ONCE) {
-                    if opts.deadline.is_some_and(|d| self.now() >= d) {
-                        stop_at = chunk.first().map(|m| m.key.as_str());
-                        break;
-                    }
-                    let outcomes = futures::future::join_all(
-                        chunk
-                            .iter()
-                            .map(|m| self.sweep_record(&m.key, opts.dry_run, opts.deadline)),
-                    )
-                    .await;
-                    for (m, o) in chunk.iter().zip(&outcomes) {
-                        let o = match o {
-                            // A pass leaves young records to their submit and
-                            // their event.
-                            RecordOutcome::Early => &RecordOutcome::Nothing,
-                            o => o,
-                        };
-                        o.tally(&mut tally);
-                        if stop_at.is_none() && o.retry() {
-                            stop_at = Some(m.key.as_str());
-                        }
-                    }
-                    if stop_at.is_some() {
-                        break;
-                    }
-                }
-                let mut wait = Vec::new();
-                if let Some(failed) = stop_at {
-                    // This page goes on next run after the last listed key
-                    // before the record to try again: up to the page's last
-                    // key when the rest was split (the split ranges go on
-                    // now), else with the rest of the range.
-                    let resume = objects
-                        .iter()
-                        .take_while(|m| m.key.as_str() < failed)
-                        .last()
-                        .map(|m| m.key.clone())
-                        .or(after);
-                    let rest_is_split = next.len() > 1;
-                    wait.push(Range::Keys {
-                        prefix: prefix.clone(),
-                        after: resume,
-                        until: if rest_is_split {
-                            last.clone()
-                        } else {
-                            until.clone()
-                        },
-                        token: None,
-                    });
-                    if !rest_is_split {
-                        next.clear();
-                    }
-                }
-                Unit { tally, next, wait }
+                self.list_keys(range, token, window, limit, opts).await
             }
         }
+    }
+
+    /// The next scope after `after`: one key listed, its scope's range to
+    /// list, and the scopes after it.
+    async fn list_scopes(&self, after: Option<String>, opts: &SweepOptions) -> Unit {
+        let tally = SweepSummary {
+            lists: 1,
+            ..SweepSummary::default()
+        };
+        // No request starts past the run's deadline.
+        let page = match self
+            .call(self.request_deadline(opts.deadline), || {
+                self.store.list(RECORDS_PREFIX, after.as_deref(), None, 1)
+            })
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => return self.unit_failed(Range::Scopes { after }, e, tally),
+        };
+        Unit {
+            tally,
+            next: page
+                .objects
+                .first()
+                .map_or_else(Vec::new, |first| after_scope_page(&first.key)),
+            wait: vec![],
+        }
+    }
+
+    /// One page of a range of records; the due ones are read.
+    async fn list_keys(
+        &self,
+        range: KeysRange,
+        token: Option<String>,
+        window: (Option<DateTime<Utc>>, DateTime<Utc>),
+        limit: usize,
+        opts: &SweepOptions,
+    ) -> Unit {
+        let mut tally = SweepSummary {
+            lists: 1,
+            ..SweepSummary::default()
+        };
+        let page = match self
+            .call(self.request_deadline(opts.deadline), || {
+                self.store
+                    .list(&range.prefix, range.after.as_deref(), token.clone(), limit)
+            })
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => return self.unit_failed(range.into_range(), e, tally),
+        };
+        // Keys past the range's upper end belong to other ranges.
+        let objects: Vec<&ObjectMeta> = page
+            .objects
+            .iter()
+            .filter(|m| range.until.as_deref().is_none_or(|u| m.key.as_str() <= u))
+            .collect();
+        let ended = page.next.is_none() || objects.len() < page.objects.len();
+        tally.scanned += objects.len() as u64;
+        let keys: Vec<&str> = objects.iter().map(|m| m.key.as_str()).collect();
+        let mut next = after_keys_page(&range, &keys, ended, page.next.clone());
+        let due: Vec<&ObjectMeta> = objects
+            .iter()
+            .copied()
+            .filter(|m| self.due(m.last_modified, window.0, window.1))
+            .collect();
+        let stop_at = self.read_due(&due, opts, &mut tally).await;
+        let wait = stop_at
+            .map(|failed| vec![resume_after(&range, &keys, failed, &mut next)])
+            .unwrap_or_default();
+        Unit { tally, next, wait }
+    }
+
+    /// Reads the due records side by side, a chunk at a time, none started
+    /// past the deadline; the key of the first one that has to be tried
+    /// again, if any.
+    async fn read_due<'a>(
+        &self,
+        due: &[&'a ObjectMeta],
+        opts: &SweepOptions,
+        tally: &mut SweepSummary,
+    ) -> Option<&'a str> {
+        let mut stop_at: Option<&str> = None;
+        for chunk in due.chunks(READS_AT_ONCE) {
+            if opts.deadline.is_some_and(|d| self.now() >= d) {
+                return chunk.first().map(|m| m.key.as_str());
+            }
+            let outcomes = futures::future::join_all(
+                chunk
+                    .iter()
+                    .map(|m| self.sweep_record(&m.key, opts.dry_run, opts.deadline)),
+            )
+            .await;
+            for (m, o) in chunk.iter().zip(&outcomes) {
+                let o = match o {
+                    // A pass leaves young records to their submit and their
+                    // event.
+                    RecordOutcome::Early => &RecordOutcome::Nothing,
+                    o => o,
+                };
+                o.tally(tally);
+                if stop_at.is_none() && o.retry() {
+                    stop_at = Some(m.key.as_str());
+                }
+            }
+            if stop_at.is_some() {
+                break;
+            }
+        }
+        stop_at
     }
 
     fn unit_failed(&self, range: Range, e: Failure, tally: SweepSummary) -> Unit {

@@ -13,7 +13,6 @@ use futures::StreamExt;
 use uuid::Uuid;
 
 use super::{PAGE, READS_AT_ONCE, SweepOptions, SweepSummary};
-use crate::config::LATE_WRITE_MARGIN;
 use crate::protocol::engine::{Engine, Failure};
 use crate::protocol::error::SubmitError;
 use crate::store::{ObjectMeta, StoreError};
@@ -39,7 +38,7 @@ impl Engine {
     /// with its payload, or before a finisher writes the payload) and land
     /// up to 15 minutes after it; an operation's length of slack on top.
     fn orphan_after(&self) -> Duration {
-        self.settings.finish_window + LATE_WRITE_MARGIN + self.settings.operation_timeout
+        self.settings.finish_window + self.settings.late_write_margin + self.settings.operation_timeout
     }
 
     /// Lists `payloads/` and deletes the input payloads, aged between

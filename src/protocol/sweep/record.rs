@@ -11,8 +11,8 @@ use crate::protocol::record::{Record, RecordStatus};
 use crate::store::StoreError;
 
 impl Engine {
-    /// Reads the record at `key` and does what its state needs (CONTRACT.md
-    /// section 6): finish a stale `creating` record, delete an
+    /// Reads the record at `key` and does what its state needs
+    /// (docs/protocol.md, "The sweeper"): finish a stale `creating` record, delete an
     /// expired one, report an early or a late one. The one record handler of
     /// the event path and the scheduled pass.
     /// No request starts at or after `deadline` (nor after the operation
@@ -83,11 +83,7 @@ impl Engine {
             return RecordOutcome::Nothing;
         }
         let finish_deadline = meta.last_modified + self.settings.finish_window;
-        if latest >= finish_deadline
-            && !self
-                .settings
-                .has_bug(crate::planted::Bug::IgnoreFinishDeadline)
-        {
+        if latest >= finish_deadline {
             // Settled or settling: nothing is written for it any more. Only
             // a submit that never got its task is an error (it answers
             // `missing`); a record whose task is there is done.
