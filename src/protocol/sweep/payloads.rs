@@ -38,7 +38,9 @@ impl Engine {
     /// with its payload, or before a finisher writes the payload) and land
     /// up to 15 minutes after it; an operation's length of slack on top.
     fn orphan_after(&self) -> Duration {
-        self.settings.finish_window + self.settings.late_write_margin + self.settings.operation_timeout
+        self.settings.finish_window
+            + self.settings.late_write_margin
+            + self.settings.operation_timeout
     }
 
     /// Lists `payloads/` and deletes the input payloads, aged between
