@@ -221,3 +221,61 @@ async fn key_with_a_tenant_finds_that_tenants_record_only() {
         .await;
     assert_eq!(code, 2, "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_takes_a_flag_for_each_task_option_and_names_a_bad_one() {
+    let idem = Idem::new().await;
+    let (code, out) = idem
+        .run(&[
+            "submit",
+            "--type",
+            "report",
+            "--input",
+            r#"{"q":3}"#,
+            "--key",
+            "report-q3",
+            "--timeout-seconds",
+            "1800",
+            "--max-retries",
+            "10",
+            "--retry-policy",
+            r#"{"initial_interval_ms":500}"#,
+            "--delay-seconds",
+            "60",
+            "--max-reschedules",
+            "2",
+            "--task-ttl-seconds",
+            "7200",
+            "--use-payload-refs",
+            "--payload-ref-threshold-bytes",
+            "4",
+        ])
+        .await;
+    assert_eq!(code, 0, "{out}");
+    let (code, task) = idem.run(&["task", out["task_id"].as_str().unwrap()]).await;
+    assert_eq!(code, 0, "{task}");
+    assert_eq!(task["timeout_seconds"], 1800);
+    assert_eq!(task["max_retries"], 10);
+    assert_eq!(task["retry_policy"]["initial_interval_ms"], 500);
+    assert_eq!(task["max_reschedules"], 2);
+    assert!(task["expires_at"].is_string());
+    assert!(
+        task["input"].is_null() && task["input_ref"].is_string(),
+        "{task}"
+    );
+    let (code, v) = idem
+        .run(&[
+            "submit",
+            "--type",
+            "report",
+            "--input",
+            "1",
+            "--schedule-at",
+            "2030-01-01T00:00:00Z",
+            "--delay-seconds",
+            "5",
+        ])
+        .await;
+    assert_eq!(code, 2, "{v}");
+    assert!(v.to_string().contains("delay_seconds"), "{v}");
+}

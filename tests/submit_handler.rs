@@ -1270,3 +1270,70 @@ async fn an_undetermined_submit_is_submit_in_progress_with_its_own_metric() {
     assert_eq!(m[0]["SubmitInProgress"], 1, "{m:?}");
     assert!(m[0].get("StorageError").is_none(), "{m:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_options_come_through_sqs_bodies_and_batch_items_and_bad_ones_are_rejected() {
+    let h = Harness::moto().await;
+    let mut batch = event("sqs-standard-batch.json");
+    let mut good = batch["Records"][0].clone();
+    good["messageId"] = json!("m-good");
+    good["body"] = json!(
+        json!({"task_type": "remind", "input": {"u": 1}, "idempotency_key": "r-sqs",
+        "delay_seconds": 120, "max_retries": 9, "ttl_seconds": 3600})
+        .to_string()
+    );
+    let mut bad = batch["Records"][0].clone();
+    bad["messageId"] = json!("m-bad");
+    bad["body"] = json!(
+        json!({"task_type": "remind", "input": {"u": 2}, "idempotency_key": "r-bad",
+        "schedule_at": "2030-01-01T00:00:00Z", "delay_seconds": 5})
+        .to_string()
+    );
+    batch["Records"] = json!([good, bad]);
+    assert!(h.sqs(batch).await.is_empty(), "nothing to retry");
+    let (rec, _) = h
+        .app
+        .queue
+        .record("remind", "r-sqs", None)
+        .await
+        .unwrap()
+        .unwrap();
+    let task: Value = serde_json::from_slice(
+        &h.app
+            .queue
+            .task(rec.task_id)
+            .await
+            .unwrap()
+            .expect("the task"),
+    )
+    .unwrap();
+    assert_eq!(task["max_retries"], 9);
+    assert!(task["expires_at"].is_string() && task["available_at"] != task["created_at"]);
+    assert!(rec.options_hash.is_some());
+    let rejected = h.rejected().await;
+    assert_eq!(rejected.len(), 1);
+    assert!(
+        rejected[0].to_string().contains("delay_seconds"),
+        "the rejection names the field: {}",
+        rejected[0]
+    );
+
+    // Batch items carry them too, each checked as if alone.
+    let mut e = event("http-v2-batch.json");
+    e["body"] = json!(json!({"tasks": [
+        {"task_type": "remind", "input": {"u": 3}, "idempotency_key": "r-b1", "timeout_seconds": 1800},
+        {"task_type": "remind", "input": {"u": 4}, "idempotency_key": "r-b2", "timeout_seconds": 0},
+    ]}).to_string());
+    let r = h.http(e).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["results"][0]["status_code"], 201);
+    assert_eq!(r.body["results"][1]["status"], 400);
+    let id: uuid::Uuid = r.body["results"][0]["task_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let task: Value =
+        serde_json::from_slice(&h.app.queue.task(id).await.unwrap().unwrap()).unwrap();
+    assert_eq!(task["timeout_seconds"], 1800);
+}
