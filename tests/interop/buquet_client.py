@@ -7,7 +7,9 @@
     buquet_client.py idle TYPE SECONDS                    -> a worker polls that long: {"processed"}
     buquet_client.py submit_opts TYPE INPUT_JSON OPTS_JSON  -> {"id"}: buquet's submit with task options
     buquet_client.py slow TYPE TASK_ID SECONDS            -> a worker (with its timeout monitor) whose
-                                                           handler sleeps 2 s, until the task fails:
+                                                           handler sleeps 2 s (then waits for the
+                                                           monitor to take the task back), until
+                                                           the task fails:
                                                            {"calls", "status", "retry_count", "last_error"}
     buquet_client.py load TYPE COUNT                      -> a worker whose handler reads its input with
                                                            queue.load_input: {"processed", "loaded"}
@@ -84,9 +86,20 @@ async def main(argv):
         calls = []
 
         @worker.task(task_type)
-        async def handle(data):
+        async def handle(data, ctx):
             calls.append(1)
+            before = (await q.get(ctx.task_id)).retry_count
             await asyncio.sleep(2)
+            # buquet times a task out with its monitor, which checks leases
+            # every second: a handler that returned before the monitor's
+            # next check would still complete the task. So this one, once
+            # past its timeout, also waits (at most 20 s) until the monitor
+            # has taken the task back (retried or failed it).
+            for _ in range(100):
+                t = await q.get(ctx.task_id)
+                if t is None or not str(t.status).lower().endswith("running") or t.retry_count != before:
+                    break
+                await asyncio.sleep(0.2)
             return {"handled": data}
 
         opts = buquet.WorkerRunOptions(with_monitor=True, monitor_check_interval_s=1, poll_interval_ms=100)
