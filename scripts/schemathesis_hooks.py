@@ -55,7 +55,14 @@ def map_case(ctx, case):
 
 
 def is_int(v, lo, hi):
-    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+    # A whole number, written either way (`60` or `60.0`): JSON Schema's
+    # integer, as the service reads it.
+    return (
+        isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and float(v).is_integer()
+        and lo <= v <= hi
+    )
 
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
@@ -73,14 +80,14 @@ def agreeing_options(body):
     if is_time(body.get("schedule_at")):
         body["schedule_at"] = rfc(now + datetime.timedelta(seconds=120))
     if is_int(body.get("delay_seconds"), 0, 31536000):
-        body["delay_seconds"] = body["delay_seconds"] % 600
+        body["delay_seconds"] = int(body["delay_seconds"]) % 600
     if body.get("schedule_at") is not None and body.get("delay_seconds") is not None:
         if is_int(body["delay_seconds"], 0, 600) or body["delay_seconds"] is None:
             del body["delay_seconds"]
         elif is_time(body["schedule_at"]):
             del body["schedule_at"]
     if is_int(body.get("ttl_seconds"), 1, 315360000):
-        body["ttl_seconds"] = 3600 + body["ttl_seconds"] % 86400
+        body["ttl_seconds"] = 3600 + int(body["ttl_seconds"]) % 86400
     if is_time(body.get("expires_at")):
         body["expires_at"] = rfc(now + datetime.timedelta(days=2))
     if body.get("ttl_seconds") is not None and body.get("expires_at") is not None:
