@@ -20,11 +20,14 @@
 //!   `ready/{shard}/{minute}/{task_id}` (its marker),
 //!   `idempotency/{scope}/{hex}.json` (the record; `hex` is the key hash
 //!   without its `sha256:` tag, as buquet's clients write it),
+//!   `payloads/{task_id}/input.json` (an input offloaded with
+//!   `use_payload_refs`, as buquet writes it),
 //!   `rejected/{yyyy}/{mm}/{dd}/{message_id}.json` (SQS messages that can
 //!   never succeed).
 //! - Within a record's life every submit of one (tenant, scope, key) gets the
 //!   same task id, whatever crashed in between; a task object is written at
-//!   most once per record; the same key with another task type or input is a
+//!   most once per record; the same key with another task type, input or set
+//!   of task options (buquet's `SubmitOptions`, builder methods here) is a
 //!   conflict and writes nothing.
 //! - A new submit: the record (`If-None-Match: *`, status `creating`, with the
 //!   whole task as `pending_task`), then the task (`If-None-Match: *`) and its
