@@ -104,6 +104,19 @@ impl Submitted {
     }
 }
 
+/// A record as a reader judges it: by its age (in S3's time) and its task
+/// object, never by a later write of the record (there is none).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Phase {
+    /// `in_flight`: a write for it may still land (its finish deadline plus
+    /// 15 minutes is ahead); `settled`: nothing can be written for it any
+    /// more, and its task object alone says what became of the submit.
+    pub phase: &'static str,
+    /// The task object's status; `missing` when it is not there once the
+    /// record is settled (or was `ready`); `None` while it may still come.
+    pub task_status: Option<String>,
+}
+
 /// The key a submit was made with, as answered.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct IdempotencyInfo {
@@ -417,6 +430,25 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Judges `rec` (read with `meta`) as a replay would, without writing
+    /// anything: one GET of its task.
+    pub async fn phase(&self, rec: &Record, meta: &ObjectMeta) -> Result<Phase, SubmitError> {
+        let op_deadline = self.now() + self.settings.operation_timeout;
+        let until =
+            meta.last_modified + self.settings.finish_window + self.settings.late_write_margin;
+        // A `ready` record (earlier versions) was written once its task was.
+        let settled = rec.status == Some(RecordStatus::Ready) || self.s3_earliest()? >= until;
+        let status = self.read_status(&rec.task_key, op_deadline).await?;
+        Ok(Phase {
+            phase: if settled { "settled" } else { "in_flight" },
+            task_status: match status {
+                Some(s) => Some(s),
+                None if settled => Some("missing".into()),
+                None => None,
+            },
+        })
     }
 
     fn answer(&self, rec: &Record, status: String, replayed: bool, recovered: bool) -> Submitted {
