@@ -8,7 +8,8 @@
 # would (`idem sweep --due-queue`, every DUE_POLL_SECONDS), so that an
 # interrupted submit is finished STALE_CREATING_AFTER_SECONDS later (30 s
 # here, 600 deployed) with nothing to do by hand.
-# Installs moto[server] and cargo-lambda with pip where they are missing.
+# Uses the pinned Python tools (.venv/, scripts/tools.sh); installs
+# cargo-lambda with pip (into .venv/) where it is missing.
 # Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,7 @@ BUCKET="${BUCKET_NAME:-local-queue}"
 STALE="${STALE_CREATING_AFTER_SECONDS:-30}"
 DUE_POLL="${DUE_POLL_SECONDS:-5}"
 
-python3 -c 'import moto.server' >/dev/null 2>&1 || python3 -m pip install --quiet 'moto[server]>=5.1'
+. scripts/tools.sh
 command -v cargo-lambda >/dev/null 2>&1 || python3 -m pip install --quiet cargo-lambda
 hash -r
 
