@@ -82,14 +82,7 @@ async fn batch_rss(n: usize, bytes: usize) -> (f64, u64, &'static str) {
         "isBase64Encoded": false, "body": body,
     }));
     let p = api.next_posted().await;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}: peak memory cannot be measured"));
-    let hwm: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse().ok())
-        .expect("VmHWM in /proc/<pid>/status");
+    let hwm = crate::binaries::peak_rss_kb(pid);
     drop(child);
     (
         hwm / 1024.0,

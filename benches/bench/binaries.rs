@@ -8,6 +8,18 @@ use crate::moto::moto_store;
 use crate::report::Report;
 use crate::runtime_api::RuntimeApi;
 
+/// The peak RSS of process `pid` so far, in KB (`VmHWM`).
+pub(crate) fn peak_rss_kb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}: peak memory cannot be measured"));
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse().ok())
+        .expect("VmHWM in /proc/<pid>/status")
+}
+
 pub(crate) fn bin(name: &str) -> String {
     format!("{}/target/release/{name}", env!("CARGO_MANIFEST_DIR"))
 }
@@ -87,14 +99,7 @@ pub(crate) async fn binaries(r: &mut Report) {
         .collect();
     api.invoke(json!({"Records": records}));
     let p = api.next_posted().await;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}: peak memory cannot be measured"));
-    let hwm: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse().ok())
-        .expect("VmHWM in /proc/<pid>/status");
+    let hwm = peak_rss_kb(pid);
     drop(child);
     assert!(
         p.body.get("batchItemFailures").is_some(),
