@@ -1166,8 +1166,12 @@ async fn an_undetermined_submit_is_submit_in_progress_with_its_own_metric() {
     let clock = ManualClock::at_epoch();
     let bucket = common::memory_store(&clock);
     // A submit that died right after its record.
-    let dying = FaultyStore::new(bucket.clone());
-    dying.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+    let dying = common::world::dying_at(
+        bucket.clone(),
+        Op::PutCreate,
+        "idempotency/",
+        Fault::CrashAfter,
+    );
     let h = Harness::over(dying, Some(&clock), false);
     let _ = h.http(event("http-v2-post.json")).await;
     // Just past its finish deadline, its task is not there: undetermined.

@@ -1010,8 +1010,12 @@ async fn a_budgeted_pass(budget: usize) {
     // Records under three scopes: several ranges wait at once.
     for tt in ["a", "b", "c"] {
         for k in ["1", "2"] {
-            let f = FaultyStore::new(w.bucket.clone());
-            f.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+            let f = common::world::dying_at(
+                w.bucket.clone(),
+                Op::PutCreate,
+                "idempotency/",
+                Fault::CrashAfter,
+            );
             w.queue_over(f)
                 .submit(tt, json!({"k": k}))
                 .idempotency_key(k)
