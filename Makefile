@@ -9,8 +9,12 @@ export PATH := $(VENV)/bin:$(PATH)
 
 .PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz build run clean soak fuzz bench mutants
 
+# The suite twice: with the testing feature (fault injection: every test),
+# then on the feature set that ships (the tests that need no fault injection;
+# those that do declare required-features = ["testing"] in Cargo.toml).
 test: tools fmt-check clippy lib-only openapi sam-validate
-	./scripts/with-moto.sh $(CARGO) test --all-targets --locked --features planted-bugs
+	./scripts/with-moto.sh $(CARGO) test --all-targets --locked --features testing
+	./scripts/with-moto.sh $(CARGO) test --all-targets --locked
 	./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1
 
 # Schemathesis at length against the built submit function (make test runs
@@ -41,7 +45,7 @@ fmt-check:
 clippy:
 	$(CARGO) clippy --all-targets --locked -- -D warnings
 	$(CARGO) clippy --lib --locked --no-default-features -- -D warnings
-	$(CARGO) clippy --all-targets --locked --features planted-bugs -- -D warnings
+	$(CARGO) clippy --all-targets --locked --features testing -- -D warnings
 
 # docs/openapi.yaml is valid OpenAPI 3.1 and its examples match their
 # schemas; the tests check every handler answer against it.
@@ -68,7 +72,7 @@ run:
 # The model-based randomized test at length (CI runs 1,000 schedules).
 SOAK_SCHEDULES ?= 50000
 soak:
-	MODEL_SCHEDULES=$(SOAK_SCHEDULES) MODEL_BASE_SEED=$$(date +%s) $(CARGO) test --release --locked --test model -- --nocapture
+	MODEL_SCHEDULES=$(SOAK_SCHEDULES) MODEL_BASE_SEED=$$(date +%s) $(CARGO) test --release --locked --features testing --test model -- --nocapture
 
 # The event fuzzer at length (CI runs 10,000 inputs).
 FUZZ_ITERATIONS ?= 2000000
@@ -80,15 +84,15 @@ fuzz:
 # model test at 200 schedules per mutant. Hours on two cores: not part of
 # make test. MUTANTS_FILES narrows it (one -f per file), MUTANTS_ARGS adds
 # options (e.g. --shard 0/4). Results: mutants.out/; docs/testing.md.
-MUTANTS_FILES ?= -f src/protocol/submit.rs -f src/protocol/sweep.rs -f src/store/s3.rs
+MUTANTS_FILES ?= -f "src/protocol/*.rs" -f "src/protocol/sweep/*.rs" -f src/store/s3.rs
 MUTANTS_TESTS ?= --lib --test s3_status --test recovery --test protocol --test model --test due_events --test sweep --test submit_handler --test clock
 mutants: tools
 	@command -v cargo-mutants >/dev/null || $(CARGO) install --locked cargo-mutants
-	MODEL_SCHEDULES=200 ./scripts/with-moto.sh $(CARGO) mutants --features planted-bugs --timeout 300 $(MUTANTS_FILES) $(MUTANTS_ARGS) -- $(MUTANTS_TESTS)
+	MODEL_SCHEDULES=200 ./scripts/with-moto.sh $(CARGO) mutants --features testing --timeout 300 $(MUTANTS_FILES) $(MUTANTS_ARGS) -- $(MUTANTS_TESTS)
 
 # Figures for docs/benchmarks.md (not part of make test).
 bench: tools build
-	./scripts/with-moto.sh $(CARGO) bench --locked --bench bench -- --bench
+	./scripts/with-moto.sh $(CARGO) bench --locked --features testing --bench bench -- --bench
 
 build:
 	$(CARGO) build --release --locked --bins

@@ -1,4 +1,4 @@
-//! The operator CLI, `idem` (CONTRACT.md section 8). Output is JSON on
+//! The operator CLI, `idem` (the README, "The CLI"). Output is JSON on
 //! stdout; the exit code says what happened.
 
 use clap::{Parser, Subcommand};
@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::protocol::names::parse_principal;
-use crate::protocol::{Scope, SubmitError, Tenant};
+use crate::protocol::names::Principal;
+use crate::protocol::{ErrorKind, Scope, SubmitError, Tenant};
 use crate::queue::Queue;
 
 #[derive(Debug, Parser)]
@@ -222,10 +222,10 @@ fn error(exit: i32, code: &str, detail: impl ToString) -> Outcome {
 }
 
 fn submit_error(e: &SubmitError) -> Outcome {
-    let exit = match e {
-        SubmitError::Invalid(_) | SubmitError::InputTooLarge { .. } => exit::INVALID,
-        SubmitError::Conflict { .. } => exit::CONFLICT,
-        _ => exit::FAILED,
+    let exit = match e.kind() {
+        ErrorKind::Invalid | ErrorKind::KeyMissing | ErrorKind::TooLarge => exit::INVALID,
+        ErrorKind::Conflict => exit::CONFLICT,
+        ErrorKind::InProgress | ErrorKind::Unavailable | ErrorKind::Broken => exit::FAILED,
     };
     error(exit, e.code(), e)
 }
@@ -435,7 +435,7 @@ pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
         Command::Key { scope, key, tenant } => {
             let tenant = match tenant
                 .as_deref()
-                .map(|t| parse_principal(t).and_then(|p| Tenant::from_principal(&p)))
+                .map(|t| Principal::parse(t).and_then(|p| Tenant::from_principal(p.as_str())))
                 .transpose()
             {
                 Ok(t) => t,

@@ -81,7 +81,7 @@ impl std::fmt::Display for Offset {
     }
 }
 
-/// The storage's clock as its answers showed it (CONTRACT.md section 2: the
+/// The storage's clock as its answers showed it (docs/protocol.md, "S3's clock, not ours": the
 /// finish deadline is judged in S3's time, not the machine's). Each answer
 /// carries its `Date` (whole seconds): it was made at a storage time in
 /// `[date, date + 1 s)`, at a local time between sending the request and

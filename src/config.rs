@@ -1,5 +1,5 @@
 //! Configuration: the protocol's knobs ([`Settings`]) and the environment
-//! that sets them ([`Config::from_env`], CONTRACT.md section 7).
+//! that sets them ([`Config::from_env`], the README, "Configuration").
 
 use std::time::Duration as StdDuration;
 
@@ -53,7 +53,7 @@ impl RetryPolicy {
 /// How late a signed request can still land at S3 after it was sent.
 pub const LATE_WRITE_MARGIN: Duration = Duration::minutes(15);
 
-/// The protocol's knobs. `Default` is CONTRACT.md's defaults.
+/// The protocol's knobs. `Default` is the documented defaults (the README, "Configuration").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub default_ttl: Duration,
@@ -75,9 +75,12 @@ pub struct Settings {
     pub retry: RetryPolicy,
     /// Whose clock the deadlines are judged by.
     pub clock_check: ClockCheck,
-    /// A bug planted on purpose, for the model test's mutation checks.
-    #[cfg(feature = "planted-bugs")]
-    pub planted: Option<crate::planted::Bug>,
+    /// How long after its deadline a write sent before it may still land:
+    /// a record with no task is answered `missing` only past its finish
+    /// deadline plus this. Never below [`LATE_WRITE_MARGIN`] in a
+    /// deployment ([`Settings::check`]); a field so that the model test can
+    /// show its checker catching a margin that is too short.
+    pub late_write_margin: Duration,
 }
 
 impl Default for Settings {
@@ -94,14 +97,13 @@ impl Default for Settings {
             operation_timeout: Duration::seconds(25),
             retry: RetryPolicy::default(),
             clock_check: ClockCheck::S3Date,
-            #[cfg(feature = "planted-bugs")]
-            planted: None,
+            late_write_margin: LATE_WRITE_MARGIN,
         }
     }
 }
 
 /// The largest offset between S3's clock and ours at which anything
-/// deadline-bound is still written (CONTRACT.md section 2).
+/// deadline-bound is still written (docs/protocol.md).
 pub const MAX_CLOCK_OFFSET: Duration = Duration::seconds(60);
 
 /// How the finish deadline (in S3's time: a record's `LastModified` plus the
@@ -117,22 +119,6 @@ pub enum ClockCheck {
     /// a [`crate::ManualClock`] against a real S3 API (moto), whose own time
     /// they cannot move.
     TrustClock,
-}
-
-impl Settings {
-    /// Is `bug` planted? Always `false` without the `planted-bugs` feature.
-    #[inline]
-    pub fn has_bug(&self, bug: crate::planted::Bug) -> bool {
-        #[cfg(feature = "planted-bugs")]
-        {
-            self.planted == Some(bug)
-        }
-        #[cfg(not(feature = "planted-bugs"))]
-        {
-            let _ = bug;
-            false
-        }
-    }
 }
 
 /// The longest delay SQS gives a message: the due queue's `DelaySeconds`,
@@ -167,7 +153,7 @@ fn err(var: &'static str, reason: impl Into<String>) -> ConfigError {
 }
 
 impl Settings {
-    /// The operating conditions of CONTRACT.md section 3 that configuration
+    /// The operating conditions of docs/protocol.md, "Guarantees" that configuration
     /// can break.
     pub fn check(&self) -> Result<(), ConfigError> {
         if self.default_ttl < Duration::hours(1) {
@@ -183,6 +169,14 @@ impl Settings {
             return Err(err(
                 "FINISH_WINDOW_SECONDS",
                 "must be below 2700 (the window plus 15 minutes must stay under the hour in which the queue keeps tasks)",
+            ));
+        }
+        // Not read from the environment: only code can lower it, and no
+        // deployment may (S3 can land a signed request up to 15 min late).
+        if self.late_write_margin < LATE_WRITE_MARGIN {
+            return Err(err(
+                "late_write_margin",
+                "must be at least 15 minutes (how late a signed request can still land at S3)",
             ));
         }
         if self.finish_window < self.operation_timeout * 2 {
@@ -334,6 +328,16 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn settings_with_a_late_write_margin_under_15_minutes_are_refused() {
+        let short = Settings {
+            late_write_margin: Duration::minutes(15) - Duration::seconds(1),
+            ..Settings::default()
+        };
+        assert_eq!(short.check().unwrap_err().var, "late_write_margin");
+        assert!(Settings::default().check().is_ok());
     }
 
     #[test]

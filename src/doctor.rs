@@ -1,5 +1,5 @@
 //! `idem doctor`: reads a bucket's configuration and says what this service
-//! and the queue's workers need of it that is missing (CONTRACT.md sections
+//! and the queue's workers need of it that is missing (docs/protocol.md and the README
 //! 3, 6 and 6a).
 //!
 //! Each finding is `ok`, a `warning` (hygiene: growth, the queue's workers,

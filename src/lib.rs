@@ -42,8 +42,6 @@ pub mod config;
 pub mod doctor;
 #[cfg(feature = "lambda")]
 pub mod lambda;
-#[doc(hidden)]
-pub mod planted;
 pub mod protocol;
 pub mod queue;
 pub mod store;

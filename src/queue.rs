@@ -150,7 +150,7 @@ impl Queue {
             .await
         {
             Ok(o) => Ok(Some((o.body, o.meta))),
-            Err(crate::protocol::submit::Failure::Store(StoreError::NotFound)) => Ok(None),
+            Err(crate::protocol::engine::Failure::Store(StoreError::NotFound)) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }

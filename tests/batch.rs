@@ -1,4 +1,4 @@
-//! `POST /tasks/batch` and `Queue::submit_many` (CONTRACT.md section 4):
+//! `POST /tasks/batch` and `Queue::submit_many` (docs/openapi.yaml):
 //! every item as if alone and all at once, answered in order; envelopes
 //! that are not valid write nothing; items fail alone; a batch whose every
 //! item failed retryably is a 503; tenants; metrics; and a batch whose

@@ -1,4 +1,4 @@
-//! Deadlines in S3's time, not the machine's (CONTRACT.md section 2): a
+//! Deadlines in S3's time, not the machine's (docs/protocol.md): a
 //! writer learns S3's clock from the `Date` of its answers, judges the finish
 //! deadline by it on the safe side of its uncertainty, and writes nothing
 //! bound by a deadline when the offset is unknown or over 60 s. The store's

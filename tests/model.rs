@@ -9,20 +9,23 @@
 //! to 58 s off S3's and back. Every time the checker notes is S3's; the
 //! protocol runs on the machines' clock and learns S3's from its answers.
 //!
-//! After every step, guarantees 1 to 7 of CONTRACT.md section 3 are checked
+//! After every step, guarantees 1 to 7 and 10 (docs/protocol.md, "Guarantees") are checked
 //! against each submit's own (tenant, scope, key, task type): every answer
 //! and every error class against what the state allowed, and the whole write
 //! history (each task written once, with If-None-Match, before its record's
 //! deadline; a record `ready` only after its task and marker were written).
 //! Coverage counters show that every fault and situation happened; the CI run
 //! requires each to be non-zero. Each guarantee's check is shown to catch a
-//! bug planted on purpose (`src/planted.rs`), with a shrunk schedule.
+//! bug planted on purpose (`tests/model/planted.rs`: wrappers of the store and
+//! the engine's settings, the library unchanged), with a shrunk schedule.
 //!
-//! Seeds are reproducible: `MODEL_SEED=<seed> cargo test --test model`
+//! Seeds are reproducible: `MODEL_SEED=<seed> cargo test --features testing --test model`
 //! replays one schedule. A failure prints its seed and a shrunk schedule.
 //! `MODEL_SCHEDULES` sets how many run (make soak runs many).
 
 mod common;
+#[path = "model/planted.rs"]
+mod planted;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -30,7 +33,6 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
-use idempotent_submit::planted::Bug;
 use idempotent_submit::protocol::TaskLocation;
 use idempotent_submit::protocol::hash::{canonical_json, input_hash, key_hash};
 use idempotent_submit::protocol::record::{marker_minute, rfc3339};
@@ -43,6 +45,8 @@ use idempotent_submit::{
     Clock, IdempotencyKey, ManualClock, Queue, Scope, Settings, SubmitError, Tenant,
 };
 use serde_json::{Value, json};
+
+use planted::{Bug, Planted};
 
 // ---- the schedule ----
 
@@ -892,6 +896,8 @@ struct World {
     bucket: MemoryStore,
     recorder: Recorder,
     settings: Settings,
+    /// The bug planted in every process's store and engine settings.
+    bug: Option<Bug>,
     answers: Vec<Answer>,
     sends: Arc<Mutex<Sends>>,
     /// Tasks the queue deleted.
@@ -924,15 +930,6 @@ impl World {
         let bucket = MemoryStore::new(Arc::new(machine.clone()) as Arc<dyn Clock>);
         let mut settings = common::settings();
         settings.retry.attempt_timeout = std::time::Duration::from_millis(50);
-        #[cfg(feature = "planted-bugs")]
-        {
-            settings.planted = bug;
-        }
-        #[cfg(not(feature = "planted-bugs"))]
-        assert!(
-            bug.is_none(),
-            "planting a bug needs --features planted-bugs"
-        );
         let recorder = Recorder {
             inner: bucket.clone(),
             clock: clock.clone(),
@@ -947,6 +944,7 @@ impl World {
             bucket,
             recorder,
             settings,
+            bug,
             answers: Vec::new(),
             sends: Arc::default(),
             deleted: HashSet::new(),
@@ -990,7 +988,17 @@ impl World {
             turns: beside_a_worker
                 .then(|| Arc::new(Mutex::new(fastrand::Rng::with_seed(f.seed ^ 0x7u64)))),
         };
-        let q = Queue::with_clock(slow, Arc::new(self.machine.clone()), self.settings.clone());
+        let planted = Planted {
+            inner: slow,
+            bug: self.bug,
+            writes: self.recorder.writes.clone(),
+            armed: Arc::default(),
+        };
+        let q = Queue::with_clock(
+            planted,
+            Arc::new(self.machine.clone()),
+            planted::engine_settings(self.bug, &self.settings),
+        );
         (q, store)
     }
 
@@ -1940,7 +1948,7 @@ fn random_schedules_keep_every_guarantee() {
                 let small = shrink(schedule, None, &needle);
                 let why = run(&small, None).err().unwrap_or(e.clone());
                 panic!(
-                    "seed {seed} broke a guarantee: {e}\nshrunk to {} steps ({why}):\n{small:#?}\nreplay: MODEL_SEED={seed} cargo test --test model",
+                    "seed {seed} broke a guarantee: {e}\nshrunk to {} steps ({why}):\n{small:#?}\nreplay: MODEL_SEED={seed} cargo test --features testing --test model",
                     small.len()
                 );
             }
@@ -1958,13 +1966,11 @@ fn random_schedules_keep_every_guarantee() {
     }
 }
 
-// The checks, each shown to catch a bug planted on purpose. `make test` runs
-// them (it builds with `--features planted-bugs`).
+// The checks, each shown to catch a bug planted on purpose.
 
 /// Plants `bug`, runs schedules until the checker reports it with a message
 /// containing `needle`, shrinks that schedule, and checks that the shrunk
 /// one still fails the same way.
-#[cfg(feature = "planted-bugs")]
 fn planted_bug_is_caught(bug: Bug, needle: &str) {
     let len = 40;
     for seed in 0x0b06_0000u64..0x0b06_0000 + 2000 {
@@ -1990,55 +1996,46 @@ fn planted_bug_is_caught(bug: Bug, needle: &str) {
     panic!("the checker never reported {bug:?} with \"{needle}\"");
 }
 
-#[cfg(feature = "planted-bugs")]
 #[test]
 fn the_checker_catches_a_write_past_the_finish_deadline() {
     planted_bug_is_caught(Bug::IgnoreFinishDeadline, "past its deadline");
 }
 
-#[cfg(feature = "planted-bugs")]
 #[test]
 fn the_checker_catches_one_key_answered_with_another_keys_task() {
     planted_bug_is_caught(Bug::OneRecordPerScope, "guarantee 1");
 }
 
-#[cfg(feature = "planted-bugs")]
 #[test]
 fn the_checker_catches_a_finisher_that_never_writes_a_missing_marker() {
     planted_bug_is_caught(Bug::FinishWithoutMarker, "marker is not in the");
 }
 
-#[cfg(feature = "planted-bugs")]
 #[test]
 fn the_checker_catches_a_marker_written_for_a_task_a_worker_has_taken() {
     planted_bug_is_caught(Bug::MarkerWhenHeadFindsNone, "guarantee 10");
 }
 
-#[cfg(feature = "planted-bugs")]
 #[test]
 fn the_checker_catches_a_marker_left_for_a_task_a_worker_claimed_before_it_landed() {
     planted_bug_is_caught(Bug::MarkerUnverified, "guarantee 10");
 }
 
-#[cfg(feature = "planted-bugs")]
 #[test]
 fn the_checker_catches_missing_answered_inside_the_late_write_margin() {
     planted_bug_is_caught(Bug::MissingWithoutMargin, "before its deadline + 15 min");
 }
 
-#[cfg(feature = "planted-bugs")]
 #[test]
 fn the_checker_catches_a_task_written_twice() {
     planted_bug_is_caught(Bug::OverwriteTask, "without If-None-Match");
 }
 
-#[cfg(feature = "planted-bugs")]
 #[test]
 fn the_checker_catches_an_expired_record_kept_alive() {
     planted_bug_is_caught(Bug::ExpiryIgnored, "guarantee 6");
 }
 
-#[cfg(feature = "planted-bugs")]
 #[test]
 fn the_checker_catches_a_writer_that_trusts_its_own_clock() {
     planted_bug_is_caught(Bug::TrustMachineClock, "past its deadline");

@@ -27,6 +27,15 @@ async fn stub(answer: Answer) -> (S3Store, Seen) {
 
 /// The stub, its answers dated `date` (an HTTP date) when given.
 async fn stub_dated(answer: Answer, date: Option<String>) -> (S3Store, Seen) {
+    stub_with(
+        answer,
+        date.map_or(String::new(), |d| format!("Date: {d}\r\n")),
+    )
+    .await
+}
+
+/// The stub, its answers carrying `headers` (each line ending in CRLF).
+async fn stub_with(answer: Answer, headers: String) -> (S3Store, Seen) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen: Seen = Arc::default();
@@ -34,7 +43,7 @@ async fn stub_dated(answer: Answer, date: Option<String>) -> (S3Store, Seen) {
     tokio::spawn(async move {
         while let Ok((mut c, _)) = listener.accept().await {
             let log = log.clone();
-            let date = date.clone();
+            let date = headers.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 8192];
@@ -76,7 +85,6 @@ async fn stub_dated(answer: Answer, date: Option<String>) -> (S3Store, Seen) {
                 } else {
                     body
                 };
-                let date = date.map_or(String::new(), |d| format!("Date: {d}\r\n"));
                 let reply = format!(
                     "HTTP/1.1 {status} Stub\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n{date}x-amz-request-id: stub\r\nConnection: close\r\n\r\n{body}",
                     body.len()
@@ -331,4 +339,37 @@ async fn every_answer_errors_included_dates_s3s_clock_for_the_store() {
     let (store, _) = stub(Some((200, None))).await;
     let _ = store.head("k").await;
     assert_eq!(store.clock_offset(), None);
+}
+
+/// S3 always sends `ETag` and `Last-Modified`; an answer cut short by
+/// something on the way is a retryable error, never an empty ETag (which no
+/// compare-and-swap could match) or a `LastModified` of 1970 (which would
+/// make a young record look settled, and a replay answer `missing` while a
+/// write may still land).
+#[tokio::test]
+async fn an_answer_without_its_etag_or_last_modified_is_retryable_never_made_up() {
+    let (bare, _) = stub(Some((200, None))).await;
+    let (dated_only, _) = stub_with(Some((200, None)), "ETag: \"abc\"\r\n".into()).await;
+    for (store, missing) in [(&bare, "ETag"), (&dated_only, "Last-Modified")] {
+        for (what, r) in [
+            ("head", store.head("k").await.map(|_| ())),
+            ("get", store.get("k").await.map(|_| ())),
+        ] {
+            match r {
+                Err(e @ StoreError::Unavailable(_)) => {
+                    assert!(e.is_retryable());
+                    assert!(e.to_string().contains(missing), "{what}: {e}");
+                }
+                other => panic!("{what} without {missing}: {other:?}"),
+            }
+        }
+    }
+    let put = bare
+        .put("k", Bytes::new(), PutMode::Overwrite)
+        .await
+        .map(|_| ());
+    assert!(
+        matches!(&put, Err(StoreError::Unavailable(m)) if m.contains("ETag")),
+        "{put:?}"
+    );
 }

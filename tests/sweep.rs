@@ -932,35 +932,6 @@ async fn an_empty_page_with_a_continuation_token_is_not_the_end_of_a_range() {
 }
 
 #[tokio::test]
-async fn an_unfinished_pass_saved_by_the_listing_sweeper_before_ranges_is_done_again_in_its_window()
-{
-    let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
-    w.clock.advance(Duration::minutes(11));
-    // The old checkpoint shape: a cursor instead of ranges, stopped early.
-    let old = json!({
-        "previous_pass": null,
-        "pass": "2026-01-27T12:11:00Z",
-        "cursor": "idempotency/0",
-        "complete": false,
-    });
-    w.bucket
-        .put(
-            "sweeper/checkpoint.json",
-            serde_json::to_vec(&old).unwrap().into(),
-            PutMode::Create,
-        )
-        .await
-        .unwrap();
-    let s = w.sweep(false).await;
-    assert!(s.resumed && s.complete, "{s:?}");
-    assert_eq!(s.finished, 1);
-    assert_eq!(w.record("a").await.status, Some(RecordStatus::Creating));
-    assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
-}
-
-#[tokio::test]
 async fn a_run_that_died_holding_the_pass_keeps_it_for_its_lease_then_loses_it() {
     let w = World::new();
     w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
@@ -1108,4 +1079,38 @@ fn only_a_young_record_or_a_retryable_failure_is_handed_back() {
     })));
     assert!(!retry(RecordOutcome::Finished));
     assert!(!retry(RecordOutcome::PastDeadline));
+}
+
+/// A checkpoint that does not parse is said and counted, never dropped
+/// without a word; the pass begins anew over it and leaves one that parses.
+#[tokio::test]
+async fn an_unparseable_checkpoint_is_counted_as_an_error_and_a_new_pass_replaces_it() {
+    let w = World::new();
+    w.queue()
+        .submit("t", json!({"k": 1}))
+        .idempotency_key("a")
+        .await
+        .unwrap();
+    w.bucket
+        .put(
+            idempotent_submit::protocol::sweep::CHECKPOINT_KEY,
+            bytes::Bytes::from_static(b"{not a checkpoint"),
+            PutMode::Overwrite,
+        )
+        .await
+        .unwrap();
+    w.clock.advance(Duration::minutes(11));
+    let s = w.sweep(false).await;
+    assert_eq!((s.errors, s.complete, s.scanned), (1, true, 1), "{s:?}");
+    let saved = w
+        .bucket
+        .get(idempotent_submit::protocol::sweep::CHECKPOINT_KEY)
+        .await
+        .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&saved.body).expect("a checkpoint that parses");
+    assert!(v["pass"].is_string(), "{v}");
+    // The next pass reads it: no error.
+    w.clock.advance(Duration::days(1));
+    assert_eq!(w.sweep(false).await.errors, 0);
 }

@@ -1,4 +1,4 @@
-//! The protocol on a versioned bucket (CONTRACT.md section 6a), in memory and
+//! The protocol on a versioned bucket (the README, "The bucket"), in memory and
 //! on moto: what a delete leaves behind, and that nothing of it is seen.
 
 mod common;

@@ -1,4 +1,4 @@
-//! `POST /tasks/batch` (CONTRACT.md section 4): many `POST /tasks` bodies in
+//! `POST /tasks/batch` (docs/openapi.yaml): many `POST /tasks` bodies in
 //! one request, `{"tasks": [...]}`, each submitted as if alone and all at
 //! once ([`crate::Queue::submit_many`]), answered `{"results": [...]}` in
 //! the items' order.
@@ -11,7 +11,7 @@
 use serde_json::{Value, json};
 
 use super::App;
-use super::http::{HttpRequest, is_json, response};
+use super::http::{HttpRequest, HttpResponse, is_json, response};
 use super::problem::Problem;
 use super::request::SubmitBody;
 use crate::protocol::{SubmitError, Submitted};
@@ -24,7 +24,11 @@ pub const BODY_LIMIT: usize = 6 * 1024 * 1024;
 
 /// Handles `POST /tasks/batch` for the caller `tenant` (already required
 /// under isolation).
-pub async fn submit(app: &App, req: &HttpRequest, tenant: Option<&str>) -> Result<Value, Problem> {
+pub async fn submit(
+    app: &App,
+    req: &HttpRequest,
+    tenant: Option<&str>,
+) -> Result<HttpResponse, Problem> {
     if let Some(ct) = req.header("content-type")
         && !is_json(ct)
     {

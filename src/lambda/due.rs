@@ -1,4 +1,4 @@
-//! The due queue (CONTRACT.md section 6): S3 event notifications of record
+//! The due queue (docs/protocol.md, "The sweeper"): S3 event notifications of record
 //! writes, which SQS hands to `sweep` `STALE_CREATING_AFTER_SECONDS` after
 //! each write. Shared by the function (an SQS event) and `idem sweep
 //! --due-queue` (messages it receives itself).
@@ -20,11 +20,8 @@ use futures::StreamExt;
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
-use crate::protocol::sweep::{RECORDS_PREFIX, RecordOutcome};
+use crate::protocol::sweep::{READS_AT_ONCE, RECORDS_PREFIX, RecordOutcome};
 use crate::protocol::{Engine, SweepSummary};
-
-/// Records of one batch read at once.
-const READS_AT_ONCE: usize = 16;
 
 /// One record write that an S3 notification names.
 #[derive(Debug, Clone, PartialEq, Eq)]

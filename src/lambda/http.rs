@@ -1,6 +1,6 @@
 //! API Gateway REST (payload 1.0), HTTP API (2.0) and function URL events:
 //! `POST /tasks`, `POST /tasks/batch` (src/lambda/batch.rs),
-//! `GET /tasks/{task_id}` (CONTRACT.md section 4).
+//! `GET /tasks/{task_id}` (docs/openapi.yaml).
 //!
 //! Requests are read with a lenient struct of our own rather than the typed
 //! `aws_lambda_events` requests: one struct reads all three shapes, and odd
@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::App;
 use super::problem::Problem;
 use super::request::SubmitBody;
-use crate::protocol::names::without_session;
+use crate::protocol::names::Principal;
 use crate::protocol::record::task_tenant;
 use crate::protocol::{Submitted, Tenant};
 
@@ -54,7 +54,7 @@ pub struct HttpRequest {
     pub base64: bool,
     pub request_id: String,
     /// The authenticated caller, in an injective text form.
-    pub principal: Option<String>,
+    pub principal: Option<Principal>,
     /// Payload 2.0 (HTTP API, function URL): its response may carry
     /// `cookies`; a REST API's (1.0) must not.
     pub v2: bool,
@@ -133,29 +133,24 @@ impl HttpRequest {
 /// user pool authorizer), or a Lambda authorizer's principalId. Each kind is
 /// tagged, and the JWT form is length-prefixed, so no two principals read
 /// alike.
-fn principal(ctx: &Value) -> Option<String> {
-    let s = |p: &str| {
-        ctx.pointer(p)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-    };
-    if let Some(arn) = s("/authorizer/iam/userArn").or_else(|| s("/identity/userArn")) {
-        return Some(format!("iam:{}", without_session(&arn)));
+fn principal(ctx: &Value) -> Option<Principal> {
+    let s = |p: &str| ctx.pointer(p).and_then(Value::as_str).unwrap_or("");
+    if let Some(p) = Principal::iam(s("/authorizer/iam/userArn"))
+        .or_else(|| Principal::iam(s("/identity/userArn")))
+    {
+        return Some(p);
     }
     let jwt = ["/authorizer/jwt/claims", "/authorizer/claims"]
         .iter()
         .find_map(|p| ctx.pointer(p).filter(|c| c.get("sub").is_some()));
     if let Some(claims) = jwt {
-        let iss = claims.get("iss").and_then(Value::as_str).unwrap_or("");
-        let sub = claims.get("sub").and_then(Value::as_str).unwrap_or("");
-        if !sub.is_empty() {
-            return Some(format!("jwt:{}:{iss}:{sub}", iss.len()));
+        let claim = |k: &str| claims.get(k).and_then(Value::as_str).unwrap_or("");
+        if let Some(p) = Principal::jwt(claim("iss"), claim("sub")) {
+            return Some(p);
         }
     }
-    s("/authorizer/principalId")
-        .or_else(|| s("/authorizer/lambda/principalId"))
-        .map(|p| format!("lambda:{p}"))
+    Principal::lambda(s("/authorizer/principalId"))
+        .or_else(|| Principal::lambda(s("/authorizer/lambda/principalId")))
 }
 
 /// Parses an `Idempotency-Key` header: an RFC 8941 sf-string
@@ -219,21 +214,43 @@ fn route<'a>(path: &'a str, stage: Option<&str>) -> Route<'a> {
     }
 }
 
-/// An HTTP response in the shape all three event sources accept.
-pub(super) fn response(status: u16, headers: Vec<(&str, String)>, body: &Value) -> Value {
-    let headers: Map<String, Value> = headers
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), Value::String(v)))
-        .collect();
-    json!({
-        "statusCode": status,
-        "headers": headers,
-        "body": body.to_string(),
-        "isBase64Encoded": false,
-    })
+/// An HTTP answer, in the shape all three event sources accept
+/// (`statusCode`, `headers`, `body`, `isBase64Encoded`; and `cookies` for
+/// an HTTP API's payload format 2.0).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpResponse {
+    pub status_code: u16,
+    pub headers: Map<String, Value>,
+    pub body: String,
+    pub is_base64_encoded: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cookies: Option<Vec<String>>,
 }
 
-fn problem_response(p: &Problem, request_id: &str) -> Value {
+impl HttpResponse {
+    /// The event's answer, as JSON.
+    pub fn into_value(self) -> Value {
+        // A struct of strings, numbers and JSON values always serializes.
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// An HTTP response with a JSON body.
+pub(super) fn response(status: u16, headers: Vec<(&str, String)>, body: &Value) -> HttpResponse {
+    HttpResponse {
+        status_code: status,
+        headers: headers
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), Value::String(v)))
+            .collect(),
+        body: body.to_string(),
+        is_base64_encoded: false,
+        cookies: None,
+    }
+}
+
+fn problem_response(p: &Problem, request_id: &str) -> HttpResponse {
     let mut headers = vec![("content-type", "application/problem+json".to_owned())];
     if let Some(d) = p.retry_after {
         headers.push(("retry-after", retry_after_secs(d).to_string()));
@@ -263,7 +280,7 @@ fn location(public_path: &str, task_id: Uuid) -> String {
     format!("{base}/{task_id}")
 }
 
-fn success(s: &Submitted, public_path: &str) -> Value {
+fn success(s: &Submitted, public_path: &str) -> HttpResponse {
     let mut headers = vec![("content-type", "application/json".to_owned())];
     if s.created() {
         headers.push(("location", location(public_path, s.task_id)));
@@ -289,16 +306,17 @@ pub async fn handle(app: &App, event: Value, lambda_request_id: &str) -> Value {
         Ok(r) => r,
         Err(p) => {
             tracing::info!(request_id = %fallback, status = p.status, detail = %p.detail, "http request");
-            return problem_response(&p, fallback);
+            return problem_response(&p, fallback).into_value();
         }
     };
     if req.request_id.is_empty() {
         req.request_id = fallback.to_owned();
     }
-    let (status, mut answer) = match serve(app, &req).await {
-        Ok(v) => (v["statusCode"].as_u64().unwrap_or(200), v),
-        Err(p) => (u64::from(p.status), problem_response(&p, &req.request_id)),
+    let mut answer = match serve(app, &req).await {
+        Ok(r) => r,
+        Err(p) => problem_response(&p, &req.request_id),
     };
+    let status = answer.status_code;
     tracing::info!(
         request_id = %req.request_id,
         method = %req.method,
@@ -306,15 +324,13 @@ pub async fn handle(app: &App, event: Value, lambda_request_id: &str) -> Value {
         status,
         "http request"
     );
-    if req.v2
-        && let Some(obj) = answer.as_object_mut()
-    {
-        obj.insert("cookies".into(), json!([]));
+    if req.v2 {
+        answer.cookies = Some(Vec::new());
     }
-    answer
+    answer.into_value()
 }
 
-async fn serve(app: &App, req: &HttpRequest) -> Result<Value, Problem> {
+async fn serve(app: &App, req: &HttpRequest) -> Result<HttpResponse, Problem> {
     let route = route(&req.path, req.stage.as_deref());
     // Under isolation every route answers only an authenticated caller: a
     // request without a principal (no authorizer, a misconfigured one) must
@@ -345,7 +361,11 @@ pub(super) fn is_json(content_type: &str) -> bool {
     mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
 }
 
-async fn submit(app: &App, req: &HttpRequest, tenant: Option<&str>) -> Result<Value, Problem> {
+async fn submit(
+    app: &App,
+    req: &HttpRequest,
+    tenant: Option<&str>,
+) -> Result<HttpResponse, Problem> {
     let limit = app.queue.settings().max_input_bytes;
     if let Some(ct) = req.header("content-type")
         && !is_json(ct)
@@ -419,7 +439,7 @@ fn owns(tenant: &Tenant, id: Uuid, body: &[u8]) -> bool {
 /// `GET /tasks/{id}`. Under isolation, another tenant's task (or one that
 /// names no tenant: submitted through SQS or the CLI) is answered exactly as
 /// a task that does not exist, so that ids cannot be probed.
-async fn get_task(app: &App, id: &str, tenant: Option<&str>) -> Result<Value, Problem> {
+async fn get_task(app: &App, id: &str, tenant: Option<&str>) -> Result<HttpResponse, Problem> {
     let Ok(id) = Uuid::parse_str(id) else {
         return Err(Problem::not_found("no such task"));
     };
@@ -453,6 +473,7 @@ async fn get_task(app: &App, id: &str, tenant: Option<&str>) -> Result<Value, Pr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn routes_match_under_stages_and_function_url_roots() {
@@ -515,7 +536,7 @@ mod tests {
         let b = role("arn:aws:sts::123456789012:assumed-role/producer/i-0def");
         assert_eq!(a, b);
         assert_eq!(
-            a.as_deref(),
+            a.as_ref().map(Principal::as_str),
             Some("iam:arn:aws:sts::123456789012:assumed-role/producer")
         );
         // Other roles, accounts and partitions stay apart.
@@ -528,18 +549,27 @@ mod tests {
             role("arn:aws:sts::210987654321:assumed-role/producer/i-0abc")
         );
         assert_eq!(
-            role("arn:aws-cn:sts::1:assumed-role/r/s").as_deref(),
+            role("arn:aws-cn:sts::1:assumed-role/r/s")
+                .as_ref()
+                .map(Principal::as_str),
             Some("iam:arn:aws-cn:sts::1:assumed-role/r")
         );
         // Users and other ARNs are kept whole.
         assert_eq!(
-            role("arn:aws:iam::1:user/path/a").as_deref(),
+            role("arn:aws:iam::1:user/path/a")
+                .as_ref()
+                .map(Principal::as_str),
             Some("iam:arn:aws:iam::1:user/path/a")
         );
         assert_eq!(
-            role("arn:aws:sts::1:federated-user/bob").as_deref(),
+            role("arn:aws:sts::1:federated-user/bob")
+                .as_ref()
+                .map(Principal::as_str),
             Some("iam:arn:aws:sts::1:federated-user/bob")
         );
-        assert_eq!(role("not-an-arn").as_deref(), Some("iam:not-an-arn"));
+        assert_eq!(
+            role("not-an-arn").as_ref().map(Principal::as_str),
+            Some("iam:not-an-arn")
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value, json};
 
-use crate::protocol::{SubmitError, Submitted, SweepSummary};
+use crate::protocol::{ErrorKind, SubmitError, Submitted, SweepSummary};
 
 pub const NAMESPACE: &str = "IdempotentSubmit";
 
@@ -142,11 +142,13 @@ fn outcome(result: &Result<Submitted, SubmitError>) -> &'static str {
     match result {
         Ok(s) if s.created() => "Created",
         Ok(_) => "Replayed",
-        Err(SubmitError::Conflict { .. }) => "Conflict",
-        Err(SubmitError::Invalid(_) | SubmitError::InputTooLarge { .. }) => "Invalid",
-        // A submit of the key may still be landing: not a storage failure.
-        Err(SubmitError::Undetermined { .. }) => "SubmitInProgress",
-        Err(_) => "StorageError",
+        Err(e) => match e.kind() {
+            ErrorKind::Conflict => "Conflict",
+            ErrorKind::Invalid | ErrorKind::KeyMissing | ErrorKind::TooLarge => "Invalid",
+            // A submit of the key may still be landing: not a storage failure.
+            ErrorKind::InProgress => "SubmitInProgress",
+            ErrorKind::Unavailable | ErrorKind::Broken => "StorageError",
+        },
     }
 }
 

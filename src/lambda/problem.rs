@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::protocol::SubmitError;
+use crate::protocol::{ErrorKind, SubmitError};
 
 /// An HTTP error answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,33 +99,33 @@ impl Problem {
 
     /// The one mapping of protocol outcomes to HTTP.
     pub fn from_submit(e: &SubmitError) -> Self {
-        let mut p = match e {
-            SubmitError::Invalid(v) => match v {
-                crate::protocol::ValidationError::KeyRequired => {
-                    Self::new(400, e.code(), "Idempotency key required", v.to_string())
-                }
-                _ => Self::new(400, e.code(), "Invalid request", v.to_string()),
-            },
-            SubmitError::InputTooLarge { .. } => Self::too_large(e.to_string()),
-            SubmitError::Conflict { task_id, .. } => Problem {
-                task_id: Some(*task_id),
-                ..Self::new(422, e.code(), "Idempotency conflict", e.to_string())
+        let code = e.code();
+        let mut p = match e.kind() {
+            ErrorKind::KeyMissing => {
+                Self::new(400, code, "Idempotency key required", e.to_string())
+            }
+            ErrorKind::Invalid => Self::new(400, code, "Invalid request", e.to_string()),
+            ErrorKind::TooLarge => Self::too_large(e.to_string()),
+            ErrorKind::Conflict => Problem {
+                task_id: match e {
+                    SubmitError::Conflict { task_id, .. } => Some(*task_id),
+                    _ => None,
+                },
+                ..Self::new(422, code, "Idempotency conflict", e.to_string())
             },
             // A submit still landing says nothing about our storage.
-            SubmitError::Undetermined { .. } => {
-                Self::new(503, e.code(), "Submit in progress", e.to_string())
-            }
+            ErrorKind::InProgress => Self::new(503, code, "Submit in progress", e.to_string()),
             // 5xx details are generic: S3's message names the role, the
             // account and the bucket, which are no caller's business. The
             // error itself goes to the log, under the request's id
             // (`instance`).
-            e if e.is_retryable() => Self::new(
+            ErrorKind::Unavailable => Self::new(
                 503,
-                e.code(),
+                code,
                 "Storage unavailable",
                 "the task store is unavailable for now; retry after the Retry-After seconds",
             ),
-            _ => Self::internal(),
+            ErrorKind::Broken => Self::internal(),
         };
         p.retry_after = e.retry_after();
         p

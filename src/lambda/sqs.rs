@@ -1,4 +1,4 @@
-//! SQS events, standard and FIFO (CONTRACT.md section 5).
+//! SQS events, standard and FIFO (the README, "The `submit` function").
 //!
 //! Every message is a `POST /tasks` body. The answer lists exactly the
 //! messages to retry (storage failures); a message that can never succeed is
@@ -13,7 +13,6 @@ use sha2::{Digest, Sha256};
 use super::App;
 use super::problem::Problem;
 use super::request::SubmitBody;
-use crate::protocol::SubmitError;
 use crate::store::PutMode;
 
 /// What became of one message.
@@ -138,11 +137,9 @@ pub async fn process(app: &App, m: &SqsMessage) -> Outcome {
             tracing::info!(message_id = id, task_id = %s.task_id, replayed = s.replayed, "submitted");
             Outcome::Submitted
         }
-        Err(
-            e @ (SubmitError::Invalid(_)
-            | SubmitError::InputTooLarge { .. }
-            | SubmitError::Conflict { .. }),
-        ) => reject(app, m, &Problem::from_submit(&e)).await,
+        Err(e) if e.kind().is_the_requests_fault() => {
+            reject(app, m, &Problem::from_submit(&e)).await
+        }
         Err(e) => {
             tracing::warn!(message_id = id, code = e.code(), error = %e, "submit failed; message will be retried");
             Outcome::Retry

@@ -1,15 +1,19 @@
 //! The idempotency-key protocol: names and hashes, the objects of the bucket
 //! layout, the submit state machine, and the sweep.
 
+pub mod engine;
+pub mod error;
+mod finish;
 pub mod hash;
 pub mod names;
 pub mod record;
+mod s3_time;
 pub mod submit;
 pub mod sweep;
 
+pub use engine::Engine;
+pub use error::{ConflictKind, ErrorKind, SubmitError};
 pub use names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
 pub use record::{Record, RecordStatus, TaskLocation};
-pub use submit::{
-    ConflictKind, Engine, IdempotencyInfo, Input, KeySpec, SubmitError, SubmitRequest, Submitted,
-};
+pub use submit::{IdempotencyInfo, Input, KeySpec, SubmitRequest, Submitted};
 pub use sweep::{RecordOutcome, SweepOptions, SweepSummary};

@@ -271,39 +271,73 @@ pub fn without_session(arn: &str) -> &str {
     }
 }
 
-/// A principal as the HTTP edge names it, given by an operator (`idem key
-/// --tenant`): `iam:<ARN>` (an assumed role's session is dropped, as the
-/// edge drops it), `jwt:<length of iss>:<iss>:<sub>`, or
-/// `lambda:<principalId>`.
-pub fn parse_principal(text: &str) -> Result<String, ValidationError> {
-    let bad = |why: &str| ValidationError::field("tenant", why.to_owned());
-    if let Some(arn) = text.strip_prefix("iam:") {
-        if arn.is_empty() {
-            return Err(bad("iam: needs an ARN"));
+/// An authenticated caller, as API Gateway names it: an IAM ARN (an
+/// assumed role's session dropped, so every session of a role is one
+/// tenant), a JWT's issuer and subject, or a Lambda authorizer's
+/// `principalId`. Its text form is tagged by kind, and the JWT form is
+/// length-prefixed, so no two principals read alike: `iam:<ARN>`,
+/// `jwt:<length of iss>:<iss>:<sub>`, `lambda:<principalId>`. The HTTP
+/// edge builds it from a request's context; an operator gives its text
+/// (`idem key --tenant`); both hash the same text into the same tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal(String);
+
+impl Principal {
+    /// An IAM user's or role's ARN; `None` when empty.
+    pub fn iam(arn: &str) -> Option<Self> {
+        (!arn.is_empty()).then(|| Principal(format!("iam:{}", without_session(arn))))
+    }
+
+    /// A JWT's issuer and subject; `None` without a subject.
+    pub fn jwt(iss: &str, sub: &str) -> Option<Self> {
+        (!sub.is_empty()).then(|| Principal(format!("jwt:{}:{iss}:{sub}", iss.len())))
+    }
+
+    /// A Lambda authorizer's `principalId`; `None` when empty.
+    pub fn lambda(id: &str) -> Option<Self> {
+        (!id.is_empty()).then(|| Principal(format!("lambda:{id}")))
+    }
+
+    /// The text form, as an operator gives it.
+    pub fn parse(text: &str) -> Result<Self, ValidationError> {
+        let bad = |why: &str| ValidationError::field("tenant", why.to_owned());
+        if let Some(arn) = text.strip_prefix("iam:") {
+            return Self::iam(arn).ok_or_else(|| bad("iam: needs an ARN"));
         }
-        return Ok(format!("iam:{}", without_session(arn)));
-    }
-    if let Some(rest) = text.strip_prefix("jwt:") {
-        let (len, tail) = rest
-            .split_once(':')
-            .ok_or_else(|| bad("jwt: is jwt:<length of iss>:<iss>:<sub>"))?;
-        let len: usize = len
-            .parse()
-            .map_err(|_| bad("jwt: starts with the length of iss"))?;
-        let ok = tail.len() > len + 1 && tail.is_char_boundary(len) && tail[len..].starts_with(':');
-        if !ok {
-            return Err(bad(
-                "jwt: is jwt:<length of iss>:<iss>:<sub>, with a non-empty sub",
-            ));
+        if let Some(rest) = text.strip_prefix("jwt:") {
+            let (len, tail) = rest
+                .split_once(':')
+                .ok_or_else(|| bad("jwt: is jwt:<length of iss>:<iss>:<sub>"))?;
+            let len: usize = len
+                .parse()
+                .map_err(|_| bad("jwt: starts with the length of iss"))?;
+            let ok =
+                tail.len() > len + 1 && tail.is_char_boundary(len) && tail[len..].starts_with(':');
+            if !ok {
+                return Err(bad(
+                    "jwt: is jwt:<length of iss>:<iss>:<sub>, with a non-empty sub",
+                ));
+            }
+            return Ok(Principal(text.to_owned()));
         }
-        return Ok(text.to_owned());
+        if let Some(id) = text.strip_prefix("lambda:") {
+            return Self::lambda(id).ok_or_else(|| bad("lambda: needs a principalId"));
+        }
+        Err(bad(
+            "must be iam:<ARN>, jwt:<length of iss>:<iss>:<sub> or lambda:<principalId>",
+        ))
     }
-    if text.strip_prefix("lambda:").is_some_and(|p| !p.is_empty()) {
-        return Ok(text.to_owned());
+
+    /// The text form, which the tenant hashes.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
-    Err(bad(
-        "must be iam:<ARN>, jwt:<length of iss>:<iss>:<sub> or lambda:<principalId>",
-    ))
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 #[cfg(test)]
@@ -313,15 +347,25 @@ mod tests {
     #[test]
     fn an_operators_tenant_reads_as_the_http_edge_names_it() {
         assert_eq!(
-            parse_principal("iam:arn:aws:sts::1:assumed-role/r/session-9").unwrap(),
+            Principal::parse("iam:arn:aws:sts::1:assumed-role/r/session-9")
+                .unwrap()
+                .as_str(),
             "iam:arn:aws:sts::1:assumed-role/r"
         );
         assert_eq!(
-            parse_principal("iam:arn:aws:iam::1:user/u").unwrap(),
+            Principal::parse("iam:arn:aws:iam::1:user/u")
+                .unwrap()
+                .as_str(),
             "iam:arn:aws:iam::1:user/u"
         );
-        assert_eq!(parse_principal("jwt:3:a:b:c").unwrap(), "jwt:3:a:b:c");
-        assert_eq!(parse_principal("lambda:team-a").unwrap(), "lambda:team-a");
+        assert_eq!(
+            Principal::parse("jwt:3:a:b:c").unwrap().as_str(),
+            "jwt:3:a:b:c"
+        );
+        assert_eq!(
+            Principal::parse("lambda:team-a").unwrap().as_str(),
+            "lambda:team-a"
+        );
         for bad in [
             "",
             "alice",
@@ -332,7 +376,7 @@ mod tests {
             "lambda:",
             "jwt:1:é:s",
         ] {
-            assert!(parse_principal(bad).is_err(), "{bad:?}");
+            assert!(Principal::parse(bad).is_err(), "{bad:?}");
         }
     }
 

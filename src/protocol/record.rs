@@ -49,10 +49,11 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn to_bytes(&self) -> bytes::Bytes {
-        // A Record always serializes: its fields are strings, UUIDs, times
-        // and already-valid raw JSON.
-        bytes::Bytes::from(serde_json::to_vec(self).unwrap_or_default())
+    /// The record's JSON. Its fields are strings, UUIDs, times and
+    /// already-valid raw JSON, so this does not fail; if it ever did, the
+    /// error stops the submit rather than writing an empty record.
+    pub fn to_bytes(&self) -> Result<bytes::Bytes, serde_json::Error> {
+        serde_json::to_vec(self).map(bytes::Bytes::from)
     }
 
     pub fn parse(body: &[u8]) -> Result<Self, serde_json::Error> {
@@ -205,7 +206,7 @@ pub fn task_json(
     input: &RawValue,
     now: DateTime<Utc>,
     idempotency: TaskIdempotency<'_>,
-) -> Box<RawValue> {
+) -> Result<Box<RawValue>, serde_json::Error> {
     let task = TaskObject {
         id: loc.id,
         shard: &loc.shard,
@@ -235,9 +236,10 @@ pub fn task_json(
         cancel_requested: false,
         idempotency,
     };
-    // Serializing this struct cannot fail; the fallback is never taken.
+    // Serializing this struct does not fail (strings, numbers, raw JSON);
+    // if it ever did, the error stops the submit rather than writing a task
+    // of `null`.
     serde_json::value::to_raw_value(&task)
-        .unwrap_or_else(|_| RawValue::from_string("null".into()).unwrap_or_default())
 }
 
 /// The fields of a pending task that locate it.
@@ -361,7 +363,8 @@ mod tests {
                 key_hash: Some("sha256:00"),
                 tenant: None,
             },
-        );
+        )
+        .unwrap();
         let v: serde_json::Value = serde_json::from_str(raw.get()).unwrap();
         for f in [
             "id",

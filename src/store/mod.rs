@@ -25,10 +25,14 @@ use chrono::{DateTime, Utc};
 
 use crate::clock::Offset;
 
+// Fault injection is test machinery: only in a build with the `testing`
+// feature (which `make test` turns on), never in what ships.
+#[cfg(feature = "testing")]
 pub mod faulty;
 pub mod memory;
 pub mod s3;
 
+#[cfg(feature = "testing")]
 pub use faulty::{Call, Fault, FaultyStore, Op};
 pub use memory::{MemoryStore, Version};
 pub use s3::S3Store;
@@ -115,7 +119,9 @@ pub enum StoreError {
     #[error("storage error: {0}")]
     Fatal(String),
     /// A fault-injection crash: the process "died" at this call. Nothing
-    /// after it may run, so it is never retried.
+    /// after it may run, so it is never retried. Only [`FaultyStore`]
+    /// answers it, so it exists only with the `testing` feature.
+    #[cfg(feature = "testing")]
     #[error("crashed (fault injection)")]
     Crashed,
 }
@@ -133,7 +139,7 @@ pub trait Store: Send + Sync + 'static {
     /// How far the storage's clock stands from this machine's (storage −
     /// local), as the `Date` of its answers so far showed it; `None` before
     /// the first answer. The protocol judges its deadlines in the storage's
-    /// time (CONTRACT.md section 2).
+    /// time (docs/protocol.md).
     fn clock_offset(&self) -> Option<Offset>;
 
     /// Reads an object whole.

@@ -232,13 +232,20 @@ impl HasStatus for aws_sdk_s3::config::http::HttpResponse {
     }
 }
 
-fn to_chrono(t: Option<&aws_sdk_s3::primitives::DateTime>) -> DateTime<Utc> {
+// S3 answers every GET, HEAD and listing entry with `Last-Modified`, and
+// every GET, HEAD and PUT with an `ETag`. An answer without them comes from
+// something between us and S3 that cut it short: never guess. A made-up 1970
+// would make a young record look settled (a replay could answer `missing`
+// while a write may still land), and an empty ETag could never match.
+fn to_chrono(t: Option<&aws_sdk_s3::primitives::DateTime>) -> Result<DateTime<Utc>, StoreError> {
     t.and_then(|t| DateTime::from_timestamp(t.secs(), t.subsec_nanos()))
-        .unwrap_or_default()
+        .ok_or_else(|| StoreError::Unavailable("S3's answer had no Last-Modified".into()))
 }
 
-fn etag(e: Option<&str>) -> ETag {
-    ETag(e.unwrap_or_default().to_owned())
+fn etag(e: Option<&str>) -> Result<ETag, StoreError> {
+    e.filter(|e| !e.is_empty())
+        .map(|e| ETag(e.to_owned()))
+        .ok_or_else(|| StoreError::Unavailable("S3's answer had no ETag".into()))
 }
 
 #[async_trait]
@@ -258,8 +265,8 @@ impl Store for S3Store {
             .map_err(map_err)?;
         let meta = ObjectMeta {
             key: key.to_owned(),
-            etag: etag(out.e_tag()),
-            last_modified: to_chrono(out.last_modified()),
+            etag: etag(out.e_tag())?,
+            last_modified: to_chrono(out.last_modified())?,
             size: out.content_length().unwrap_or(0).max(0) as u64,
         };
         let body = out
@@ -282,8 +289,8 @@ impl Store for S3Store {
             .map_err(map_err)?;
         Ok(ObjectMeta {
             key: key.to_owned(),
-            etag: etag(out.e_tag()),
-            last_modified: to_chrono(out.last_modified()),
+            etag: etag(out.e_tag())?,
+            last_modified: to_chrono(out.last_modified())?,
             size: out.content_length().unwrap_or(0).max(0) as u64,
         })
     }
@@ -303,7 +310,7 @@ impl Store for S3Store {
         }
         let out = req.send().await.map_err(map_err)?;
         Ok(PutResult {
-            etag: etag(out.e_tag()),
+            etag: etag(out.e_tag())?,
         })
     }
 
@@ -337,13 +344,15 @@ impl Store for S3Store {
         let objects = out
             .contents()
             .iter()
-            .map(|o| ObjectMeta {
-                key: o.key().unwrap_or_default().to_owned(),
-                etag: etag(o.e_tag()),
-                last_modified: to_chrono(o.last_modified()),
-                size: o.size().unwrap_or(0).max(0) as u64,
+            .map(|o| {
+                Ok(ObjectMeta {
+                    key: o.key().unwrap_or_default().to_owned(),
+                    etag: etag(o.e_tag())?,
+                    last_modified: to_chrono(o.last_modified())?,
+                    size: o.size().unwrap_or(0).max(0) as u64,
+                })
             })
-            .collect();
+            .collect::<Result<Vec<_>, StoreError>>()?;
         let next = if out.is_truncated().unwrap_or(false) {
             out.next_continuation_token().map(str::to_owned)
         } else {

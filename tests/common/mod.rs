@@ -16,6 +16,8 @@ pub mod lambda;
 pub mod moto;
 pub mod openapi;
 pub mod runtime_api;
+// Fault injection needs the testing feature.
+#[cfg(feature = "testing")]
 pub mod world;
 
 #[allow(unused_imports)]
@@ -26,12 +28,13 @@ pub use moto::{
     moto_store_versioned, moto_store_with, moto_versions, receive_all,
 };
 
+#[cfg(feature = "testing")]
 #[allow(unused_imports)]
 pub use world::World;
 
 use std::sync::Arc;
 
-use idempotent_submit::store::{FaultyStore, MemoryStore};
+use idempotent_submit::store::MemoryStore;
 use idempotent_submit::{Clock, ManualClock, RetryPolicy, Settings};
 
 pub fn memory_store(clock: &ManualClock) -> MemoryStore {
@@ -43,8 +46,10 @@ pub fn memory_store_versioned(clock: &ManualClock) -> MemoryStore {
     MemoryStore::versioned(Arc::new(clock.clone()) as Arc<dyn Clock>)
 }
 
-pub fn faulty(clock: &ManualClock) -> FaultyStore<MemoryStore> {
-    FaultyStore::new(memory_store(clock))
+// Fault injection needs the testing feature.
+#[cfg(feature = "testing")]
+pub fn faulty(clock: &ManualClock) -> idempotent_submit::store::FaultyStore<MemoryStore> {
+    idempotent_submit::store::FaultyStore::new(memory_store(clock))
 }
 
 /// Contract defaults, with retries that do not wait.
@@ -71,15 +76,18 @@ pub async fn all_keys(store: &dyn idempotent_submit::Store) -> Vec<String> {
 
 /// A bucket whose writes first pass through `hook(op, key)`: it can act on
 /// the bucket or the clock (another writer, a slow attempt), and fail the
-/// write by answering an error.
+/// write by answering an error. Fault injection: the testing feature.
+#[cfg(feature = "testing")]
 #[derive(Clone)]
 pub struct Intercept<F> {
     pub inner: MemoryStore,
     pub hook: F,
 }
 
+#[cfg(feature = "testing")]
 type HookResult = Option<idempotent_submit::StoreError>;
 
+#[cfg(feature = "testing")]
 #[async_trait::async_trait]
 impl<F> idempotent_submit::Store for Intercept<F>
 where

@@ -1,0 +1,101 @@
+//! The engine: the protocol over a store, a clock and settings, and its one
+//! way to make a store request (retries, deadlines, timeouts).
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::error::SubmitError;
+use super::record::task_status;
+use crate::clock::Clock;
+use crate::config::Settings;
+use crate::store::{Store, StoreError};
+
+pub(crate) use super::error::Failure;
+
+/// The protocol over a store, a clock and settings.
+#[derive(Clone)]
+pub struct Engine {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) settings: Settings,
+}
+
+impl Engine {
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, settings: Settings) -> Self {
+        Engine {
+            store,
+            clock,
+            settings,
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    /// One store request with retries: on 409 and retryable failures, with
+    /// backoff, each attempt bounded by `attempt_timeout` and by what is left
+    /// before `deadline`, and none started at or after `deadline` (by the
+    /// injected clock).
+    pub(crate) async fn call<T, F, Fut>(
+        &self,
+        deadline: DateTime<Utc>,
+        mut f: F,
+    ) -> Result<T, Failure>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let policy = self.settings.retry;
+        let mut last = StoreError::Unavailable("no attempt made".into());
+        for attempt in 0..policy.max_attempts.max(1) {
+            if attempt > 0 {
+                tokio::time::sleep(policy.backoff(attempt)).await;
+            }
+            let now = self.now();
+            if now >= deadline {
+                return Err(Failure::Deadline);
+            }
+            // The timeout drops a hung request, so no attempt outlives the
+            // call that made it, nor runs past the deadline: a slow S3 is
+            // answered as our retryable error before API Gateway's own
+            // integration limit cuts the caller off.
+            let left = (deadline - now).to_std().unwrap_or_default();
+            match tokio::time::timeout(policy.attempt_timeout.min(left), f()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if e.is_retryable() => last = e,
+                Ok(Err(e)) => return Err(Failure::Store(e)),
+                Err(_) => last = StoreError::Unavailable("request timed out".into()),
+            }
+        }
+        Err(Failure::Store(last))
+    }
+
+    /// The task's current status; `None` if it is not there.
+    pub(crate) async fn read_status(
+        &self,
+        task_key: &str,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Option<String>, SubmitError> {
+        match self.call(op_deadline, || self.store.get(task_key)).await {
+            Ok(obj) => Ok(Some(
+                task_status(&obj.body).unwrap_or_else(|| "unknown".into()),
+            )),
+            Err(Failure::Store(StoreError::NotFound)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! The protocol's one error type, and the failure of a single store call.
+//! Outcomes, not HTTP codes: every adapter (HTTP, SQS, the CLI, the metrics)
+//! classifies an error through [`SubmitError::kind`] alone.
+
+use std::time::Duration as StdDuration;
+
+use uuid::Uuid;
+
+use super::names::ValidationError;
+use crate::clock::Offset;
+use crate::store::StoreError;
+
+/// What differs between a replay and the record it met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConflictKind {
+    TaskType,
+    Input,
+}
+
+/// Every way a submit can fail. Outcomes, not HTTP codes: the HTTP edge maps
+/// them in one place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// The request is malformed (400).
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// The input is over the limit (413).
+    #[error("input is {size} bytes; the limit is {limit}")]
+    InputTooLarge { size: usize, limit: usize },
+    /// The key is taken by a submit of another task type or input (422).
+    /// Nothing was written.
+    #[error("idempotency conflict: the key was used with another {}",
+        match .kind { ConflictKind::TaskType => "task type", ConflictKind::Input => "input" })]
+    Conflict { kind: ConflictKind, task_id: Uuid },
+    /// A submit of this key may still be landing: it cannot be said yet
+    /// whether its task exists. Retry after `retry_after`.
+    #[error("the submit of this key is still undetermined; retry in {} s", .retry_after.as_secs())]
+    Undetermined {
+        task_id: Uuid,
+        retry_after: StdDuration,
+    },
+    /// S3 failed after retries.
+    #[error("storage: {0}")]
+    Storage(StoreError),
+    /// The submit's own deadline passed before it could finish.
+    #[error("the operation deadline passed")]
+    DeadlineExceeded,
+    /// The object at `key` is not what the layout says it should be.
+    #[error("corrupt object at {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+    /// S3's clock cannot be told well enough to judge a deadline: no answer
+    /// has dated it yet, or it stands more than 60 s from ours. Nothing
+    /// deadline-bound was written.
+    #[error("S3's clock is {}; nothing bound by a deadline is written",
+        match .offset { Some(o) => format!("{o} off ours, over the 60 s allowed"), None => "unknown".to_owned() })]
+    ClockOffset { offset: Option<Offset> },
+}
+
+impl SubmitError {
+    /// What this error means to whoever answers it: the one
+    /// classification that the HTTP edge, the SQS adapter, the CLI and the
+    /// metrics each match totally.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SubmitError::Invalid(ValidationError::KeyRequired) => ErrorKind::KeyMissing,
+            SubmitError::Invalid(_) => ErrorKind::Invalid,
+            SubmitError::InputTooLarge { .. } => ErrorKind::TooLarge,
+            SubmitError::Conflict { .. } => ErrorKind::Conflict,
+            SubmitError::Undetermined { .. } => ErrorKind::InProgress,
+            SubmitError::DeadlineExceeded | SubmitError::ClockOffset { .. } => {
+                ErrorKind::Unavailable
+            }
+            // A crashed test process's request may be sent again by its
+            // client, as any storage failure S3 may not repeat.
+            #[cfg(feature = "testing")]
+            SubmitError::Storage(StoreError::Crashed) => ErrorKind::Unavailable,
+            SubmitError::Storage(e) if e.is_retryable() => ErrorKind::Unavailable,
+            SubmitError::Storage(_) | SubmitError::Corrupt { .. } => ErrorKind::Broken,
+        }
+    }
+
+    /// Would the same request, sent again later, possibly succeed?
+    pub fn is_retryable(&self) -> bool {
+        self.kind().is_retryable()
+    }
+
+    /// The problem code (docs/openapi.yaml), shared by the HTTP API, SQS
+    /// rejections and the CLI.
+    pub fn code(&self) -> &'static str {
+        self.kind().code()
+    }
+
+    /// The hint for a retry, where there is one.
+    pub fn retry_after(&self) -> Option<StdDuration> {
+        match self {
+            SubmitError::Undetermined { retry_after, .. } => Some(*retry_after),
+            // A clock that far off is not fixed in a second; one that is
+            // merely unknown is known after the next answer.
+            SubmitError::ClockOffset { offset: Some(_) } => Some(StdDuration::from_secs(30)),
+            e if e.is_retryable() => Some(StdDuration::from_secs(1)),
+            _ => None,
+        }
+    }
+}
+
+/// What an error means to whoever answers it. Every adapter matches this
+/// totally, so a new kind cannot be answered by accident.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request is malformed: 400 `invalid_request`.
+    Invalid,
+    /// A key is required and none was sent: 400 `idempotency_key_missing`.
+    KeyMissing,
+    /// The input is over the limit: 413 `input_too_large`.
+    TooLarge,
+    /// The key was used with another request: 422 `idempotency_conflict`.
+    Conflict,
+    /// A submit of the key may still be landing: 503 `submit_in_progress`.
+    InProgress,
+    /// Storage, or its clock, failed for now: 503 `storage_unavailable`.
+    Unavailable,
+    /// Storage failed for good, or an object is not what the layout says:
+    /// 500 `storage_error`.
+    Broken,
+}
+
+impl ErrorKind {
+    /// The problem code.
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorKind::Invalid => "invalid_request",
+            ErrorKind::KeyMissing => "idempotency_key_missing",
+            ErrorKind::TooLarge => "input_too_large",
+            ErrorKind::Conflict => "idempotency_conflict",
+            ErrorKind::InProgress => "submit_in_progress",
+            ErrorKind::Unavailable => "storage_unavailable",
+            ErrorKind::Broken => "storage_error",
+        }
+    }
+
+    /// The same request, sent again later, may succeed.
+    pub fn is_retryable(self) -> bool {
+        match self {
+            ErrorKind::InProgress | ErrorKind::Unavailable => true,
+            ErrorKind::Invalid
+            | ErrorKind::KeyMissing
+            | ErrorKind::TooLarge
+            | ErrorKind::Conflict
+            | ErrorKind::Broken => false,
+        }
+    }
+
+    /// The request itself can never succeed as sent: an SQS message of this
+    /// kind is rejected (`rejected/`), not retried.
+    pub fn is_the_requests_fault(self) -> bool {
+        match self {
+            ErrorKind::Invalid
+            | ErrorKind::KeyMissing
+            | ErrorKind::TooLarge
+            | ErrorKind::Conflict => true,
+            ErrorKind::InProgress | ErrorKind::Unavailable | ErrorKind::Broken => false,
+        }
+    }
+}
+
+/// A store call that did not succeed: the store's answer, or no attempt left
+/// before the deadline.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    Store(StoreError),
+    Deadline,
+}
+
+impl From<Failure> for SubmitError {
+    fn from(f: Failure) -> Self {
+        match f {
+            Failure::Store(e) => SubmitError::Storage(e),
+            Failure::Deadline => SubmitError::DeadlineExceeded,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unavailable() -> SubmitError {
+        SubmitError::Storage(StoreError::Unavailable("503".into()))
+    }
+
+    #[test]
+    fn each_error_maps_to_its_problem_code_retryability_and_hint() {
+        let id = Uuid::nil();
+        let cases: Vec<(SubmitError, &str, bool, Option<u64>)> = vec![
+            (
+                SubmitError::Invalid(ValidationError::KeyRequired),
+                "idempotency_key_missing",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Invalid(ValidationError::field("task_type", "bad")),
+                "invalid_request",
+                false,
+                None,
+            ),
+            (
+                SubmitError::InputTooLarge { size: 2, limit: 1 },
+                "input_too_large",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Conflict {
+                    kind: ConflictKind::Input,
+                    task_id: id,
+                },
+                "idempotency_conflict",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Undetermined {
+                    task_id: id,
+                    retry_after: StdDuration::from_secs(42),
+                },
+                "submit_in_progress",
+                true,
+                Some(42),
+            ),
+            (
+                SubmitError::DeadlineExceeded,
+                "storage_unavailable",
+                true,
+                Some(1),
+            ),
+            (unavailable(), "storage_unavailable", true, Some(1)),
+            (
+                SubmitError::Storage(StoreError::Conflict),
+                "storage_unavailable",
+                true,
+                Some(1),
+            ),
+            (
+                SubmitError::Storage(StoreError::Fatal("403".into())),
+                "storage_error",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Storage(StoreError::PreconditionFailed),
+                "storage_error",
+                false,
+                None,
+            ),
+            (
+                SubmitError::Corrupt {
+                    key: "k".into(),
+                    reason: "r".into(),
+                },
+                "storage_error",
+                false,
+                None,
+            ),
+        ];
+        for (e, code, retryable, hint) in cases {
+            assert_eq!(e.code(), code, "{e:?}");
+            assert_eq!(e.is_retryable(), retryable, "{e:?}");
+            assert_eq!(e.retry_after().map(|d| d.as_secs()), hint, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn every_kind_has_its_own_code_and_is_the_requests_fault_or_worth_a_retry_or_broken() {
+        use ErrorKind::*;
+        let all = [
+            Invalid,
+            KeyMissing,
+            TooLarge,
+            Conflict,
+            InProgress,
+            Unavailable,
+            Broken,
+        ];
+        let codes: std::collections::HashSet<_> = all.iter().map(|k| k.code()).collect();
+        assert_eq!(codes.len(), all.len());
+        for k in all {
+            let answers = [k.is_the_requests_fault(), k.is_retryable(), k == Broken];
+            assert_eq!(answers.iter().filter(|a| **a).count(), 1, "{k:?}");
+        }
+    }
+
+    /// A fault-injection crash exists only in a build with the testing
+    /// feature; its client may send the request again.
+    #[cfg(feature = "testing")]
+    #[test]
+    fn a_crashed_test_process_is_answered_as_storage_unavailable() {
+        let e = SubmitError::Storage(StoreError::Crashed);
+        assert_eq!(e.code(), "storage_unavailable");
+        assert!(e.is_retryable());
+        assert_eq!(e.retry_after().map(|d| d.as_secs()), Some(1));
+    }
+}

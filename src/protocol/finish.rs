@@ -1,0 +1,280 @@
+//! Finishing a submit: making sure that a record's task object exists and,
+//! while no worker has touched the task, its ready marker too (docs/protocol.md,
+//! "Finishing" and "The ready index stays true").
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+
+use super::engine::{Engine, Failure};
+use super::error::SubmitError;
+use super::record::{Record, TaskHead, TaskLocation, TaskState, task_status};
+use crate::store::{PutMode, StoreError};
+
+/// Where [`Engine::finish`] starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// This submit has just written the record: neither object can exist
+    /// yet (except by a lost answer of our own, which the task's 412 tells),
+    /// so both are written at once.
+    Claimed,
+    /// Anyone else: read the task and check the marker first, and write only
+    /// what is missing.
+    Check,
+}
+
+/// What [`Engine::finish`] found and did.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    /// This call wrote the task object or the marker.
+    pub wrote: bool,
+    /// The task's status, when this call learned it.
+    pub status: Option<String>,
+}
+
+impl Engine {
+    /// Makes sure that a `creating` record's task object exists and, while
+    /// no worker has touched that task, its ready marker too, writing only
+    /// what is missing: the task with If-None-Match (412: it is already
+    /// there), the marker by plain PUT, in parallel. No write is attempted at
+    /// or after `finish_deadline`.
+    ///
+    /// From [`Start::Check`] it first reads the task and checks the marker
+    /// (GET and HEAD, in parallel). The marker is written only for a task
+    /// that this call creates, or whose object is byte for byte the record's
+    /// `pending_task`: a task that a worker has claimed, run, retried or
+    /// rescheduled has left that state, and a marker for it would stay in the
+    /// index forever (buquet's workers delete a marker only when they claim
+    /// its task). A marker written for a task that this call did not create
+    /// (found by its read, or by its write's 412), or one that took a retry,
+    /// is checked by reading the task again once it has landed
+    /// ([`Engine::verify_marker`]): that closes the race with a worker that
+    /// claimed the task between our read and our write. A marker found
+    /// beside a task that a worker has taken since is removed.
+    ///
+    /// The one finishing path of the first submit, a later submit and the
+    /// sweeper. It never writes the record.
+    pub(crate) async fn finish(
+        &self,
+        rkey: &str,
+        rec: &Record,
+        start: Start,
+        finish_deadline: DateTime<Utc>,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Finished, SubmitError> {
+        let corrupt = |reason: String| SubmitError::Corrupt {
+            key: rkey.to_owned(),
+            reason,
+        };
+        let pending = rec
+            .pending_task
+            .as_ref()
+            .ok_or_else(|| corrupt("a creating record without pending_task".into()))?;
+        let head: TaskHead = serde_json::from_str(pending.get())
+            .map_err(|e| corrupt(format!("pending_task: {e}")))?;
+        if head.id != rec.task_id {
+            return Err(corrupt(
+                "pending_task.id is not the record's task_id".into(),
+            ));
+        }
+        let task_key = rec.task_key.as_str();
+        let loc = head.location();
+        let marker_key = loc.marker_key();
+
+        let (mut need_task, mut need_marker, mut status) = (true, true, None);
+        if start == Start::Check {
+            let (t, m) = tokio::join!(
+                self.call(op_deadline, || self.store.get(task_key)),
+                self.call(op_deadline, || self.store.head(&marker_key)),
+            );
+            let marker_found = match m {
+                Ok(_) => true,
+                Err(Failure::Store(StoreError::NotFound)) => false,
+                Err(e) => return Err(e.into()),
+            };
+            let marker_missing = !marker_found;
+            match t {
+                Ok(obj) => {
+                    need_task = false;
+                    status = Some(task_status(&obj.body).unwrap_or_else(|| "unknown".into()));
+                    // Untouched: the very bytes the record's submit wrote.
+                    // Every worker transition rewrites the object.
+                    let untouched = obj.body.as_ref() == pending.get().as_bytes();
+                    need_marker = marker_missing && untouched;
+                    // A marker in the record's minute for a task a worker has
+                    // taken since is stale: left by a finisher that died
+                    // before its re-read, or by an earlier version of this
+                    // service. It would cost every idle worker a read per
+                    // poll, forever.
+                    if marker_found && !untouched && !TaskState::parse(&obj.body).is_ready_in(&loc)
+                    {
+                        self.remove_marker(&marker_key, op_deadline).await?;
+                    }
+                }
+                Err(Failure::Store(StoreError::NotFound)) => need_marker = marker_missing,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !need_task && !need_marker {
+            return Ok(Finished {
+                wrote: false,
+                status,
+            });
+        }
+
+        // Both writes stop at the finish deadline: past it nobody writes a
+        // record's task or marker, which is what makes a task 412 mean
+        // "created" and a deleted task stay deleted. The deadline is S3's
+        // time; an attempt may start only while S3's latest possible time is
+        // before it. Without a trusted offset, nothing is written.
+        let offset = self.s3_offset()?;
+        let local_finish_deadline = finish_deadline - offset.high;
+        let write_deadline = local_finish_deadline.min(op_deadline);
+        let task_body = Bytes::copy_from_slice(pending.get().as_bytes());
+        let (t, m) = tokio::join!(
+            async {
+                if need_task {
+                    Some(
+                        self.call(write_deadline, || {
+                            self.store.put(task_key, task_body.clone(), PutMode::Create)
+                        })
+                        .await,
+                    )
+                } else {
+                    None
+                }
+            },
+            async {
+                if need_marker {
+                    Some(self.put_marker(&marker_key, write_deadline).await)
+                } else {
+                    None
+                }
+            },
+        );
+        let refused = |f: Failure| match f {
+            Failure::Deadline if self.now() >= local_finish_deadline => {
+                let until = finish_deadline + self.settings.late_write_margin;
+                SubmitError::Undetermined {
+                    task_id: rec.task_id,
+                    retry_after: (until - (self.now() + offset.low))
+                        .to_std()
+                        .unwrap_or_default(),
+                }
+            }
+            f => f.into(),
+        };
+        let mut created = false;
+        match t {
+            None => {}
+            Some(Ok(_)) => {
+                created = true;
+                status = Some("pending".to_owned());
+            }
+            // Before the finish deadline, 412 can only mean that the task was
+            // created (by us, or by another finisher): nobody deletes a task
+            // that young, and nobody writes one after the deadline.
+            Some(Err(Failure::Store(StoreError::PreconditionFailed))) => {}
+            Some(Err(f)) => return Err(refused(f)),
+        }
+        let marker_attempts = match m {
+            None => 0,
+            Some(Ok(n)) => n,
+            Some(Err(f)) => return Err(refused(f)),
+        };
+        // Our marker needs no re-read when this call created the task beside
+        // it and the marker landed on its first attempt: both were sent at
+        // once, and a worker that finds the task by listing `tasks/` needs
+        // several round trips (list, read, claim) after the task lands before
+        // its claim deletes a marker (the first submit's path: no round trip
+        // added; docs/protocol.md, "the ready index stays true", says what
+        // stays open).
+        // Otherwise, a task found by our read or by our write's 412, or a
+        // marker that took a retry, a worker may have claimed the task in
+        // between: read the task again.
+        let verify = need_marker && (!created || marker_attempts > 1);
+        if verify {
+            status = self
+                .verify_marker(task_key, &loc, &marker_key, op_deadline)
+                .await?;
+        }
+        Ok(Finished {
+            wrote: created || need_marker,
+            status,
+        })
+    }
+
+    /// The marker PUT (an empty object, unconditional: writing it twice is
+    /// harmless), retried; how many attempts it took.
+    async fn put_marker(&self, marker_key: &str, deadline: DateTime<Utc>) -> Result<u32, Failure> {
+        let mut attempts = 0;
+        self.call(deadline, || {
+            attempts += 1;
+            self.store.put(marker_key, Bytes::new(), PutMode::Overwrite)
+        })
+        .await?;
+        Ok(attempts)
+    }
+
+    /// Reads the task after our marker for it landed, and removes the marker
+    /// unless it is true: the task is `pending` and available in the
+    /// marker's minute. A worker that claimed the task before our marker
+    /// landed has deleted its marker already; ours would name a task it can
+    /// no longer claim. A worker that claims it after our marker landed
+    /// deletes the marker itself. Answers the task's status, `None` if the
+    /// task is not there.
+    async fn verify_marker(
+        &self,
+        task_key: &str,
+        loc: &TaskLocation,
+        marker_key: &str,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Option<String>, SubmitError> {
+        let task = match self.call(op_deadline, || self.store.get(task_key)).await {
+            Ok(obj) => Some(TaskState::parse(&obj.body)),
+            Err(Failure::Store(StoreError::NotFound)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        if !task.as_ref().is_some_and(|t| t.is_ready_in(loc)) {
+            self.remove_marker(marker_key, op_deadline).await?;
+        }
+        Ok(task.map(|t| t.status.unwrap_or_else(|| "unknown".into())))
+    }
+
+    /// Deletes a marker that names a task no worker can claim from it any
+    /// more. Not bound by the finish deadline: a removal makes nothing
+    /// appear.
+    async fn remove_marker(
+        &self,
+        marker_key: &str,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<(), SubmitError> {
+        tracing::info!(
+            marker = marker_key,
+            "a worker has taken the task since: its marker is removed"
+        );
+        match self
+            .call(op_deadline, || self.store.delete(marker_key, None))
+            .await
+        {
+            Ok(()) | Err(Failure::Store(StoreError::NotFound)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The status to answer once [`Engine::finish`] is done: the one it
+    /// learned, or a read when its task write met an existing task.
+    pub(super) async fn status_after(
+        &self,
+        rec: &Record,
+        done: &Finished,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<String, SubmitError> {
+        match &done.status {
+            Some(s) => Ok(s.clone()),
+            None => Ok(self
+                .read_status(&rec.task_key, op_deadline)
+                .await?
+                .unwrap_or_else(|| "missing".into())),
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The sweeper (docs/protocol.md, "The sweeper"): finishes interrupted submits and
+//! deletes expired records. It is woken two ways, and neither lists the
+//! bucket on the finishing path.
+//!
+//! **Record events (the main path), [`Engine::sweep_record`].** Every record
+//! write sends an S3 event to the due queue, which hands it to the sweeper
+//! `STALE_CREATING_AFTER_SECONDS` later. The sweeper reads that one record
+//! (one GET when there is nothing to do) and acts on its current state, so
+//! its work per record write is the same however many records the bucket
+//! holds. The message adapter is `lambda::due`.
+//!
+//! **The scheduled pass, [`Engine::sweep`].** Hygiene and a safety net, once
+//! a day: it lists `idempotency/` and reads a record only in the pass during
+//! which its age (since its last write) crosses a threshold, so each record
+//! is read O(1) times over its life however often passes run:
+//!
+//! - `STALE_CREATING_AFTER_SECONDS`, while the record can still be finished
+//!   (younger than the finish window): a record whose event never came;
+//! - the default TTL, when most records expire;
+//! - 1 h × 2^k beyond the default TTL, for records with longer TTLs (they go
+//!   at most twice their TTL late; S3's lifecycle rule is the backstop, and an
+//!   expired record counts as absent whether or not it is deleted). Records
+//!   with shorter TTLs are deleted at the default TTL's age.
+//!
+//! A pass judges every record against one window, `(previous pass, pass]`,
+//! where `pass` is the one clock reading at which the pass began: resumed
+//! runs judge their records against the same window, so every crossing is
+//! judged by exactly one pass. It lists ranges of the key space side by side:
+//! one range per scope, found by a listing that skips from scope to scope,
+//! and a range whose first page is full splits into sixteen by the next hex
+//! digit of the record hash (down to three digits), so a large scope is
+//! listed by many listings at once. It stops before the invocation's deadline
+//! and keeps the ranges still to list in `sweeper/checkpoint.json`; the next
+//! run goes on from there. A run claims the checkpoint by compare-and-swap
+//! before it works, so two runs never work one pass at the same time.
+
+mod pass;
+mod ranges;
+mod record;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::error::SubmitError;
+
+/// Where the sweeper keeps its place.
+pub const CHECKPOINT_KEY: &str = "sweeper/checkpoint.json";
+/// Where the records are.
+pub const RECORDS_PREFIX: &str = "idempotency/";
+
+/// Records read (and finished or deleted) at once: by one range of a pass, or one due batch.
+pub const READS_AT_ONCE: usize = 16;
+/// Ranges listed at once by a pass.
+pub const RANGES_AT_ONCE: usize = 32;
+/// Keys per listing page (S3's largest).
+const PAGE: usize = 1000;
+/// A range splits by the hex digits of the record hash down to this many.
+const MAX_SPLIT_DIGITS: usize = 3;
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// How one scheduled pass runs.
+#[derive(Debug, Clone, Default)]
+pub struct SweepOptions {
+    /// Report what would be done; change nothing (not even the checkpoint).
+    pub dry_run: bool,
+    /// Start no request at or after this time (by the engine's clock),
+    /// keeping the place.
+    pub deadline: Option<DateTime<Utc>>,
+    /// Stop after this many listed records (tests, small batches); the pass
+    /// then lists one range at a time.
+    pub max_records: Option<usize>,
+}
+
+/// What a sweep did: a scheduled pass, or a batch of record events.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SweepSummary {
+    /// Records listed (a pass) or named by events (the due queue).
+    pub scanned: u64,
+    /// Records for which something was missing (the task object, its
+    /// marker) and the sweeper wrote it.
+    pub finished: u64,
+    pub expired_deleted: u64,
+    /// Records that could not be handled: `creating` past the finish
+    /// deadline, corrupt, or storage failures.
+    pub errors: u64,
+    /// The pass reached the end of every range (events: always true).
+    pub complete: bool,
+    pub dry_run: bool,
+    /// Records read (GET) in this run.
+    #[serde(skip)]
+    pub reads: u64,
+    /// Listings (LIST requests) made in this run.
+    #[serde(skip)]
+    pub lists: u64,
+    /// Of `errors`: `creating` records past their finish deadline.
+    #[serde(skip)]
+    pub past_deadline: u64,
+    /// Events whose record was still too young: handed back to the queue.
+    #[serde(skip)]
+    pub early: u64,
+    /// Events acknowledged without a read: test events, keys outside
+    /// `idempotency/`, other buckets.
+    #[serde(skip)]
+    pub ignored: u64,
+    /// Messages that were not S3 notifications (logged and acknowledged).
+    #[serde(skip)]
+    pub unrecognized: u64,
+    /// This run went on with a pass that an earlier run had to stop.
+    #[serde(skip)]
+    pub resumed: bool,
+    /// Another run held the pass: this one did nothing.
+    #[serde(skip)]
+    pub busy: bool,
+}
+
+impl SweepSummary {
+    /// Adds another run's counts to this one.
+    pub fn add(&mut self, o: &SweepSummary) {
+        self.scanned += o.scanned;
+        self.finished += o.finished;
+        self.expired_deleted += o.expired_deleted;
+        self.errors += o.errors;
+        self.reads += o.reads;
+        self.lists += o.lists;
+        self.past_deadline += o.past_deadline;
+        self.early += o.early;
+        self.ignored += o.ignored;
+        self.unrecognized += o.unrecognized;
+    }
+}
+
+/// What the sweeper did with one record it read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordOutcome {
+    /// Nothing to do: nothing missing, `ready`, not ours (no `status`),
+    /// gone, or (in a pass) `creating` and too young.
+    Nothing,
+    /// A `creating` record whose task object or marker was missing: the
+    /// sweeper wrote what was.
+    Finished,
+    /// Past `expires_at`: deleted (If-Match).
+    ExpiredDeleted,
+    /// `creating` and younger than `STALE_CREATING_AFTER_SECONDS`: its event
+    /// came early; try again later.
+    Early,
+    /// `creating` past its finish deadline: left as it is (an error).
+    PastDeadline,
+    /// Not a record of the layout: left as it is (an error).
+    Corrupt,
+    /// The store failed; worth trying again when retryable.
+    Failed(SubmitError),
+}
+
+impl RecordOutcome {
+    /// Should the event be delivered again (or the pass stop here)?
+    pub fn retry(&self) -> bool {
+        match self {
+            RecordOutcome::Early => true,
+            RecordOutcome::Failed(e) => {
+                e.is_retryable() && !matches!(e, SubmitError::Undetermined { .. })
+            }
+            _ => false,
+        }
+    }
+
+    /// Counts this outcome of one read into `s`.
+    pub fn tally(&self, s: &mut SweepSummary) {
+        s.reads += 1;
+        match self {
+            RecordOutcome::Nothing => {}
+            RecordOutcome::Finished => s.finished += 1,
+            RecordOutcome::ExpiredDeleted => s.expired_deleted += 1,
+            RecordOutcome::Early => s.early += 1,
+            RecordOutcome::PastDeadline => {
+                s.past_deadline += 1;
+                s.errors += 1;
+            }
+            // Cut short by the run's own deadline: not an error, it goes on
+            // next run.
+            RecordOutcome::Failed(SubmitError::DeadlineExceeded) => {}
+            RecordOutcome::Corrupt | RecordOutcome::Failed(_) => s.errors += 1,
+        }
+    }
+}

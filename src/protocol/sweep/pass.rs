@@ -1,0 +1,369 @@
+//! The scheduled pass: hygiene and a safety net. It lists ranges of
+//! `idempotency/` side by side, reads a record only when its age crosses a
+//! threshold, stops before its deadline keeping its place, and goes on next
+//! run (the module docs of `sweep` say how).
+
+use std::collections::VecDeque;
+
+use chrono::{DateTime, Duration, Utc};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde::{Deserialize, Serialize};
+
+use super::ranges::{KeysRange, Range, after_keys_page, after_scope_page, resume_after};
+use super::{
+    CHECKPOINT_KEY, PAGE, RANGES_AT_ONCE, READS_AT_ONCE, RECORDS_PREFIX, RecordOutcome,
+    SweepOptions, SweepSummary,
+};
+use crate::protocol::engine::{Engine, Failure};
+use crate::protocol::error::SubmitError;
+use crate::store::{ETag, ObjectMeta, PutMode, StoreError};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Checkpoint {
+    /// When the pass before this one began (`None`: never).
+    #[serde(default)]
+    previous_pass: Option<DateTime<Utc>>,
+    /// When this pass began: the upper end of the window every one of its
+    /// records is judged against, in every run it takes.
+    pass: DateTime<Utc>,
+    /// The pass listed every range.
+    #[serde(default)]
+    complete: bool,
+    /// What the pass still has to list.
+    #[serde(default)]
+    ranges: Vec<Range>,
+    /// A run is working this pass until then.
+    #[serde(default)]
+    running_until: Option<DateTime<Utc>>,
+}
+
+impl Checkpoint {
+    fn new_pass(previous_pass: Option<DateTime<Utc>>, pass: DateTime<Utc>) -> Self {
+        Checkpoint {
+            previous_pass,
+            pass,
+            complete: false,
+            ranges: vec![Range::Scopes { after: None }],
+            running_until: None,
+        }
+    }
+}
+
+/// What one unit of a pass (a page of one range) left behind.
+struct Unit {
+    tally: SweepSummary,
+    /// The ranges to go on with in this run (none: the range is done).
+    next: Vec<Range>,
+    /// The ranges that wait for the next run (after a retryable failure).
+    wait: Vec<Range>,
+}
+
+impl Engine {
+    /// Does the pass with window `(previous, pass]` read a record last
+    /// written at `last_modified`? See the module docs.
+    fn due(
+        &self,
+        last_modified: DateTime<Utc>,
+        previous: Option<DateTime<Utc>>,
+        pass: DateTime<Utc>,
+    ) -> bool {
+        let age = pass - last_modified;
+        let crossed = |t: Duration| t <= age && previous.is_none_or(|p| p - last_modified < t);
+        let s = &self.settings;
+        (crossed(s.stale_creating_after) && age < s.finish_window)
+            || crossed(s.default_ttl)
+            || (0..20)
+                .map(|k| Duration::hours(1 << k))
+                .filter(|t| *t > s.default_ttl)
+                .take_while(|t| *t <= age)
+                .any(crossed)
+    }
+
+    /// One run of the scheduled pass: see the module docs.
+    pub async fn sweep(&self, opts: &SweepOptions) -> Result<SweepSummary, SubmitError> {
+        let mut summary = SweepSummary {
+            dry_run: opts.dry_run,
+            ..SweepSummary::default()
+        };
+        let (saved, mut etag) = match self
+            .call(self.request_deadline(opts.deadline), || {
+                self.store.get(CHECKPOINT_KEY)
+            })
+            .await
+        {
+            Ok(o) => match serde_json::from_slice::<Checkpoint>(&o.body) {
+                Ok(cp) => (Some(cp), Some(o.meta.etag)),
+                // Not ours to read: say so, count it, and begin a new pass
+                // over it (by compare-and-swap on what is there).
+                Err(e) => {
+                    tracing::error!(key = CHECKPOINT_KEY, error = %e, "the sweeper's checkpoint does not parse: a new pass begins");
+                    summary.errors += 1;
+                    (None, Some(o.meta.etag))
+                }
+            },
+            Err(Failure::Store(StoreError::NotFound)) => (None, None),
+            Err(e) => return Err(e.into()),
+        };
+        // One clock reading, in S3's time (the records' LastModified is):
+        // the new pass's instant, and the time the lease of another run is
+        // judged against. A pass whose clock is off writes no checkpoint.
+        let local_start = self.now();
+        let started = self.s3_earliest()?;
+        if let Some(c) = &saved
+            && c.running_until.is_some_and(|u| u > started)
+        {
+            summary.busy = true;
+            return Ok(summary);
+        }
+        // An unfinished pass always saves the ranges it has left.
+        let mut cp = match saved {
+            Some(c) if !c.complete => {
+                summary.resumed = true;
+                c
+            }
+            Some(c) => Checkpoint::new_pass(Some(c.pass), started),
+            None => Checkpoint::new_pass(None, started),
+        };
+
+        if !opts.dry_run {
+            // Claim the pass: if another run wrote the checkpoint since we
+            // read it, that run has it.
+            let run = opts
+                .deadline
+                .map_or(Duration::minutes(15), |d| d - local_start);
+            let lease = started + run + self.settings.operation_timeout;
+            cp.running_until = Some(lease);
+            match self
+                .write_checkpoint(&cp, etag.as_ref(), self.request_deadline(opts.deadline))
+                .await
+            {
+                Ok(e) => etag = Some(e),
+                Err(Failure::Store(StoreError::PreconditionFailed)) => {
+                    summary.busy = true;
+                    return Ok(summary);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+
+        let (window_from, window_to) = (cp.previous_pass, cp.pass);
+        let mut todo: VecDeque<Range> = std::mem::take(&mut cp.ranges).into();
+        let mut later: Vec<Range> = Vec::new();
+        let at_once = if opts.max_records.is_some() {
+            1
+        } else {
+            RANGES_AT_ONCE
+        };
+        let mut running = FuturesUnordered::new();
+        loop {
+            while running.len() < at_once
+                && opts.deadline.is_none_or(|d| self.now() < d)
+                && opts.max_records.is_none_or(|m| summary.scanned < m as u64)
+                && let Some(range) = todo.pop_front()
+            {
+                let left = opts.max_records.map_or(PAGE, |m| {
+                    (m as u64 - summary.scanned).min(PAGE as u64) as usize
+                });
+                running.push(self.sweep_unit(range, (window_from, window_to), left, opts));
+            }
+            let Some(unit) = running.next().await else {
+                break;
+            };
+            summary.add(&unit.tally);
+            later.extend(unit.wait);
+            todo.extend(unit.next);
+        }
+        later.extend(todo);
+        summary.complete = later.is_empty();
+        cp.ranges = later;
+        cp.complete = summary.complete;
+        cp.running_until = None;
+        if !opts.dry_run {
+            match self
+                // The place is saved even past the run's deadline: that is
+                // what the stop margin is for.
+                .write_checkpoint(&cp, etag.as_ref(), self.request_deadline(None))
+                .await
+            {
+                Ok(_) => {}
+                // Taken over after our lease ran out: its place wins.
+                Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(summary)
+    }
+
+    async fn write_checkpoint(
+        &self,
+        cp: &Checkpoint,
+        etag: Option<&ETag>,
+        deadline: DateTime<Utc>,
+    ) -> Result<ETag, Failure> {
+        let cond = match etag {
+            Some(e) => PutMode::Update(e.clone()),
+            None => PutMode::Create,
+        };
+        // A checkpoint always serializes (times and strings); if it ever did
+        // not, nothing is written rather than an empty checkpoint.
+        let body = serde_json::to_vec(cp)
+            .map(bytes::Bytes::from)
+            .map_err(|e| Failure::Store(StoreError::Fatal(format!("the checkpoint: {e}"))))?;
+        self.call(deadline, || {
+            self.store.put(CHECKPOINT_KEY, body.clone(), cond.clone())
+        })
+        .await
+        .map(|p| p.etag)
+    }
+
+    /// Lists one page of `range` and reads its due records; returns what to
+    /// go on with.
+    async fn sweep_unit(
+        &self,
+        range: Range,
+        window: (Option<DateTime<Utc>>, DateTime<Utc>),
+        limit: usize,
+        opts: &SweepOptions,
+    ) -> Unit {
+        match range {
+            Range::Scopes { after } => self.list_scopes(after, opts).await,
+            Range::Keys {
+                prefix,
+                after,
+                until,
+                token,
+            } => {
+                let range = KeysRange {
+                    prefix,
+                    after,
+                    until,
+                };
+                self.list_keys(range, token, window, limit, opts).await
+            }
+        }
+    }
+
+    /// The next scope after `after`: one key listed, its scope's range to
+    /// list, and the scopes after it.
+    async fn list_scopes(&self, after: Option<String>, opts: &SweepOptions) -> Unit {
+        let tally = SweepSummary {
+            lists: 1,
+            ..SweepSummary::default()
+        };
+        // No request starts past the run's deadline.
+        let page = match self
+            .call(self.request_deadline(opts.deadline), || {
+                self.store.list(RECORDS_PREFIX, after.as_deref(), None, 1)
+            })
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => return self.unit_failed(Range::Scopes { after }, e, tally),
+        };
+        Unit {
+            tally,
+            next: page
+                .objects
+                .first()
+                .map_or_else(Vec::new, |first| after_scope_page(&first.key)),
+            wait: vec![],
+        }
+    }
+
+    /// One page of a range of records; the due ones are read.
+    async fn list_keys(
+        &self,
+        range: KeysRange,
+        token: Option<String>,
+        window: (Option<DateTime<Utc>>, DateTime<Utc>),
+        limit: usize,
+        opts: &SweepOptions,
+    ) -> Unit {
+        let mut tally = SweepSummary {
+            lists: 1,
+            ..SweepSummary::default()
+        };
+        let page = match self
+            .call(self.request_deadline(opts.deadline), || {
+                self.store
+                    .list(&range.prefix, range.after.as_deref(), token.clone(), limit)
+            })
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => return self.unit_failed(range.into_range(), e, tally),
+        };
+        // Keys past the range's upper end belong to other ranges.
+        let objects: Vec<&ObjectMeta> = page
+            .objects
+            .iter()
+            .filter(|m| range.until.as_deref().is_none_or(|u| m.key.as_str() <= u))
+            .collect();
+        let ended = page.next.is_none() || objects.len() < page.objects.len();
+        tally.scanned += objects.len() as u64;
+        let keys: Vec<&str> = objects.iter().map(|m| m.key.as_str()).collect();
+        let mut next = after_keys_page(&range, &keys, ended, page.next.clone());
+        let due: Vec<&ObjectMeta> = objects
+            .iter()
+            .copied()
+            .filter(|m| self.due(m.last_modified, window.0, window.1))
+            .collect();
+        let stop_at = self.read_due(&due, opts, &mut tally).await;
+        let wait = stop_at
+            .map(|failed| vec![resume_after(&range, &keys, failed, &mut next)])
+            .unwrap_or_default();
+        Unit { tally, next, wait }
+    }
+
+    /// Reads the due records side by side, a chunk at a time, none started
+    /// past the deadline; the key of the first one that has to be tried
+    /// again, if any.
+    async fn read_due<'a>(
+        &self,
+        due: &[&'a ObjectMeta],
+        opts: &SweepOptions,
+        tally: &mut SweepSummary,
+    ) -> Option<&'a str> {
+        let mut stop_at: Option<&str> = None;
+        for chunk in due.chunks(READS_AT_ONCE) {
+            if opts.deadline.is_some_and(|d| self.now() >= d) {
+                return chunk.first().map(|m| m.key.as_str());
+            }
+            let outcomes = futures::future::join_all(
+                chunk
+                    .iter()
+                    .map(|m| self.sweep_record(&m.key, opts.dry_run, opts.deadline)),
+            )
+            .await;
+            for (m, o) in chunk.iter().zip(&outcomes) {
+                let o = match o {
+                    // A pass leaves young records to their submit and their
+                    // event.
+                    RecordOutcome::Early => &RecordOutcome::Nothing,
+                    o => o,
+                };
+                o.tally(tally);
+                if stop_at.is_none() && o.retry() {
+                    stop_at = Some(m.key.as_str());
+                }
+            }
+            if stop_at.is_some() {
+                break;
+            }
+        }
+        stop_at
+    }
+
+    fn unit_failed(&self, range: Range, e: Failure, tally: SweepSummary) -> Unit {
+        let e = SubmitError::from(e);
+        tracing::warn!(error = %e, "sweep could not list a range; it goes on next run");
+        let mut tally = tally;
+        tally.errors += 1;
+        Unit {
+            tally,
+            next: vec![],
+            wait: vec![range],
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! Bugs planted on purpose, one per guarantee, so that the model test can
+//! show that its checker catches each of them with a shrunk schedule.
+//!
+//! None of them is in the library: each is a wrapper of the store the
+//! protocol runs on, answering or writing what a buggy protocol would have
+//! read or written, or a change to the engine's [`Settings`] (not the
+//! checker's). The protocol's code is the shipped code, unchanged.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::Duration;
+use idempotent_submit::Settings;
+use idempotent_submit::clock::Offset;
+use idempotent_submit::store::{
+    ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError,
+};
+use serde_json::Value;
+
+use super::Write;
+
+/// One planted bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// Writes a record's task and marker whatever its finish deadline
+    /// (breaks the deadline, so guarantees 2 and 7): the engine's finish
+    /// window is years long, the checker's is the real one.
+    IgnoreFinishDeadline,
+    /// Every key of a scope reads and writes one record, so one key answers
+    /// another key's task (breaks guarantee 1).
+    OneRecordPerScope,
+    /// A finisher's HEAD of a marker always finds it, so an interrupted
+    /// submit's marker is never written (breaks guarantee 3 and the ready
+    /// index's liveness).
+    FinishWithoutMarker,
+    /// The old rule: a finisher writes the marker whenever its HEAD finds
+    /// none, whatever a worker did to the task since (breaks guarantee 10):
+    /// every read of a task answers the body its submit first wrote, so the
+    /// task always looks untouched.
+    MarkerWhenHeadFindsNone,
+    /// A finisher does not really read the task again after its marker
+    /// landed, so a worker that claimed the task in between leaves our
+    /// marker stale (breaks guarantee 10, in a race): the first read of a
+    /// task after a marker PUT for it answers the task's first body.
+    MarkerUnverified,
+    /// Answers `missing` as soon as the finish deadline passes, without the
+    /// 15-minute margin for a late write (breaks guarantee 7): the engine's
+    /// `late_write_margin` is zero.
+    MissingWithoutMargin,
+    /// Writes the task object without If-None-Match (breaks guarantee 2).
+    OverwriteTask,
+    /// Reads an expired record as live (breaks guarantee 6): every record
+    /// read answers an `expires_at` far in the future.
+    ExpiryIgnored,
+    /// Trusts the machine's clock as S3's, offset zero, whatever S3's
+    /// answers show (breaks the deadline when the clock is off): the store
+    /// reports S3's clock at a zero offset from ours.
+    TrustMachineClock,
+}
+
+/// The settings a process's engine runs with when `bug` is planted; the
+/// checker keeps `checker`.
+pub fn engine_settings(bug: Option<Bug>, checker: &Settings) -> Settings {
+    let mut s = checker.clone();
+    match bug {
+        Some(Bug::IgnoreFinishDeadline) => s.finish_window = Duration::days(3650),
+        Some(Bug::MissingWithoutMargin) => s.late_write_margin = Duration::zero(),
+        _ => {}
+    }
+    s
+}
+
+/// The store as a buggy protocol would see it and write it, over `inner`.
+/// Without a bug it passes every call through.
+#[derive(Clone)]
+pub struct Planted<S> {
+    pub inner: S,
+    pub bug: Option<Bug>,
+    /// Every write that landed, in order (the recorder's): where a task's
+    /// first body is found.
+    pub writes: Arc<Mutex<Vec<Write>>>,
+    /// Tasks (keys) whose marker this process has just written, for
+    /// `MarkerUnverified`.
+    pub armed: Arc<Mutex<HashSet<String>>>,
+}
+
+impl<S> Planted<S> {
+    fn is(&self, bug: Bug) -> bool {
+        self.bug == Some(bug)
+    }
+
+    /// `OneRecordPerScope`: `idempotency/{scope}/{hash}.json` becomes one
+    /// key per scope.
+    fn key<'a>(&self, key: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.is(Bug::OneRecordPerScope)
+            && let Some(rest) = key.strip_prefix("idempotency/")
+            && let Some((scope, _)) = rest.rsplit_once('/')
+        {
+            return format!("idempotency/{scope}/{}.json", "0".repeat(64)).into();
+        }
+        key.into()
+    }
+
+    /// The body a task's submit first wrote, if it landed.
+    fn first_body(&self, task_key: &str) -> Option<Bytes> {
+        self.writes
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|w| w.key == task_key)
+            .map(|w| w.body.clone())
+    }
+}
+
+/// `ready/{shard}/{minute}/{id}` → `tasks/{shard}/{id}.json`.
+fn task_of_marker(marker: &str) -> Option<String> {
+    let mut parts = marker.strip_prefix("ready/")?.split('/');
+    let (shard, _minute, id) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(format!("tasks/{shard}/{id}.json"))
+}
+
+/// `ExpiryIgnored`: the record with its `expires_at` far in the future.
+fn never_expiring(body: &Bytes) -> Bytes {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(mut v) if v.get("expires_at").is_some() => {
+            v["expires_at"] = Value::from("9999-12-31T23:59:59Z");
+            Bytes::from(serde_json::to_vec(&v).unwrap())
+        }
+        _ => body.clone(),
+    }
+}
+
+#[async_trait]
+impl<S: Store> Store for Planted<S> {
+    fn clock_offset(&self) -> Option<Offset> {
+        if self.is(Bug::TrustMachineClock) {
+            let zero = Duration::zero();
+            return Some(Offset {
+                low: zero,
+                high: zero,
+            });
+        }
+        self.inner.clock_offset()
+    }
+
+    async fn get(&self, key: &str) -> Result<Object, StoreError> {
+        let mut obj = self.inner.get(&self.key(key)).await?;
+        if key.starts_with("tasks/") {
+            let untouched = self.is(Bug::MarkerWhenHeadFindsNone)
+                || (self.is(Bug::MarkerUnverified) && self.armed.lock().unwrap().remove(key));
+            if untouched && let Some(first) = self.first_body(key) {
+                obj.body = first;
+            }
+        } else if key.starts_with("idempotency/") && self.is(Bug::ExpiryIgnored) {
+            obj.body = never_expiring(&obj.body);
+        }
+        Ok(obj)
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
+        if self.is(Bug::FinishWithoutMarker) && key.starts_with("ready/") {
+            return Ok(ObjectMeta {
+                key: key.to_owned(),
+                etag: ETag("\"d41d8cd98f00b204e9800998ecf8427e\"".into()),
+                last_modified: chrono::DateTime::UNIX_EPOCH,
+                size: 0,
+            });
+        }
+        self.inner.head(&self.key(key)).await
+    }
+
+    async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
+        let mode = if self.is(Bug::OverwriteTask) && key.starts_with("tasks/") {
+            PutMode::Overwrite
+        } else {
+            mode
+        };
+        let r = self.inner.put(&self.key(key), body, mode).await;
+        if self.is(Bug::MarkerUnverified)
+            && r.is_ok()
+            && let Some(task) = task_of_marker(key)
+        {
+            self.armed.lock().unwrap().insert(task);
+        }
+        r
+    }
+
+    async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
+        self.inner.delete(&self.key(key), if_match).await
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        page: Option<String>,
+        limit: usize,
+    ) -> Result<ListPage, StoreError> {
+        self.inner.list(prefix, start_after, page, limit).await
+    }
+}
