@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::Duration;
+use common::World;
 use futures::FutureExt;
 use idempotent_submit::protocol::sweep::RecordOutcome;
 use idempotent_submit::protocol::{RecordStatus, SweepOptions, SweepSummary};
@@ -27,36 +28,12 @@ fn fail_until_healed(f: &FaultyStore<MemoryStore>, op: Op, prefix: &str) {
     );
 }
 
-struct World {
-    clock: ManualClock,
-    bucket: MemoryStore,
-}
-
 impl World {
-    fn new() -> Self {
-        let clock = ManualClock::at_epoch();
-        let bucket = common::memory_store(&clock);
-        World { clock, bucket }
-    }
-
-    fn queue_over(&self, store: impl Store) -> Queue {
-        Queue::with_clock(store, Arc::new(self.clock.clone()), common::settings())
-    }
-
-    fn queue(&self) -> Queue {
-        self.queue_over(self.bucket.clone())
-    }
-
     /// A submit of `key` that dies at `fault` (on the first call matching
     /// `op` and `prefix`).
     async fn interrupted(&self, key: &str, op: Op, prefix: &str, fault: Fault) -> uuid::Uuid {
-        let f = FaultyStore::new(self.bucket.clone());
-        f.inject(Some(op), prefix, 1, 1, fault);
-        self.queue_over(f)
-            .submit("t", json!({"k": key}))
-            .idempotency_key(key)
-            .await
-            .unwrap_err();
+        self.submit_dying_at(key, json!({"k": key}), op, prefix, fault)
+            .await;
         self.record(key).await.task_id
     }
 
@@ -102,14 +79,6 @@ impl World {
             .sweep(&SweepOptions::default())
             .await
             .unwrap()
-    }
-
-    fn count(&self, prefix: &str) -> usize {
-        self.bucket
-            .keys()
-            .iter()
-            .filter(|k| k.starts_with(prefix))
-            .count()
     }
 }
 
@@ -1012,8 +981,12 @@ async fn a_budgeted_pass(budget: usize) {
     // Records under three scopes: several ranges wait at once.
     for tt in ["a", "b", "c"] {
         for k in ["1", "2"] {
-            let f = FaultyStore::new(w.bucket.clone());
-            f.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+            let f = common::world::dying_at(
+                w.bucket.clone(),
+                Op::PutCreate,
+                "idempotency/",
+                Fault::CrashAfter,
+            );
             w.queue_over(f)
                 .submit(tt, json!({"k": k}))
                 .idempotency_key(k)
