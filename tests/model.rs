@@ -493,7 +493,7 @@ async fn work(
     };
     let mut candidates: Vec<(String, bool)> = Vec::new();
     if !scan {
-        let mut index: Vec<(i64, String)> = listed("ready/")
+        let index: Vec<(i64, String)> = listed("ready/")
             .await?
             .into_iter()
             .filter_map(|m| {
