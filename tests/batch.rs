@@ -639,7 +639,7 @@ async fn a_batch_that_died_halfway_is_finished_by_its_records_events_and_a_retry
         for k in &record_keys {
             let o = restarted.engine().sweep_record(k, false, None).await;
             assert!(
-                !o.retry()
+                !o.try_again_later()
                     && !matches!(
                         o,
                         RecordOutcome::PastDeadline

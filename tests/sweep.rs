@@ -157,7 +157,7 @@ async fn a_creating_record_past_its_deadline_is_counted_and_left_alone() {
     // Its event, late: counted as an error, acknowledged, nothing written.
     let o = w.queue().engine().sweep_record(&key, false, None).await;
     assert_eq!(o, RecordOutcome::PastDeadline);
-    assert!(!o.retry());
+    assert!(!o.try_again_later());
     // A pass does not even read it: it could not finish it anyway.
     let s = w.sweep(false).await;
     assert_eq!((s.reads, s.finished, s.errors), (0, 0, 0), "{s:?}");
@@ -1063,7 +1063,7 @@ fn a_summary_adds_every_count_of_another() {
 #[test]
 fn only_a_young_record_or_a_retryable_failure_is_handed_back() {
     use idempotent_submit::SubmitError;
-    let retry = |o: RecordOutcome| o.retry();
+    let retry = |o: RecordOutcome| o.try_again_later();
     assert!(retry(RecordOutcome::Early));
     assert!(retry(RecordOutcome::Failed(SubmitError::Storage(
         StoreError::Unavailable("503".into())

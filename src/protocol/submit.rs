@@ -169,12 +169,12 @@ impl Engine {
         let body = Bytes::copy_from_slice(task.get().as_bytes());
         let (task_key, marker_key) = (loc.task_key(), loc.marker_key());
         let (t, m) = tokio::join!(
-            self.call(op_deadline, || self.store.put(
+            self.with_retries(op_deadline, || self.store.put(
                 &task_key,
                 body.clone(),
                 PutMode::Create
             )),
-            self.call(op_deadline, || self.store.put(
+            self.with_retries(op_deadline, || self.store.put(
                 &marker_key,
                 Bytes::new(),
                 PutMode::Overwrite
@@ -269,7 +269,10 @@ impl Engine {
             rounds += 1;
 
             // 2. The key is taken: read what holds it.
-            let obj = match self.call(op_deadline, || self.store.get(&rkey)).await {
+            let obj = match self
+                .with_retries(op_deadline, || self.store.get(&rkey))
+                .await
+            {
                 Ok(o) => o,
                 // Deleted since (it had expired): claim it again.
                 Err(Failure::Store(StoreError::NotFound)) => continue,
@@ -334,7 +337,7 @@ impl Engine {
     ) -> Result<Option<Submitted>, SubmitError> {
         let sent_at = self.now();
         match self
-            .call(op_deadline, || {
+            .with_retries(op_deadline, || {
                 self.store.put(rkey, body.clone(), mode.clone())
             })
             .await
