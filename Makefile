@@ -3,6 +3,9 @@
 
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
+# The pinned Python tools (make tools), first on PATH for every command.
+VENV := $(CURDIR)/.venv
+export PATH := $(VENV)/bin:$(PATH)
 
 .PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz build run clean soak fuzz bench mutants
 
@@ -21,13 +24,20 @@ api-fuzz: tools
 	$(CARGO) build --locked --bin submit
 	./scripts/with-moto.sh ./scripts/api-fuzz.sh $(API_FUZZ_EXAMPLES) random
 
-# The Python tools the tests use: moto (S3), cfn-lint and the SAM translator
-# (template checks), buquet (the queue's own client and worker, for interop),
-# awscli (the README's bucket commands, tests/bucket_setup.rs).
-# Installed with pip where missing.
-tools:
-	@python3 -c 'import moto, cfnlint, samtranslator, samcli, buquet, openapi_spec_validator, jsonschema, yaml, schemathesis, boto3, awscli' 2>/dev/null || \
-	  python3 -m pip install --quiet 'moto[server]>=5.1' 'cfn-lint>=1' 'aws-sam-translator>=1.90' aws-sam-cli 'buquet==0.1.*' 'openapi-spec-validator>=0.7' 'jsonschema>=4.18' pyyaml 'schemathesis>=4,<5' boto3 awscli
+# The Python tools the tests use (moto, cfn-lint and the SAM translator and
+# CLI, buquet, Schemathesis, awscli, ...), every version pinned in
+# requirements-test.txt, in a virtual environment of their own, .venv/: made
+# where missing and made again when requirements-test.txt changes (pip, from
+# PyPI). The system Python is not touched. Everything make runs, cargo test
+# and its tests included, finds .venv/bin first on PATH (VENV, above).
+tools: $(VENV)/.installed
+
+# Made afresh, so that it holds what the file says and nothing else.
+$(VENV)/.installed: requirements-test.txt
+	rm -rf $(VENV)
+	python3 -m venv $(VENV)
+	$(VENV)/bin/python3 -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
+	touch $@
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

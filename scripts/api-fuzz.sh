@@ -15,8 +15,7 @@ examples="${1:-15}"
 seed="${2:-1}"
 binary="${SUBMIT_BIN:-target/debug/submit}"
 [ -x "$binary" ] || { echo "no $binary: build it first (cargo build --bin submit)" >&2; exit 1; }
-python3 -c 'import schemathesis' 2>/dev/null || python3 -m pip install --quiet 'schemathesis>=4,<5'
-hash -r
+. scripts/tools.sh
 
 bucket="api-fuzz-$$"
 python3 - "$bucket" <<'PY'

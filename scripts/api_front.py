@@ -12,7 +12,13 @@ becomes the HTTP response; `POST /__invoke` with any event (a schedule's, an
 SQS batch) invokes the function with it as is and answers its JSON. A function error or crash is a 502, as API Gateway
 answers it. One invocation at a time, like one Lambda execution environment.
 Used by `make test` and `make api-fuzz` to drive the real function with
-Schemathesis (docs/openapi.yaml).
+Schemathesis (docs/openapi.yaml), and by `make deploy-check`.
+
+The Rust tests have a runtime API stand-in of their own
+(tests/common/runtime_api.rs) and need one: they queue raw events and read
+what the function posted back (errors, init errors, request ids, the time of
+its first poll for the bench's cold start) inside the test process, where
+this one is a separate HTTP server that answers in API Gateway's terms.
 """
 
 import base64

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make deploy-check: the template deploys the way a user's first `sam build`
-# builds it. Installs the SAM CLI and cargo-lambda with pip where missing;
+# builds it. The SAM CLI from the pinned tools (scripts/tools.sh); installs
+# cargo-lambda with pip (into .venv/) where missing;
 # `sam validate --lint`; `sam build` for x86_64 (this machine has no aarch64
 # standard library, so arm64, the default, cannot be built here); then runs
 # each built bootstrap from .aws-sam/build/ as Lambda would, under a runtime
@@ -10,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 
-command -v sam >/dev/null 2>&1 || python3 -m pip install --quiet aws-sam-cli
+. scripts/tools.sh
 command -v cargo-lambda >/dev/null 2>&1 || python3 -m pip install --quiet cargo-lambda
 hash -r
 export AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test

@@ -8,7 +8,8 @@
 # would (`idem sweep --due-queue`, every DUE_POLL_SECONDS), so that an
 # interrupted submit is finished STALE_CREATING_AFTER_SECONDS later (30 s
 # here, 600 deployed) with nothing to do by hand.
-# Installs moto[server] and cargo-lambda with pip where they are missing.
+# Uses the pinned Python tools (.venv/, scripts/tools.sh); installs
+# cargo-lambda with pip (into .venv/) where it is missing.
 # Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,15 +21,17 @@ BUCKET="${BUCKET_NAME:-local-queue}"
 STALE="${STALE_CREATING_AFTER_SECONDS:-30}"
 DUE_POLL="${DUE_POLL_SECONDS:-5}"
 
-python3 -c 'import moto.server' >/dev/null 2>&1 || python3 -m pip install --quiet 'moto[server]>=5.1'
+# moto on MOTO_PORT, started and stopped as the tests start it
+# (scripts/with-moto.sh, which also puts the pinned tools first on PATH):
+# this script runs again under it.
+if [ -z "${S3_TEST_ENDPOINT:-}" ]; then
+  MOTO_PORT="$MOTO_PORT" exec ./scripts/with-moto.sh "$(pwd)/scripts/run.sh" "$@"
+fi
 command -v cargo-lambda >/dev/null 2>&1 || python3 -m pip install --quiet cargo-lambda
 hash -r
 
-python3 scripts/moto_serial.py -H 127.0.0.1 -p "$MOTO_PORT" >/tmp/idempotent-submit-moto.log 2>&1 &
-moto_pid=$!
 cleanup() {
   [ -n "${drain_pid:-}" ] && kill "$drain_pid" 2>/dev/null || true
-  kill "$moto_pid" 2>/dev/null || true
   [ -n "${watch_pid:-}" ] && kill "$watch_pid" 2>/dev/null || true
   wait 2>/dev/null || true
 }

@@ -1,16 +1,14 @@
 #!/usr/bin/env bash
-# Runs a command with a moto S3 server on a free loopback port, installing
-# moto[server] with pip where it is missing; stops the server afterwards.
-# The command sees S3_TEST_ENDPOINT (for the tests) and AWS_ENDPOINT_URL_S3.
+# Runs a command with a moto S3 server on a free loopback port (or on
+# MOTO_PORT), with the pinned Python tools (.venv/, scripts/tools.sh) first
+# on PATH; stops the server afterwards. The command sees S3_TEST_ENDPOINT
+# (for the tests) and AWS_ENDPOINT_URL_S3.
 set -euo pipefail
 
-if ! python3 -c 'import moto.server' >/dev/null 2>&1; then
-  echo "moto_server not found: installing moto[server] with pip" >&2
-  python3 -m pip install --quiet 'moto[server]>=5.1' >&2
-  hash -r
-fi
+. "$(dirname "$0")/tools.sh"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+# MOTO_PORT where given (make run's fixed one), else a free port.
+port=${MOTO_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')}
 log=$(mktemp -t moto.XXXXXX.log)
 # moto's S3 served one request at a time, so that its conditional writes are
 # atomic as S3's are (scripts/moto_serial.py says why).

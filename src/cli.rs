@@ -335,11 +335,18 @@ pub fn config(cli: &Cli) -> Result<Config, Outcome> {
 /// (`AWS_ENDPOINT_URL_SQS` for a local SQS).
 async fn key_record(queue: &Queue, scope: &str, key: &str, tenant: Option<&Tenant>) -> Outcome {
     match queue.record(scope, key, tenant).await {
-        Ok(Some((mut rec, _))) => {
+        Ok(Some((mut rec, meta))) => {
+            let phase = match queue.engine().phase(&rec, &meta).await {
+                Ok(p) => p,
+                Err(e) => return submit_error(&e),
+            };
             rec.pending_task = None;
+            let mut output = serde_json::to_value(&rec).unwrap_or(Value::Null);
+            output["phase"] = Value::from(phase.phase);
+            output["task_status"] = serde_json::to_value(&phase.task_status).unwrap_or(Value::Null);
             Outcome {
                 exit: exit::OK,
-                output: serde_json::to_value(&rec).unwrap_or(Value::Null),
+                output,
             }
         }
         Ok(None) => error(exit::NOT_FOUND, "not_found", "no record for this key"),

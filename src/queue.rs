@@ -147,7 +147,7 @@ impl Queue {
         let deadline = self.engine.now() + self.settings().operation_timeout;
         match self
             .engine
-            .call(deadline, || self.engine.store().get(key))
+            .with_retries(deadline, || self.engine.store().get(key))
             .await
         {
             Ok(o) => Ok(Some((o.body, o.meta))),

@@ -6,92 +6,15 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use idempotent_submit::lambda::{App, Metrics, handle_submit};
+use common::event;
+use common::handler::{Harness, Resp};
 use idempotent_submit::protocol::RecordOutcome;
 use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, Store, StoreError};
-use idempotent_submit::{Config, ManualClock, Queue, Settings, SubmitError};
-use lambda_runtime::{Context, LambdaEvent};
+use idempotent_submit::{ManualClock, Queue, Settings, SubmitError};
 use serde_json::{Value, json};
-
-fn event(name: &str) -> Value {
-    let path = format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
-
-struct Harness {
-    app: App,
-}
-
-struct Resp {
-    status: u64,
-    headers: HashMap<String, String>,
-    body: Value,
-}
-
-impl Harness {
-    fn over(
-        store: impl Store,
-        clock: Option<&ManualClock>,
-        tenants: bool,
-        settings: Settings,
-    ) -> Self {
-        let cfg = Config {
-            bucket: "unused".into(),
-            force_path_style: true,
-            tenant_isolation: tenants,
-            settings,
-        };
-        let queue = match clock {
-            Some(c) => Queue::with_clock(store, Arc::new(c.clone()), cfg.settings.clone()),
-            None => Queue::new(store, cfg.settings.clone()),
-        };
-        Harness {
-            app: App::new(queue, &cfg, Metrics::collecting("submit")),
-        }
-    }
-
-    async fn moto() -> Self {
-        Self::over(common::moto_store().await, None, false, common::settings())
-    }
-
-    /// The answer to an HTTP `event`, checked against docs/openapi.yaml.
-    async fn http(&self, event: Value) -> Resp {
-        let v = handle_submit(
-            &self.app,
-            LambdaEvent::new(event.clone(), Context::default()),
-        )
-        .await
-        .unwrap();
-        common::openapi::check(&event, &v);
-        let headers = v["headers"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str().unwrap().to_owned()))
-            .collect();
-        Resp {
-            status: v["statusCode"].as_u64().unwrap(),
-            headers,
-            body: serde_json::from_str(v["body"].as_str().unwrap()).unwrap(),
-        }
-    }
-
-    async fn keys(&self) -> Vec<String> {
-        common::all_keys(self.app.queue.engine().store().as_ref()).await
-    }
-
-    async fn count(&self, prefix: &str) -> usize {
-        self.keys()
-            .await
-            .iter()
-            .filter(|k| k.starts_with(prefix))
-            .count()
-    }
-}
 
 /// An HTTP API (payload 2.0) `POST /tasks/batch` of `body`.
 fn batch(body: Value) -> Value {
@@ -243,7 +166,7 @@ async fn a_malformed_envelope_is_a_400_that_writes_nothing() {
         max_batch_tasks: 3,
         ..common::settings()
     };
-    let h = Harness::over(common::moto_store().await, None, false, settings);
+    let h = Harness::with_settings(common::moto_store().await, None, false, settings);
     let four: Vec<Value> = (0..4).map(|i| item(&format!("k{i}"), i)).collect();
     let cases = [
         (raw("{"), "JSON"),
@@ -342,7 +265,7 @@ fn as_principal(mut e: Value, arn: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_tenant_isolation_every_item_is_the_callers_and_no_principal_is_401() {
-    let h = Harness::over(common::moto_store().await, None, true, common::settings());
+    let h = Harness::with_settings(common::moto_store().await, None, true, common::settings());
     let body = json!({"tasks": [item("k1", 1), item("k2", 2)]});
     let r = h.http(batch(body.clone())).await;
     assert_eq!(
@@ -413,7 +336,7 @@ async fn one_key_twice_in_a_batch_is_one_task() {
 }
 
 fn memory_harness(faulty: &FaultyStore<MemoryStore>, clock: &ManualClock) -> Harness {
-    Harness::over(faulty.clone(), Some(clock), false, common::settings())
+    Harness::with_settings(faulty.clone(), Some(clock), false, common::settings())
 }
 
 #[tokio::test]
@@ -716,7 +639,7 @@ async fn a_batch_that_died_halfway_is_finished_by_its_records_events_and_a_retry
         for k in &record_keys {
             let o = restarted.engine().sweep_record(k, false, None).await;
             assert!(
-                !o.retry()
+                !o.try_again_later()
                     && !matches!(
                         o,
                         RecordOutcome::PastDeadline
@@ -773,7 +696,7 @@ async fn a_batch_through_the_http_handler_that_crashed_is_retryable_and_its_retr
     } else {
         assert_eq!(r.status, 503);
     }
-    let restarted = Harness::over(
+    let restarted = Harness::with_settings(
         faulty.inner().clone(),
         Some(&clock),
         false,

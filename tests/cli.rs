@@ -123,6 +123,12 @@ async fn key_and_task_print_the_objects_or_exit_4() {
     assert_eq!(rec["task_id"], id.as_str());
     assert_eq!(rec["status"], "creating", "a record is written once");
     assert!(rec.get("pending_task").is_none());
+    // Judged as a reader judges it: young, so in flight, its task pending.
+    assert_eq!(
+        (rec["phase"].as_str(), rec["task_status"].as_str()),
+        (Some("in_flight"), Some("pending")),
+        "{rec}"
+    );
     let (code, _) = idem
         .run(&["key", "--scope", "billing", "--key", "nope"])
         .await;

@@ -10,42 +10,25 @@ mod common;
 use std::sync::Arc;
 
 use chrono::Duration;
-use idempotent_submit::lambda::{App, Metrics, handle_submit};
+use common::World;
+use idempotent_submit::lambda::handle_submit;
 use idempotent_submit::protocol::{RecordOutcome, SweepOptions};
-use idempotent_submit::store::{Fault, FaultyStore, Op};
-use idempotent_submit::{Clock, Config, ManualClock, MemoryStore, Queue, Store, SubmitError};
+use idempotent_submit::store::{Fault, Op};
+use idempotent_submit::{Clock, Queue, Store, SubmitError};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
-struct World {
-    clock: ManualClock,
-    bucket: MemoryStore,
-}
-
 impl World {
-    /// The bucket's clock stands `skew` from the machine's (positive: S3 is
-    /// ahead).
-    fn new(skew: Duration) -> Self {
-        let clock = ManualClock::at_epoch();
-        let bucket = common::memory_store(&clock);
-        bucket.set_skew(skew);
-        World { clock, bucket }
-    }
-
-    fn queue(&self) -> Queue {
-        Queue::with_clock(
-            self.bucket.clone(),
-            Arc::new(self.clock.clone()),
-            common::settings(),
-        )
-    }
-
     /// A submit of `key` whose process died right after writing its record.
     async fn interrupted(&self, key: &str) {
-        let f = FaultyStore::new(self.bucket.clone());
-        f.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
-        let q = Queue::with_clock(f, Arc::new(self.clock.clone()), common::settings());
-        submit(&q, key).await.unwrap_err();
+        self.submit_dying_at(
+            key,
+            json!({"n": 1}),
+            Op::PutCreate,
+            "idempotency/",
+            Fault::CrashAfter,
+        )
+        .await;
         assert_eq!(self.count("idempotency/"), 1);
         assert_eq!(self.count("tasks/"), 0);
     }
@@ -53,18 +36,16 @@ impl World {
     /// A submit of `key` whose process died right after writing its task:
     /// the record and the task are there, the marker is not.
     async fn interrupted_before_the_marker(&self, key: &str) {
-        let f = FaultyStore::new(self.bucket.clone());
-        f.inject(
-            Some(Op::Put),
+        self.submit_dying_at(
+            key,
+            json!({"n": 1}),
+            Op::Put,
             "ready/",
-            1,
-            1,
             Fault::Fail(idempotent_submit::StoreError::Fatal(
                 "the process died".into(),
             )),
-        );
-        let q = Queue::with_clock(f, Arc::new(self.clock.clone()), common::settings());
-        submit(&q, key).await.unwrap_err();
+        )
+        .await;
         assert_eq!(
             (
                 self.count("idempotency/"),
@@ -108,14 +89,6 @@ impl World {
         self.bucket.set_skew(skew);
         self.clock.set(at - skew);
     }
-
-    fn count(&self, prefix: &str) -> usize {
-        self.bucket
-            .keys()
-            .iter()
-            .filter(|k| k.starts_with(prefix))
-            .count()
-    }
 }
 
 async fn submit(q: &Queue, key: &str) -> Result<idempotent_submit::Submitted, SubmitError> {
@@ -129,7 +102,7 @@ fn clock_error(e: &SubmitError) -> bool {
 #[tokio::test]
 async fn a_clock_minutes_ahead_or_behind_writes_no_task_and_answers_retryable() {
     for minutes in [-5, 5] {
-        let w = World::new(Duration::minutes(minutes));
+        let w = World::skewed(Duration::minutes(minutes));
         let q = w.queue();
         // The first answer (the record's PUT) tells S3's clock: the record
         // stands (its time is S3's own), nothing bound by the deadline
@@ -166,7 +139,7 @@ async fn a_clock_minutes_ahead_or_behind_writes_no_task_and_answers_retryable() 
 async fn within_60_s_a_deadline_passed_by_s3s_clock_is_passed_though_ours_is_short_of_it() {
     // S3 is 50 s ahead: by our clock the deadline is 40 s away, by S3's it
     // passed 10 s ago. No task is written for the record.
-    let w = World::new(Duration::seconds(50));
+    let w = World::skewed(Duration::seconds(50));
     w.interrupted("k").await;
     w.clock.advance(Duration::seconds(2400 + 10));
     let before = w.bucket.snapshot();
@@ -197,7 +170,7 @@ async fn within_60_s_a_deadline_passed_by_s3s_clock_is_passed_though_ours_is_sho
 async fn within_60_s_a_deadline_still_ahead_by_s3s_clock_is_still_ahead_though_ours_passed_it() {
     // S3 is 50 s behind: by our clock the deadline passed 10 s ago, by S3's
     // it is 40 s away. The submit finishes the task.
-    let w = World::new(Duration::seconds(-50));
+    let w = World::skewed(Duration::seconds(-50));
     w.interrupted("k").await;
     w.clock.advance(Duration::seconds(2400 - 40));
     let r = submit(&w.queue(), "k").await.unwrap();
@@ -210,7 +183,7 @@ async fn a_clock_ahead_does_not_answer_missing_before_a_late_write_could_still_l
     // S3 is 50 s behind us. By our clock the last late write could land
     // until 20 s ago; by S3's it can for 30 s more: undetermined, not
     // `missing`.
-    let w = World::new(Duration::seconds(-50));
+    let w = World::skewed(Duration::seconds(-50));
     w.interrupted("k").await;
     w.clock.advance(Duration::seconds(2400 + 15 * 60 - 30));
     match submit(&w.queue(), "k").await.unwrap_err() {
@@ -226,7 +199,7 @@ async fn a_clock_ahead_does_not_answer_missing_before_a_late_write_could_still_l
 
 #[tokio::test]
 async fn a_sweeper_whose_clock_is_off_leaves_records_and_its_checkpoint_alone() {
-    let w = World::new(Duration::zero());
+    let w = World::skewed(Duration::zero());
     w.interrupted("k").await;
     w.clock.advance(Duration::seconds(600));
     w.bucket.set_skew(Duration::minutes(-3));
@@ -268,16 +241,9 @@ async fn a_sweeper_whose_clock_is_off_leaves_records_and_its_checkpoint_alone() 
 
 #[tokio::test]
 async fn the_http_answer_to_a_clock_off_is_a_503_with_retry_after_and_no_detail_of_it() {
-    let w = World::new(Duration::minutes(10));
-    let cfg = Config {
-        bucket: "b".into(),
-        force_path_style: true,
-        tenant_isolation: false,
-        settings: common::settings(),
-    };
-    let app = App::new(w.queue(), &cfg, Metrics::collecting("submit"));
-    let path = format!("{}/events/http-v2-post.json", env!("CARGO_MANIFEST_DIR"));
-    let event: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let w = World::skewed(Duration::minutes(10));
+    let app = common::lambda::app(w.queue(), false);
+    let event = common::event("http-v2-post.json");
     let out = handle_submit(&app, LambdaEvent::new(event.clone(), Context::default()))
         .await
         .unwrap();
@@ -297,7 +263,7 @@ async fn a_stalled_first_submit_keeps_the_deadline_of_its_records_s3_time() {
     // submit stalled between its record and its task (the first task write
     // fails after 2350 s) may still write it; 2420 s is past.
     for (stall, written) in [(2350, true), (2420, false)] {
-        let w = World::new(Duration::seconds(50));
+        let w = World::skewed(Duration::seconds(50));
         let q = w.queue_stalling_the_first_task_write(Duration::seconds(stall));
         let r = submit(&q, "k").await;
         assert_eq!(r.is_ok(), written, "stall {stall} s: {r:?}");
@@ -312,7 +278,7 @@ async fn a_stalled_first_submit_keeps_the_deadline_of_its_records_s3_time() {
 async fn the_scheduled_pass_is_timed_in_s3s_clock() {
     // S3 is 50 s behind: the pass's instant, which the next pass's window
     // starts from and every record's age is judged against, is S3's.
-    let w = World::new(Duration::seconds(-50));
+    let w = World::skewed(Duration::seconds(-50));
     let local = w.clock.now();
     let s = w
         .queue()
@@ -338,7 +304,7 @@ async fn a_replay_that_finds_the_task_but_not_its_marker_answers_nothing_with_a_
     // A 200 needs both objects; with S3's clock 5 minutes off, the marker may
     // not be written, so the replay is a retryable error, not the task's
     // status.
-    let w = World::new(Duration::zero());
+    let w = World::skewed(Duration::zero());
     w.interrupted_before_the_marker("k").await;
     w.bucket.set_skew(Duration::minutes(5));
     let before = w.bucket.snapshot();
@@ -351,7 +317,7 @@ async fn a_replay_that_finds_the_task_but_not_its_marker_answers_nothing_with_a_
 async fn a_missing_marker_alone_is_written_by_s3s_deadline_not_ours() {
     // S3 is 50 s behind: by our clock the deadline passed 10 s ago, by S3's
     // it is 40 s away; only the marker is missing, and it is written.
-    let w = World::new(Duration::seconds(-50));
+    let w = World::skewed(Duration::seconds(-50));
     w.interrupted_before_the_marker("k").await;
     w.clock.advance(Duration::seconds(2400 - 40));
     let r = submit(&w.queue(), "k").await.unwrap();
@@ -364,7 +330,7 @@ async fn a_write_refused_at_the_deadline_waits_out_the_late_writes_by_s3s_earlie
     // S3 is 50 s ahead. A replay starts in time, but its task write stalls
     // 200 s and the retry finds S3's deadline passed: undetermined until 15
     // minutes after the deadline, counted from S3's earliest time now.
-    let w = World::new(Duration::seconds(50));
+    let w = World::skewed(Duration::seconds(50));
     w.interrupted("k").await;
     w.clock.advance(Duration::seconds(2300));
     let q = w.queue_stalling_the_first_task_write(Duration::seconds(200));
@@ -381,7 +347,7 @@ async fn a_write_refused_at_the_deadline_waits_out_the_late_writes_by_s3s_earlie
 async fn within_60_s_a_records_life_is_judged_by_s3s_clock_whichever_machine_wrote_or_reads_it() {
     for (writer, reader) in [(-50, 50), (50, -50), (-50, -50), (50, 50), (0, 50)] {
         let (writer, reader) = (Duration::seconds(writer), Duration::seconds(reader));
-        let w = World::new(writer);
+        let w = World::skewed(writer);
         let q = w.queue();
         let ttl = Duration::hours(1);
         // A process that has had an answer from S3 (a cold one writes its
@@ -436,7 +402,7 @@ async fn the_sweepers_event_judges_a_records_expiry_by_s3s_clock() {
     // ours: kept.
     for (skew, past_expiry, deleted) in [(50, 10, true), (-50, -10, false)] {
         let skew = Duration::seconds(skew);
-        let w = World::new(skew);
+        let w = World::skewed(skew);
         let q = w.queue();
         submit(&q, "warm").await.unwrap();
         q.submit("t", json!({"n": 1}))

@@ -5,47 +5,32 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use bytes::Bytes;
 use chrono::Duration;
+use common::World;
 use idempotent_submit::lambda::due::{DueMessage, handle_messages};
 use idempotent_submit::lambda::{Metrics, Sweeper, handle_sweep};
 use idempotent_submit::protocol::RecordStatus;
-use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, PutMode, Store};
-use idempotent_submit::{ManualClock, Queue};
+use idempotent_submit::store::{Fault, FaultyStore, Op, PutMode, Store};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
 const BUCKET: &str = "queue-bucket";
 
-struct World {
-    clock: ManualClock,
-    bucket: MemoryStore,
-}
-
 impl World {
-    fn new() -> Self {
-        let clock = ManualClock::at_epoch();
-        let bucket = common::memory_store(&clock);
-        World { clock, bucket }
-    }
-
-    fn queue_over(&self, store: impl Store) -> Queue {
-        Queue::with_clock(store, Arc::new(self.clock.clone()), common::settings())
-    }
-
     /// A submit of `key` that died right after writing its record; the
     /// record's key.
     async fn interrupted(&self, key: &str) -> String {
-        let f = FaultyStore::new(self.bucket.clone());
-        f.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
-        self.queue_over(f)
-            .submit("t", json!({"k": key}))
-            .idempotency_key(key)
-            .await
-            .unwrap_err();
+        self.submit_dying_at(
+            key,
+            json!({"k": key}),
+            Op::PutCreate,
+            "idempotency/",
+            Fault::CrashAfter,
+        )
+        .await;
         self.record_key(key)
     }
 
@@ -89,14 +74,6 @@ impl World {
             None,
         );
         format!("idempotency/t/{}.json", hash.trim_start_matches("sha256:"))
-    }
-
-    fn count(&self, prefix: &str) -> usize {
-        self.bucket
-            .keys()
-            .iter()
-            .filter(|k| k.starts_with(prefix))
-            .count()
     }
 
     /// Hands `messages` to the sweeper over this bucket.

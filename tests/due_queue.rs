@@ -6,7 +6,6 @@ mod common;
 
 use std::sync::Arc;
 
-use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use chrono::{Duration, Utc};
 use idempotent_submit::lambda::{Metrics, Sweeper, handle_sweep};
 use idempotent_submit::protocol::{Record, RecordStatus};
@@ -33,30 +32,17 @@ macro_rules! on_both_buckets {
 }
 
 async fn interrupted(store: &S3Store, key: &str) {
-    let f = FaultyStore::new(store.clone());
-    f.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+    let f = common::world::dying_at(
+        store.clone(),
+        Op::PutCreate,
+        "idempotency/",
+        Fault::CrashAfter,
+    );
     Queue::new(f, common::settings())
         .submit("t", json!({"k": key}))
         .idempotency_key(key)
         .await
         .unwrap_err();
-}
-
-fn as_sqs_event(messages: &[aws_sdk_sqs::types::Message]) -> Value {
-    let mut e = SqsEvent::default();
-    e.records = messages
-        .iter()
-        .map(|m| {
-            let mut r = SqsMessage::default();
-            r.message_id = m.message_id.clone();
-            r.receipt_handle = m.receipt_handle.clone();
-            r.body = m.body.clone();
-            r.event_source = Some("aws:sqs".into());
-            r.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:due".into());
-            r
-        })
-        .collect();
-    serde_json::to_value(e).unwrap()
 }
 
 fn sweeper(store: &S3Store, clock: &ManualClock) -> Sweeper {
@@ -106,7 +92,7 @@ async fn a_record_event_from_moto_finishes_an_interrupted_submit_through_the_swe
             .body(foreign)
             .build(),
     );
-    let event = as_sqs_event(&with_foreign);
+    let event = common::sqs_event(&with_foreign);
     let out = handle_sweep(
         &sweeper(&store, &clock),
         LambdaEvent::new(event.clone(), Context::default()),
@@ -163,7 +149,7 @@ async fn a_record_event_from_moto_finishes_an_interrupted_submit_through_the_swe
     };
     let out = handle_sweep(
         &s,
-        LambdaEvent::new(as_sqs_event(again), Context::default()),
+        LambdaEvent::new(common::sqs_event(again), Context::default()),
     )
     .await
     .unwrap();

@@ -15,27 +15,14 @@
 mod common;
 
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 
 use futures::FutureExt;
+use idempotent_submit::ManualClock;
 use idempotent_submit::lambda::http::parse_key_header;
 use idempotent_submit::lambda::request::SubmitBody;
-use idempotent_submit::lambda::{App, Metrics, handle_submit};
-use idempotent_submit::{Config, ManualClock, Queue};
+use idempotent_submit::lambda::{App, handle_submit};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Map, Value, json};
-
-fn seeds() -> Vec<Value> {
-    let dir = format!("{}/events", env!("CARGO_MANIFEST_DIR"));
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "json") {
-            out.push(serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap());
-        }
-    }
-    out
-}
 
 fn random_string(rng: &mut fastrand::Rng) -> String {
     const PIECES: &[&str] = &[
@@ -211,14 +198,13 @@ fn app(tenant_isolation: bool, versioned: bool) -> (App, idempotent_submit::Memo
     } else {
         common::memory_store(&clock)
     };
-    let cfg = Config {
-        bucket: "b".into(),
-        force_path_style: true,
+    let app = common::lambda::app_over(
+        store.clone(),
+        Some(&clock),
         tenant_isolation,
-        settings: common::settings(),
-    };
-    let queue = Queue::with_clock(store.clone(), Arc::new(clock), cfg.settings.clone());
-    (App::new(queue, &cfg, Metrics::collecting("submit")), store)
+        common::settings(),
+    );
+    (app, store)
 }
 
 /// One input through the handler: what it answered (an HTTP status, `sqs`
@@ -535,7 +521,7 @@ fn mutated_events_never_panic_and_bad_input_writes_nothing() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0xf022);
-    let corpus = seeds();
+    let corpus = common::events::every_event();
     assert!(corpus.len() >= 10);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()

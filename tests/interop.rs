@@ -10,7 +10,7 @@ use chrono::{Duration, SubsecRound, Utc};
 use common::chaos_proxy::ChaosProxy;
 use idempotent_submit::lambda::{App, Metrics, Sweeper, handle_submit, handle_sweep};
 use idempotent_submit::store::{PutMode, Store};
-use idempotent_submit::{Config, ManualClock, Queue, Settings};
+use idempotent_submit::{ManualClock, Queue, Settings};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
@@ -35,17 +35,8 @@ impl Shared {
     async fn on(versioning: common::Versioning, tenant_isolation: bool) -> Self {
         let store = common::moto_store_with(versioning).await;
         let bucket = store.bucket().to_owned();
-        let cfg = Config {
-            bucket: bucket.clone(),
-            force_path_style: true,
-            tenant_isolation,
-            settings: Settings::default(),
-        };
-        let app = App::new(
-            Queue::new(store.clone(), cfg.settings.clone()),
-            &cfg,
-            Metrics::collecting("submit"),
-        );
+        let app =
+            common::lambda::app_over(store.clone(), None, tenant_isolation, Settings::default());
         Shared {
             bucket,
             store,
@@ -98,14 +89,9 @@ impl Shared {
     }
 
     async fn post(&self, body: Value) -> (u64, Value) {
-        let mut event = Self::event("http-v2-post.json");
+        let mut event = common::event("http-v2-post.json");
         event["body"] = json!(body.to_string());
         self.call(event).await
-    }
-
-    fn event(name: &str) -> Value {
-        let path = format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"));
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 
     async fn call(&self, event: Value) -> (u64, Value) {
@@ -172,12 +158,12 @@ async fn a_tenants_tasks_are_completed_by_a_buquet_worker_and_stay_the_tenants()
         e["requestContext"]["authorizer"] = json!({"lambda": {"principalId": who}});
         e
     };
-    let mut keyed = Shared::event("http-v2-post.json");
+    let mut keyed = common::event("http-v2-post.json");
     keyed["body"] = json!(
         json!({"task_type": "charge_customer", "input": {"n": 1}, "idempotency_key": "k-t"})
             .to_string()
     );
-    let mut keyless = Shared::event("http-v2-post.json");
+    let mut keyless = common::event("http-v2-post.json");
     keyless["body"] = json!(json!({"task_type": "charge_customer", "input": {"n": 2}}).to_string());
     let (s1, a) = s.call(as_tenant(keyed, "alice")).await;
     let (s2, b) = s.call(as_tenant(keyless, "alice")).await;
@@ -192,7 +178,7 @@ async fn a_tenants_tasks_are_completed_by_a_buquet_worker_and_stay_the_tenants()
     assert_eq!(run["processed"], 2, "{run}");
     for body in [a, b] {
         let id = body["task_id"].as_str().unwrap();
-        let mut get = Shared::event("http-v2-get-missing.json");
+        let mut get = common::event("http-v2-get-missing.json");
         get["rawPath"] = json!(format!("/tasks/{id}"));
         get["requestContext"]["http"]["path"] = json!(format!("/tasks/{id}"));
         // The worker's rewrites keep the tenant: alice still reads her

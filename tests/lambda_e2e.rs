@@ -3,33 +3,14 @@
 
 mod common;
 
+use common::event;
 use common::runtime_api::RuntimeApi;
 use serde_json::{Value, json};
 
-fn event(name: &str) -> Value {
-    let path = format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
-
 fn function(bin: &str, api: &RuntimeApi, bucket: &str) -> tokio::process::Child {
-    tokio::process::Command::new(bin)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("AWS_LAMBDA_RUNTIME_API", &api.addr)
-        .env("AWS_LAMBDA_FUNCTION_NAME", "test")
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-        .env("AWS_LAMBDA_LOG_STREAM_NAME", "stream")
-        .env("AWS_LAMBDA_LOG_GROUP_NAME", "group")
-        .env("BUCKET_NAME", bucket)
-        .env("AWS_ENDPOINT_URL_S3", common::moto_endpoint())
-        .env("S3_FORCE_PATH_STYLE", "true")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
+    common::lambda::function(bin, "test", api, bucket)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .expect("starting the function")
 }

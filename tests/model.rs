@@ -443,6 +443,29 @@ fn marker_of(t: &Value) -> Option<String> {
     )
 }
 
+/// Task ids are random, and so is the order S3 lists tasks and markers in;
+/// the model's worker takes its candidates (minute first) in an order the
+/// schedule decides, by their key's hash and their creation, so that a seed
+/// replays the same run.
+async fn steady(bucket: &MemoryStore, keys: Vec<(i64, String)>) -> Vec<String> {
+    let mut ordered = Vec::new();
+    for (minute, key) in keys {
+        let task = match bucket.get(&key).await {
+            Ok(o) => serde_json::from_slice::<Value>(&o.body).unwrap_or(Value::Null),
+            Err(_) => Value::Null,
+        };
+        let by = |f: &Value| f.as_str().unwrap_or("").to_owned();
+        let order = (
+            minute,
+            by(&task["idempotency"]["key_hash"]),
+            by(&task["created_at"]),
+        );
+        ordered.push((order, key));
+    }
+    ordered.sort();
+    ordered.into_iter().map(|(_, k)| k).collect()
+}
+
 /// The worker's step: what buquet 0.1's worker does in one poll that finds
 /// a task (`src/worker/claim.rs` and `runner.rs` there). It lists the ready
 /// index from its oldest minute up to now and tries each task; in hybrid
@@ -470,7 +493,7 @@ async fn work(
     };
     let mut candidates: Vec<(String, bool)> = Vec::new();
     if !scan {
-        let mut index: Vec<(i64, String)> = listed("ready/")
+        let index: Vec<(i64, String)> = listed("ready/")
             .await?
             .into_iter()
             .filter_map(|m| {
@@ -480,12 +503,21 @@ async fn work(
                     .then(|| (minute, format!("tasks/{}/{}.json", parts[1], parts[3])))
             })
             .collect();
-        index.sort();
-        candidates.extend(index.into_iter().map(|(_, k)| (k, false)));
+        candidates.extend(steady(&bucket, index).await.into_iter().map(|k| (k, false)));
     }
     // Its poll starts at any moment of the other requests under way.
     turns(&mut rng, 16).await;
-    candidates.extend(listed("tasks/").await?.into_iter().map(|m| (m.key, true)));
+    let scanned = listed("tasks/")
+        .await?
+        .into_iter()
+        .map(|m| (0, m.key))
+        .collect();
+    candidates.extend(
+        steady(&bucket, scanned)
+            .await
+            .into_iter()
+            .map(|k| (k, true)),
+    );
     for (key, by_scan) in candidates {
         turns(&mut rng, 2).await;
         let Ok(obj) = bucket.get(&key).await else {

@@ -7,32 +7,23 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use idempotent_submit::lambda::{App, Metrics, handle_submit};
+use idempotent_submit::lambda::{App, handle_submit};
 use idempotent_submit::store::Store;
-use idempotent_submit::{Config, ManualClock, MemoryStore, Queue};
+use idempotent_submit::{ManualClock, MemoryStore};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
 fn app() -> (App, MemoryStore) {
     let clock = ManualClock::at_epoch();
     let store = common::memory_store(&clock);
-    let cfg = Config {
-        bucket: "b".into(),
-        force_path_style: true,
-        tenant_isolation: false,
-        settings: common::settings(),
-    };
-    let queue = Queue::with_clock(store.clone(), Arc::new(clock), cfg.settings.clone());
-    (App::new(queue, &cfg, Metrics::collecting("submit")), store)
+    let app = common::lambda::app_over(store.clone(), Some(&clock), false, common::settings());
+    (app, store)
 }
 
 /// Posts `body` (raw text) through the HTTP handler; the task object's
 /// bytes.
 async fn submit_raw(app: &App, store: &MemoryStore, body: String) -> String {
-    let path = format!("{}/events/http-v2-post.json", env!("CARGO_MANIFEST_DIR"));
-    let mut event: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut event = common::event("http-v2-post.json");
     event["body"] = json!(body);
     event["headers"]
         .as_object_mut()

@@ -6,54 +6,17 @@ mod common;
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
+use common::World;
 use futures::FutureExt;
 use idempotent_submit::protocol::{Record, RecordOutcome, RecordStatus, TaskLocation};
-use idempotent_submit::store::{
-    Fault, FaultyStore, MemoryStore, ObjectMeta, Op, PutMode, Store, StoreError,
-};
-use idempotent_submit::{Clock, ManualClock, Queue, SubmitError};
+use idempotent_submit::store::{Fault, FaultyStore, ObjectMeta, Op, PutMode, Store, StoreError};
+use idempotent_submit::{Clock, Queue, SubmitError};
 use serde_json::{Value, json};
 
-struct World {
-    clock: ManualClock,
-    faulty: FaultyStore<MemoryStore>,
-}
-
 impl World {
-    fn new() -> Self {
-        let clock = ManualClock::at_epoch();
-        let faulty = common::faulty(&clock);
-        World { clock, faulty }
-    }
-
-    /// A process whose store calls go through the fault injector.
-    fn process(&self) -> Queue {
-        Queue::with_clock(
-            self.faulty.clone(),
-            Arc::new(self.clock.clone()),
-            common::settings(),
-        )
-    }
-
     /// A fresh process after a crash: straight to the bucket.
     fn restarted(&self) -> Queue {
-        Queue::with_clock(
-            self.faulty.inner().clone(),
-            Arc::new(self.clock.clone()),
-            common::settings(),
-        )
-    }
-
-    fn bucket(&self) -> &MemoryStore {
-        self.faulty.inner()
-    }
-
-    fn count(&self, prefix: &str) -> usize {
-        self.bucket()
-            .keys()
-            .iter()
-            .filter(|k| k.starts_with(prefix))
-            .count()
+        self.queue()
     }
 
     async fn record(&self) -> Record {
@@ -86,7 +49,7 @@ impl World {
     }
 
     fn markers(&self) -> Vec<String> {
-        self.bucket()
+        self.bucket
             .keys()
             .into_iter()
             .filter(|k| k.starts_with("ready/"))
@@ -96,7 +59,7 @@ impl World {
     /// The task object as it is in the bucket, and its ETag.
     async fn task(&self) -> (Value, idempotent_submit::store::ETag) {
         let o = self
-            .bucket()
+            .bucket
             .get(&self.record().await.task_key)
             .await
             .unwrap();
@@ -109,12 +72,12 @@ impl World {
     async fn worker_claims(&self) {
         let rec = self.record().await;
         let (task, etag) = self.task().await;
-        self.bucket()
+        self.bucket
             .put(&rec.task_key, claimed(&task), PutMode::Update(etag))
             .await
             .unwrap();
         for m in self.markers() {
-            self.bucket().delete(&m, None).await.unwrap();
+            self.bucket.delete(&m, None).await.unwrap();
         }
     }
 
@@ -133,7 +96,7 @@ impl World {
         task["lease_expires_at"] = Value::Null;
         task["worker_id"] = Value::Null;
         task["last_error"] = json!("the handler failed");
-        self.bucket()
+        self.bucket
             .put(
                 &rec.task_key,
                 serde_json::to_vec(&task).unwrap().into(),
@@ -142,7 +105,7 @@ impl World {
             .await
             .unwrap();
         let marker = TaskLocation::new(rec.task_id, 1, later).marker_key();
-        self.bucket()
+        self.bucket
             .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)
             .await
             .unwrap();
@@ -150,7 +113,7 @@ impl World {
     }
 
     fn record_key(&self) -> String {
-        self.bucket()
+        self.bucket
             .keys()
             .into_iter()
             .find(|k| k.starts_with("idempotency/"))
@@ -218,10 +181,7 @@ async fn died_before_the_marker() -> World {
     submit(&w.process()).await.unwrap_err();
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 0, "the crash came before the marker");
-    World {
-        clock: w.clock.clone(),
-        faulty: FaultyStore::new(w.bucket().clone()),
-    }
+    w.next_process()
 }
 
 /// After a crash at some step, the next submit answers the crashed submit's
@@ -333,12 +293,12 @@ async fn a_replay_while_creating_answers_the_task_and_writes_nothing() {
     let w = World::new();
     let first = submit(&w.restarted()).await.unwrap();
     w.clock.advance(Duration::seconds(5));
-    let before = w.bucket().snapshot();
+    let before = w.bucket.snapshot();
     let r = submit(&w.process()).await.unwrap();
     assert_eq!(r.task_id, first.task_id);
     assert!(r.replayed && !r.recovered);
     assert_eq!(r.status, "pending");
-    assert_eq!(w.bucket().snapshot(), before, "byte for byte");
+    assert_eq!(w.bucket.snapshot(), before, "byte for byte");
 }
 
 #[tokio::test]
@@ -346,7 +306,7 @@ async fn a_crash_before_the_record_leaves_nothing_and_the_next_submit_creates() 
     let w = World::new();
     w.faulty.at_call(1, Fault::CrashBefore);
     submit(&w.process()).await.unwrap_err();
-    assert!(w.bucket().is_empty());
+    assert!(w.bucket.is_empty());
     let next = submit(&w.restarted()).await.unwrap();
     assert!(next.created());
 }
@@ -494,7 +454,7 @@ async fn storage_that_keeps_failing_is_a_retryable_error_never_a_success() {
         "{e:?}"
     );
     assert!(e.is_retryable());
-    assert!(w.bucket().is_empty());
+    assert!(w.bucket.is_empty());
     assert_eq!(w.faulty.calls().len(), 5, "bounded: max_attempts");
 }
 
@@ -542,7 +502,7 @@ async fn within_the_uncertainty_of_s3s_clock_before_the_deadline_nothing_is_writ
     // One second before the deadline by our clock, S3's may already be past
     // it (its dates have whole seconds): the submit takes the safe side.
     w.clock.advance(Duration::seconds(2400 - 1));
-    let before = w.bucket().keys();
+    let before = w.bucket.keys();
     match submit(&w.restarted()).await.unwrap_err() {
         SubmitError::Undetermined {
             task_id,
@@ -553,7 +513,7 @@ async fn within_the_uncertainty_of_s3s_clock_before_the_deadline_nothing_is_writ
         }
         other => panic!("expected undetermined, got {other:?}"),
     }
-    assert_eq!(w.bucket().keys(), before);
+    assert_eq!(w.bucket.keys(), before);
 }
 
 #[tokio::test]
@@ -562,7 +522,7 @@ async fn just_after_the_deadline_a_taskless_creating_record_is_undetermined_and_
     let w = World::new();
     let rec = interrupted(&w).await;
     w.clock.advance(Duration::seconds(2400 + 1));
-    let before = w.bucket().keys();
+    let before = w.bucket.keys();
     let e = submit(&w.restarted()).await.unwrap_err();
     match e {
         SubmitError::Undetermined {
@@ -575,7 +535,7 @@ async fn just_after_the_deadline_a_taskless_creating_record_is_undetermined_and_
         other => panic!("expected undetermined, got {other:?}"),
     }
     assert!(e.is_retryable());
-    assert_eq!(w.bucket().keys(), before);
+    assert_eq!(w.bucket.keys(), before);
 }
 
 #[tokio::test]
@@ -583,12 +543,12 @@ async fn long_after_the_deadline_a_taskless_creating_record_answers_missing_and_
     let w = World::new();
     let rec = interrupted(&w).await;
     w.clock.advance(Duration::seconds(2400 + 15 * 60));
-    let before = w.bucket().keys();
+    let before = w.bucket.keys();
     let r = submit(&w.restarted()).await.unwrap();
     assert_eq!(r.task_id, rec.task_id);
     assert_eq!(r.status, "missing");
     assert!(r.replayed);
-    assert_eq!(w.bucket().keys(), before);
+    assert_eq!(w.bucket.keys(), before);
     assert_eq!(
         w.record().await.status,
         Some(RecordStatus::Creating),
@@ -602,10 +562,10 @@ async fn past_the_deadline_a_creating_record_whose_task_exists_answers_its_statu
     // The submit answered; the sweeper never came.
     submit(&w.process()).await.unwrap();
     w.clock.advance(Duration::seconds(2400 + 1));
-    let before = w.bucket().keys();
+    let before = w.bucket.keys();
     let r = submit(&w.restarted()).await.unwrap();
     assert_eq!(r.status, "pending");
-    assert_eq!(w.bucket().keys(), before);
+    assert_eq!(w.bucket.keys(), before);
 }
 
 #[tokio::test]
@@ -614,7 +574,7 @@ async fn a_task_deleted_after_the_deadline_is_never_written_again() {
     submit(&w.process()).await.unwrap();
     let rec = w.record().await;
     w.clock.advance(Duration::hours(1));
-    w.bucket().delete(&rec.task_key, None).await.unwrap();
+    w.bucket.delete(&rec.task_key, None).await.unwrap();
     let r = submit(&w.restarted()).await.unwrap();
     assert_eq!(r.task_id, rec.task_id);
     assert_eq!(r.status, "missing");
@@ -641,7 +601,7 @@ async fn refused_at_the_deadline(w: &World, op: Op, prefix: &'static str) {
     w.clock.advance(Duration::seconds(2400 - 10));
     let clock = w.clock.clone();
     let slow = FaultyStore::new(common::Intercept {
-        inner: w.bucket().clone(),
+        inner: w.bucket.clone(),
         hook: move |o: Op, key: &str| {
             (o == op && key.starts_with(prefix)).then(|| {
                 clock.advance(Duration::seconds(20));
@@ -707,13 +667,13 @@ async fn a_replay_of_a_key_whose_task_a_worker_has_claimed_writes_no_marker_and_
     let first = submit(&w.restarted()).await.unwrap();
     w.worker_claims().await;
     assert!(w.markers().is_empty());
-    let before = w.bucket().snapshot();
+    let before = w.bucket.snapshot();
     let r = submit(&w.process()).await.unwrap();
     assert_eq!(r.task_id, first.task_id);
     assert_eq!(r.status, "running");
     assert!(r.replayed && !r.recovered);
     assert_eq!(queue_writes(&w.faulty), []);
-    assert_eq!(w.bucket().snapshot(), before, "byte for byte");
+    assert_eq!(w.bucket.snapshot(), before, "byte for byte");
     // The replay's 4 requests: PUT (412), GET record, GET task + HEAD
     // marker; the task is not the record's `pending_task` any more, so the
     // missing marker is not written.
@@ -722,7 +682,7 @@ async fn a_replay_of_a_key_whose_task_a_worker_has_claimed_writes_no_marker_and_
     // Run to completion: a replay answers that, and writes nothing either.
     let (mut task, etag) = w.task().await;
     task["status"] = json!("completed");
-    w.bucket()
+    w.bucket
         .put(
             &r.task_key,
             serde_json::to_vec(&task).unwrap().into(),
@@ -731,11 +691,11 @@ async fn a_replay_of_a_key_whose_task_a_worker_has_claimed_writes_no_marker_and_
         .await
         .unwrap();
     w.faulty.reset_log();
-    let before = w.bucket().snapshot();
+    let before = w.bucket.snapshot();
     let r = submit(&w.process()).await.unwrap();
     assert_eq!(r.status, "completed");
     assert_eq!(queue_writes(&w.faulty), []);
-    assert_eq!(w.bucket().snapshot(), before, "byte for byte");
+    assert_eq!(w.bucket.snapshot(), before, "byte for byte");
 }
 
 #[tokio::test]
@@ -744,10 +704,10 @@ async fn the_sweepers_event_for_a_record_whose_task_a_worker_has_claimed_writes_
     submit(&w.restarted()).await.unwrap();
     let written = w.record_meta().await;
     w.worker_claims().await;
-    let before = w.bucket().snapshot();
+    let before = w.bucket.snapshot();
     assert_eq!(w.logged_sweep_event().await, RecordOutcome::Nothing);
     assert_eq!(queue_writes(&w.faulty), []);
-    assert_eq!(w.bucket().snapshot(), before, "byte for byte");
+    assert_eq!(w.bucket.snapshot(), before, "byte for byte");
     // GET record, GET task + HEAD marker.
     assert_eq!(w.faulty.calls().len(), 3);
     assert!(w.markers().is_empty());
@@ -764,11 +724,11 @@ fn racing_a_worker(
     task_key: &str,
     claimed_task: bytes::Bytes,
 ) -> FaultyStore<impl Store + Clone> {
-    let bucket = w.bucket().clone();
+    let bucket = w.bucket.clone();
     let task_key = task_key.to_owned();
     let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
     FaultyStore::new(common::Intercept {
-        inner: w.bucket().clone(),
+        inner: w.bucket.clone(),
         hook: move |op: Op, key: &str| {
             if op == Op::Put
                 && key.starts_with("ready/")
@@ -831,14 +791,14 @@ async fn a_retried_task_gets_no_marker_of_ours_in_its_old_minute() {
     let retried = w.worker_retries().await;
     assert_eq!(first.len(), 1);
     assert_ne!(first[0], retried, "another minute");
-    let before = w.bucket().snapshot();
+    let before = w.bucket.snapshot();
     let r = submit(&w.process()).await.unwrap();
     assert_eq!(r.status, "pending");
     assert_eq!(w.markers(), std::slice::from_ref(&retried));
     assert_eq!(w.logged_sweep_event().await, RecordOutcome::Nothing);
     assert_eq!(w.markers(), [retried]);
     assert_eq!(queue_writes(&w.faulty), []);
-    assert_eq!(w.bucket().snapshot(), before, "byte for byte");
+    assert_eq!(w.bucket.snapshot(), before, "byte for byte");
 }
 
 #[tokio::test]
@@ -850,7 +810,7 @@ async fn a_marker_left_for_a_task_a_worker_has_claimed_is_removed_by_the_next_fi
     // Left by an earlier version of this service, which wrote a marker
     // whenever its HEAD found none, or by a finisher that died before it
     // read the task again.
-    w.bucket()
+    w.bucket
         .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)
         .await
         .unwrap();
@@ -907,7 +867,7 @@ async fn a_replay_of_a_record_an_earlier_version_turned_ready_is_three_requests(
     v["status"] = json!("ready");
     v["write_id"] = json!(uuid::Uuid::new_v4());
     v.as_object_mut().unwrap().remove("pending_task");
-    w.bucket()
+    w.bucket
         .put(
             &w.record_key(),
             serde_json::to_vec(&v).unwrap().into(),
@@ -915,14 +875,14 @@ async fn a_replay_of_a_record_an_earlier_version_turned_ready_is_three_requests(
         )
         .await
         .unwrap();
-    let before = w.bucket().snapshot();
+    let before = w.bucket.snapshot();
     let r = submit(&w.process()).await.unwrap();
     assert_eq!((r.task_id, r.status.as_str()), (rec.task_id, "pending"));
     assert_eq!(
         trips(&w),
         vec![(Op::PutCreate, 1), (Op::Get, 2), (Op::Get, 3)]
     );
-    assert_eq!(w.bucket().snapshot(), before);
+    assert_eq!(w.bucket.snapshot(), before);
 }
 
 #[tokio::test]
@@ -941,10 +901,7 @@ async fn a_replay_of_a_creating_record_is_four_requests_in_three_round_trips() {
 async fn a_replay_that_finishes_an_interrupted_submit_writes_only_what_is_missing() {
     let crashed = World::new();
     interrupted(&crashed).await;
-    let w = World {
-        clock: crashed.clock.clone(),
-        faulty: FaultyStore::new(crashed.bucket().clone()),
-    };
+    let w = crashed.next_process();
     let r = submit(&w.process()).await.unwrap();
     assert!(r.recovered && r.replayed);
     let ops = trips(&w);
@@ -963,7 +920,7 @@ async fn an_answered_submits_event_checks_both_objects_in_three_requests_and_wri
     let w = World::new();
     submit(&w.restarted()).await.unwrap();
     let written = w.record_meta().await;
-    let before = w.bucket().snapshot();
+    let before = w.bucket.snapshot();
     w.clock.advance(common::settings().stale_creating_after);
     let outcome = w
         .process()
@@ -978,7 +935,7 @@ async fn an_answered_submits_event_checks_both_objects_in_three_requests_and_wri
     assert_eq!(w.faulty.round_trips(), 2, "{ops:?}");
     assert_eq!(ops[0], (Op::Get, 1));
     assert!(ops[1..].contains(&(Op::Get, 2)) && ops[1..].contains(&(Op::Head, 2)));
-    assert_eq!(w.bucket().snapshot(), before, "byte for byte");
+    assert_eq!(w.bucket.snapshot(), before, "byte for byte");
     w.assert_written_once(&written).await;
 }
 
@@ -986,10 +943,7 @@ async fn an_answered_submits_event_checks_both_objects_in_three_requests_and_wri
 async fn an_interrupted_submits_event_writes_both_objects_in_five_requests_and_not_the_record() {
     let crashed = World::new();
     interrupted(&crashed).await;
-    let w = World {
-        clock: crashed.clock.clone(),
-        faulty: FaultyStore::new(crashed.bucket().clone()),
-    };
+    let w = crashed.next_process();
     let written = w.record_meta().await;
     w.clock.advance(common::settings().stale_creating_after);
     let outcome = w

@@ -15,20 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::chaos_proxy::{ChaosProxy, KINDS};
+use common::clocks::Ahead;
 use idempotent_submit::protocol::{RecordOutcome, RecordStatus};
 use idempotent_submit::store::{PutMode, S3Store, Store};
-use idempotent_submit::{Clock, Queue, RetryPolicy, Settings, SubmitError};
+use idempotent_submit::{Queue, RetryPolicy, Settings, SubmitError};
 use serde_json::json;
-
-/// The sweeper's clock when a record's event reaches it:
-/// `STALE_CREATING_AFTER_SECONDS` after the write.
-struct Ahead(chrono::Duration);
-
-impl Clock for Ahead {
-    fn now(&self) -> chrono::DateTime<chrono::Utc> {
-        chrono::Utc::now() + self.0
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fifth_of_requests_failing_loses_and_doubles_nothing() {

@@ -4,20 +4,16 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use common::event;
+use common::handler::{Harness, Resp};
 use idempotent_submit::lambda::{App, Metrics, handle_submit};
 use idempotent_submit::protocol::hash;
 use idempotent_submit::store::{Fault, FaultyStore, Op, Store, StoreError};
 use idempotent_submit::{Config, IdempotencyKey, ManualClock, Queue};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
-
-fn event(name: &str) -> Value {
-    let path = format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
 
 fn config(tenants: bool) -> Config {
     Config {
@@ -28,93 +24,7 @@ fn config(tenants: bool) -> Config {
     }
 }
 
-struct Harness {
-    app: App,
-}
-
-struct Resp {
-    status: u64,
-    headers: HashMap<String, String>,
-    body: Value,
-}
-
 impl Harness {
-    fn over(store: impl Store, clock: Option<&ManualClock>, tenants: bool) -> Self {
-        let cfg = config(tenants);
-        let queue = match clock {
-            Some(c) => Queue::with_clock(store, Arc::new(c.clone()), cfg.settings.clone()),
-            None => Queue::new(store, cfg.settings.clone()),
-        };
-        Harness {
-            app: App::new(queue, &cfg, Metrics::collecting("submit")),
-        }
-    }
-
-    async fn moto() -> Self {
-        Self::over(common::moto_store().await, None, false)
-    }
-
-    fn memory() -> (Self, idempotent_submit::MemoryStore) {
-        let clock = ManualClock::at_epoch();
-        let store = common::memory_store(&clock);
-        (Self::over(store.clone(), Some(&clock), false), store)
-    }
-
-    /// The answer to `event`; an HTTP answer is checked against
-    /// docs/openapi.yaml.
-    async fn raw(&self, event: Value) -> Value {
-        let is_http = event.get("Records").is_none();
-        let answer = handle_submit(
-            &self.app,
-            LambdaEvent::new(event.clone(), Context::default()),
-        )
-        .await
-        .unwrap();
-        if is_http {
-            common::openapi::check(&event, &answer);
-        }
-        answer
-    }
-
-    async fn http(&self, event: Value) -> Resp {
-        let v = self.raw(event).await;
-        let headers = v["headers"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str().unwrap().to_owned()))
-            .collect();
-        let body = serde_json::from_str(v["body"].as_str().unwrap()).unwrap();
-        Resp {
-            status: v["statusCode"].as_u64().unwrap(),
-            headers,
-            body,
-        }
-    }
-
-    /// The message ids listed for retry.
-    async fn sqs(&self, event: Value) -> Vec<String> {
-        let v = self.raw(event).await;
-        v["batchItemFailures"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| f["itemIdentifier"].as_str().unwrap().to_owned())
-            .collect()
-    }
-
-    async fn keys(&self) -> Vec<String> {
-        common::all_keys(self.app.queue.engine().store().as_ref()).await
-    }
-
-    async fn count(&self, prefix: &str) -> usize {
-        self.keys()
-            .await
-            .iter()
-            .filter(|k| k.starts_with(prefix))
-            .count()
-    }
-
     async fn rejected(&self) -> Vec<Value> {
         let store = self.app.queue.engine().store();
         let mut out = Vec::new();
@@ -1256,8 +1166,12 @@ async fn an_undetermined_submit_is_submit_in_progress_with_its_own_metric() {
     let clock = ManualClock::at_epoch();
     let bucket = common::memory_store(&clock);
     // A submit that died right after its record.
-    let dying = FaultyStore::new(bucket.clone());
-    dying.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+    let dying = common::world::dying_at(
+        bucket.clone(),
+        Op::PutCreate,
+        "idempotency/",
+        Fault::CrashAfter,
+    );
     let h = Harness::over(dying, Some(&clock), false);
     let _ = h.http(event("http-v2-post.json")).await;
     // Just past its finish deadline, its task is not there: undetermined.

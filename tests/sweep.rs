@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::Duration;
+use common::World;
 use futures::FutureExt;
 use idempotent_submit::protocol::sweep::RecordOutcome;
 use idempotent_submit::protocol::{RecordStatus, SweepOptions, SweepSummary};
@@ -27,36 +28,12 @@ fn fail_until_healed(f: &FaultyStore<MemoryStore>, op: Op, prefix: &str) {
     );
 }
 
-struct World {
-    clock: ManualClock,
-    bucket: MemoryStore,
-}
-
 impl World {
-    fn new() -> Self {
-        let clock = ManualClock::at_epoch();
-        let bucket = common::memory_store(&clock);
-        World { clock, bucket }
-    }
-
-    fn queue_over(&self, store: impl Store) -> Queue {
-        Queue::with_clock(store, Arc::new(self.clock.clone()), common::settings())
-    }
-
-    fn queue(&self) -> Queue {
-        self.queue_over(self.bucket.clone())
-    }
-
     /// A submit of `key` that dies at `fault` (on the first call matching
     /// `op` and `prefix`).
     async fn interrupted(&self, key: &str, op: Op, prefix: &str, fault: Fault) -> uuid::Uuid {
-        let f = FaultyStore::new(self.bucket.clone());
-        f.inject(Some(op), prefix, 1, 1, fault);
-        self.queue_over(f)
-            .submit("t", json!({"k": key}))
-            .idempotency_key(key)
-            .await
-            .unwrap_err();
+        self.submit_dying_at(key, json!({"k": key}), op, prefix, fault)
+            .await;
         self.record(key).await.task_id
     }
 
@@ -102,14 +79,6 @@ impl World {
             .sweep(&SweepOptions::default())
             .await
             .unwrap()
-    }
-
-    fn count(&self, prefix: &str) -> usize {
-        self.bucket
-            .keys()
-            .iter()
-            .filter(|k| k.starts_with(prefix))
-            .count()
     }
 }
 
@@ -188,7 +157,7 @@ async fn a_creating_record_past_its_deadline_is_counted_and_left_alone() {
     // Its event, late: counted as an error, acknowledged, nothing written.
     let o = w.queue().engine().sweep_record(&key, false, None).await;
     assert_eq!(o, RecordOutcome::PastDeadline);
-    assert!(!o.retry());
+    assert!(!o.try_again_later());
     // A pass does not even read it: it could not finish it anyway.
     let s = w.sweep(false).await;
     assert_eq!((s.reads, s.finished, s.errors), (0, 0, 0), "{s:?}");
@@ -1012,8 +981,12 @@ async fn a_budgeted_pass(budget: usize) {
     // Records under three scopes: several ranges wait at once.
     for tt in ["a", "b", "c"] {
         for k in ["1", "2"] {
-            let f = FaultyStore::new(w.bucket.clone());
-            f.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+            let f = common::world::dying_at(
+                w.bucket.clone(),
+                Op::PutCreate,
+                "idempotency/",
+                Fault::CrashAfter,
+            );
             w.queue_over(f)
                 .submit(tt, json!({"k": k}))
                 .idempotency_key(k)
@@ -1090,7 +1063,7 @@ fn a_summary_adds_every_count_of_another() {
 #[test]
 fn only_a_young_record_or_a_retryable_failure_is_handed_back() {
     use idempotent_submit::SubmitError;
-    let retry = |o: RecordOutcome| o.retry();
+    let retry = |o: RecordOutcome| o.try_again_later();
     assert!(retry(RecordOutcome::Early));
     assert!(retry(RecordOutcome::Failed(SubmitError::Storage(
         StoreError::Unavailable("503".into())

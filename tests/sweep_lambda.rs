@@ -5,29 +5,25 @@ mod common;
 use std::sync::Arc;
 
 use chrono::Duration;
+use common::event;
 use idempotent_submit::lambda::{Metrics, schedule};
 use idempotent_submit::store::{Fault, FaultyStore, Op};
 use idempotent_submit::{ManualClock, Queue};
 use lambda_runtime::{Context, LambdaEvent};
-use serde_json::{Value, json};
-
-fn event(name: &str) -> Value {
-    let path = format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
+use serde_json::json;
 
 async fn interrupted_bucket() -> (ManualClock, idempotent_submit::MemoryStore) {
-    let clock = ManualClock::at_epoch();
-    let bucket = common::memory_store(&clock);
-    let f = FaultyStore::new(bucket.clone());
-    f.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
-    Queue::with_clock(f, Arc::new(clock.clone()), common::settings())
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .await
-        .unwrap_err();
-    clock.advance(Duration::minutes(11));
-    (clock, bucket)
+    let w = common::World::new();
+    w.submit_dying_at(
+        "k",
+        json!(1),
+        Op::PutCreate,
+        "idempotency/",
+        Fault::CrashAfter,
+    )
+    .await;
+    w.clock.advance(Duration::minutes(11));
+    (w.clock, w.bucket)
 }
 
 #[tokio::test]

@@ -25,7 +25,7 @@ use crate::protocol::{Engine, SweepSummary};
 
 /// One record write that an S3 notification names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Named {
+pub struct RecordWrite {
     pub bucket: String,
     /// The object key, decoded.
     pub key: String,
@@ -36,32 +36,32 @@ pub struct Named {
 
 /// What a message body is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Notice {
+pub enum S3Notification {
     /// S3's `s3:TestEvent`, sent when the notification is configured.
     Test,
     /// Object events, with the objects they name.
-    Objects(Vec<Named>),
+    Objects(Vec<RecordWrite>),
     /// Not an S3 notification: why.
     Unrecognized(String),
 }
 
 /// Reads an SQS message body as an S3 notification.
-pub fn parse(body: &str) -> Notice {
+pub fn parse(body: &str) -> S3Notification {
     let v: Value = match serde_json::from_str(body) {
         Ok(v) => v,
-        Err(e) => return Notice::Unrecognized(format!("not JSON: {e}")),
+        Err(e) => return S3Notification::Unrecognized(format!("not JSON: {e}")),
     };
     if v.get("Event").and_then(Value::as_str) == Some("s3:TestEvent") {
-        return Notice::Test;
+        return S3Notification::Test;
     }
     let Some(records) = v.get("Records").and_then(Value::as_array) else {
-        return Notice::Unrecognized("neither Records nor an s3:TestEvent".into());
+        return S3Notification::Unrecognized("neither Records nor an s3:TestEvent".into());
     };
     let mut out = Vec::with_capacity(records.len());
     for r in records {
         let source = r.get("eventSource").and_then(Value::as_str);
         if source != Some("aws:s3") {
-            return Notice::Unrecognized(format!("eventSource {source:?}, not aws:s3"));
+            return S3Notification::Unrecognized(format!("eventSource {source:?}, not aws:s3"));
         }
         let s3 = r.get("s3");
         let bucket = s3
@@ -71,23 +71,23 @@ pub fn parse(body: &str) -> Notice {
             .and_then(|s| s.pointer("/object/key"))
             .and_then(Value::as_str);
         let (Some(bucket), Some(key)) = (bucket, key) else {
-            return Notice::Unrecognized("an S3 record without bucket or key".into());
+            return S3Notification::Unrecognized("an S3 record without bucket or key".into());
         };
         let Some(key) = decode_key(key) else {
-            return Notice::Unrecognized("an object key that does not decode".into());
+            return S3Notification::Unrecognized("an object key that does not decode".into());
         };
         let removed = r
             .get("eventName")
             .and_then(Value::as_str)
             .map(|n| n.strip_prefix("s3:").unwrap_or(n))
             .is_some_and(|n| n.starts_with("ObjectRemoved:"));
-        out.push(Named {
+        out.push(RecordWrite {
             bucket: bucket.to_owned(),
             key,
             removed,
         });
     }
-    Notice::Objects(out)
+    S3Notification::Objects(out)
 }
 
 /// S3 notifications carry keys URL-encoded as in a form (`+` for a space).
@@ -146,12 +146,12 @@ pub async fn handle_messages(
     let mut index: HashMap<String, usize> = HashMap::new();
     for (i, m) in messages.iter().enumerate() {
         match parse(&m.body) {
-            Notice::Test => summary.ignored += 1,
-            Notice::Unrecognized(why) => {
+            S3Notification::Test => summary.ignored += 1,
+            S3Notification::Unrecognized(why) => {
                 tracing::warn!(message_id = %m.id, reason = %why, "not an S3 notification; acknowledged");
                 summary.unrecognized += 1;
             }
-            Notice::Objects(objects) => {
+            S3Notification::Objects(objects) => {
                 for o in objects {
                     if o.bucket != bucket || !o.key.starts_with(RECORDS_PREFIX) || o.removed {
                         summary.ignored += 1;
@@ -181,8 +181,11 @@ pub async fn handle_messages(
         .iter()
         .zip(&named_by)
         .filter(|(_, ks)| {
-            ks.iter()
-                .any(|k| outcomes[*k].as_ref().is_some_and(RecordOutcome::retry))
+            ks.iter().any(|k| {
+                outcomes[*k]
+                    .as_ref()
+                    .is_some_and(RecordOutcome::try_again_later)
+            })
         })
         .map(|(m, _)| m.id.clone())
         .collect();
@@ -254,13 +257,13 @@ mod tests {
     fn a_test_event_an_object_event_and_anything_else_are_told_apart() {
         assert_eq!(
             parse(r#"{"Service":"Amazon S3","Event":"s3:TestEvent","Bucket":"b"}"#),
-            Notice::Test
+            S3Notification::Test
         );
         let body = r#"{"Records":[{"eventSource":"aws:s3","eventName":"ObjectCreated:Put",
             "s3":{"bucket":{"name":"b"},"object":{"key":"idempotency%2Ft%2Fab.json","size":10}}}]}"#;
         assert_eq!(
             parse(body),
-            Notice::Objects(vec![Named {
+            S3Notification::Objects(vec![RecordWrite {
                 bucket: "b".into(),
                 key: "idempotency/t/ab.json".into(),
                 removed: false,
@@ -269,7 +272,7 @@ mod tests {
         let marker = body.replace("ObjectCreated:Put", "ObjectRemoved:DeleteMarkerCreated");
         assert_eq!(
             parse(&marker),
-            Notice::Objects(vec![Named {
+            S3Notification::Objects(vec![RecordWrite {
                 bucket: "b".into(),
                 key: "idempotency/t/ab.json".into(),
                 removed: true,
@@ -285,7 +288,7 @@ mod tests {
             r#"{"Records":"x"}"#,
         ] {
             assert!(
-                matches!(parse(bad), Notice::Unrecognized(_)),
+                matches!(parse(bad), S3Notification::Unrecognized(_)),
                 "{bad:?} was taken"
             );
         }

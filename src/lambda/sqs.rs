@@ -176,7 +176,7 @@ async fn reject(app: &App, m: &SqsMessage, p: &Problem) -> Outcome {
     let body = Bytes::from(doc.to_string());
     let deadline = now + engine.settings().operation_timeout;
     let put = engine
-        .call(deadline, || {
+        .with_retries(deadline, || {
             engine.store().put(&key, body.clone(), PutMode::Overwrite)
         })
         .await;

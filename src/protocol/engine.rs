@@ -50,7 +50,7 @@ impl Engine {
     /// backoff, each attempt bounded by `attempt_timeout` and by what is left
     /// before `deadline`, and none started at or after `deadline` (by the
     /// injected clock).
-    pub(crate) async fn call<T, F, Fut>(
+    pub(crate) async fn with_retries<T, F, Fut>(
         &self,
         deadline: DateTime<Utc>,
         mut f: F,
@@ -90,7 +90,10 @@ impl Engine {
         task_key: &str,
         op_deadline: DateTime<Utc>,
     ) -> Result<Option<String>, SubmitError> {
-        match self.call(op_deadline, || self.store.get(task_key)).await {
+        match self
+            .with_retries(op_deadline, || self.store.get(task_key))
+            .await
+        {
             Ok(obj) => Ok(Some(
                 task_status(&obj.body).unwrap_or_else(|| "unknown".into()),
             )),

@@ -83,8 +83,8 @@ impl Engine {
         let (mut need_task, mut need_marker, mut status) = (true, true, None);
         if start == Start::Check {
             let (t, m) = tokio::join!(
-                self.call(op_deadline, || self.store.get(task_key)),
-                self.call(op_deadline, || self.store.head(&marker_key)),
+                self.with_retries(op_deadline, || self.store.get(task_key)),
+                self.with_retries(op_deadline, || self.store.head(&marker_key)),
             );
             let marker_found = match m {
                 Ok(_) => true,
@@ -154,7 +154,7 @@ impl Engine {
             let key = payload_key(rec.task_id);
             let bytes = Bytes::copy_from_slice(input.get().as_bytes());
             match self
-                .call(write_deadline, || {
+                .with_retries(write_deadline, || {
                     self.store.put(&key, bytes.clone(), PutMode::Create)
                 })
                 .await
@@ -168,7 +168,7 @@ impl Engine {
             async {
                 if need_task {
                     Some(
-                        self.call(write_deadline, || {
+                        self.with_retries(write_deadline, || {
                             self.store.put(task_key, task_body.clone(), PutMode::Create)
                         })
                         .await,
@@ -229,7 +229,7 @@ impl Engine {
     /// harmless), retried; how many attempts it took.
     async fn put_marker(&self, marker_key: &str, deadline: DateTime<Utc>) -> Result<u32, Failure> {
         let mut attempts = 0;
-        self.call(deadline, || {
+        self.with_retries(deadline, || {
             attempts += 1;
             self.store.put(marker_key, Bytes::new(), PutMode::Overwrite)
         })
@@ -251,7 +251,10 @@ impl Engine {
         marker_key: &str,
         op_deadline: DateTime<Utc>,
     ) -> Result<Option<String>, SubmitError> {
-        let task = match self.call(op_deadline, || self.store.get(task_key)).await {
+        let task = match self
+            .with_retries(op_deadline, || self.store.get(task_key))
+            .await
+        {
             Ok(obj) => Some(TaskState::parse(&obj.body)),
             Err(Failure::Store(StoreError::NotFound)) => None,
             Err(e) => return Err(e.into()),
@@ -275,7 +278,7 @@ impl Engine {
             "a worker has taken the task since: its marker is removed"
         );
         match self
-            .call(op_deadline, || self.store.delete(marker_key, None))
+            .with_retries(op_deadline, || self.store.delete(marker_key, None))
             .await
         {
             Ok(()) | Err(Failure::Store(StoreError::NotFound)) => Ok(()),

@@ -17,5 +17,5 @@ pub use error::{ConflictKind, ErrorKind, SubmitError};
 pub use names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
 pub use options::{TaskOptions, TaskRetryPolicy};
 pub use record::{Record, RecordStatus, TaskLocation};
-pub use submit::{IdempotencyInfo, Input, KeySpec, SubmitRequest, Submitted};
+pub use submit::{IdempotencyInfo, Input, KeySpec, Phase, SubmitRequest, Submitted};
 pub use sweep::{RecordOutcome, SweepOptions, SweepSummary};

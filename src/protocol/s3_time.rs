@@ -71,7 +71,9 @@ impl Engine {
         op_deadline: DateTime<Utc>,
     ) -> Result<(), SubmitError> {
         if matches!(self.judged_offset(), Err(Some(_))) {
-            let _ = self.call(op_deadline, || self.store.head(rkey)).await;
+            let _ = self
+                .with_retries(op_deadline, || self.store.head(rkey))
+                .await;
             self.s3_offset()?;
         }
         Ok(())

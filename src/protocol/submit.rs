@@ -126,6 +126,19 @@ impl Submitted {
     }
 }
 
+/// A record as a reader judges it: by its age (in S3's time) and its task
+/// object, never by a later write of the record (there is none).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Phase {
+    /// `in_flight`: a write for it may still land (its finish deadline plus
+    /// 15 minutes is ahead); `settled`: nothing can be written for it any
+    /// more, and its task object alone says what became of the submit.
+    pub phase: &'static str,
+    /// The task object's status; `missing` when it is not there once the
+    /// record is settled (or was `ready`); `None` while it may still come.
+    pub task_status: Option<String>,
+}
+
 /// The key a submit was made with, as answered.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct IdempotencyInfo {
@@ -191,12 +204,12 @@ impl Engine {
         let body = Bytes::copy_from_slice(task.get().as_bytes());
         let (task_key, marker_key) = (loc.task_key(), loc.marker_key());
         let (t, m) = tokio::join!(
-            self.call(op_deadline, || self.store.put(
+            self.with_retries(op_deadline, || self.store.put(
                 &task_key,
                 body.clone(),
                 PutMode::Create
             )),
-            self.call(op_deadline, || self.store.put(
+            self.with_retries(op_deadline, || self.store.put(
                 &marker_key,
                 Bytes::new(),
                 PutMode::Overwrite
@@ -317,7 +330,10 @@ impl Engine {
             rounds += 1;
 
             // 2. The key is taken: read what holds it.
-            let obj = match self.call(op_deadline, || self.store.get(&rkey)).await {
+            let obj = match self
+                .with_retries(op_deadline, || self.store.get(&rkey))
+                .await
+            {
                 Ok(o) => o,
                 // Deleted since (it had expired): claim it again.
                 Err(Failure::Store(StoreError::NotFound)) => continue,
@@ -412,7 +428,7 @@ impl Engine {
     ) -> Result<Option<Submitted>, SubmitError> {
         let sent_at = self.now();
         let (r, p) = tokio::join!(
-            self.call(op_deadline, || {
+            self.with_retries(op_deadline, || {
                 self.store.put(rkey, body.clone(), mode.clone())
             }),
             async {
@@ -578,7 +594,7 @@ impl Engine {
         let key = payload_key(id);
         let bytes = Bytes::copy_from_slice(input.canonical.get().as_bytes());
         match self
-            .call(op_deadline, || {
+            .with_retries(op_deadline, || {
                 self.store.put(&key, bytes.clone(), PutMode::Create)
             })
             .await
@@ -589,19 +605,38 @@ impl Engine {
     }
 
     /// Deletes the payload written beside a claim that lost: no task will
-    /// ever name it. Best effort: a failure is logged, and the lifecycle
-    /// rule on `payloads/` removes what is left.
+    /// ever name it. Best effort: a failure is logged, and the sweeper's
+    /// scheduled pass removes what is left.
     async fn remove_orphan_payload(&self, id: Uuid, op_deadline: DateTime<Utc>) {
         let key = payload_key(id);
         match self
-            .call(op_deadline, || self.store.delete(&key, None))
+            .with_retries(op_deadline, || self.store.delete(&key, None))
             .await
         {
             Ok(()) | Err(Failure::Store(StoreError::NotFound)) => {}
             Err(e) => {
-                tracing::warn!(payload = %key, error = ?e, "an orphan payload was not deleted; the lifecycle rule will");
+                tracing::warn!(payload = %key, error = ?e, "an orphan payload was not deleted; the scheduled pass will");
             }
         }
+    }
+
+    /// Judges `rec` (read with `meta`) as a replay would, without writing
+    /// anything: one GET of its task.
+    pub async fn phase(&self, rec: &Record, meta: &ObjectMeta) -> Result<Phase, SubmitError> {
+        let op_deadline = self.now() + self.settings.operation_timeout;
+        let until =
+            meta.last_modified + self.settings.finish_window + self.settings.late_write_margin;
+        // A `ready` record (earlier versions) was written once its task was.
+        let settled = rec.status == Some(RecordStatus::Ready) || self.s3_earliest()? >= until;
+        let status = self.read_status(&rec.task_key, op_deadline).await?;
+        Ok(Phase {
+            phase: if settled { "settled" } else { "in_flight" },
+            task_status: match status {
+                Some(s) => Some(s),
+                None if settled => Some("missing".into()),
+                None => None,
+            },
+        })
     }
 
     fn answer(&self, rec: &Record, status: String, replayed: bool, recovered: bool) -> Submitted {

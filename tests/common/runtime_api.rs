@@ -2,6 +2,11 @@
 //! runtime polls), enough to run the real `submit` and `sweep` binaries:
 //! `GET /2018-06-01/runtime/invocation/next` hands out queued events, and
 //! responses and errors are collected.
+//!
+//! scripts/api_front.py is the other stand-in: a process of its own that
+//! fronts the function with HTTP as API Gateway does (for Schemathesis and
+//! `make deploy-check`), where this one lives in the test's process and
+//! hands it what the function posted.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -159,7 +159,7 @@ pub enum RecordOutcome {
 
 impl RecordOutcome {
     /// Should the event be delivered again (or the pass stop here)?
-    pub fn retry(&self) -> bool {
+    pub fn try_again_later(&self) -> bool {
         match self {
             RecordOutcome::Early => true,
             RecordOutcome::Failed(e) => {

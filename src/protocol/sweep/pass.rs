@@ -50,8 +50,8 @@ impl Checkpoint {
     }
 }
 
-/// What one unit of a pass (a page of one range) left behind.
-struct Unit {
+/// What one step of a pass (a page of one range) left behind.
+struct RangeStep {
     tally: SweepSummary,
     /// The ranges to go on with in this run (none: the range is done).
     next: Vec<Range>,
@@ -87,7 +87,7 @@ impl Engine {
             ..SweepSummary::default()
         };
         let (saved, mut etag) = match self
-            .call(self.request_deadline(opts.deadline), || {
+            .with_retries(self.request_deadline(opts.deadline), || {
                 self.store.get(CHECKPOINT_KEY)
             })
             .await
@@ -165,14 +165,14 @@ impl Engine {
                 let left = opts.max_records.map_or(PAGE, |m| {
                     (m as u64 - summary.scanned).min(PAGE as u64) as usize
                 });
-                running.push(self.sweep_unit(range, (window_from, window_to), left, opts));
+                running.push(self.sweep_range(range, (window_from, window_to), left, opts));
             }
-            let Some(unit) = running.next().await else {
+            let Some(step) = running.next().await else {
                 break;
             };
-            summary.add(&unit.tally);
-            later.extend(unit.wait);
-            todo.extend(unit.next);
+            summary.add(&step.tally);
+            later.extend(step.wait);
+            todo.extend(step.next);
         }
         later.extend(todo);
         summary.complete = later.is_empty();
@@ -217,7 +217,7 @@ impl Engine {
         let body = serde_json::to_vec(cp)
             .map(bytes::Bytes::from)
             .map_err(|e| Failure::Store(StoreError::Fatal(format!("the checkpoint: {e}"))))?;
-        self.call(deadline, || {
+        self.with_retries(deadline, || {
             self.store.put(CHECKPOINT_KEY, body.clone(), cond.clone())
         })
         .await
@@ -226,13 +226,13 @@ impl Engine {
 
     /// Lists one page of `range` and reads its due records; returns what to
     /// go on with.
-    async fn sweep_unit(
+    async fn sweep_range(
         &self,
         range: Range,
         window: (Option<DateTime<Utc>>, DateTime<Utc>),
         limit: usize,
         opts: &SweepOptions,
-    ) -> Unit {
+    ) -> RangeStep {
         match range {
             Range::Scopes { after } => self.list_scopes(after, opts).await,
             Range::Keys {
@@ -253,22 +253,22 @@ impl Engine {
 
     /// The next scope after `after`: one key listed, its scope's range to
     /// list, and the scopes after it.
-    async fn list_scopes(&self, after: Option<String>, opts: &SweepOptions) -> Unit {
+    async fn list_scopes(&self, after: Option<String>, opts: &SweepOptions) -> RangeStep {
         let tally = SweepSummary {
             lists: 1,
             ..SweepSummary::default()
         };
         // No request starts past the run's deadline.
         let page = match self
-            .call(self.request_deadline(opts.deadline), || {
+            .with_retries(self.request_deadline(opts.deadline), || {
                 self.store.list(RECORDS_PREFIX, after.as_deref(), None, 1)
             })
             .await
         {
             Ok(p) => p,
-            Err(e) => return self.unit_failed(Range::Scopes { after }, e, tally),
+            Err(e) => return self.range_failed(Range::Scopes { after }, e, tally),
         };
-        Unit {
+        RangeStep {
             tally,
             next: page
                 .objects
@@ -286,20 +286,20 @@ impl Engine {
         window: (Option<DateTime<Utc>>, DateTime<Utc>),
         limit: usize,
         opts: &SweepOptions,
-    ) -> Unit {
+    ) -> RangeStep {
         let mut tally = SweepSummary {
             lists: 1,
             ..SweepSummary::default()
         };
         let page = match self
-            .call(self.request_deadline(opts.deadline), || {
+            .with_retries(self.request_deadline(opts.deadline), || {
                 self.store
                     .list(&range.prefix, range.after.as_deref(), token.clone(), limit)
             })
             .await
         {
             Ok(p) => p,
-            Err(e) => return self.unit_failed(range.into_range(), e, tally),
+            Err(e) => return self.range_failed(range.into_range(), e, tally),
         };
         // Keys past the range's upper end belong to other ranges.
         let objects: Vec<&ObjectMeta> = page
@@ -320,7 +320,7 @@ impl Engine {
         let wait = stop_at
             .map(|failed| vec![resume_after(&range, &keys, failed, &mut next)])
             .unwrap_or_default();
-        Unit { tally, next, wait }
+        RangeStep { tally, next, wait }
     }
 
     /// Reads the due records side by side, a chunk at a time, none started
@@ -351,7 +351,7 @@ impl Engine {
                     o => o,
                 };
                 o.tally(tally);
-                if stop_at.is_none() && o.retry() {
+                if stop_at.is_none() && o.try_again_later() {
                     stop_at = Some(m.key.as_str());
                 }
             }
@@ -362,12 +362,12 @@ impl Engine {
         stop_at
     }
 
-    fn unit_failed(&self, range: Range, e: Failure, tally: SweepSummary) -> Unit {
+    fn range_failed(&self, range: Range, e: Failure, tally: SweepSummary) -> RangeStep {
         let e = SubmitError::from(e);
         tracing::warn!(error = %e, "sweep could not list a range; it goes on next run");
         let mut tally = tally;
         tally.errors += 1;
-        Unit {
+        RangeStep {
             tally,
             next: vec![],
             wait: vec![range],

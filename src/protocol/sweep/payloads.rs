@@ -61,7 +61,7 @@ impl Engine {
                 return Ok(());
             }
             let listed = self
-                .call(self.request_deadline(opts.deadline), || {
+                .with_retries(self.request_deadline(opts.deadline), || {
                     self.store.list(PAYLOADS_PREFIX, None, page.clone(), PAGE)
                 })
                 .await?;
@@ -108,7 +108,7 @@ impl Engine {
         let text = id.hyphenated().to_string();
         let heads = (1..=4).map(|n| {
             let key = format!("tasks/{}/{text}.json", &text[..n]);
-            async move { self.call(deadline, || self.store.head(&key)).await }
+            async move { self.with_retries(deadline, || self.store.head(&key)).await }
         });
         for r in futures::future::join_all(heads).await {
             match r {
@@ -122,7 +122,7 @@ impl Engine {
             return Ok(true);
         }
         match self
-            .call(deadline, || self.store.delete(&o.key, Some(&o.etag)))
+            .with_retries(deadline, || self.store.delete(&o.key, Some(&o.etag)))
             .await
         {
             Ok(()) | Err(Failure::Store(StoreError::NotFound)) => Ok(true),

@@ -40,7 +40,7 @@ impl Engine {
         dry_run: bool,
         op_deadline: DateTime<Utc>,
     ) -> RecordOutcome {
-        let obj = match self.call(op_deadline, || self.store.get(key)).await {
+        let obj = match self.with_retries(op_deadline, || self.store.get(key)).await {
             Ok(o) => o,
             Err(Failure::Store(StoreError::NotFound)) => return RecordOutcome::Nothing,
             Err(e) => return self.failed(key, e.into()),
@@ -69,7 +69,7 @@ impl Engine {
                 return RecordOutcome::ExpiredDeleted;
             }
             return match self
-                .call(op_deadline, || self.store.delete(key, Some(&meta.etag)))
+                .with_retries(op_deadline, || self.store.delete(key, Some(&meta.etag)))
                 .await
             {
                 Ok(()) => RecordOutcome::ExpiredDeleted,

@@ -1,0 +1,182 @@
+//! `make bench`: what the protocol costs, measured on this machine, written to
+//! docs/benchmarks.md. Not part of `make test`: figures are measured, never
+//! asserted. Needs a moto server (`S3_TEST_ENDPOINT`, which make bench
+//! starts) and release builds of the binaries (which make bench builds).
+//!
+//! One module a section, in the order of the report; the moto server, the
+//! clocks, the runtime API stand-in and the function spawner are the tests'
+//! own (tests/common).
+
+#[path = "../../tests/common/clocks.rs"]
+mod clocks;
+#[path = "../../tests/common/lambda.rs"]
+#[allow(dead_code)]
+mod lambda;
+#[path = "../../tests/common/moto.rs"]
+#[allow(dead_code)]
+mod moto;
+#[path = "../../tests/common/runtime_api.rs"]
+#[allow(dead_code)]
+mod runtime_api;
+
+mod batch;
+mod binaries;
+mod cost;
+mod cpu;
+mod link;
+mod options;
+mod report;
+mod requests;
+mod sweeper;
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use futures::StreamExt;
+use serde_json::json;
+
+use report::{Report, assess, machine};
+
+pub(crate) fn input(bytes: usize) -> serde_json::Value {
+    json!({"order": "ORD-123", "pad": "x".repeat(bytes.saturating_sub(30))})
+}
+
+pub(crate) async fn run_concurrent<F, Fut>(n: usize, c: usize, f: F) -> f64
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let start = Instant::now();
+    futures::stream::iter(0..n)
+        .map(&f)
+        .buffer_unordered(c)
+        .collect::<Vec<()>>()
+        .await;
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    // `cargo test --all-targets` runs bench targets too, without `--bench`:
+    // nothing to do then.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // BENCH_ONLY=cpu: just the CPU figures, printed; the report is left alone.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("cpu") {
+        rt.block_on(cpu::cpu(&mut Report::new()));
+        return;
+    }
+    // BENCH_ONLY=requests: just the request counts, printed.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("requests") {
+        let mut r = Report::new();
+        rt.block_on(requests::requests(&mut r));
+        assess(&mut r);
+        return;
+    }
+    // BENCH_ONLY=link: just the round trips and throughput through the
+    // link, printed.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("link") {
+        let mut r = Report::new();
+        rt.block_on(link::round_trips(&mut r));
+        assess(&mut r);
+        return;
+    }
+    // BENCH_ONLY=cost: the cost model, printed and put in place of its
+    // section of docs/benchmarks.md.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("cost") {
+        let mut r = Report::new();
+        rt.block_on(cost::cost(&mut r));
+        let path = format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR"));
+        let doc = std::fs::read_to_string(&path).unwrap_or_default();
+        let head = "\n## What it costs";
+        let (before, after) = match doc.find(head) {
+            Some(i) => {
+                let rest = &doc[i + 1..];
+                let end = rest.find("\n## ").map_or(doc.len(), |j| i + 1 + j);
+                (doc[..i].to_owned(), doc[end..].to_owned())
+            }
+            None => (doc.trim_end().to_owned() + "\n", String::new()),
+        };
+        std::fs::write(&path, format!("{before}{}{after}", r.0)).unwrap();
+        return;
+    }
+    // BENCH_ONLY=options: the figures of task options and offloaded
+    // inputs, printed and put in place of their section (before the
+    // targets).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("options") {
+        let mut r = Report::new();
+        rt.block_on(options::options(&mut r));
+        let path = format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR"));
+        let doc = std::fs::read_to_string(&path).unwrap_or_default();
+        let head = "\n## Task options and offloaded inputs";
+        let (before, after) = match doc.find(head) {
+            Some(i) => {
+                let rest = &doc[i + 1..];
+                let end = rest.find("\n## ").map_or(doc.len(), |j| i + 1 + j);
+                (doc[..i].to_owned(), doc[end..].to_owned())
+            }
+            None => match doc.find("\n## Against the targets") {
+                Some(i) => (doc[..i].to_owned(), doc[i..].to_owned()),
+                None => (doc.trim_end().to_owned() + "\n", String::new()),
+            },
+        };
+        std::fs::write(&path, format!("{before}{}{after}", r.0)).unwrap();
+        return;
+    }
+    // BENCH_ONLY=batch: the batch figures, printed and put in place of their
+    // section of docs/benchmarks.md (before the targets).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("batch") {
+        let mut r = Report::new();
+        rt.block_on(batch::batch(&mut r));
+        assess(&mut r);
+        let ours = r.0.replace(
+            "\n## Against the targets\n",
+            "\nThe batch's figures against their targets (a full run puts them in the table below):\n",
+        );
+        let path = format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR"));
+        let doc = std::fs::read_to_string(&path).unwrap_or_default();
+        let head = "\n## Batch submit";
+        let (before, after) = match doc.find(head) {
+            Some(i) => {
+                let rest = &doc[i + 1..];
+                let end = rest.find("\n## ").map_or(doc.len(), |j| i + 1 + j);
+                (doc[..i].to_owned(), doc[end..].to_owned())
+            }
+            None => match doc.find("\n## Against the targets") {
+                Some(i) => (doc[..i].to_owned(), doc[i..].to_owned()),
+                None => (doc.trim_end().to_owned() + "\n", String::new()),
+            },
+        };
+        std::fs::write(&path, format!("{before}{ours}{after}")).unwrap();
+        return;
+    }
+    rt.block_on(async {
+        let mut r = Report::new();
+        r.line("# Benchmarks\n");
+        r.line(format!(
+            "Measured by `make bench` on {} — {}.\n",
+            chrono::Utc::now().format("%Y-%m-%d"),
+            machine()
+        ));
+        requests::requests(&mut r).await;
+        cpu::cpu(&mut r).await;
+        link::round_trips(&mut r).await;
+        binaries::binaries(&mut r).await;
+        sweeper::sweeper(&mut r).await;
+        cost::cost(&mut r).await;
+        batch::batch(&mut r).await;
+        options::options(&mut r).await;
+        assess(&mut r);
+        let mut out = r.0;
+        let _ = writeln!(out);
+        std::fs::write(
+            format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR")),
+            out,
+        )
+        .unwrap();
+    });
+}

@@ -1,0 +1,147 @@
+//! 1. Requests per operation, by kind and price class.
+
+use std::sync::Arc;
+
+use chrono::Duration as ChronoDuration;
+use idempotent_submit::store::{Fault, FaultyStore, Op, PutMode, Store};
+use idempotent_submit::{Clock, ManualClock, MemoryStore, Queue, Settings};
+use serde_json::json;
+
+use crate::report::Report;
+
+/// What buquet's worker does to every pending task it claims and runs: the
+/// task turns `running` by compare-and-swap, its marker is deleted, and it
+/// completes. Straight on the bucket: these requests are the queue's.
+pub(crate) async fn worker_claims_every_task(mem: &MemoryStore) {
+    for key in mem.keys().into_iter().filter(|k| k.starts_with("tasks/")) {
+        let o = mem.get(&key).await.expect("a task");
+        let mut t: serde_json::Value = serde_json::from_slice(&o.body).expect("a task's JSON");
+        if t["status"] != "pending" {
+            continue;
+        }
+        let id = t["id"].as_str().expect("an id").to_owned();
+        let shard = t["shard"].as_str().expect("a shard").to_owned();
+        let available: chrono::DateTime<chrono::Utc> = t["available_at"]
+            .as_str()
+            .and_then(|a| a.parse().ok())
+            .expect("available_at");
+        t["status"] = json!("completed");
+        t["attempt"] = json!(1);
+        mem.put(
+            &key,
+            bytes::Bytes::from(t.to_string()),
+            PutMode::Update(o.meta.etag),
+        )
+        .await
+        .expect("the worker's claim");
+        let marker = format!("ready/{shard}/{:010}/{id}", available.timestamp() / 60);
+        mem.delete(&marker, None)
+            .await
+            .expect("the claimed task's marker");
+    }
+}
+
+pub(crate) async fn requests(r: &mut Report) {
+    let clock = ManualClock::at_epoch();
+    let mem = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+    let f = FaultyStore::new(mem.clone());
+    let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), Settings::default());
+    let count = |f: &FaultyStore<MemoryStore>| (f.calls().len(), f.round_trips());
+    let record = |mem: &MemoryStore| {
+        mem.keys()
+            .into_iter()
+            .find(|k| k.starts_with("idempotency/"))
+            .expect("a record")
+    };
+    let mut rows = Vec::new();
+    f.reset_log();
+    q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    rows.push(("new submit", count(&f), (3, 2)));
+    f.reset_log();
+    q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    rows.push((
+        "replay of a record that can still be finished",
+        count(&f),
+        (4, 3),
+    ));
+    // A worker claims the task, as buquet's does: a CAS to running, then it
+    // deletes the marker. The queue's requests, not ours: not counted.
+    worker_claims_every_task(&mem).await;
+    clock.advance(Settings::default().stale_creating_after);
+    f.reset_log();
+    q.engine().sweep_record(&record(&mem), false, None).await;
+    rows.push((
+        "the sweeper's event: a task the worker took",
+        count(&f),
+        (3, 2),
+    ));
+    let s = Settings::default();
+    clock.advance(s.finish_window + ChronoDuration::minutes(15));
+    f.reset_log();
+    q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    rows.push(("replay of a settled record", count(&f), (3, 3)));
+    f.reset_log();
+    q.submit("t", json!(2))
+        .idempotency_key("k")
+        .await
+        .unwrap_err();
+    rows.push(("conflict", count(&f), (2, 2)));
+    f.reset_log();
+    q.submit("t", json!(1)).await.unwrap();
+    rows.push(("submit without a key", count(&f), (2, 1)));
+    // An interrupted submit, finished by the next one: it died after its
+    // record, and then after its task.
+    for (name, prefix, counts) in [
+        (
+            "replay that finishes a submit that died after its record",
+            "idempotency/",
+            (6, 4),
+        ),
+        (
+            "replay that finishes a submit that died after its task",
+            "tasks/",
+            (6, 5),
+        ),
+    ] {
+        let crash = FaultyStore::new(mem.clone());
+        if prefix == "tasks/" {
+            // The marker's first attempt fails, so the task lands first and
+            // the process dies before the marker's retry.
+            crash.inject(
+                Some(Op::Put),
+                "ready/",
+                1,
+                1,
+                Fault::Fail(idempotent_submit::store::StoreError::Unavailable(
+                    "503".into(),
+                )),
+            );
+        }
+        crash.inject(Some(Op::PutCreate), prefix, 1, 1, Fault::CrashAfter);
+        let qc = Queue::with_clock(crash, Arc::new(clock.clone()), Settings::default());
+        let key = format!("died-{prefix}");
+        qc.submit("t", json!(1))
+            .idempotency_key(&key)
+            .await
+            .unwrap_err();
+        f.reset_log();
+        q.submit("t", json!(1)).idempotency_key(&key).await.unwrap();
+        rows.push((name, count(&f), counts));
+    }
+
+    r.line("## S3 requests per operation\n");
+    r.line("Counted by the fault-injecting store's call log (in-memory bucket, in which a worker claims the tasks as buquet's does); round trips are calls that did not overlap. The figures are upper bounds (docs/protocol.md, request counts). A submit that died after its task wrote no marker: its replay writes the marker and reads the task again, in case a worker claimed it in between.\n");
+    r.line("| operation | requests | sequential round trips | at most |");
+    r.line("| --- | --- | --- | --- |");
+    for (name, (calls, rts), (max_calls, max_rts)) in rows {
+        r.line(format!(
+            "| {name} | {calls} | {rts} | {max_calls} / {max_rts} |"
+        ));
+        r.target(
+            format!("requests / round trips: {name}"),
+            format!("{calls} / {rts}"),
+            format!("≤ {max_calls} / {max_rts}"),
+            calls <= max_calls && rts <= max_rts,
+        );
+    }
+}

@@ -1,0 +1,252 @@
+//! The moto server the tests talk to (the one `make test` started, named by
+//! `S3_TEST_ENDPOINT`, or one this process starts), fresh buckets on it, and
+//! its SQS. Shared by the tests and the bench.
+//!
+//! A test that needs S3 fails when no S3 can be had: it never skips.
+
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use idempotent_submit::store::S3Store;
+
+pub fn moto_endpoint() -> String {
+    static ENDPOINT: OnceLock<String> = OnceLock::new();
+    ENDPOINT
+        .get_or_init(|| match std::env::var("S3_TEST_ENDPOINT") {
+            Ok(e) if !e.is_empty() => e,
+            _ => start_moto(),
+        })
+        .clone()
+}
+
+/// Starts moto through scripts/with-moto.sh (the start-up `make test` uses,
+/// with the pinned tools of .venv/), around a shell that prints the endpoint
+/// and ends when this test process is gone, taking moto with it.
+fn start_moto() -> String {
+    use std::io::BufRead;
+    let watch = format!(
+        "echo \"$S3_TEST_ENDPOINT\"; while kill -0 {parent} 2>/dev/null; do sleep 1; done",
+        parent = std::process::id(),
+    );
+    let mut child = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/with-moto.sh"))
+        .args(["sh", "-c", &watch])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("cannot start scripts/with-moto.sh: run `make test`");
+    let mut endpoint = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = std::io::BufReader::new(out).read_line(&mut endpoint);
+    }
+    // The watcher outlives this function on purpose (see above).
+    std::mem::forget(child);
+    let endpoint = endpoint.trim().to_owned();
+    let addr = endpoint.trim_start_matches("http://").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !addr.is_empty() && Instant::now() < deadline {
+        if std::net::TcpStream::connect(&addr).is_ok() {
+            return endpoint;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("moto_server did not come up ({endpoint:?}): see scripts/with-moto.sh's output above");
+}
+
+/// Whether a test bucket keeps versions (buquet's workers want it on; the
+/// protocol holds either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Versioning {
+    Off,
+    On,
+}
+
+/// A store on a new, empty, unversioned bucket of the moto server.
+pub async fn moto_store() -> S3Store {
+    moto_store_with(Versioning::Off).await
+}
+
+/// A store on a new, empty, versioned bucket of the moto server.
+pub async fn moto_store_versioned() -> S3Store {
+    moto_store_with(Versioning::On).await
+}
+
+/// A store on a new, empty bucket of the moto server, versioned or not.
+pub async fn moto_store_with(versioning: Versioning) -> S3Store {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let bucket = format!(
+        "t{}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst),
+        fastrand::u32(..)
+    );
+    let store = S3Store::for_endpoint(&moto_endpoint(), &bucket);
+    store
+        .client()
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("creating bucket {bucket} on moto: {e:?}"));
+    if versioning == Versioning::On {
+        store
+            .client()
+            .put_bucket_versioning()
+            .bucket(&bucket)
+            .versioning_configuration(
+                aws_sdk_s3::types::VersioningConfiguration::builder()
+                    .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("enabling versioning on {bucket}: {e:?}"));
+    }
+    store
+}
+
+/// What ListObjectVersions shows of one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KeyVersions {
+    pub objects: usize,
+    pub delete_markers: usize,
+    pub latest_is_delete_marker: bool,
+}
+
+/// The versions and delete markers of `key` on moto.
+pub async fn moto_versions(store: &S3Store, key: &str) -> KeyVersions {
+    let out = store
+        .client()
+        .list_object_versions()
+        .bucket(store.bucket())
+        .prefix(key)
+        .send()
+        .await
+        .expect("listing versions on moto");
+    let mut kv = KeyVersions {
+        objects: out
+            .versions()
+            .iter()
+            .filter(|v| v.key() == Some(key))
+            .count(),
+        ..KeyVersions::default()
+    };
+    for m in out.delete_markers().iter().filter(|m| m.key() == Some(key)) {
+        kv.delete_markers += 1;
+        kv.latest_is_delete_marker |= m.is_latest() == Some(true);
+    }
+    kv
+}
+
+/// An SQS client on the moto server (moto's S3 sends its event
+/// notifications to its own queues).
+pub fn moto_sqs() -> aws_sdk_sqs::Client {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https();
+    let conf = aws_sdk_sqs::config::Builder::new()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .http_client(http)
+        .endpoint_url(moto_endpoint())
+        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "test", "test", None, None, "static",
+        ))
+        .build();
+    aws_sdk_sqs::Client::from_conf(conf)
+}
+
+/// A due queue on moto for `store`'s bucket, and the bucket's notification of
+/// every record write to it (as template.yaml and `make run` set them up);
+/// the queue's URL.
+pub async fn moto_due_queue(store: &S3Store, delay_seconds: u32) -> String {
+    use aws_sdk_s3::types::{
+        Event, FilterRule, FilterRuleName, NotificationConfiguration,
+        NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter,
+    };
+    let sqs = moto_sqs();
+    let url = sqs
+        .create_queue()
+        .queue_name(format!("due-{}", store.bucket()))
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::DelaySeconds,
+            delay_seconds.to_string(),
+        )
+        // A message handed back comes again a second later.
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+            "1",
+        )
+        .send()
+        .await
+        .expect("creating the due queue on moto")
+        .queue_url
+        .expect("a queue URL");
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("the due queue's ARN")
+        .attributes
+        .and_then(|a| {
+            a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+                .cloned()
+        })
+        .expect("a queue ARN");
+    let rule = FilterRule::builder()
+        .name(FilterRuleName::Prefix)
+        .value("idempotency/")
+        .build();
+    let queue = QueueConfiguration::builder()
+        .queue_arn(arn)
+        .events(Event::S3ObjectCreated)
+        .filter(
+            NotificationConfigurationFilter::builder()
+                .key(S3KeyFilter::builder().filter_rules(rule).build())
+                .build(),
+        )
+        .build()
+        .expect("a queue configuration");
+    store
+        .client()
+        .put_bucket_notification_configuration()
+        .bucket(store.bucket())
+        .notification_configuration(
+            NotificationConfiguration::builder()
+                .queue_configurations(queue)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("the bucket's notification configuration");
+    url
+}
+
+/// Every message the queue has now (short polls until one comes back
+/// empty), left invisible for `visibility` seconds.
+pub async fn receive_all(url: &str, visibility: i32) -> Vec<aws_sdk_sqs::types::Message> {
+    let sqs = moto_sqs();
+    let mut out = Vec::new();
+    loop {
+        let got = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(0)
+            .visibility_timeout(visibility)
+            .send()
+            .await
+            .expect("receiving from moto's SQS")
+            .messages
+            .unwrap_or_default();
+        if got.is_empty() {
+            return out;
+        }
+        out.extend(got);
+    }
+}
