@@ -98,7 +98,7 @@ pub(crate) async fn options(r: &mut Report) {
             "| {name} | {kib} KiB | {n} | {new:.0} | {rep:.0} | {new_requests} | {new_rts} | {replay_requests} | {put_bytes} |"
         ));
     }
-    r.line("\nOptions add no request and no round trip. The first two rows' CPU differ by less than separate runs of this bench do (the rows run in this order, the first on a cold allocator): this bench does not resolve what the options cost in CPU.");
+    r.line("\nOptions add no request and no round trip. The rows run in this order, the first on a cold allocator: compare several runs, not two rows of one, before reading a CPU cost of the options into them.");
     r.line("An offloaded submit sends its input twice in its first round trip: as the payload, and in the record (`pending_input`, so that a finisher never needs the producer; docs/protocol.md). A replay of it sends its own payload's PUT beside the record's and deletes it beside the answer (the key is another task's): two requests more than an inline replay, no round trip more.");
     r.line("\nThrough moto (one request at a time, on this machine), wall time of one keyed submit, median of 15:\n");
     r.line("| submit | input | new | replay |");
