@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::protocol::names::Principal;
-use crate::protocol::{ErrorKind, Scope, SubmitError, TaskOptions, Tenant, ValidationError};
+use crate::protocol::{ErrorKind, Scope, SubmitError, TaskOptions, Tenant, Ttl, ValidationError};
 use crate::queue::Queue;
 
 #[derive(Debug, Parser)]
@@ -506,15 +506,9 @@ pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
                 b = b.idempotency_key(k);
             }
             if let Some(secs) = ttl_seconds {
-                match chrono::Duration::try_seconds(secs) {
-                    Some(d) => b = b.idempotency_ttl(d),
-                    None => {
-                        return error(
-                            exit::INVALID,
-                            "invalid_request",
-                            "idempotency_ttl_seconds: out of range",
-                        );
-                    }
+                match Ttl::seconds(secs) {
+                    Ok(d) => b = b.idempotency_ttl(d),
+                    Err(e) => return submit_error(&e.into()),
                 }
             }
             match Scope::parse(scope.as_deref()) {

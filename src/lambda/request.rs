@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::protocol::{Scope, TaskOptions, ValidationError, options};
+use crate::protocol::{Scope, TaskOptions, Ttl, ValidationError, options};
 use crate::queue::{Queue, SubmitBuilder};
 
 /// The fields of a submit body. Unknown fields are refused: a misspelt
@@ -127,9 +127,7 @@ impl SubmitBody {
             b = b.idempotency_key(k);
         }
         if let Some(secs) = self.idempotency_ttl_seconds {
-            let d = chrono::Duration::try_seconds(secs)
-                .ok_or_else(|| ValidationError::field("idempotency_ttl_seconds", "out of range"))?;
-            b = b.idempotency_ttl(d);
+            b = b.idempotency_ttl(Ttl::seconds(secs)?);
         }
         if let Some(p) = principal {
             b = b.tenant(p);

@@ -169,9 +169,15 @@ impl Ttl {
 
     /// A TTL from seconds, as the HTTP API and the CLI take it.
     pub fn from_seconds(secs: i64, max: Duration) -> Result<Self, ValidationError> {
-        let d = Duration::try_seconds(secs)
-            .ok_or_else(|| ValidationError::field("idempotency_ttl_seconds", "out of range"))?;
-        Self::new(d, max)
+        Self::new(Self::seconds(secs)?, max)
+    }
+
+    /// `idempotency_ttl_seconds` as a duration, the one conversion the HTTP
+    /// API, SQS and the CLI share; its bounds are judged at the submit, where
+    /// the configured maximum is known ([`Ttl::new`]).
+    pub fn seconds(secs: i64) -> Result<Duration, ValidationError> {
+        Duration::try_seconds(secs)
+            .ok_or_else(|| ValidationError::field("idempotency_ttl_seconds", "out of range"))
     }
 
     pub fn duration(self) -> Duration {
