@@ -22,6 +22,37 @@ pub(crate) enum Start {
     Check,
 }
 
+/// What a finisher has to write, and the task's status if it read it.
+struct Needs {
+    task: bool,
+    marker: bool,
+    status: Option<String>,
+}
+
+/// A record's `pending_task` and where its task lives; a record without
+/// one, or whose task names another id, is corrupt.
+fn pending_task<'r>(
+    rkey: &str,
+    rec: &'r Record,
+) -> Result<(&'r serde_json::value::RawValue, TaskLocation), SubmitError> {
+    let corrupt = |reason: String| SubmitError::Corrupt {
+        key: rkey.to_owned(),
+        reason,
+    };
+    let pending = rec
+        .pending_task
+        .as_ref()
+        .ok_or_else(|| corrupt("a creating record without pending_task".into()))?;
+    let head: TaskHead =
+        serde_json::from_str(pending.get()).map_err(|e| corrupt(format!("pending_task: {e}")))?;
+    if head.id != rec.task_id {
+        return Err(corrupt(
+            "pending_task.id is not the record's task_id".into(),
+        ));
+    }
+    Ok((pending, head.location()))
+}
+
 /// What [`Engine::finish`] found and did.
 #[derive(Debug)]
 pub(crate) struct Finished {
@@ -61,59 +92,26 @@ impl Engine {
         finish_deadline: DateTime<Utc>,
         op_deadline: DateTime<Utc>,
     ) -> Result<Finished, SubmitError> {
-        let corrupt = |reason: String| SubmitError::Corrupt {
-            key: rkey.to_owned(),
-            reason,
-        };
-        let pending = rec
-            .pending_task
-            .as_ref()
-            .ok_or_else(|| corrupt("a creating record without pending_task".into()))?;
-        let head: TaskHead = serde_json::from_str(pending.get())
-            .map_err(|e| corrupt(format!("pending_task: {e}")))?;
-        if head.id != rec.task_id {
-            return Err(corrupt(
-                "pending_task.id is not the record's task_id".into(),
-            ));
-        }
+        let (pending, loc) = pending_task(rkey, rec)?;
+        let pending = pending.get();
         let task_key = rec.task_key.as_str();
-        let loc = head.location();
         let marker_key = loc.marker_key();
 
-        let (mut need_task, mut need_marker, mut status) = (true, true, None);
-        if start == Start::Check {
-            let (t, m) = tokio::join!(
-                self.with_retries(op_deadline, || self.store.get(task_key)),
-                self.with_retries(op_deadline, || self.store.head(&marker_key)),
-            );
-            let marker_found = match m {
-                Ok(_) => true,
-                Err(Failure::Store(StoreError::NotFound)) => false,
-                Err(e) => return Err(e.into()),
-            };
-            let marker_missing = !marker_found;
-            match t {
-                Ok(obj) => {
-                    need_task = false;
-                    status = Some(task_status(&obj.body).unwrap_or_else(|| "unknown".into()));
-                    // Untouched: the very bytes the record's submit wrote.
-                    // Every worker transition rewrites the object.
-                    let untouched = obj.body.as_ref() == pending.get().as_bytes();
-                    need_marker = marker_missing && untouched;
-                    // A marker in the record's minute for a task a worker has
-                    // taken since is stale: left by a finisher that died
-                    // before its re-read, or by an earlier version of this
-                    // service. It would cost every idle worker a read per
-                    // poll, forever.
-                    if marker_found && !untouched && !TaskState::parse(&obj.body).is_ready_in(&loc)
-                    {
-                        self.remove_marker(&marker_key, op_deadline).await?;
-                    }
-                }
-                Err(Failure::Store(StoreError::NotFound)) => need_marker = marker_missing,
-                Err(e) => return Err(e.into()),
+        let Needs {
+            task: need_task,
+            marker: need_marker,
+            mut status,
+        } = match start {
+            Start::Claimed => Needs {
+                task: true,
+                marker: true,
+                status: None,
+            },
+            Start::Check => {
+                self.check(task_key, &marker_key, pending, &loc, op_deadline)
+                    .await?
             }
-        }
+        };
         if !need_task && !need_marker {
             return Ok(Finished {
                 wrote: false,
@@ -163,7 +161,7 @@ impl Engine {
                 Err(f) => return Err(refused(f)),
             }
         }
-        let task_body = Bytes::copy_from_slice(pending.get().as_bytes());
+        let task_body = Bytes::copy_from_slice(pending.as_bytes());
         let (t, m) = tokio::join!(
             async {
                 if need_task {
@@ -223,6 +221,54 @@ impl Engine {
             wrote: created || need_marker,
             status,
         })
+    }
+
+    /// Reads the task and checks the marker, in parallel: what is missing,
+    /// and the task's status if it is there. A marker is owed only while the
+    /// task is untouched; a stale marker found beside a taken task is
+    /// removed.
+    async fn check(
+        &self,
+        task_key: &str,
+        marker_key: &str,
+        pending: &str,
+        loc: &TaskLocation,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Needs, SubmitError> {
+        let (t, m) = tokio::join!(
+            self.with_retries(op_deadline, || self.store.get(task_key)),
+            self.with_retries(op_deadline, || self.store.head(marker_key)),
+        );
+        let marker_found = match m {
+            Ok(_) => true,
+            Err(Failure::Store(StoreError::NotFound)) => false,
+            Err(e) => return Err(e.into()),
+        };
+        match t {
+            Ok(obj) => {
+                // Untouched: the very bytes the record's submit wrote. Every
+                // worker transition rewrites the object.
+                let untouched = obj.body.as_ref() == pending.as_bytes();
+                // A marker in the record's minute for a task a worker has
+                // taken since is stale: left by a finisher that died before
+                // its re-read, or by an earlier version of this service. It
+                // would cost every idle worker a read per poll, forever.
+                if marker_found && !untouched && !TaskState::parse(&obj.body).is_ready_in(loc) {
+                    self.remove_marker(marker_key, op_deadline).await?;
+                }
+                Ok(Needs {
+                    task: false,
+                    marker: !marker_found && untouched,
+                    status: Some(task_status(&obj.body).unwrap_or_else(|| "unknown".into())),
+                })
+            }
+            Err(Failure::Store(StoreError::NotFound)) => Ok(Needs {
+                task: true,
+                marker: !marker_found,
+                status: None,
+            }),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The marker PUT (an empty object, unconditional: writing it twice is
