@@ -90,18 +90,7 @@ fn main() {
     if std::env::var("BENCH_ONLY").as_deref() == Ok("cost") {
         let mut r = Report::new();
         rt.block_on(cost::cost(&mut r));
-        let path = format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR"));
-        let doc = std::fs::read_to_string(&path).unwrap_or_default();
-        let head = "\n## What it costs";
-        let (before, after) = match doc.find(head) {
-            Some(i) => {
-                let rest = &doc[i + 1..];
-                let end = rest.find("\n## ").map_or(doc.len(), |j| i + 1 + j);
-                (doc[..i].to_owned(), doc[end..].to_owned())
-            }
-            None => (doc.trim_end().to_owned() + "\n", String::new()),
-        };
-        std::fs::write(&path, format!("{before}{}{after}", r.0)).unwrap();
+        splice_section(&r.0, "## What it costs", false);
         return;
     }
     // BENCH_ONLY=options: the figures of task options and offloaded
@@ -110,21 +99,7 @@ fn main() {
     if std::env::var("BENCH_ONLY").as_deref() == Ok("options") {
         let mut r = Report::new();
         rt.block_on(options::options(&mut r));
-        let path = format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR"));
-        let doc = std::fs::read_to_string(&path).unwrap_or_default();
-        let head = "\n## Task options and offloaded inputs";
-        let (before, after) = match doc.find(head) {
-            Some(i) => {
-                let rest = &doc[i + 1..];
-                let end = rest.find("\n## ").map_or(doc.len(), |j| i + 1 + j);
-                (doc[..i].to_owned(), doc[end..].to_owned())
-            }
-            None => match doc.find("\n## Against the targets") {
-                Some(i) => (doc[..i].to_owned(), doc[i..].to_owned()),
-                None => (doc.trim_end().to_owned() + "\n", String::new()),
-            },
-        };
-        std::fs::write(&path, format!("{before}{}{after}", r.0)).unwrap();
+        splice_section(&r.0, "## Task options and offloaded inputs", true);
         return;
     }
     // BENCH_ONLY=batch: the batch figures, printed and put in place of their
@@ -137,21 +112,7 @@ fn main() {
             "\n## Against the targets\n",
             "\nThe batch's figures against their targets (a full run puts them in the table below):\n",
         );
-        let path = format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR"));
-        let doc = std::fs::read_to_string(&path).unwrap_or_default();
-        let head = "\n## Batch submit";
-        let (before, after) = match doc.find(head) {
-            Some(i) => {
-                let rest = &doc[i + 1..];
-                let end = rest.find("\n## ").map_or(doc.len(), |j| i + 1 + j);
-                (doc[..i].to_owned(), doc[end..].to_owned())
-            }
-            None => match doc.find("\n## Against the targets") {
-                Some(i) => (doc[..i].to_owned(), doc[i..].to_owned()),
-                None => (doc.trim_end().to_owned() + "\n", String::new()),
-            },
-        };
-        std::fs::write(&path, format!("{before}{ours}{after}")).unwrap();
+        splice_section(&ours, "## Batch submit", true);
         return;
     }
     rt.block_on(async {
@@ -179,4 +140,27 @@ fn main() {
         )
         .unwrap();
     });
+}
+
+/// Puts `section` (a run's report, its heading first) in place of the
+/// section of docs/benchmarks.md with that `heading`; where there is none,
+/// before the targets table (`before_targets`) or at the end.
+fn splice_section(section: &str, heading: &str, before_targets: bool) {
+    let path = format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(&path).unwrap_or_default();
+    let (before, after) = match doc.find(&format!("\n{heading}")) {
+        Some(i) => {
+            let rest = &doc[i + 1..];
+            let end = rest.find("\n## ").map_or(doc.len(), |j| i + 1 + j);
+            (doc[..i].to_owned(), doc[end..].to_owned())
+        }
+        None => match doc
+            .find("\n## Against the targets")
+            .filter(|_| before_targets)
+        {
+            Some(i) => (doc[..i].to_owned(), doc[i..].to_owned()),
+            None => (doc.trim_end().to_owned() + "\n", String::new()),
+        },
+    };
+    std::fs::write(&path, format!("{before}{section}{after}")).unwrap();
 }
