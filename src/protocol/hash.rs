@@ -1,7 +1,9 @@
 //! The hashes and canonical forms that every client of the bucket layout
 //! computes alike, so that they share one idempotency namespace.
 
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use super::names::{IdempotencyKey, Tenant};
@@ -38,46 +40,42 @@ pub fn input_hash(canonical: &[u8]) -> String {
 /// that key order and whitespace do not change the hash.
 pub fn canonical_json(v: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
-    write_canonical(v, &mut out);
+    // Serializing a Value into a Vec cannot fail: its keys are strings and
+    // its numbers finite.
+    let _ = serde_json::to_writer(&mut out, &Canonical(v));
     out
 }
 
-fn write_canonical(v: &Value, out: &mut Vec<u8>) {
-    match v {
-        Value::Object(map) => {
-            // serde_json's map is sorted unless a dependency turns on
-            // `preserve_order`; sort here so the hash never depends on that.
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                // Serializing a str into a Vec cannot fail.
-                let _ = serde_json::to_writer(&mut *out, k.as_str());
-                out.push(b':');
-                write_canonical(v, out);
-            }
-            out.push(b'}');
-        }
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_canonical(v, out);
-            }
-            out.push(b']');
-        }
-        scalar => write_scalar(scalar, out),
-    }
+/// [`canonical_json`] as raw JSON, the form a task object embeds: written
+/// once by serde_json's serializer and taken as it is, never parsed again to
+/// check it.
+pub fn canonical_raw(v: &Value) -> Result<Box<RawValue>, serde_json::Error> {
+    serde_json::value::to_raw_value(&Canonical(v))
 }
 
-fn write_scalar(v: &Value, out: &mut Vec<u8>) {
-    // Serializing a scalar Value into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, v);
+/// A value that serializes in canonical form: objects with their keys
+/// sorted at every depth, everything else as serde_json writes it.
+struct Canonical<'a>(&'a Value);
+
+impl Serialize for Canonical<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Object(map) => {
+                // serde_json's map is sorted unless a dependency turns on
+                // `preserve_order`; sort here so the hash never depends on
+                // that.
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                let mut m = s.serialize_map(Some(entries.len()))?;
+                for (k, v) in entries {
+                    m.serialize_entry(k, &Canonical(v))?;
+                }
+                m.end()
+            }
+            Value::Array(items) => s.collect_seq(items.iter().map(Canonical)),
+            scalar => scalar.serialize(s),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -95,6 +93,60 @@ mod tests {
             String::from_utf8(canonical_json(&a)).unwrap(),
             r#"{"a":"x","b":[1,{"a":null,"z":1}]}"#
         );
+    }
+
+    /// The canonical writer the hashes of existing records were made with,
+    /// byte by byte: the serializer must write exactly what it wrote.
+    fn written_by_hand(v: &Value, out: &mut Vec<u8>) {
+        match v {
+            Value::Object(map) => {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                out.push(b'{');
+                for (i, (k, v)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    serde_json::to_writer(&mut *out, k.as_str()).unwrap();
+                    out.push(b':');
+                    written_by_hand(v, out);
+                }
+                out.push(b'}');
+            }
+            Value::Array(items) => {
+                out.push(b'[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    written_by_hand(v, out);
+                }
+                out.push(b']');
+            }
+            scalar => serde_json::to_writer(&mut *out, scalar).unwrap(),
+        }
+    }
+
+    #[test]
+    fn the_canonical_form_is_byte_for_byte_what_the_hand_written_writer_made() {
+        let samples = [
+            r#"{"\u00e9":"\u0001\"\\\n/\u2028\ud83d\ude00","b":[{},[],-0,1.5e300,18446744073709551615,-9223372036854775808,0.1,-1.0e-7],"a":{"z":true,"y":null,"":""}}"#,
+            "null",
+            "\"x\"",
+            "[[[{\"b\":1,\"a\":[2,{\"d\":3,\"c\":4}]}]]]",
+            "123456789012345678901234567890",
+        ];
+        for text in samples {
+            let v: Value = serde_json::from_str(text).unwrap();
+            let mut expected = Vec::new();
+            written_by_hand(&v, &mut expected);
+            assert_eq!(canonical_json(&v), expected, "{text}");
+            assert_eq!(
+                canonical_raw(&v).unwrap().get().as_bytes(),
+                expected,
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -40,19 +40,16 @@ pub struct Input {
 impl Input {
     /// Canonicalizes `value`; refuses it when it is larger than `max_bytes`.
     pub fn new(value: &serde_json::Value, max_bytes: usize) -> Result<Self, SubmitError> {
-        let bytes = hash::canonical_json(value);
-        if bytes.len() > max_bytes {
+        let canonical = hash::canonical_raw(value)
+            .map_err(|e| ValidationError::field("input", format!("cannot be serialized: {e}")))?;
+        let size = canonical.get().len();
+        if size > max_bytes {
             return Err(SubmitError::InputTooLarge {
-                size: bytes.len(),
+                size,
                 limit: max_bytes,
             });
         }
-        let hash = hash::input_hash(&bytes);
-        // Canonical JSON is valid UTF-8 JSON by construction.
-        let text = String::from_utf8(bytes)
-            .map_err(|_| ValidationError::field("input", "is not valid UTF-8"))?;
-        let canonical = RawValue::from_string(text)
-            .map_err(|e| ValidationError::field("input", e.to_string()))?;
+        let hash = hash::input_hash(canonical.get().as_bytes());
         Ok(Input { canonical, hash })
     }
 
