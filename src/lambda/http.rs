@@ -7,6 +7,7 @@
 //! values (a method outside the standard set, non-string JWT claims, null
 //! headers) become a clear 4xx instead of a deserialization failure.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -117,12 +118,15 @@ impl HttpRequest {
             .map(|(_, v)| v.as_str())
     }
 
-    pub(super) fn body_bytes(&self) -> Result<Vec<u8>, Problem> {
+    /// The body's bytes: the text itself, unless it is base64 (an input may
+    /// be most of the body, and it is parsed from here, never copied first).
+    pub(super) fn body_bytes(&self) -> Result<Cow<'_, [u8]>, Problem> {
         match (&self.body, self.base64) {
-            (None, _) => Ok(Vec::new()),
-            (Some(b), false) => Ok(b.as_bytes().to_vec()),
+            (None, _) => Ok(Cow::Borrowed(&[])),
+            (Some(b), false) => Ok(Cow::Borrowed(b.as_bytes())),
             (Some(b), true) => base64::engine::general_purpose::STANDARD
                 .decode(b.trim())
+                .map(Cow::Owned)
                 .map_err(|e| Problem::invalid(format!("body: invalid base64: {e}"))),
         }
     }
