@@ -499,7 +499,7 @@ pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
                 Err(e) => return error(exit::INVALID, "invalid_request", format!("input: {e}")),
             };
             let mut b = match options.parse() {
-                Ok(o) => queue.submit(task_type, input).options(o),
+                Ok(o) => queue.submit_value(task_type, input).options(o),
                 Err(e) => return submit_error(&e.into()),
             };
             if let Some(k) = key {

@@ -61,10 +61,32 @@ impl Queue {
 
     /// Starts a submit; await it (or call [`SubmitBuilder::send`]).
     pub fn submit(&self, task_type: impl Into<String>, input: impl Serialize) -> SubmitBuilder<'_> {
+        self.builder(
+            task_type.into(),
+            serde_json::to_value(input).map_err(|e| e.to_string()),
+        )
+    }
+
+    /// [`Queue::submit`] of an input that is JSON already (a request body's):
+    /// taken as it is. `submit` would serialize it into a second tree, a
+    /// copy of every string and node of the input.
+    pub fn submit_value(
+        &self,
+        task_type: impl Into<String>,
+        input: serde_json::Value,
+    ) -> SubmitBuilder<'_> {
+        self.builder(task_type.into(), Ok(input))
+    }
+
+    fn builder(
+        &self,
+        task_type: String,
+        input: Result<serde_json::Value, String>,
+    ) -> SubmitBuilder<'_> {
         SubmitBuilder {
             queue: self,
-            task_type: task_type.into(),
-            input: serde_json::to_value(input).map_err(|e| e.to_string()),
+            task_type,
+            input,
             key: None,
             ttl: None,
             scope: Scope::TaskType,

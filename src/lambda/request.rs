@@ -120,7 +120,7 @@ impl SubmitBody {
         principal: Option<String>,
     ) -> Result<SubmitBuilder<'_>, ValidationError> {
         let mut b = queue
-            .submit(self.task_type, self.input)
+            .submit_value(self.task_type, self.input)
             .idempotency_scope(Scope::parse(self.idempotency_scope.as_deref())?)
             .options(self.options);
         if let Some(k) = key {
