@@ -11,15 +11,47 @@ use super::record::{Record, TaskHead, TaskLocation, TaskState, payload_key, task
 use crate::store::{PutMode, StoreError};
 
 /// Where [`Engine::finish`] starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Start {
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Start<'a> {
     /// This submit has just written the record: neither object can exist
     /// yet (except by a lost answer of our own, which the task's 412 tells),
-    /// so both are written at once.
-    Claimed,
+    /// so both are written at once. The task is the submit's own, as it put
+    /// it in the record: nothing is read back from the record.
+    Claimed(&'a NewTask),
     /// Anyone else: read the task and check the marker first, and write only
     /// what is missing.
     Check,
+}
+
+/// A task object a submit built: where it lives, and its bytes, the very
+/// text of its record's `pending_task`.
+#[derive(Debug, Clone)]
+pub(crate) struct NewTask {
+    pub loc: TaskLocation,
+    pub body: Bytes,
+}
+
+/// The bytes of the task a finisher writes: the submit's own, or the text
+/// of a record read back (copied only if the task has to be written).
+enum TaskBody<'a> {
+    Own(&'a Bytes),
+    Record(&'a str),
+}
+
+impl TaskBody<'_> {
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            TaskBody::Own(b) => b,
+            TaskBody::Record(s) => s.as_bytes(),
+        }
+    }
+
+    fn to_bytes(&self) -> Bytes {
+        match self {
+            TaskBody::Own(b) => Bytes::clone(b),
+            TaskBody::Record(s) => Bytes::copy_from_slice(s.as_bytes()),
+        }
+    }
 }
 
 /// What a finisher has to write, and the task's status if it read it.
@@ -88,12 +120,17 @@ impl Engine {
         &self,
         rkey: &str,
         rec: &Record,
-        start: Start,
+        start: Start<'_>,
         finish_deadline: DateTime<Utc>,
         op_deadline: DateTime<Utc>,
     ) -> Result<Finished, SubmitError> {
-        let (pending, loc) = pending_task(rkey, rec)?;
-        let pending = pending.get();
+        let (pending, loc) = match start {
+            Start::Claimed(task) => (TaskBody::Own(&task.body), task.loc.clone()),
+            Start::Check => {
+                let (raw, loc) = pending_task(rkey, rec)?;
+                (TaskBody::Record(raw.get()), loc)
+            }
+        };
         let task_key = rec.task_key.as_str();
         let marker_key = loc.marker_key();
 
@@ -102,13 +139,13 @@ impl Engine {
             marker: need_marker,
             mut status,
         } = match start {
-            Start::Claimed => Needs {
+            Start::Claimed(_) => Needs {
                 task: true,
                 marker: true,
                 status: None,
             },
             Start::Check => {
-                self.check(task_key, &marker_key, pending, &loc, op_deadline)
+                self.check(task_key, &marker_key, pending.as_bytes(), &loc, op_deadline)
                     .await?
             }
         };
@@ -146,7 +183,7 @@ impl Engine {
         // the payload already there, under this record's own task id), so
         // nobody needs the producer to send the input again.
         if need_task
-            && start == Start::Check
+            && matches!(start, Start::Check)
             && let Some(input) = &rec.pending_input
         {
             let key = payload_key(rec.task_id);
@@ -161,7 +198,7 @@ impl Engine {
                 Err(f) => return Err(refused(f)),
             }
         }
-        let task_body = Bytes::copy_from_slice(pending.as_bytes());
+        let task_body = pending.to_bytes();
         let (t, m) = tokio::join!(
             async {
                 if need_task {
@@ -231,7 +268,7 @@ impl Engine {
         &self,
         task_key: &str,
         marker_key: &str,
-        pending: &str,
+        pending: &[u8],
         loc: &TaskLocation,
         op_deadline: DateTime<Utc>,
     ) -> Result<Needs, SubmitError> {
@@ -248,7 +285,7 @@ impl Engine {
             Ok(obj) => {
                 // Untouched: the very bytes the record's submit wrote. Every
                 // worker transition rewrites the object.
-                let untouched = obj.body.as_ref() == pending.as_bytes();
+                let untouched = obj.body.as_ref() == pending;
                 // A marker in the record's minute for a task a worker has
                 // taken since is stale: left by a finisher that died before
                 // its re-read, or by an earlier version of this service. It

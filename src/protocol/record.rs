@@ -60,12 +60,43 @@ pub struct Record {
     pub pending_input: Option<Box<RawValue>>,
 }
 
+/// A new record as it is written: `record` (whose own `pending_task` and
+/// `pending_input` are left out) with the task object and the offloaded
+/// input borrowed from the submit, never copied into it. `pending_task` and
+/// `pending_input` are the record's last fields, so the bytes are those of
+/// the record holding them.
+#[derive(Serialize)]
+struct Carrying<'a> {
+    #[serde(flatten)]
+    record: &'a Record,
+    pending_task: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pending_input: Option<&'a RawValue>,
+}
+
 impl Record {
-    /// The record's JSON. Its fields are strings, UUIDs, times and
-    /// already-valid raw JSON, so this does not fail; if it ever did, the
-    /// error stops the submit rather than writing an empty record.
-    pub fn to_bytes(&self) -> Result<bytes::Bytes, serde_json::Error> {
-        serde_json::to_vec(self).map(bytes::Bytes::from)
+    /// The record's JSON, carrying `pending_task` (and an offloaded input,
+    /// `pending_input`) in place of its own. Its fields are strings, UUIDs,
+    /// times and already-valid raw JSON, so this does not fail; if it ever
+    /// did, the error stops the submit rather than writing an empty record.
+    pub fn to_bytes_carrying(
+        &self,
+        pending_task: &RawValue,
+        pending_input: Option<&RawValue>,
+    ) -> Result<bytes::Bytes, serde_json::Error> {
+        // Sized for what it carries: a record is mostly its task, and a
+        // buffer grown by doubling would copy it over and over.
+        let carried = pending_task.get().len() + pending_input.map_or(0, |i| i.get().len());
+        let mut out = Vec::with_capacity(carried + 1024);
+        serde_json::to_writer(
+            &mut out,
+            &Carrying {
+                record: self,
+                pending_task,
+                pending_input,
+            },
+        )?;
+        Ok(bytes::Bytes::from(out))
     }
 
     pub fn parse(body: &[u8]) -> Result<Self, serde_json::Error> {
@@ -320,6 +351,12 @@ pub fn task_json_with(
     serde_json::value::to_raw_value(&task)
 }
 
+/// Raw JSON as bytes of their own, for a PUT: the same text, moved, not
+/// copied.
+pub fn raw_into_bytes(raw: Box<RawValue>) -> bytes::Bytes {
+    bytes::Bytes::from(Box::<str>::from(raw).into_boxed_bytes())
+}
+
 /// The fields of a pending task that locate it.
 #[derive(Deserialize)]
 pub(crate) struct TaskHead {
@@ -474,6 +511,41 @@ mod tests {
         assert_eq!(v["retry_policy"]["multiplier"], 2.0);
         assert_eq!(v["input"]["a"], 1);
         assert!(v["output"].is_null());
+    }
+
+    #[test]
+    fn a_record_carrying_its_task_is_the_record_holding_it_byte_for_byte() {
+        let t = DateTime::parse_from_rfc3339("2026-01-27T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let task = RawValue::from_string(r#"{"id":1,"input":{"a":[1,2]}}"#.into()).unwrap();
+        let input = RawValue::from_string(r#"{"big":"x"}"#.into()).unwrap();
+        let mut rec = Record {
+            key: "k".into(),
+            key_hash: "sha256:00".into(),
+            scope: Some("s".into()),
+            task_id: Uuid::nil(),
+            task_key: "tasks/0/x.json".into(),
+            task_type: "t".into(),
+            input_hash: "sha256:11".into(),
+            status: Some(RecordStatus::Creating),
+            created_at: t,
+            expires_at: t,
+            write_id: Some(Uuid::nil()),
+            tenant: None,
+            options_hash: Some("sha256:22".into()),
+            pending_task: None,
+            pending_input: None,
+        };
+        for pending_input in [None, Some(&*input)] {
+            let carried = rec.to_bytes_carrying(&task, pending_input).unwrap();
+            rec.pending_task = Some(task.clone());
+            rec.pending_input = pending_input.map(ToOwned::to_owned);
+            assert_eq!(carried, serde_json::to_vec(&rec).unwrap());
+            let back = Record::parse(&carried).unwrap();
+            assert_eq!(back.pending_task.unwrap().get(), task.get());
+            (rec.pending_task, rec.pending_input) = (None, None);
+        }
     }
 
     #[test]

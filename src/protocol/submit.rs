@@ -15,13 +15,13 @@ use uuid::Uuid;
 
 use super::engine::{Engine, Failure};
 use super::error::{ConflictKind, SubmitError};
-use super::finish::Start;
+use super::finish::{NewTask, Start};
 use super::hash;
 use super::names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
 use super::options::{TaskFields, TaskOptions};
 use super::record::{
-    Record, RecordStatus, TaskIdempotency, TaskInput, TaskLocation, payload_key, record_key,
-    task_json_with,
+    Record, RecordStatus, TaskIdempotency, TaskInput, TaskLocation, payload_key, raw_into_bytes,
+    record_key, task_json_with,
 };
 use crate::store::{ETag, ObjectMeta, PutMode, StoreError};
 
@@ -198,7 +198,7 @@ impl Engine {
         if offload {
             self.put_payload(loc.id, &req.input, op_deadline).await?;
         }
-        let body = Bytes::copy_from_slice(task.get().as_bytes());
+        let body = raw_into_bytes(task);
         let (task_key, marker_key) = (loc.task_key(), loc.marker_key());
         let (t, m) = tokio::join!(
             self.with_retries(op_deadline, || self.store.put(
@@ -288,10 +288,18 @@ impl Engine {
             write_id: Some(write_id),
             tenant: tenant_id.clone(),
             options_hash: req.options.hash(),
-            pending_task: Some(task),
-            pending_input: offload.then(|| req.input.canonical.clone()),
+            // Carried by the record's bytes, not copied into it.
+            pending_task: None,
+            pending_input: None,
         };
-        let body = mine.to_bytes().map_err(|e| unserializable(&rkey, e))?;
+        let body = mine
+            .to_bytes_carrying(&task, offload.then_some(&*req.input.canonical))
+            .map_err(|e| unserializable(&rkey, e))?;
+        // The task's PUT sends the very text the record carries.
+        let task = NewTask {
+            loc,
+            body: raw_into_bytes(task),
+        };
 
         // What the next claim writes over: nothing (If-None-Match), or the
         // expired record just read (If-Match its ETag).
@@ -310,6 +318,7 @@ impl Engine {
                     &rkey,
                     &mine,
                     &body,
+                    &task,
                     mode,
                     with_payload,
                     &mut payload,
@@ -346,10 +355,11 @@ impl Engine {
             if existing.write_id == Some(write_id) {
                 // Our own write: its answer was lost, and a retry met it.
                 if payload == Some(false) {
-                    self.put_payload(loc.id, &req.input, op_deadline).await?;
+                    self.put_payload(task.loc.id, &req.input, op_deadline)
+                        .await?;
                 }
                 return self
-                    .finish_as_owner(&rkey, &mine, obj.meta.last_modified, op_deadline)
+                    .finish_as_owner(&rkey, &mine, &task, obj.meta.last_modified, op_deadline)
                     .await;
             }
 
@@ -367,8 +377,8 @@ impl Engine {
             // It is deleted beside the answer (the lifecycle rule on
             // `payloads/` removes it if this process dies first).
             let orphan = async {
-                if payload.is_some() && existing.task_id != loc.id {
-                    self.remove_orphan_payload(loc.id, op_deadline).await;
+                if payload.is_some() && existing.task_id != task.loc.id {
+                    self.remove_orphan_payload(task.loc.id, op_deadline).await;
                 }
             };
             let kind = if existing.task_type != req.task_type.as_str() {
@@ -391,7 +401,7 @@ impl Engine {
                 });
             }
             let (answer, ()) = tokio::join!(
-                self.answer_existing(&rkey, &existing, &obj.meta, loc.id, op_deadline),
+                self.answer_existing(&rkey, &existing, &obj.meta, task.loc.id, op_deadline),
                 orphan
             );
             return answer;
@@ -417,6 +427,7 @@ impl Engine {
         rkey: &str,
         mine: &Record,
         body: &Bytes,
+        task: &NewTask,
         mode: PutMode,
         with_payload: bool,
         payload: &mut Option<bool>,
@@ -450,7 +461,7 @@ impl Engine {
                     *payload = Some(true);
                 }
                 Ok(Some(
-                    self.finish_as_owner(rkey, mine, self.s3_at_least(sent_at)?, op_deadline)
+                    self.finish_as_owner(rkey, mine, task, self.s3_at_least(sent_at)?, op_deadline)
                         .await?,
                 ))
             }
@@ -465,6 +476,7 @@ impl Engine {
         &self,
         rkey: &str,
         mine: &Record,
+        task: &NewTask,
         written_not_before: DateTime<Utc>,
         op_deadline: DateTime<Utc>,
     ) -> Result<Submitted, SubmitError> {
@@ -473,7 +485,7 @@ impl Engine {
         // never later than the real one.
         let deadline = written_not_before + self.settings.finish_window;
         let done = self
-            .finish(rkey, mine, Start::Claimed, deadline, op_deadline)
+            .finish(rkey, mine, Start::Claimed(task), deadline, op_deadline)
             .await?;
         let status = self.status_after(mine, &done, op_deadline).await?;
         Ok(self.answer(mine, status, false, false))
