@@ -155,6 +155,75 @@ fn unserializable(what: &str, e: serde_json::Error) -> SubmitError {
     }
 }
 
+/// What a keyed submit writes, built once and kept across every retry (its
+/// task id and write_id are how a retry recognizes its own earlier write).
+struct Claim<'r> {
+    rkey: String,
+    /// The record as written, but for its `pending_task` and
+    /// `pending_input`: `body` carries them.
+    record: Record,
+    body: Bytes,
+    task: NewTask,
+    /// The input, when it is offloaded to its payload.
+    offloaded: Option<&'r Input>,
+}
+
+/// A task object just built, before it is written.
+struct BuiltTask {
+    loc: TaskLocation,
+    json: Box<RawValue>,
+    offloaded: bool,
+}
+
+/// What became of an offloaded input's payload, written beside the claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Payload {
+    Unsent,
+    Landed,
+    /// Sent, and not landed: written again before the task once the record
+    /// is ours.
+    Failed,
+}
+
+/// The record that holds the key, as a claim that lost meets it.
+// One a round, moved straight into its step: not worth a box.
+#[allow(clippy::large_enum_variant)]
+enum Held {
+    /// None any more.
+    Gone,
+    /// Ours: an earlier attempt of this submit wrote it.
+    Ours { last_modified: DateTime<Utc> },
+    /// Past its `expires_at`.
+    Expired { etag: ETag },
+    /// Another submit's, live.
+    Other { record: Record, meta: ObjectMeta },
+}
+
+/// When our record was written, as far as we know: the local time we sent
+/// it at (made S3's earliest once the payload is settled, with what its
+/// answers taught the clock), or its `LastModified`, read back.
+#[derive(Debug, Clone, Copy)]
+enum Written {
+    SentAt(DateTime<Utc>),
+    LastModified(DateTime<Utc>),
+}
+
+/// Whether `held`, another record of the key, was made by another request:
+/// another task type, input or options. A record of buquet's clients (no
+/// write_id) keeps no options, and is compared on task type and input
+/// only; this service's records carry the options' hash, or none for none.
+fn conflict(held: &Record, mine: &Record) -> Option<ConflictKind> {
+    if held.task_type != mine.task_type {
+        Some(ConflictKind::TaskType)
+    } else if held.input_hash != mine.input_hash {
+        Some(ConflictKind::Input)
+    } else if held.write_id.is_some() && held.options_hash != mine.options_hash {
+        Some(ConflictKind::Options)
+    } else {
+        None
+    }
+}
+
 impl Engine {
     /// Submits a task: a plain new task without a key, the idempotency
     /// protocol with one.
@@ -166,6 +235,8 @@ impl Engine {
         }
     }
 
+    /// A submit without a key: the task and its marker, in parallel (and
+    /// its payload first, when the input is offloaded).
     async fn submit_plain(
         &self,
         req: &SubmitRequest,
@@ -173,37 +244,52 @@ impl Engine {
     ) -> Result<Submitted, SubmitError> {
         let now = self.now().trunc_subsecs(0);
         let fields = self.task_fields(req, now, None)?;
-        let loc = TaskLocation::new(
-            new_task_id(req),
-            self.settings.shard_prefix_len,
-            fields.available_at,
-        );
         let tenant_id = req.tenant.as_ref().map(Tenant::id);
-        let offload = fields.offloads(req.input.len());
-        let task = task_json_with(
-            &loc,
-            req.task_type.as_str(),
-            self.task_input(req, offload),
+        let task = self.new_task(
+            req,
             now,
             &fields,
             TaskIdempotency {
                 tenant: tenant_id.as_deref(),
                 ..Default::default()
             },
-        )
-        .map_err(|e| unserializable("the task object", e))?;
+        )?;
         // Without a record, nothing else holds the input: its payload must
         // be in the bucket before a task names it (one more round trip, as
         // buquet's own submit takes).
-        if offload {
-            self.put_payload(loc.id, &req.input, op_deadline).await?;
+        if task.offloaded {
+            self.put_payload(task.loc.id, &req.input, op_deadline)
+                .await?;
         }
-        let body = raw_into_bytes(task);
-        let (task_key, marker_key) = (loc.task_key(), loc.marker_key());
+        let task = NewTask {
+            body: raw_into_bytes(task.json),
+            loc: task.loc,
+        };
+        self.put_task_and_marker(&task, op_deadline).await?;
+        Ok(Submitted {
+            task_id: task.loc.id,
+            task_key: task.loc.task_key(),
+            task_type: req.task_type.to_string(),
+            status: "pending".into(),
+            created_at: now,
+            replayed: false,
+            idempotency: None,
+            recovered: false,
+        })
+    }
+
+    /// A new task without a record: `PUT task If-None-Match: *` and `PUT
+    /// marker`, side by side, one round trip.
+    async fn put_task_and_marker(
+        &self,
+        task: &NewTask,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<(), SubmitError> {
+        let (task_key, marker_key) = (task.loc.task_key(), task.loc.marker_key());
         let (t, m) = tokio::join!(
             self.with_retries(op_deadline, || self.store.put(
                 &task_key,
-                body.clone(),
+                task.body.clone(),
                 PutMode::Create
             )),
             self.with_retries(op_deadline, || self.store.put(
@@ -219,18 +305,12 @@ impl Engine {
             Err(e) => return Err(e.into()),
         }
         m?;
-        Ok(Submitted {
-            task_id: loc.id,
-            task_key,
-            task_type: req.task_type.to_string(),
-            status: "pending".into(),
-            created_at: now,
-            replayed: false,
-            idempotency: None,
-            recovered: false,
-        })
+        Ok(())
     }
 
+    /// The idempotency protocol (docs/protocol.md, "A submit with a key"):
+    /// claim the key, read the record that holds it, replay it or refuse a
+    /// conflict; over again when the record changes in between.
     async fn submit_keyed(
         &self,
         req: &SubmitRequest,
@@ -239,94 +319,20 @@ impl Engine {
     ) -> Result<Submitted, SubmitError> {
         let scope = k.scope.resolve(&req.task_type).to_owned();
         let key_hash = hash::key_hash(&scope, &k.key, req.tenant.as_ref());
-        let tenant_id = req.tenant.as_ref().map(Tenant::id);
         let rkey = record_key(&scope, &key_hash);
         self.refuse_if_clock_known_off(&rkey, op_deadline).await?;
-        let now = self.now().trunc_subsecs(0);
-        // The record's life is in S3's time, as every reader judges it: from
-        // S3's earliest time now. A cold process, which has no answer yet to
-        // learn S3's clock from, writes its own clock's time (a clock over
-        // 60 s off then has the task refused, and the life off by as much).
-        let record_now = self
-            .judged_offset()
-            .map_or(now, |o| (now + o.low).trunc_subsecs(0));
-        // The task id and write_id are chosen once and kept across retries:
-        // that is how a retry recognizes its own earlier write.
-        let expires_at = record_now + k.ttl.duration();
-        let fields = self.task_fields(req, now, Some((record_now, expires_at)))?;
-        let loc = TaskLocation::new(
-            new_task_id(req),
-            self.settings.shard_prefix_len,
-            fields.available_at,
-        );
-        let write_id = Uuid::new_v4();
-        let offload = fields.offloads(req.input.len());
-        let task = task_json_with(
-            &loc,
-            req.task_type.as_str(),
-            self.task_input(req, offload),
-            now,
-            &fields,
-            TaskIdempotency {
-                scope: Some(&scope),
-                key_hash: Some(&key_hash),
-                tenant: tenant_id.as_deref(),
-            },
-        )
-        .map_err(|e| unserializable("the task object", e))?;
-        let mine = Record {
-            key: k.key.to_string(),
-            key_hash: key_hash.clone(),
-            scope: Some(scope.clone()),
-            task_id: loc.id,
-            task_key: loc.task_key(),
-            task_type: req.task_type.to_string(),
-            input_hash: req.input.hash.clone(),
-            status: Some(RecordStatus::Creating),
-            created_at: record_now,
-            expires_at,
-            write_id: Some(write_id),
-            tenant: tenant_id.clone(),
-            options_hash: req.options.hash(),
-            // Carried by the record's bytes, not copied into it.
-            pending_task: None,
-            pending_input: None,
-        };
-        let body = mine
-            .to_bytes_carrying(&task, offload.then_some(&*req.input.canonical))
-            .map_err(|e| unserializable(&rkey, e))?;
-        // The task's PUT sends the very text the record carries.
-        let task = NewTask {
-            loc,
-            body: raw_into_bytes(task),
-        };
+        let mine = self.new_claim(req, k, scope, key_hash, rkey)?;
 
         // What the next claim writes over: nothing (If-None-Match), or the
         // expired record just read (If-Match its ETag).
         let mut replace: Option<ETag> = None;
-        // An offloaded input's payload goes beside the first claim, in the
-        // same round trip; `Some(landed)` once it was sent.
-        let mut payload: Option<bool> = None;
+        let mut payload = Payload::Unsent;
         let mut rounds = 0;
         while rounds < MAX_ROUNDS {
             // 1. Claim the key: create the record, or replace the expired one.
             let replacing = replace.is_some();
             let mode = replace.take().map_or(PutMode::Create, PutMode::Update);
-            let with_payload = offload && payload != Some(true);
-            if let Some(done) = self
-                .claim(
-                    &rkey,
-                    &mine,
-                    &body,
-                    &task,
-                    mode,
-                    with_payload,
-                    &mut payload,
-                    req,
-                    op_deadline,
-                )
-                .await?
-            {
+            if let Some(done) = self.claim(&mine, mode, &mut payload, op_deadline).await? {
                 return Ok(done);
             }
             if replacing {
@@ -336,133 +342,182 @@ impl Engine {
             rounds += 1;
 
             // 2. The key is taken: read what holds it.
-            let obj = match self
-                .with_retries(op_deadline, || self.store.get(&rkey))
-                .await
-            {
-                Ok(o) => o,
+            match self.read_held(&mine, op_deadline).await? {
                 // Deleted since (it had expired): claim it again.
-                Err(Failure::Store(StoreError::NotFound)) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            let mut existing = Record::parse(&obj.body).map_err(|e| SubmitError::Corrupt {
-                key: rkey.clone(),
-                reason: e.to_string(),
-            })?;
-            // buquet's records do not name their scope; it is ours.
-            existing.scope.get_or_insert_with(|| scope.clone());
-
-            if existing.write_id == Some(write_id) {
+                Held::Gone => continue,
                 // Our own write: its answer was lost, and a retry met it.
-                if payload == Some(false) {
-                    self.put_payload(task.loc.id, &req.input, op_deadline)
-                        .await?;
+                Held::Ours { last_modified } => {
+                    let written = Written::LastModified(last_modified);
+                    return self
+                        .finish_own(&mine, &mut payload, written, op_deadline)
+                        .await;
                 }
-                return self
-                    .finish_as_owner(&rkey, &mine, &task, obj.meta.last_modified, op_deadline)
-                    .await;
-            }
-
-            // Expired by S3's earliest time, as the sweeper judges it: never
-            // before its `expires_at` by S3's clock, whichever machine asks.
-            // An expired record counts as absent: replace it, but only if it
-            // is still the one we read.
-            if existing.is_expired(self.s3_earliest()?) {
-                replace = Some(obj.meta.etag.clone());
-                continue;
-            }
-
-            // 3. Same key: the same request, or a conflict. Our payload, if
-            // we sent one, belongs to no task: the key is another record's.
-            // It is deleted beside the answer (the lifecycle rule on
-            // `payloads/` removes it if this process dies first).
-            let orphan = async {
-                if payload.is_some() && existing.task_id != task.loc.id {
-                    self.remove_orphan_payload(task.loc.id, op_deadline).await;
+                // Counts as absent: replaced, if it is still the one we read.
+                Held::Expired { etag } => replace = Some(etag),
+                // 3. The same key: the same request, or a conflict.
+                Held::Other { record, meta } => {
+                    let sent = payload != Payload::Unsent;
+                    return self
+                        .replay_or_conflict(&mine, &record, &meta, sent, op_deadline)
+                        .await;
                 }
-            };
-            let kind = if existing.task_type != req.task_type.as_str() {
-                Some(ConflictKind::TaskType)
-            } else if existing.input_hash != req.input.hash {
-                Some(ConflictKind::Input)
-            } else if existing.write_id.is_some() && existing.options_hash != mine.options_hash {
-                // Records of this service (they have a write_id) carry the
-                // options' hash, or none for none; buquet's clients keep
-                // no options and are compared on task type and input only.
-                Some(ConflictKind::Options)
-            } else {
-                None
-            };
-            if let Some(kind) = kind {
-                orphan.await;
-                return Err(SubmitError::Conflict {
-                    kind,
-                    task_id: existing.task_id,
-                });
             }
-            let (answer, ()) = tokio::join!(
-                self.answer_existing(&rkey, &existing, &obj.meta, task.loc.id, op_deadline),
-                orphan
-            );
-            return answer;
         }
         Err(SubmitError::Storage(StoreError::Unavailable(
             "the idempotency record kept changing; gave up".into(),
         )))
     }
 
-    /// Writes our record (`mode`: If-None-Match, or If-Match the expired
-    /// record's ETag) and, if it landed, finishes as its owner: the answer.
-    /// `None`: the key is held by another record (412), or the expired one
-    /// we meant to replace is gone (404).
+    /// What a keyed submit writes, built once: the task object and the
+    /// `creating` record that carries it.
+    fn new_claim<'r>(
+        &self,
+        req: &'r SubmitRequest,
+        k: &KeySpec,
+        scope: String,
+        key_hash: String,
+        rkey: String,
+    ) -> Result<Claim<'r>, SubmitError> {
+        let now = self.now().trunc_subsecs(0);
+        let (record_now, expires_at) = self.record_life(now, &k.ttl);
+        let fields = self.task_fields(req, now, Some((record_now, expires_at)))?;
+        let tenant_id = req.tenant.as_ref().map(Tenant::id);
+        let task = self.new_task(
+            req,
+            now,
+            &fields,
+            TaskIdempotency {
+                scope: Some(&scope),
+                key_hash: Some(&key_hash),
+                tenant: tenant_id.as_deref(),
+            },
+        )?;
+        let record = Record {
+            key: k.key.to_string(),
+            key_hash,
+            scope: Some(scope),
+            task_id: task.loc.id,
+            task_key: task.loc.task_key(),
+            task_type: req.task_type.to_string(),
+            input_hash: req.input.hash.clone(),
+            status: Some(RecordStatus::Creating),
+            created_at: record_now,
+            expires_at,
+            // With the task id, kept across retries: that is how a retry
+            // recognizes its own earlier write.
+            write_id: Some(Uuid::new_v4()),
+            tenant: tenant_id,
+            options_hash: req.options.hash(),
+            // Carried by the record's bytes, not copied into it.
+            pending_task: None,
+            pending_input: None,
+        };
+        let offloaded = task.offloaded.then_some(&req.input);
+        let body = record
+            .to_bytes_carrying(&task.json, offloaded.map(|i| &*i.canonical))
+            .map_err(|e| unserializable(&rkey, e))?;
+        Ok(Claim {
+            rkey,
+            record,
+            body,
+            // The task's PUT sends the very text the record carries.
+            task: NewTask {
+                body: raw_into_bytes(task.json),
+                loc: task.loc,
+            },
+            offloaded,
+        })
+    }
+
+    /// A new record's `created_at` and `expires_at` for a submit made at
+    /// `now` (our clock). The record's life is in S3's time, as every reader
+    /// judges it: from S3's earliest time now. A cold process, which has no
+    /// answer yet to learn S3's clock from, writes its own clock's time (a
+    /// clock over 60 s off then has the task refused, and the life off by as
+    /// much).
+    fn record_life(&self, now: DateTime<Utc>, ttl: &Ttl) -> (DateTime<Utc>, DateTime<Utc>) {
+        let record_now = self
+            .judged_offset()
+            .map_or(now, |o| (now + o.low).trunc_subsecs(0));
+        (record_now, record_now + ttl.duration())
+    }
+
+    /// The task object of a new submit, with the fields its options set.
+    fn new_task(
+        &self,
+        req: &SubmitRequest,
+        now: DateTime<Utc>,
+        fields: &TaskFields,
+        idempotency: TaskIdempotency<'_>,
+    ) -> Result<BuiltTask, SubmitError> {
+        let loc = TaskLocation::new(
+            new_task_id(req),
+            self.settings.shard_prefix_len,
+            fields.available_at,
+        );
+        let offloaded = fields.offloads(req.input.len());
+        let input = if offloaded {
+            TaskInput::Offloaded
+        } else {
+            TaskInput::Inline(&req.input.canonical)
+        };
+        let json = task_json_with(
+            &loc,
+            req.task_type.as_str(),
+            input,
+            now,
+            fields,
+            idempotency,
+        )
+        .map_err(|e| unserializable("the task object", e))?;
+        Ok(BuiltTask {
+            loc,
+            json,
+            offloaded,
+        })
+    }
+
+    /// Step 1: writes our record (`mode`: If-None-Match, or If-Match the
+    /// expired record's ETag) and, if it landed, finishes as its owner: the
+    /// answer. `None`: the key is held by another record (412), or the
+    /// expired one we meant to replace is gone (404).
     ///
-    /// With `with_payload`, the offloaded input's payload is written in
-    /// parallel (`payload` records whether it landed): a request more, not a
-    /// round trip. If the record landed and the payload did not, the payload
-    /// is written again before the task (the record's `pending_input` lets
-    /// any finisher do it too).
-    #[allow(clippy::too_many_arguments)]
+    /// An offloaded input's payload is written beside the record until it
+    /// has landed: a request more, not a round trip.
     async fn claim(
         &self,
-        rkey: &str,
-        mine: &Record,
-        body: &Bytes,
-        task: &NewTask,
+        mine: &Claim<'_>,
         mode: PutMode,
-        with_payload: bool,
-        payload: &mut Option<bool>,
-        req: &SubmitRequest,
+        payload: &mut Payload,
         op_deadline: DateTime<Utc>,
     ) -> Result<Option<Submitted>, SubmitError> {
+        let with_payload = mine.offloaded.filter(|_| *payload != Payload::Landed);
         let sent_at = self.now();
         let (r, p) = tokio::join!(
             self.with_retries(op_deadline, || {
-                self.store.put(rkey, body.clone(), mode.clone())
+                self.store.put(&mine.rkey, mine.body.clone(), mode.clone())
             }),
             async {
-                if with_payload {
-                    Some(
-                        self.put_payload(mine.task_id, &req.input, op_deadline)
-                            .await,
-                    )
-                } else {
-                    None
+                match with_payload {
+                    Some(input) => {
+                        Some(self.put_payload(mine.task.loc.id, input, op_deadline).await)
+                    }
+                    None => None,
                 }
             }
         );
         if let Some(p) = p {
-            *payload = Some(p.is_ok());
+            *payload = if p.is_ok() {
+                Payload::Landed
+            } else {
+                Payload::Failed
+            };
         }
         match r {
             Ok(_) => {
-                if *payload == Some(false) {
-                    self.put_payload(mine.task_id, &req.input, op_deadline)
-                        .await?;
-                    *payload = Some(true);
-                }
+                let written = Written::SentAt(sent_at);
                 Ok(Some(
-                    self.finish_as_owner(rkey, mine, task, self.s3_at_least(sent_at)?, op_deadline)
-                        .await?,
+                    self.finish_own(mine, payload, written, op_deadline).await?,
                 ))
             }
             Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => Ok(None),
@@ -470,25 +525,111 @@ impl Engine {
         }
     }
 
-    /// We wrote the record: write its task object and marker, and answer 201.
-    /// The record stays as written.
-    async fn finish_as_owner(
+    /// Step 2: the record that holds the key, and what it is to this
+    /// submit.
+    async fn read_held(
         &self,
-        rkey: &str,
-        mine: &Record,
-        task: &NewTask,
-        written_not_before: DateTime<Utc>,
+        mine: &Claim<'_>,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Held, SubmitError> {
+        let obj = match self
+            .with_retries(op_deadline, || self.store.get(&mine.rkey))
+            .await
+        {
+            Ok(o) => o,
+            Err(Failure::Store(StoreError::NotFound)) => return Ok(Held::Gone),
+            Err(e) => return Err(e.into()),
+        };
+        let mut record = Record::parse(&obj.body).map_err(|e| SubmitError::Corrupt {
+            key: mine.rkey.clone(),
+            reason: e.to_string(),
+        })?;
+        if record.write_id == mine.record.write_id {
+            return Ok(Held::Ours {
+                last_modified: obj.meta.last_modified,
+            });
+        }
+        // Expired by S3's earliest time, as the sweeper judges it: never
+        // before its `expires_at` by S3's clock, whichever machine asks.
+        if record.is_expired(self.s3_earliest()?) {
+            return Ok(Held::Expired {
+                etag: obj.meta.etag,
+            });
+        }
+        // buquet's records do not name their scope; it is ours.
+        if record.scope.is_none() {
+            record.scope.clone_from(&mine.record.scope);
+        }
+        Ok(Held::Other {
+            record,
+            meta: obj.meta,
+        })
+    }
+
+    /// Our record is in the bucket (this claim's, or an earlier attempt's
+    /// whose answer was lost): the payload if it has not landed yet (the
+    /// record's `pending_input` lets any finisher write it too), then the
+    /// task object and its marker, and the 201. The record stays as
+    /// written.
+    async fn finish_own(
+        &self,
+        mine: &Claim<'_>,
+        payload: &mut Payload,
+        written: Written,
         op_deadline: DateTime<Utc>,
     ) -> Result<Submitted, SubmitError> {
+        if let (Payload::Failed, Some(input)) = (*payload, mine.offloaded) {
+            self.put_payload(mine.task.loc.id, input, op_deadline)
+                .await?;
+            *payload = Payload::Landed;
+        }
         // Our estimate of the record's LastModified is the earliest S3 time
         // at which we sent it, which is never later: the deadline we keep is
         // never later than the real one.
+        let written_not_before = match written {
+            Written::SentAt(sent_at) => self.s3_at_least(sent_at)?,
+            Written::LastModified(t) => t,
+        };
         let deadline = written_not_before + self.settings.finish_window;
+        let start = Start::Claimed(&mine.task);
         let done = self
-            .finish(rkey, mine, Start::Claimed(task), deadline, op_deadline)
+            .finish(&mine.rkey, &mine.record, start, deadline, op_deadline)
             .await?;
-        let status = self.status_after(mine, &done, op_deadline).await?;
-        Ok(self.answer(mine, status, false, false))
+        let status = self.status_after(&mine.record, &done, op_deadline).await?;
+        Ok(self.answer(&mine.record, status, false, false))
+    }
+
+    /// Step 3: the key is held by another record of its own request, or of
+    /// another request. Our payload, if we sent one, belongs to no task: the
+    /// key is that record's. It is deleted beside the answer (or before a
+    /// conflict is answered; the scheduled pass removes it if this process
+    /// dies first).
+    async fn replay_or_conflict(
+        &self,
+        mine: &Claim<'_>,
+        held: &Record,
+        meta: &ObjectMeta,
+        sent_payload: bool,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Submitted, SubmitError> {
+        let my_task_id = mine.task.loc.id;
+        let orphan = async {
+            if sent_payload && held.task_id != my_task_id {
+                self.remove_orphan_payload(my_task_id, op_deadline).await;
+            }
+        };
+        if let Some(kind) = conflict(held, &mine.record) {
+            orphan.await;
+            return Err(SubmitError::Conflict {
+                kind,
+                task_id: held.task_id,
+            });
+        }
+        let (answer, ()) = tokio::join!(
+            self.answer_existing(&mine.rkey, held, meta, my_task_id, op_deadline),
+            orphan
+        );
+        answer
     }
 
     /// The key holds a record of the same request: replay it, finishing it
@@ -529,30 +670,43 @@ impl Engine {
                 Ok(self.answer(rec, status, replayed, done.wrote))
             }
             // A `creating` record past its finish deadline, or one without
-            // `status` (buquet's): nothing is written for it. Its task exists
-            // or, once no late write can land any more, it is missing.
+            // `status` (buquet's): nothing is written for it.
             _ => {
-                let until = meta.last_modified
-                    + self.settings.finish_window
-                    + self.settings.late_write_margin;
-                match self.read_status(&rec.task_key, op_deadline).await? {
-                    Some(status) => Ok(self.answer(rec, status, replayed, false)),
-                    // `missing` only once S3's earliest possible time is past
-                    // the last instant a late write can land.
-                    None => {
-                        let s3_now = self.s3_earliest()?;
-                        if s3_now < until {
-                            Err(SubmitError::Undetermined {
-                                task_id: rec.task_id,
-                                retry_after: (until - s3_now).to_std().unwrap_or_default(),
-                            })
-                        } else {
-                            Ok(self.answer(rec, "missing".into(), replayed, false))
-                        }
-                    }
-                }
+                let status = self.settled_status(rec, meta, op_deadline).await?;
+                Ok(self.answer(rec, status, replayed, false))
             }
         }
+    }
+
+    /// The status of a record nothing is written for any more: its task's,
+    /// or `missing` once no late write can land any more (until then, the
+    /// submit is undetermined).
+    async fn settled_status(
+        &self,
+        rec: &Record,
+        meta: &ObjectMeta,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<String, SubmitError> {
+        if let Some(status) = self.read_status(&rec.task_key, op_deadline).await? {
+            return Ok(status);
+        }
+        // `missing` only once S3's earliest possible time is past the last
+        // instant a late write can land.
+        let until = self.late_writes_end(meta);
+        let s3_now = self.s3_earliest()?;
+        if s3_now < until {
+            return Err(SubmitError::Undetermined {
+                task_id: rec.task_id,
+                retry_after: (until - s3_now).to_std().unwrap_or_default(),
+            });
+        }
+        Ok("missing".into())
+    }
+
+    /// The last instant a write for the record read with `meta` can land:
+    /// its finish deadline, plus how late a signed request can still land.
+    fn late_writes_end(&self, meta: &ObjectMeta) -> DateTime<Utc> {
+        meta.last_modified + self.settings.finish_window + self.settings.late_write_margin
     }
 
     /// The task's fields from the request's options at a submit made at
@@ -582,14 +736,6 @@ impl Engine {
             fields.available_at = now;
         }
         Ok(fields)
-    }
-
-    fn task_input<'r>(&self, req: &'r SubmitRequest, offload: bool) -> TaskInput<'r> {
-        if offload {
-            TaskInput::Offloaded
-        } else {
-            TaskInput::Inline(&req.input.canonical)
-        }
     }
 
     /// `payloads/{task_id}/input.json` with If-None-Match: 412 is our own
@@ -633,8 +779,7 @@ impl Engine {
     /// anything: one GET of its task.
     pub async fn phase(&self, rec: &Record, meta: &ObjectMeta) -> Result<Phase, SubmitError> {
         let op_deadline = self.now() + self.settings.operation_timeout;
-        let until =
-            meta.last_modified + self.settings.finish_window + self.settings.late_write_margin;
+        let until = self.late_writes_end(meta);
         // A `ready` record (earlier versions) was written once its task was.
         let settled = rec.status == Some(RecordStatus::Ready) || self.s3_earliest()? >= until;
         let status = self.read_status(&rec.task_key, op_deadline).await?;
@@ -670,6 +815,57 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(task_type: &str, input_hash: &str, options_hash: Option<&str>) -> Record {
+        Record {
+            key: "k".into(),
+            key_hash: "sha256:00".into(),
+            scope: Some("s".into()),
+            task_id: Uuid::new_v4(),
+            task_key: "tasks/0/x.json".into(),
+            task_type: task_type.into(),
+            input_hash: input_hash.into(),
+            status: Some(RecordStatus::Creating),
+            created_at: DateTime::<Utc>::default(),
+            expires_at: DateTime::<Utc>::default(),
+            write_id: Some(Uuid::new_v4()),
+            tenant: None,
+            options_hash: options_hash.map(str::to_owned),
+            pending_task: None,
+            pending_input: None,
+        }
+    }
+
+    #[test]
+    fn another_task_type_input_or_options_is_a_conflict_in_that_order() {
+        let mine = record("t", "sha256:in", Some("sha256:op"));
+        assert_eq!(
+            conflict(&record("t", "sha256:in", Some("sha256:op")), &mine),
+            None
+        );
+        assert_eq!(
+            conflict(&record("u", "sha256:other", None), &mine),
+            Some(ConflictKind::TaskType)
+        );
+        assert_eq!(
+            conflict(&record("t", "sha256:other", None), &mine),
+            Some(ConflictKind::Input)
+        );
+        assert_eq!(
+            conflict(&record("t", "sha256:in", None), &mine),
+            Some(ConflictKind::Options)
+        );
+    }
+
+    #[test]
+    fn a_record_of_buquets_clients_keeps_no_options_and_is_compared_without_them() {
+        let mine = record("t", "sha256:in", Some("sha256:op"));
+        let mut buquets = record("t", "sha256:in", None);
+        buquets.write_id = None;
+        assert_eq!(conflict(&buquets, &mine), None);
+        buquets.input_hash = "sha256:other".into();
+        assert_eq!(conflict(&buquets, &mine), Some(ConflictKind::Input));
+    }
 
     #[test]
     fn a_replay_is_not_created_and_a_first_submit_is() {
