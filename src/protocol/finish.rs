@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use uuid::Uuid;
 
 use super::engine::{Engine, Failure};
 use super::error::SubmitError;
@@ -59,6 +60,53 @@ struct Needs {
     task: bool,
     marker: bool,
     status: Option<String>,
+}
+
+impl Needs {
+    /// A first submit's: nothing can exist yet.
+    fn everything() -> Self {
+        Needs {
+            task: true,
+            marker: true,
+            status: None,
+        }
+    }
+}
+
+/// When, in S3's time and in ours, a finisher's writes must stop, and what a
+/// write refused by that deadline answers.
+struct WriteWindow {
+    task_id: Uuid,
+    /// S3's time: the record's `LastModified` (or our earliest estimate of
+    /// it) + `FINISH_WINDOW_SECONDS`.
+    finish_deadline: DateTime<Utc>,
+    /// The finish deadline on our clock, on its safe side (S3's latest).
+    local_finish_deadline: DateTime<Utc>,
+    /// No attempt starts at or after it: the finish deadline, or the
+    /// operation's if that comes first.
+    deadline: DateTime<Utc>,
+    offset_low: chrono::Duration,
+}
+
+/// What [`Engine::write_missing`] did.
+struct Wrote {
+    /// This call created the task object.
+    created: bool,
+    /// How many attempts the marker took (0: not written).
+    marker_attempts: u32,
+}
+
+/// Whether a marker just written needs the task read again. Not when this
+/// call created the task beside it and the marker landed on its first
+/// attempt: both were sent at once, and a worker that finds the task by
+/// listing `tasks/` needs several round trips (list, read, claim) after the
+/// task lands before its claim deletes a marker (the first submit's path: no
+/// round trip added; docs/protocol.md, "the ready index stays true", says
+/// what stays open). Otherwise (a task found by our read or by our write's
+/// 412, or a marker that took a retry) a worker may have claimed the task in
+/// between.
+fn reread_needed(wrote_marker: bool, created: bool, marker_attempts: u32) -> bool {
+    wrote_marker && (!created || marker_attempts > 1)
 }
 
 /// A record's `pending_task` and where its task lives; a record without
@@ -134,76 +182,130 @@ impl Engine {
         let task_key = rec.task_key.as_str();
         let marker_key = loc.marker_key();
 
-        let Needs {
-            task: need_task,
-            marker: need_marker,
-            mut status,
-        } = match start {
-            Start::Claimed(_) => Needs {
-                task: true,
-                marker: true,
-                status: None,
-            },
+        // 1. Check (a first submit knows: nothing can exist yet).
+        let needs = match start {
+            Start::Claimed(_) => Needs::everything(),
             Start::Check => {
                 self.check(task_key, &marker_key, pending.as_bytes(), &loc, op_deadline)
                     .await?
             }
         };
-        if !need_task && !need_marker {
+        if !needs.task && !needs.marker {
             return Ok(Finished {
                 wrote: false,
-                status,
+                status: needs.status,
             });
         }
 
-        // Both writes stop at the finish deadline: past it nobody writes a
-        // record's task or marker, which is what makes a task 412 mean
-        // "created" and a deleted task stay deleted. The deadline is S3's
-        // time; an attempt may start only while S3's latest possible time is
-        // before it. Without a trusted offset, nothing is written.
+        // 2. Write what is missing, before the finish deadline.
+        let window = self.write_window(rec.task_id, finish_deadline, op_deadline)?;
+        if needs.task && matches!(start, Start::Check) {
+            self.write_pending_payload(rec, &window).await?;
+        }
+        let wrote = self
+            .write_missing(task_key, &pending, &marker_key, &needs, &window)
+            .await?;
+        let mut status = if wrote.created {
+            Some("pending".to_owned())
+        } else {
+            needs.status
+        };
+
+        // 3. Re-read after a marker that a worker may have overtaken.
+        if reread_needed(needs.marker, wrote.created, wrote.marker_attempts) {
+            status = self
+                .verify_marker(task_key, &loc, &marker_key, op_deadline)
+                .await?;
+        }
+        Ok(Finished {
+            wrote: wrote.created || needs.marker,
+            status,
+        })
+    }
+
+    /// The bounds of a finisher's writes. Both stop at the finish deadline:
+    /// past it nobody writes a record's task or marker, which is what makes a
+    /// task 412 mean "created" and a deleted task stay deleted. The deadline
+    /// is S3's time; an attempt may start only while S3's latest possible
+    /// time is before it. Without a trusted offset, nothing is written.
+    fn write_window(
+        &self,
+        task_id: Uuid,
+        finish_deadline: DateTime<Utc>,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<WriteWindow, SubmitError> {
         let offset = self.s3_offset()?;
         let local_finish_deadline = finish_deadline - offset.high;
-        let write_deadline = local_finish_deadline.min(op_deadline);
-        let refused = |f: Failure| match f {
-            Failure::Deadline if self.now() >= local_finish_deadline => {
-                let until = finish_deadline + self.settings.late_write_margin;
+        Ok(WriteWindow {
+            task_id,
+            finish_deadline,
+            local_finish_deadline,
+            deadline: local_finish_deadline.min(op_deadline),
+            offset_low: offset.low,
+        })
+    }
+
+    /// A write that failed: past the finish deadline the submit is
+    /// undetermined until no late write can land any more (a 201 or 200
+    /// needs both objects); any other failure is its own error.
+    fn refused(&self, window: &WriteWindow, f: Failure) -> SubmitError {
+        match f {
+            Failure::Deadline if self.now() >= window.local_finish_deadline => {
+                let until = window.finish_deadline + self.settings.late_write_margin;
                 SubmitError::Undetermined {
-                    task_id: rec.task_id,
-                    retry_after: (until - (self.now() + offset.low))
+                    task_id: window.task_id,
+                    retry_after: (until - (self.now() + window.offset_low))
                         .to_std()
                         .unwrap_or_default(),
                 }
             }
             f => f.into(),
-        };
-        // An offloaded input is in its payload before any task names it: a
-        // worker that claims the task reads it from there. The first submit
-        // wrote it beside the record; a finisher that finds the task missing
-        // writes it from the record's `pending_input` (If-None-Match: 412 is
-        // the payload already there, under this record's own task id), so
-        // nobody needs the producer to send the input again.
-        if need_task
-            && matches!(start, Start::Check)
-            && let Some(input) = &rec.pending_input
-        {
-            let key = payload_key(rec.task_id);
-            let bytes = Bytes::copy_from_slice(input.get().as_bytes());
-            match self
-                .with_retries(write_deadline, || {
-                    self.store.put(&key, bytes.clone(), PutMode::Create)
-                })
-                .await
-            {
-                Ok(_) | Err(Failure::Store(StoreError::PreconditionFailed)) => {}
-                Err(f) => return Err(refused(f)),
-            }
         }
+    }
+
+    /// An offloaded input is in its payload before any task names it: a
+    /// worker that claims the task reads it from there. The first submit
+    /// wrote it beside the record; a finisher that finds the task missing
+    /// writes it from the record's `pending_input` (If-None-Match: 412 is the
+    /// payload already there, under this record's own task id), so nobody
+    /// needs the producer to send the input again.
+    async fn write_pending_payload(
+        &self,
+        rec: &Record,
+        window: &WriteWindow,
+    ) -> Result<(), SubmitError> {
+        let Some(input) = &rec.pending_input else {
+            return Ok(());
+        };
+        let key = payload_key(rec.task_id);
+        let bytes = Bytes::copy_from_slice(input.get().as_bytes());
+        match self
+            .with_retries(window.deadline, || {
+                self.store.put(&key, bytes.clone(), PutMode::Create)
+            })
+            .await
+        {
+            Ok(_) | Err(Failure::Store(StoreError::PreconditionFailed)) => Ok(()),
+            Err(f) => Err(self.refused(window, f)),
+        }
+    }
+
+    /// `PUT task If-None-Match: *` and `PUT marker`, side by side, each only
+    /// if it is missing.
+    async fn write_missing(
+        &self,
+        task_key: &str,
+        pending: &TaskBody<'_>,
+        marker_key: &str,
+        needs: &Needs,
+        window: &WriteWindow,
+    ) -> Result<Wrote, SubmitError> {
         let task_body = pending.to_bytes();
         let (t, m) = tokio::join!(
             async {
-                if need_task {
+                if needs.task {
                     Some(
-                        self.with_retries(write_deadline, || {
+                        self.with_retries(window.deadline, || {
                             self.store.put(task_key, task_body.clone(), PutMode::Create)
                         })
                         .await,
@@ -213,50 +315,30 @@ impl Engine {
                 }
             },
             async {
-                if need_marker {
-                    Some(self.put_marker(&marker_key, write_deadline).await)
+                if needs.marker {
+                    Some(self.put_marker(marker_key, window.deadline).await)
                 } else {
                     None
                 }
             },
         );
-        let mut created = false;
-        match t {
-            None => {}
-            Some(Ok(_)) => {
-                created = true;
-                status = Some("pending".to_owned());
-            }
+        let created = match t {
+            None => false,
+            Some(Ok(_)) => true,
             // Before the finish deadline, 412 can only mean that the task was
             // created (by us, or by another finisher): nobody deletes a task
             // that young, and nobody writes one after the deadline.
-            Some(Err(Failure::Store(StoreError::PreconditionFailed))) => {}
-            Some(Err(f)) => return Err(refused(f)),
-        }
+            Some(Err(Failure::Store(StoreError::PreconditionFailed))) => false,
+            Some(Err(f)) => return Err(self.refused(window, f)),
+        };
         let marker_attempts = match m {
             None => 0,
             Some(Ok(n)) => n,
-            Some(Err(f)) => return Err(refused(f)),
+            Some(Err(f)) => return Err(self.refused(window, f)),
         };
-        // Our marker needs no re-read when this call created the task beside
-        // it and the marker landed on its first attempt: both were sent at
-        // once, and a worker that finds the task by listing `tasks/` needs
-        // several round trips (list, read, claim) after the task lands before
-        // its claim deletes a marker (the first submit's path: no round trip
-        // added; docs/protocol.md, "the ready index stays true", says what
-        // stays open).
-        // Otherwise, a task found by our read or by our write's 412, or a
-        // marker that took a retry, a worker may have claimed the task in
-        // between: read the task again.
-        let verify = need_marker && (!created || marker_attempts > 1);
-        if verify {
-            status = self
-                .verify_marker(task_key, &loc, &marker_key, op_deadline)
-                .await?;
-        }
-        Ok(Finished {
-            wrote: created || need_marker,
-            status,
+        Ok(Wrote {
+            created,
+            marker_attempts,
         })
     }
 
@@ -384,5 +466,23 @@ impl Engine {
                 .await?
                 .unwrap_or_else(|| "missing".into())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_marker_beside_a_task_this_call_created_on_the_first_attempt_goes_unchecked() {
+        // The first submit's path: both sent at once, both landed at once.
+        assert!(!reread_needed(true, true, 1));
+        // The marker took a retry: a worker may have claimed the task since.
+        assert!(reread_needed(true, true, 2));
+        // A task this call did not create (found, or met by a 412).
+        assert!(reread_needed(true, false, 1));
+        // No marker written, nothing to check.
+        assert!(!reread_needed(false, false, 0));
+        assert!(!reread_needed(false, true, 0));
     }
 }
