@@ -50,6 +50,30 @@ impl Checkpoint {
     }
 }
 
+impl Checkpoint {
+    /// Whether another run holds the pass at `now`: its lease runs past it.
+    fn leased_at(&self, now: DateTime<Utc>) -> bool {
+        self.running_until.is_some_and(|u| u > now)
+    }
+}
+
+/// The pass a run works on: the unfinished one it finds (`true`: resumed),
+/// whose ranges and window it keeps, or a new one opening at `started`,
+/// whose window begins where the last complete pass did.
+fn open_pass(saved: Option<Checkpoint>, started: DateTime<Utc>) -> (Checkpoint, bool) {
+    match saved {
+        Some(c) if !c.complete => (c, true),
+        Some(c) => (Checkpoint::new_pass(Some(c.pass), started), false),
+        None => (Checkpoint::new_pass(None, started), false),
+    }
+}
+
+/// How many keys the next listing asks for: a page, or what is left of a
+/// run bounded by `max_records` (`scanned` is below it).
+fn page_limit(max_records: Option<usize>, scanned: u64) -> usize {
+    max_records.map_or(PAGE, |m| (m as u64 - scanned).min(PAGE as u64) as usize)
+}
+
 /// What one step of a pass (a page of one range) left behind.
 struct RangeStep {
     tally: SweepSummary,
@@ -86,69 +110,117 @@ impl Engine {
             dry_run: opts.dry_run,
             ..SweepSummary::default()
         };
-        let (saved, mut etag) = match self
+        // 1. Where the last run left the pass.
+        let (saved, mut etag) = self.read_checkpoint(opts, &mut summary).await?;
+        // 2. One clock reading, in S3's time (the records' LastModified is):
+        // the new pass's instant, and the time the lease of another run is
+        // judged against. A pass whose clock is off writes no checkpoint.
+        let local_start = self.now();
+        let started = self.s3_earliest()?;
+        if saved.as_ref().is_some_and(|c| c.leased_at(started)) {
+            summary.busy = true;
+            return Ok(summary);
+        }
+        let (mut cp, resumed) = open_pass(saved, started);
+        summary.resumed = resumed;
+        if !opts.dry_run {
+            match self
+                .claim_pass(&mut cp, etag.as_ref(), opts, local_start, started)
+                .await?
+            {
+                Some(e) => etag = Some(e),
+                None => {
+                    summary.busy = true;
+                    return Ok(summary);
+                }
+            }
+        }
+
+        // 3.-5. The ranges, side by side, each record judged against the
+        // pass's one window.
+        let todo = std::mem::take(&mut cp.ranges);
+        let window = (cp.previous_pass, cp.pass);
+        cp.ranges = self.list_ranges(todo, window, opts, &mut summary).await;
+        summary.complete = cp.ranges.is_empty();
+        cp.complete = summary.complete;
+        cp.running_until = None;
+        if !opts.dry_run {
+            self.save_checkpoint(&cp, etag.as_ref()).await?;
+        }
+        // Once the records are done: payloads that no task names.
+        if summary.complete
+            && let Err(e) = self.sweep_payloads(opts, started, &mut summary).await
+        {
+            tracing::warn!(error = %e, "the payload listing stopped");
+            summary.errors += 1;
+        }
+        Ok(summary)
+    }
+
+    /// `GET sweeper/checkpoint.json`: the pass it holds, if it is one, and
+    /// the ETag a claim swaps it by.
+    async fn read_checkpoint(
+        &self,
+        opts: &SweepOptions,
+        summary: &mut SweepSummary,
+    ) -> Result<(Option<Checkpoint>, Option<ETag>), SubmitError> {
+        match self
             .with_retries(self.request_deadline(opts.deadline), || {
                 self.store.get(CHECKPOINT_KEY)
             })
             .await
         {
             Ok(o) => match serde_json::from_slice::<Checkpoint>(&o.body) {
-                Ok(cp) => (Some(cp), Some(o.meta.etag)),
+                Ok(cp) => Ok((Some(cp), Some(o.meta.etag))),
                 // Not ours to read: say so, count it, and begin a new pass
                 // over it (by compare-and-swap on what is there).
                 Err(e) => {
                     tracing::error!(key = CHECKPOINT_KEY, error = %e, "the sweeper's checkpoint does not parse: a new pass begins");
                     summary.errors += 1;
-                    (None, Some(o.meta.etag))
+                    Ok((None, Some(o.meta.etag)))
                 }
             },
-            Err(Failure::Store(StoreError::NotFound)) => (None, None),
-            Err(e) => return Err(e.into()),
-        };
-        // One clock reading, in S3's time (the records' LastModified is):
-        // the new pass's instant, and the time the lease of another run is
-        // judged against. A pass whose clock is off writes no checkpoint.
-        let local_start = self.now();
-        let started = self.s3_earliest()?;
-        if let Some(c) = &saved
-            && c.running_until.is_some_and(|u| u > started)
+            Err(Failure::Store(StoreError::NotFound)) => Ok((None, None)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Claims the pass for this run by writing the checkpoint back with a
+    /// lease (`If-Match` what was read): the new ETag, or `None` when
+    /// another run wrote it since and has the pass.
+    async fn claim_pass(
+        &self,
+        cp: &mut Checkpoint,
+        etag: Option<&ETag>,
+        opts: &SweepOptions,
+        local_start: DateTime<Utc>,
+        started: DateTime<Utc>,
+    ) -> Result<Option<ETag>, SubmitError> {
+        let run = opts
+            .deadline
+            .map_or(Duration::minutes(15), |d| d - local_start);
+        cp.running_until = Some(started + run + self.settings.operation_timeout);
+        match self
+            .write_checkpoint(cp, etag, self.request_deadline(opts.deadline))
+            .await
         {
-            summary.busy = true;
-            return Ok(summary);
+            Ok(e) => Ok(Some(e)),
+            Err(Failure::Store(StoreError::PreconditionFailed)) => Ok(None),
+            Err(e) => Err(e.into()),
         }
-        // An unfinished pass always saves the ranges it has left.
-        let mut cp = match saved {
-            Some(c) if !c.complete => {
-                summary.resumed = true;
-                c
-            }
-            Some(c) => Checkpoint::new_pass(Some(c.pass), started),
-            None => Checkpoint::new_pass(None, started),
-        };
+    }
 
-        if !opts.dry_run {
-            // Claim the pass: if another run wrote the checkpoint since we
-            // read it, that run has it.
-            let run = opts
-                .deadline
-                .map_or(Duration::minutes(15), |d| d - local_start);
-            let lease = started + run + self.settings.operation_timeout;
-            cp.running_until = Some(lease);
-            match self
-                .write_checkpoint(&cp, etag.as_ref(), self.request_deadline(opts.deadline))
-                .await
-            {
-                Ok(e) => etag = Some(e),
-                Err(Failure::Store(StoreError::PreconditionFailed)) => {
-                    summary.busy = true;
-                    return Ok(summary);
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-
-        let (window_from, window_to) = (cp.previous_pass, cp.pass);
-        let mut todo: VecDeque<Range> = std::mem::take(&mut cp.ranges).into();
+    /// Lists `ranges` side by side (one at a time for a run bounded by
+    /// `max_records`), none started past the run's deadline: the ranges
+    /// left for the next run.
+    async fn list_ranges(
+        &self,
+        ranges: Vec<Range>,
+        window: (Option<DateTime<Utc>>, DateTime<Utc>),
+        opts: &SweepOptions,
+        summary: &mut SweepSummary,
+    ) -> Vec<Range> {
+        let mut todo: VecDeque<Range> = ranges.into();
         let mut later: Vec<Range> = Vec::new();
         let at_once = if opts.max_records.is_some() {
             1
@@ -162,10 +234,8 @@ impl Engine {
                 && opts.max_records.is_none_or(|m| summary.scanned < m as u64)
                 && let Some(range) = todo.pop_front()
             {
-                let left = opts.max_records.map_or(PAGE, |m| {
-                    (m as u64 - summary.scanned).min(PAGE as u64) as usize
-                });
-                running.push(self.sweep_range(range, (window_from, window_to), left, opts));
+                let limit = page_limit(opts.max_records, summary.scanned);
+                running.push(self.sweep_range(range, window, limit, opts));
             }
             let Some(step) = running.next().await else {
                 break;
@@ -175,31 +245,26 @@ impl Engine {
             todo.extend(step.next);
         }
         later.extend(todo);
-        summary.complete = later.is_empty();
-        cp.ranges = later;
-        cp.complete = summary.complete;
-        cp.running_until = None;
-        if !opts.dry_run {
-            match self
-                // The place is saved even past the run's deadline: that is
-                // what the stop margin is for.
-                .write_checkpoint(&cp, etag.as_ref(), self.request_deadline(None))
-                .await
-            {
-                Ok(_) => {}
-                // Taken over after our lease ran out: its place wins.
-                Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        // Once the records are done: payloads that no task names.
-        if summary.complete
-            && let Err(e) = self.sweep_payloads(opts, started, &mut summary).await
+        later
+    }
+
+    /// Writes the checkpoint back at the end of a run (`If-Match` its
+    /// claim), even past the run's deadline: that is what the stop margin is
+    /// for.
+    async fn save_checkpoint(
+        &self,
+        cp: &Checkpoint,
+        etag: Option<&ETag>,
+    ) -> Result<(), SubmitError> {
+        match self
+            .write_checkpoint(cp, etag, self.request_deadline(None))
+            .await
         {
-            tracing::warn!(error = %e, "the payload listing stopped");
-            summary.errors += 1;
+            Ok(_) => Ok(()),
+            // Taken over after our lease ran out: its place wins.
+            Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => Ok(()),
+            Err(e) => Err(e.into()),
         }
-        Ok(summary)
     }
 
     async fn write_checkpoint(
@@ -372,5 +437,62 @@ impl Engine {
             next: vec![],
             wait: vec![range],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn an_unfinished_pass_is_resumed_with_its_window_and_ranges() {
+        let mut cp =
+            Checkpoint::new_pass(Some(t("2026-01-01T00:00:00Z")), t("2026-01-02T00:00:00Z"));
+        cp.ranges = vec![Range::Scopes {
+            after: Some("idempotency/s/ab.json".into()),
+        }];
+        let (open, resumed) = open_pass(Some(cp.clone()), t("2026-01-03T00:00:00Z"));
+        assert!(resumed);
+        assert_eq!(open.previous_pass, cp.previous_pass);
+        assert_eq!(open.pass, cp.pass);
+        assert_eq!(open.ranges, cp.ranges);
+    }
+
+    #[test]
+    fn a_new_pass_opens_where_the_last_complete_one_began_or_at_the_beginning() {
+        let mut done = Checkpoint::new_pass(None, t("2026-01-02T00:00:00Z"));
+        done.complete = true;
+        done.ranges.clear();
+        let now = t("2026-01-03T00:00:00Z");
+        let (open, resumed) = open_pass(Some(done), now);
+        assert!(!resumed);
+        assert_eq!(open.previous_pass, Some(t("2026-01-02T00:00:00Z")));
+        assert_eq!(open.pass, now);
+        assert_eq!(open.ranges, vec![Range::Scopes { after: None }]);
+        let (first, resumed) = open_pass(None, now);
+        assert!(!resumed);
+        assert_eq!((first.previous_pass, first.pass), (None, now));
+    }
+
+    #[test]
+    fn a_lease_holds_the_pass_until_it_runs_out() {
+        let now = t("2026-01-03T00:00:00Z");
+        let mut cp = Checkpoint::new_pass(None, now);
+        assert!(!cp.leased_at(now));
+        cp.running_until = Some(now + Duration::seconds(1));
+        assert!(cp.leased_at(now));
+        cp.running_until = Some(now);
+        assert!(!cp.leased_at(now), "a lease ending now has run out");
+    }
+
+    #[test]
+    fn a_bounded_run_asks_for_no_more_keys_than_it_has_left() {
+        assert_eq!(page_limit(None, 5_000), PAGE);
+        assert_eq!(page_limit(Some(10), 3), 7);
+        assert_eq!(page_limit(Some(PAGE * 3), 0), PAGE);
     }
 }
