@@ -4,11 +4,56 @@
 use chrono::{DateTime, Utc};
 
 use super::RecordOutcome;
+use crate::config::Settings;
 use crate::protocol::engine::{Engine, Failure};
 use crate::protocol::error::SubmitError;
 use crate::protocol::finish::Start;
 use crate::protocol::record::{Record, RecordStatus};
-use crate::store::StoreError;
+use crate::store::{ObjectMeta, StoreError};
+
+/// What the sweeper owes a record it read, by the record's current state
+/// (docs/protocol.md, "Record events").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owed {
+    /// Past `expires_at`, whatever its status: deleted.
+    Deletion,
+    /// Gone to its task, `ready`, or without `status` (another client's).
+    Nothing,
+    /// `creating` past its finish deadline: nothing is written for it any
+    /// more; only a missing task is worth a word.
+    Settled,
+    /// `creating`, younger than `STALE_CREATING_AFTER_SECONDS`: its own
+    /// submit may still be at work.
+    Early,
+    /// `creating`, stale, before its finish deadline: checked, and what is
+    /// missing written.
+    Finishing { finish_deadline: DateTime<Utc> },
+}
+
+/// Judges `rec`, last written at `last_modified`, in S3's time on its safe
+/// side: expired and stale by S3's `earliest` possible time now, past the
+/// deadline by its `latest`.
+fn owed(
+    rec: &Record,
+    last_modified: DateTime<Utc>,
+    (earliest, latest): (DateTime<Utc>, DateTime<Utc>),
+    settings: &Settings,
+) -> Owed {
+    if rec.is_expired(earliest) {
+        return Owed::Deletion;
+    }
+    if rec.status != Some(RecordStatus::Creating) {
+        return Owed::Nothing;
+    }
+    let finish_deadline = last_modified + settings.finish_window;
+    if latest >= finish_deadline {
+        Owed::Settled
+    } else if earliest - last_modified < settings.stale_creating_after {
+        Owed::Early
+    } else {
+        Owed::Finishing { finish_deadline }
+    }
+}
 
 impl Engine {
     /// Reads the record at `key` and does what its state needs
@@ -40,76 +85,96 @@ impl Engine {
         dry_run: bool,
         op_deadline: DateTime<Utc>,
     ) -> RecordOutcome {
-        let obj = match self.with_retries(op_deadline, || self.store.get(key)).await {
-            Ok(o) => o,
-            Err(Failure::Store(StoreError::NotFound)) => return RecordOutcome::Nothing,
-            Err(e) => return self.failed(key, e.into()),
+        let (rec, meta) = match self.read_swept(key, op_deadline).await {
+            Ok(Some(read)) => read,
+            Ok(None) => return RecordOutcome::Nothing,
+            Err(outcome) => return outcome,
         };
-        let rec = match Record::parse(&obj.body) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(record = key, error = %e, "corrupt idempotency record");
-                return RecordOutcome::Corrupt;
-            }
-        };
-        // Every judgement below is in S3's time, on its safe side: expired
-        // and stale by S3's earliest possible time, past the deadline by its
-        // latest. A clock too far off (or not known) leaves the record for a
-        // later delivery.
+        // A clock too far off (or not known) leaves the record for a later
+        // delivery.
         let offset = match self.s3_offset() {
             Ok(o) => o,
             Err(e) => return self.failed(key, e),
         };
         let now = self.now();
-        let (earliest, latest) = (now + offset.low, now + offset.high);
-        let meta = &obj.meta;
-        if rec.is_expired(earliest) {
-            // Whatever its status; only if nobody replaced it since we read it.
-            if dry_run {
-                return RecordOutcome::ExpiredDeleted;
+        let s3_now = (now + offset.low, now + offset.high);
+        match owed(&rec, meta.last_modified, s3_now, &self.settings) {
+            Owed::Deletion if dry_run => RecordOutcome::ExpiredDeleted,
+            Owed::Deletion => self.delete_expired(key, &meta, op_deadline).await,
+            Owed::Nothing => RecordOutcome::Nothing,
+            Owed::Settled => self.check_settled(key, &rec, op_deadline).await,
+            Owed::Early => RecordOutcome::Early,
+            Owed::Finishing { .. } if dry_run => RecordOutcome::Finished,
+            Owed::Finishing { finish_deadline } => {
+                // Written once, the record stays as it is: the sweeper only
+                // writes what its submit left missing.
+                match self
+                    .finish(key, &rec, Start::Check, finish_deadline, op_deadline)
+                    .await
+                {
+                    Ok(done) if done.wrote => RecordOutcome::Finished,
+                    Ok(_) => RecordOutcome::Nothing,
+                    Err(e) => self.failed(key, e),
+                }
             }
-            return match self
-                .with_retries(op_deadline, || self.store.delete(key, Some(&meta.etag)))
-                .await
-            {
-                Ok(()) => RecordOutcome::ExpiredDeleted,
-                Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => {
-                    RecordOutcome::Nothing
-                }
-                Err(e) => self.failed(key, e.into()),
-            };
         }
-        if rec.status != Some(RecordStatus::Creating) {
-            return RecordOutcome::Nothing;
+    }
+
+    /// `GET record`: `None` when it is gone; the outcome when it cannot be
+    /// read or does not parse.
+    async fn read_swept(
+        &self,
+        key: &str,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Option<(Record, ObjectMeta)>, RecordOutcome> {
+        let obj = match self.with_retries(op_deadline, || self.store.get(key)).await {
+            Ok(o) => o,
+            Err(Failure::Store(StoreError::NotFound)) => return Ok(None),
+            Err(e) => return Err(self.failed(key, e.into())),
+        };
+        match Record::parse(&obj.body) {
+            Ok(rec) => Ok(Some((rec, obj.meta))),
+            Err(e) => {
+                tracing::warn!(record = key, error = %e, "corrupt idempotency record");
+                Err(RecordOutcome::Corrupt)
+            }
         }
-        let finish_deadline = meta.last_modified + self.settings.finish_window;
-        if latest >= finish_deadline {
-            // Settled or settling: nothing is written for it any more. Only
-            // a submit that never got its task is an error (it answers
-            // `missing`); a record whose task is there is done.
-            return match self.read_status(&rec.task_key, op_deadline).await {
-                Ok(Some(_)) => RecordOutcome::Nothing,
-                Ok(None) => {
-                    tracing::warn!(record = key, task_id = %rec.task_id, "creating record past its finish deadline without its task");
-                    RecordOutcome::PastDeadline
-                }
-                Err(e) => self.failed(key, e),
-            };
-        }
-        if earliest - meta.last_modified < self.settings.stale_creating_after {
-            return RecordOutcome::Early;
-        }
-        if dry_run {
-            return RecordOutcome::Finished;
-        }
-        // Written once, the record stays as it is: the sweeper only writes
-        // what its submit left missing.
+    }
+
+    /// `DELETE If-Match: <etag read>`: only if nobody replaced it since.
+    async fn delete_expired(
+        &self,
+        key: &str,
+        meta: &ObjectMeta,
+        op_deadline: DateTime<Utc>,
+    ) -> RecordOutcome {
         match self
-            .finish(key, &rec, Start::Check, finish_deadline, op_deadline)
+            .with_retries(op_deadline, || self.store.delete(key, Some(&meta.etag)))
             .await
         {
-            Ok(done) if done.wrote => RecordOutcome::Finished,
-            Ok(_) => RecordOutcome::Nothing,
+            Ok(()) => RecordOutcome::ExpiredDeleted,
+            Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => {
+                RecordOutcome::Nothing
+            }
+            Err(e) => self.failed(key, e.into()),
+        }
+    }
+
+    /// A record settled or settling: only a submit that never got its task
+    /// is an error (it answers `missing`); a record whose task is there is
+    /// done.
+    async fn check_settled(
+        &self,
+        key: &str,
+        rec: &Record,
+        op_deadline: DateTime<Utc>,
+    ) -> RecordOutcome {
+        match self.read_status(&rec.task_key, op_deadline).await {
+            Ok(Some(_)) => RecordOutcome::Nothing,
+            Ok(None) => {
+                tracing::warn!(record = key, task_id = %rec.task_id, "creating record past its finish deadline without its task");
+                RecordOutcome::PastDeadline
+            }
             Err(e) => self.failed(key, e),
         }
     }
@@ -117,5 +182,109 @@ impl Engine {
     fn failed(&self, key: &str, e: SubmitError) -> RecordOutcome {
         tracing::warn!(record = key, error = %e, "sweep could not handle a record");
         RecordOutcome::Failed(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Duration;
+    use uuid::Uuid;
+
+    use super::*;
+
+    const T0: &str = "2026-01-27T12:00:00Z";
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(T0)
+            .unwrap()
+            .with_timezone(&Utc)
+            + Duration::seconds(secs)
+    }
+
+    /// A record written at 0 that expires at `expires`, with `status`.
+    fn written(status: Option<RecordStatus>, expires: i64) -> Record {
+        Record {
+            key: "k".into(),
+            key_hash: "sha256:00".into(),
+            scope: Some("s".into()),
+            task_id: Uuid::nil(),
+            task_key: "tasks/0/x.json".into(),
+            task_type: "t".into(),
+            input_hash: "sha256:11".into(),
+            status,
+            created_at: at(0),
+            expires_at: at(expires),
+            write_id: Some(Uuid::nil()),
+            tenant: None,
+            options_hash: None,
+            pending_task: None,
+            pending_input: None,
+        }
+    }
+
+    /// What the sweeper owes that record when S3's time is `now` ± `skew`.
+    fn owed_at(rec: &Record, now: i64, skew: i64) -> Owed {
+        owed(
+            rec,
+            at(0),
+            (at(now - skew), at(now + skew)),
+            &Settings::default(),
+        )
+    }
+
+    #[test]
+    fn a_creating_record_is_early_then_finished_then_settled_by_its_age() {
+        let s = Settings::default();
+        let (stale, window) = (
+            s.stale_creating_after.num_seconds(),
+            s.finish_window.num_seconds(),
+        );
+        let rec = written(Some(RecordStatus::Creating), 86_400);
+        assert_eq!(owed_at(&rec, stale - 1, 0), Owed::Early);
+        assert_eq!(
+            owed_at(&rec, stale, 0),
+            Owed::Finishing {
+                finish_deadline: at(window)
+            }
+        );
+        assert_eq!(
+            owed_at(&rec, window - 1, 0),
+            Owed::Finishing {
+                finish_deadline: at(window)
+            }
+        );
+        assert_eq!(owed_at(&rec, window, 0), Owed::Settled);
+    }
+
+    #[test]
+    fn stale_is_judged_by_s3s_earliest_time_and_past_the_deadline_by_its_latest() {
+        let s = Settings::default();
+        let (stale, window) = (
+            s.stale_creating_after.num_seconds(),
+            s.finish_window.num_seconds(),
+        );
+        let rec = written(Some(RecordStatus::Creating), 86_400);
+        // S3's time may be a second earlier: not stale yet.
+        assert_eq!(owed_at(&rec, stale, 1), Owed::Early);
+        // S3's time may be a second later: past the deadline already.
+        assert_eq!(owed_at(&rec, window - 1, 1), Owed::Settled);
+    }
+
+    #[test]
+    fn an_expired_record_is_deleted_whatever_its_status_and_others_are_left() {
+        for status in [
+            Some(RecordStatus::Creating),
+            Some(RecordStatus::Ready),
+            None,
+        ] {
+            assert_eq!(owed_at(&written(status, 100), 100, 0), Owed::Deletion);
+            // Expiry by S3's earliest time: never early.
+            assert_ne!(owed_at(&written(status, 100), 100, 1), Owed::Deletion);
+        }
+        assert_eq!(
+            owed_at(&written(Some(RecordStatus::Ready), 86_400), 0, 0),
+            Owed::Nothing
+        );
+        assert_eq!(owed_at(&written(None, 86_400), 10_000, 0), Owed::Nothing);
     }
 }
