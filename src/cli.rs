@@ -219,23 +219,11 @@ impl Outcome {
 /// `submit --batch`: every line of `path` submitted as a batch item, the
 /// settings' `max_batch_tasks` at a time.
 async fn submit_batch(queue: &Queue, path: &std::path::Path) -> Outcome {
-    use crate::lambda::problem::Problem;
+    use crate::lambda::batch::{item_result, prepare, submit_prepared};
     use crate::lambda::request::SubmitBody;
-    let text = if path.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map(|_| s)
-    } else {
-        std::fs::read_to_string(path)
-    };
-    let text = match text {
+    let text = match read_lines_file(path) {
         Ok(t) => t,
-        Err(e) => {
-            return error(
-                exit::INVALID,
-                "invalid_request",
-                format!("{}: {e}", path.display()),
-            );
-        }
+        Err(e) => return error(exit::INVALID, "invalid_request", e),
     };
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     if lines.is_empty() {
@@ -250,31 +238,35 @@ async fn submit_batch(queue: &Queue, path: &std::path::Path) -> Outcome {
     }
     let mut results: Vec<Result<crate::Submitted, SubmitError>> = Vec::with_capacity(lines.len());
     for chunk in lines.chunks(queue.settings().max_batch_tasks.max(1)) {
-        let mut builders = Vec::with_capacity(chunk.len());
-        let mut unread: Vec<Option<SubmitError>> = Vec::with_capacity(chunk.len());
-        for line in chunk {
-            let prepared = SubmitBody::parse(line.as_bytes()).and_then(|b| {
-                let key = b.idempotency_key.clone();
-                b.into_submit(queue, key, None)
-            });
-            match prepared {
-                Ok(b) => {
-                    builders.push(b);
-                    unread.push(None);
-                }
-                Err(e) => unread.push(Some(e.into())),
-            }
-        }
-        let mut sent = queue.submit_many(builders).await.into_iter();
-        for u in unread {
-            results.push(match u {
-                Some(e) => Err(e),
-                None => sent.next().unwrap_or(Err(SubmitError::DeadlineExceeded)),
-            });
-        }
+        let prepared = chunk
+            .iter()
+            .map(|line| prepare(queue, SubmitBody::parse(line.as_bytes()), None))
+            .collect();
+        results.extend(submit_prepared(queue, prepared).await);
     }
+    Outcome {
+        exit: batch_exit(&results),
+        output: Value::Array(results.iter().map(|r| item_result(r, "")).collect()),
+    }
+}
+
+/// The text of `path` (`-`: stdin), or what stopped its reading.
+fn read_lines_file(path: &std::path::Path) -> Result<String, String> {
+    let text = if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map(|_| s)
+    } else {
+        std::fs::read_to_string(path)
+    };
+    text.map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `submit --batch`'s exit: 0 when every line was created or replayed; else
+/// 1 if a line failed in a way a retry may fix, else 3 if a line
+/// conflicted, else 2.
+fn batch_exit(results: &[Result<crate::Submitted, SubmitError>]) -> i32 {
     let failed = |f: fn(&SubmitError) -> bool| results.iter().any(|r| r.as_ref().is_err_and(f));
-    let exit = if results.iter().all(Result::is_ok) {
+    if results.iter().all(Result::is_ok) {
         exit::OK
     } else if failed(|e| submit_error(e).exit == exit::FAILED) {
         exit::FAILED
@@ -282,21 +274,6 @@ async fn submit_batch(queue: &Queue, path: &std::path::Path) -> Outcome {
         exit::CONFLICT
     } else {
         exit::INVALID
-    };
-    let output = results
-        .iter()
-        .map(|r| match r {
-            Ok(s) => {
-                let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
-                v["status_code"] = json!(if s.created() { 201 } else { 200 });
-                v
-            }
-            Err(e) => Problem::from_submit(e).body(),
-        })
-        .collect();
-    Outcome {
-        exit,
-        output: Value::Array(output),
     }
 }
 
@@ -331,8 +308,8 @@ pub fn config(cli: &Cli) -> Result<Config, Outcome> {
     .map_err(|e| error(exit::INVALID, "invalid_configuration", e))
 }
 
-/// An SQS client configured from the environment as the SDK reads it
-/// (`AWS_ENDPOINT_URL_SQS` for a local SQS).
+/// `idem key`: the record of a key (without `pending_task`), with how a
+/// replay would judge it.
 async fn key_record(queue: &Queue, scope: &str, key: &str, tenant: Option<&Tenant>) -> Outcome {
     match queue.record(scope, key, tenant).await {
         Ok(Some((mut rec, meta))) => {
@@ -354,6 +331,8 @@ async fn key_record(queue: &Queue, scope: &str, key: &str, tenant: Option<&Tenan
     }
 }
 
+/// An SQS client configured from the environment as the SDK reads it
+/// (`AWS_ENDPOINT_URL_SQS` for a local SQS).
 async fn sqs_client_from_env() -> aws_sdk_sqs::Client {
     let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .http_client(crate::store::s3::https_client())
@@ -380,7 +359,6 @@ async fn drain_due_queue(
     wait_seconds: i32,
 ) -> Result<Value, String> {
     use crate::lambda::due::{DueMessage, handle_messages};
-    let show = |e: &dyn std::fmt::Display| e.to_string();
     let mut summary = crate::protocol::SweepSummary {
         dry_run,
         complete: true,
@@ -390,15 +368,7 @@ async fn drain_due_queue(
     // A dry run's messages, to make visible again at the end.
     let mut to_release: Vec<String> = Vec::new();
     loop {
-        let out = sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(wait_seconds)
-            .send()
-            .await
-            .map_err(|e| show(&aws_sdk_sqs::error::DisplayErrorContext(e)))?;
-        let msgs = out.messages.unwrap_or_default();
+        let msgs = receive(sqs, url, wait_seconds).await?;
         if msgs.is_empty() {
             break;
         }
@@ -413,56 +383,23 @@ async fn drain_due_queue(
         let batch = handle_messages(queue.engine(), bucket, &due, dry_run, None).await;
         summary.add(&batch.summary);
         retried += batch.retry.len();
-        let handles = msgs.iter().filter_map(|m| {
-            let retry = batch.retry.iter().any(|r| Some(r) == m.message_id.as_ref());
-            Some((retry, m.receipt_handle.clone()?))
-        });
-        let mut delete = Vec::new();
-        for (i, (retry, handle)) in handles.enumerate() {
-            if dry_run {
-                to_release.push(handle);
-            } else if !retry {
-                // A retried message is left to come back after its
-                // visibility timeout, as the function's batch failures do.
-                delete.push(
-                    aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(handle)
-                        .build()
-                        .map_err(|e| show(&e))?,
-                );
-            }
-        }
-        if !delete.is_empty() {
-            sqs.delete_message_batch()
-                .queue_url(url)
-                .set_entries(Some(delete))
-                .send()
-                .await
-                .map_err(|e| show(&aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+        // A retried message is left to come back after its visibility
+        // timeout, as the function's batch failures do.
+        let handles: Vec<(bool, String)> = msgs
+            .iter()
+            .filter_map(|m| {
+                let retry = batch.retry.iter().any(|r| Some(r) == m.message_id.as_ref());
+                Some((retry, m.receipt_handle.clone()?))
+            })
+            .collect();
+        if dry_run {
+            to_release.extend(handles.into_iter().map(|(_, h)| h));
+        } else {
+            delete_handled(sqs, url, &handles).await?;
         }
     }
     if dry_run {
-        for chunk in to_release.chunks(10) {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, h)| {
-                    aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(h)
-                        .visibility_timeout(0)
-                        .build()
-                        .map_err(|e| show(&e))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            sqs.change_message_visibility_batch()
-                .queue_url(url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .map_err(|e| show(&aws_sdk_sqs::error::DisplayErrorContext(e)))?;
-        }
+        release(sqs, url, &to_release).await?;
     }
     let mut v = serde_json::to_value(&summary).unwrap_or(Value::Null);
     v["messages"] = json!(received);
@@ -470,6 +407,85 @@ async fn drain_due_queue(
     v["ignored"] = json!(summary.ignored);
     v["unrecognized"] = json!(summary.unrecognized);
     Ok(v)
+}
+
+fn sqs_error<E>(e: aws_sdk_sqs::error::SdkError<E>) -> String
+where
+    E: std::error::Error + 'static,
+{
+    aws_sdk_sqs::error::DisplayErrorContext(e).to_string()
+}
+
+/// Up to ten messages, long-polled for `wait_seconds`.
+async fn receive(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    wait_seconds: i32,
+) -> Result<Vec<aws_sdk_sqs::types::Message>, String> {
+    let out = sqs
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(wait_seconds)
+        .send()
+        .await
+        .map_err(sqs_error)?;
+    Ok(out.messages.unwrap_or_default())
+}
+
+/// Deletes the messages of one receive (`(retry, receipt handle)`, in the
+/// receive's order) that are not to be retried.
+async fn delete_handled(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    handles: &[(bool, String)],
+) -> Result<(), String> {
+    let mut delete = Vec::new();
+    for (i, (retry, handle)) in handles.iter().enumerate() {
+        if !retry {
+            delete.push(
+                aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(handle)
+                    .build()
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+    }
+    if !delete.is_empty() {
+        sqs.delete_message_batch()
+            .queue_url(url)
+            .set_entries(Some(delete))
+            .send()
+            .await
+            .map_err(sqs_error)?;
+    }
+    Ok(())
+}
+
+/// Makes a dry run's messages visible again at once, ten at a time.
+async fn release(sqs: &aws_sdk_sqs::Client, url: &str, handles: &[String]) -> Result<(), String> {
+    for chunk in handles.chunks(10) {
+        let entries = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(h)
+                    .visibility_timeout(0)
+                    .build()
+                    .map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        sqs.change_message_visibility_batch()
+            .queue_url(url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(sqs_error)?;
+    }
+    Ok(())
 }
 
 /// Runs one command against `queue` in `bucket`.
@@ -494,34 +510,15 @@ pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
                     "--type and --input are required (or --batch FILE)",
                 );
             };
-            let input: Value = match serde_json::from_str(&input) {
-                Ok(v) => v,
-                Err(e) => return error(exit::INVALID, "invalid_request", format!("input: {e}")),
+            let one = OneSubmit {
+                task_type,
+                input,
+                key,
+                ttl_seconds,
+                scope,
+                options: *options,
             };
-            let mut b = match options.parse() {
-                Ok(o) => queue.submit_value(task_type, input).options(o),
-                Err(e) => return submit_error(&e.into()),
-            };
-            if let Some(k) = key {
-                b = b.idempotency_key(k);
-            }
-            if let Some(secs) = ttl_seconds {
-                match Ttl::seconds(secs) {
-                    Ok(d) => b = b.idempotency_ttl(d),
-                    Err(e) => return submit_error(&e.into()),
-                }
-            }
-            match Scope::parse(scope.as_deref()) {
-                Ok(s) => b = b.idempotency_scope(s),
-                Err(e) => return submit_error(&e.into()),
-            }
-            match b.await {
-                Ok(s) => Outcome {
-                    exit: exit::OK,
-                    output: serde_json::to_value(&s).unwrap_or(Value::Null),
-                },
-                Err(e) => submit_error(&e),
-            }
+            submit_one(queue, one).await
         }
         Command::Key { scope, key, tenant } => {
             let tenant = match tenant
@@ -541,60 +538,109 @@ pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
         } => {
             let sqs = sqs_client_from_env().await;
             match drain_due_queue(&sqs, &url, queue, bucket, dry_run, wait_seconds).await {
-                Ok(v) => Outcome {
-                    exit: exit::OK,
-                    output: v,
-                },
+                Ok(v) => ok(v),
                 Err(e) => error(exit::FAILED, "queue_error", e),
             }
         }
-        Command::Sweep { dry_run, .. } => {
-            let opts = crate::protocol::SweepOptions {
-                dry_run,
-                ..Default::default()
-            };
-            match queue.engine().sweep(&opts).await {
-                Ok(summary) => Outcome {
-                    exit: exit::OK,
-                    output: serde_json::to_value(&summary).unwrap_or(Value::Null),
-                },
-                Err(e) => submit_error(&e),
-            }
+        Command::Sweep { dry_run, .. } => sweep_pass(queue, dry_run).await,
+        Command::Doctor { due_queue_arn } => doctor(queue, bucket, due_queue_arn).await,
+        Command::Task { task_id } => task(queue, &task_id).await,
+    }
+}
+
+/// A success: exit 0, and what to print.
+fn ok(output: Value) -> Outcome {
+    Outcome {
+        exit: exit::OK,
+        output,
+    }
+}
+
+/// The flags of one `idem submit` without `--batch`.
+struct OneSubmit {
+    task_type: String,
+    input: String,
+    key: Option<String>,
+    ttl_seconds: Option<i64>,
+    scope: Option<String>,
+    options: TaskOptionArgs,
+}
+
+/// `idem submit --type T --input JSON`: the flags through the checks of a
+/// `POST /tasks` body, then the submit; prints its success body.
+async fn submit_one(queue: &Queue, one: OneSubmit) -> Outcome {
+    let input: Value = match serde_json::from_str(&one.input) {
+        Ok(v) => v,
+        Err(e) => return error(exit::INVALID, "invalid_request", format!("input: {e}")),
+    };
+    let mut b = match one.options.parse() {
+        Ok(o) => queue.submit_value(one.task_type, input).options(o),
+        Err(e) => return submit_error(&e.into()),
+    };
+    if let Some(k) = one.key {
+        b = b.idempotency_key(k);
+    }
+    if let Some(secs) = one.ttl_seconds {
+        match Ttl::seconds(secs) {
+            Ok(d) => b = b.idempotency_ttl(d),
+            Err(e) => return submit_error(&e.into()),
         }
-        Command::Doctor { due_queue_arn } => {
-            // The same client settings as the store's (S3_FORCE_PATH_STYLE).
-            let path_style = std::env::var("S3_FORCE_PATH_STYLE").is_ok_and(|v| {
-                matches!(
-                    v.trim().to_ascii_lowercase().as_str(),
-                    "true" | "on" | "1" | "yes"
-                )
-            });
-            let client = crate::store::s3::client_from_env(path_style).await;
-            let expect = crate::doctor::Expectations {
-                max_ttl_days: queue.settings().max_ttl.num_days(),
-                due_queue_arn,
-            };
-            let report = crate::doctor::examine(&client, bucket, &expect).await;
-            Outcome {
-                exit: if report.ok { exit::OK } else { exit::UNHEALTHY },
-                output: serde_json::to_value(&report).unwrap_or(Value::Null),
-            }
-        }
-        Command::Task { task_id } => {
-            let Ok(id) = Uuid::parse_str(&task_id) else {
-                return error(exit::INVALID, "invalid_request", "task_id: not a UUID");
-            };
-            match queue.task(id).await {
-                Ok(Some(body)) => match serde_json::from_slice(&body) {
-                    Ok(v) => Outcome {
-                        exit: exit::OK,
-                        output: v,
-                    },
-                    Err(e) => error(exit::FAILED, "storage_error", format!("task object: {e}")),
-                },
-                Ok(None) => error(exit::NOT_FOUND, "not_found", "no such task"),
-                Err(e) => submit_error(&e),
-            }
-        }
+    }
+    match Scope::parse(one.scope.as_deref()) {
+        Ok(s) => b = b.idempotency_scope(s),
+        Err(e) => return submit_error(&e.into()),
+    }
+    match b.await {
+        Ok(s) => ok(serde_json::to_value(&s).unwrap_or(Value::Null)),
+        Err(e) => submit_error(&e),
+    }
+}
+
+/// `idem sweep`: one scheduled-style pass; prints its summary.
+async fn sweep_pass(queue: &Queue, dry_run: bool) -> Outcome {
+    let opts = crate::protocol::SweepOptions {
+        dry_run,
+        ..Default::default()
+    };
+    match queue.engine().sweep(&opts).await {
+        Ok(summary) => ok(serde_json::to_value(&summary).unwrap_or(Value::Null)),
+        Err(e) => submit_error(&e),
+    }
+}
+
+/// `idem doctor`: the bucket's configuration against what the guarantees
+/// need; exit 5 when one depends on something missing.
+async fn doctor(queue: &Queue, bucket: &str, due_queue_arn: Option<String>) -> Outcome {
+    // The same client settings as the store's (S3_FORCE_PATH_STYLE).
+    let path_style = std::env::var("S3_FORCE_PATH_STYLE").is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "true" | "on" | "1" | "yes"
+        )
+    });
+    let client = crate::store::s3::client_from_env(path_style).await;
+    let expect = crate::doctor::Expectations {
+        max_ttl_days: queue.settings().max_ttl.num_days(),
+        due_queue_arn,
+    };
+    let report = crate::doctor::examine(&client, bucket, &expect).await;
+    Outcome {
+        exit: if report.ok { exit::OK } else { exit::UNHEALTHY },
+        output: serde_json::to_value(&report).unwrap_or(Value::Null),
+    }
+}
+
+/// `idem task ID`: the task object as it is.
+async fn task(queue: &Queue, task_id: &str) -> Outcome {
+    let Ok(id) = Uuid::parse_str(task_id) else {
+        return error(exit::INVALID, "invalid_request", "task_id: not a UUID");
+    };
+    match queue.task(id).await {
+        Ok(Some(body)) => match serde_json::from_slice(&body) {
+            Ok(v) => ok(v),
+            Err(e) => error(exit::FAILED, "storage_error", format!("task object: {e}")),
+        },
+        Ok(None) => error(exit::NOT_FOUND, "not_found", "no such task"),
+        Err(e) => submit_error(&e),
     }
 }

@@ -14,8 +14,8 @@ use super::App;
 use super::http::{HttpRequest, HttpResponse, is_json, response};
 use super::problem::Problem;
 use super::request::SubmitBody;
-use crate::protocol::{SubmitError, Submitted};
-use crate::queue::SubmitBuilder;
+use crate::protocol::{SubmitError, Submitted, ValidationError};
+use crate::queue::{Queue, SubmitBuilder};
 
 /// The largest body taken: Lambda's payload limit for a synchronous
 /// invocation (6 MB), which no event that reached the function can pass;
@@ -29,6 +29,33 @@ pub async fn submit(
     req: &HttpRequest,
     tenant: Option<&str>,
 ) -> Result<HttpResponse, Problem> {
+    let items = read_envelope(req, app.queue.settings().max_batch_tasks)?;
+    let principal = tenant.map(str::to_owned);
+    let prepared = items
+        .into_iter()
+        .map(|item| prepare(&app.queue, SubmitBody::from_value(item), principal.clone()))
+        .collect();
+    let results = submit_prepared(&app.queue, prepared).await;
+    app.metrics.batch(&results);
+    log_results(&req.request_id, &results);
+    if let Some(p) = all_retryable(&results) {
+        return Err(p);
+    }
+    let body: Vec<Value> = results
+        .iter()
+        .map(|r| item_result(r, &req.request_id))
+        .collect();
+    Ok(response(
+        200,
+        vec![("content-type", "application/json".to_owned())],
+        &json!({ "results": body }),
+    ))
+}
+
+/// The items of the request's envelope, or the problem that refuses the
+/// whole batch (and writes nothing): a body that is not JSON, too large, or
+/// not an envelope, and the headers a batch cannot take.
+fn read_envelope(req: &HttpRequest, max_tasks: usize) -> Result<Vec<Value>, Problem> {
     if let Some(ct) = req.header("content-type")
         && !is_json(ct)
     {
@@ -57,21 +84,32 @@ pub async fn submit(
     if bytes.len() > BODY_LIMIT {
         return Err(too_large());
     }
-    let items = envelope(&bytes, app.queue.settings().max_batch_tasks)?;
-    drop(bytes);
+    envelope(&bytes, max_tasks)
+}
 
-    let principal = tenant.map(str::to_owned);
-    let prepare = |item: Value| -> Result<SubmitBuilder<'_>, SubmitError> {
-        let body = SubmitBody::from_value(item)?;
-        let key = body.idempotency_key.clone();
-        Ok(body.into_submit(&app.queue, key, principal.clone())?)
-    };
-    // Items that cannot even be read get their problem here; the rest go
-    // out together.
-    let mut builders = Vec::with_capacity(items.len());
-    let mut unread: Vec<Option<SubmitError>> = Vec::with_capacity(items.len());
-    for item in items {
-        match prepare(item) {
+/// A batch item read as a `POST /tasks` body, with its own key: the submit,
+/// or the error that is the item's result.
+pub(crate) fn prepare(
+    queue: &Queue,
+    body: Result<SubmitBody, ValidationError>,
+    principal: Option<String>,
+) -> Result<SubmitBuilder<'_>, SubmitError> {
+    let body = body?;
+    let key = body.idempotency_key.clone();
+    Ok(body.into_submit(queue, key, principal)?)
+}
+
+/// Submits the items that could be read all at once ([`Queue::submit_many`]),
+/// each as if alone; one result per item, in order, an unread item's being
+/// its own error.
+pub(crate) async fn submit_prepared<'q>(
+    queue: &'q Queue,
+    prepared: Vec<Result<SubmitBuilder<'q>, SubmitError>>,
+) -> Vec<Result<Submitted, SubmitError>> {
+    let mut builders = Vec::with_capacity(prepared.len());
+    let mut unread: Vec<Option<SubmitError>> = Vec::with_capacity(prepared.len());
+    for item in prepared {
+        match item {
             Ok(b) => {
                 builders.push(b);
                 unread.push(None);
@@ -79,8 +117,8 @@ pub async fn submit(
             Err(e) => unread.push(Some(e)),
         }
     }
-    let mut sent = app.queue.submit_many(builders).await.into_iter();
-    let results: Vec<Result<Submitted, SubmitError>> = unread
+    let mut sent = queue.submit_many(builders).await.into_iter();
+    unread
         .into_iter()
         .map(|u| match u {
             Some(e) => Err(e),
@@ -88,13 +126,28 @@ pub async fn submit(
             // be a bug, reported as retryable rather than as a success.
             None => sent.next().unwrap_or(Err(SubmitError::DeadlineExceeded)),
         })
-        .collect();
+        .collect()
+}
 
-    app.metrics.batch(&results);
+/// One item's result as a batch answers it: the success body with its
+/// `status_code` (201, 200), or its problem (`instance`: the request's id,
+/// if it has one).
+pub(crate) fn item_result(r: &Result<Submitted, SubmitError>, instance: &str) -> Value {
+    match r {
+        Ok(s) => {
+            let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
+            v["status_code"] = json!(if s.created() { 201 } else { 200 });
+            v
+        }
+        Err(e) => Problem::from_submit(e).body_for(instance),
+    }
+}
+
+fn log_results(request_id: &str, results: &[Result<Submitted, SubmitError>]) {
     for (item, r) in results.iter().enumerate() {
         match r {
             Ok(s) => tracing::info!(
-                request_id = %req.request_id,
+                request_id = %request_id,
                 item,
                 status = if s.created() { 201 } else { 200 },
                 task_id = %s.task_id,
@@ -103,7 +156,7 @@ pub async fn submit(
                 "batch item submitted"
             ),
             Err(e) => tracing::warn!(
-                request_id = %req.request_id,
+                request_id = %request_id,
                 item,
                 status = Problem::from_submit(e).status,
                 code = e.code(),
@@ -112,25 +165,6 @@ pub async fn submit(
             ),
         }
     }
-    if let Some(p) = all_retryable(&results) {
-        return Err(p);
-    }
-    let body: Vec<Value> = results
-        .iter()
-        .map(|r| match r {
-            Ok(s) => {
-                let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
-                v["status_code"] = json!(if s.created() { 201 } else { 200 });
-                v
-            }
-            Err(e) => Problem::from_submit(e).body_for(&req.request_id),
-        })
-        .collect();
-    Ok(response(
-        200,
-        vec![("content-type", "application/json".to_owned())],
-        &json!({ "results": body }),
-    ))
 }
 
 /// The items of a batch body, or the 400 of a malformed envelope.
