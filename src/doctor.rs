@@ -10,6 +10,8 @@
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::operation::get_bucket_encryption::GetBucketEncryptionOutput;
+use aws_sdk_s3::operation::get_bucket_versioning::GetBucketVersioningOutput;
 use aws_sdk_s3::types::{
     BucketVersioningStatus, Event, ExpirationStatus, LifecycleRule, QueueConfiguration,
 };
@@ -88,35 +90,8 @@ pub async fn examine(client: &Client, bucket: &str, expect: &Expectations) -> Re
         client.get_bucket_encryption().bucket(bucket).send(),
     );
     let mut checks = Vec::new();
-
-    let versioned = match &versioning {
-        Ok(v) if v.status() == Some(&BucketVersioningStatus::Enabled) => {
-            checks.push(check("versioning", Status::Ok, "enabled"));
-            true
-        }
-        Ok(v) => {
-            checks.push(check(
-                "versioning",
-                Status::Warning,
-                format!(
-                    "{}: buquet's workers refuse to start without versioning \
-                     (unless BUQUET_ALLOW_NO_VERSIONING=1, which gives up the queue's history); \
-                     this service's guarantees hold either way",
-                    v.status().map_or("never enabled", |s| s.as_str())
-                ),
-            ));
-            false
-        }
-        Err(e) => {
-            checks.push(check(
-                "versioning",
-                Status::Warning,
-                format!("cannot read it: {}", sdk_error(e)),
-            ));
-            false
-        }
-    };
-
+    let (versioned, versioning) = versioning_check(&versioning);
+    checks.push(versioning);
     checks.push(match &notification {
         Ok(n) => notification_check(n.queue_configurations(), n, expect),
         Err(e) => check(
@@ -128,29 +103,59 @@ pub async fn examine(client: &Client, bucket: &str, expect: &Expectations) -> Re
             ),
         ),
     });
+    match &lifecycle {
+        Ok(l) => checks.extend(lifecycle_checks(l.rules(), versioned, expect)),
+        Err(e) if e.code() == Some("NoSuchLifecycleConfiguration") => {
+            checks.extend(lifecycle_checks(&[], versioned, expect));
+        }
+        Err(e) => checks.push(check(
+            "lifecycle",
+            Status::Warning,
+            format!("cannot read it: {}", sdk_error(e)),
+        )),
+    }
+    checks.push(encryption_check(&encryption));
+    report(bucket, checks)
+}
 
-    let rules: Vec<LifecycleRule> = match &lifecycle {
-        Ok(l) => l.rules().to_vec(),
-        Err(e) if e.code() == Some("NoSuchLifecycleConfiguration") => Vec::new(),
-        Err(e) => {
-            checks.push(check(
-                "lifecycle",
+/// Whether the bucket is versioned, and the finding: buquet's workers need
+/// it, this service's guarantees do not.
+fn versioning_check<E: ProvideErrorMetadata>(
+    versioning: &Result<GetBucketVersioningOutput, E>,
+) -> (bool, Check) {
+    match versioning {
+        Ok(v) if v.status() == Some(&BucketVersioningStatus::Enabled) => {
+            (true, check("versioning", Status::Ok, "enabled"))
+        }
+        Ok(v) => (
+            false,
+            check(
+                "versioning",
+                Status::Warning,
+                format!(
+                    "{}: buquet's workers refuse to start without versioning \
+                     (unless BUQUET_ALLOW_NO_VERSIONING=1, which gives up the queue's history); \
+                     this service's guarantees hold either way",
+                    v.status().map_or("never enabled", |s| s.as_str())
+                ),
+            ),
+        ),
+        Err(e) => (
+            false,
+            check(
+                "versioning",
                 Status::Warning,
                 format!("cannot read it: {}", sdk_error(e)),
-            ));
-            Vec::new()
-        }
-    };
-    if lifecycle.is_ok()
-        || lifecycle
-            .as_ref()
-            .err()
-            .is_some_and(|e| e.code() == Some("NoSuchLifecycleConfiguration"))
-    {
-        checks.extend(lifecycle_checks(&rules, versioned, expect));
+            ),
+        ),
     }
+}
 
-    checks.push(match &encryption {
+/// Default encryption: hygiene, a warning when there is none.
+fn encryption_check<E: ProvideErrorMetadata>(
+    encryption: &Result<GetBucketEncryptionOutput, E>,
+) -> Check {
+    match encryption {
         Ok(c) => {
             let algos: Vec<String> = c
                 .server_side_encryption_configuration()
@@ -171,8 +176,11 @@ pub async fn examine(client: &Client, bucket: &str, expect: &Expectations) -> Re
             Status::Warning,
             format!("no default encryption found ({})", sdk_error(e)),
         ),
-    });
+    }
+}
 
+/// The findings, counted: `ok` when none is an error.
+fn report(bucket: &str, checks: Vec<Check>) -> Report {
     let errors = checks.iter().filter(|c| c.status == Status::Error).count();
     let warnings = checks
         .iter()
@@ -192,32 +200,38 @@ fn covers(rule_prefix: &str, prefix: &str) -> bool {
     prefix.starts_with(rule_prefix)
 }
 
+/// Whether a queue notification sends every record write: a record is
+/// written with PutObject (`s3:ObjectCreated:*` or `:Put`), under
+/// `idempotency/`, ending in `.json`.
+fn sends_record_writes(q: &QueueConfiguration) -> bool {
+    let events = q.events();
+    let put =
+        events.contains(&Event::S3ObjectCreated) || events.contains(&Event::S3ObjectCreatedPut);
+    let rules = q
+        .filter()
+        .and_then(|f| f.key())
+        .map(|k| k.filter_rules())
+        .unwrap_or_default();
+    let keys_match = rules.iter().all(|r| {
+        let v = r.value().unwrap_or("");
+        match r.name().map(|n| n.as_str().to_ascii_lowercase()) {
+            Some(n) if n == "prefix" => covers(v, RECORDS_PREFIX),
+            Some(n) if n == "suffix" => v.is_empty() || ".json".ends_with(v),
+            _ => false,
+        }
+    });
+    put && keys_match
+}
+
+/// Whether record writes reach the due queue (or, without its ARN, any
+/// queue): what finishes interrupted submits.
 fn notification_check(
     queues: &[QueueConfiguration],
     n: &aws_sdk_s3::operation::get_bucket_notification_configuration::GetBucketNotificationConfigurationOutput,
     expect: &Expectations,
 ) -> Check {
-    // A record is written with PutObject: `s3:ObjectCreated:*` or `:Put`.
-    let sends_record_writes = |q: &&QueueConfiguration| {
-        let events = q.events();
-        let put =
-            events.contains(&Event::S3ObjectCreated) || events.contains(&Event::S3ObjectCreatedPut);
-        let rules = q
-            .filter()
-            .and_then(|f| f.key())
-            .map(|k| k.filter_rules())
-            .unwrap_or_default();
-        let keys_match = rules.iter().all(|r| {
-            let v = r.value().unwrap_or("");
-            match r.name().map(|n| n.as_str().to_ascii_lowercase()) {
-                Some(n) if n == "prefix" => covers(v, RECORDS_PREFIX),
-                Some(n) if n == "suffix" => v.is_empty() || ".json".ends_with(v),
-                _ => false,
-            }
-        });
-        put && keys_match
-    };
-    let matching: Vec<&QueueConfiguration> = queues.iter().filter(sends_record_writes).collect();
+    let matching: Vec<&QueueConfiguration> =
+        queues.iter().filter(|q| sends_record_writes(q)).collect();
     let to_due = matching.iter().find(|q| {
         expect
             .due_queue_arn
@@ -278,20 +292,39 @@ fn rule_prefix(r: &LifecycleRule) -> Option<&str> {
     }
 }
 
+/// The lifecycle rules against what the records, the service's prefixes
+/// (on a versioned bucket) and multipart uploads need.
 fn lifecycle_checks(rules: &[LifecycleRule], versioned: bool, expect: &Expectations) -> Vec<Check> {
-    let enabled_over = |prefix: &'static str| {
-        rules.iter().filter(move |r| {
-            r.status() == &ExpirationStatus::Enabled
-                && rule_prefix(r).is_some_and(|p| covers(p, prefix))
-        })
-    };
-    let mut out = Vec::new();
+    let mut out = vec![idempotency_expiry_check(rules, expect)];
+    if versioned {
+        for prefix in SERVICE_PREFIXES {
+            out.push(noncurrent_versions_check(rules, prefix));
+            out.push(delete_markers_check(rules, prefix));
+        }
+    }
+    out.push(incomplete_uploads_check(rules));
+    out
+}
 
-    let backstop = enabled_over(RECORDS_PREFIX)
+/// The enabled rules that apply to every object under `prefix`.
+fn enabled_over<'r>(
+    rules: &'r [LifecycleRule],
+    prefix: &'static str,
+) -> impl Iterator<Item = &'r LifecycleRule> {
+    rules.iter().filter(move |r| {
+        r.status() == &ExpirationStatus::Enabled
+            && rule_prefix(r).is_some_and(|p| covers(p, prefix))
+    })
+}
+
+/// The backstop expiry of `idempotency/`: an error when it is shorter than
+/// a record's longest life (it would delete live records).
+fn idempotency_expiry_check(rules: &[LifecycleRule], expect: &Expectations) -> Check {
+    let backstop = enabled_over(rules, RECORDS_PREFIX)
         .filter_map(|r| r.expiration().and_then(|e| e.days()))
         .min();
     let need = expect.max_ttl_days + 1;
-    out.push(match backstop {
+    match backstop {
         Some(d) if i64::from(d) < need => check(
             "lifecycle.idempotency_expiry",
             Status::Error,
@@ -313,64 +346,71 @@ fn lifecycle_checks(rules: &[LifecycleRule], versioned: bool, expect: &Expectati
                  (add one of at least {need} days)"
             ),
         ),
-    });
-
-    if versioned {
-        for prefix in SERVICE_PREFIXES {
-            let noncurrent = enabled_over(prefix)
-                .filter_map(|r| {
-                    r.noncurrent_version_expiration()
-                        .and_then(|n| n.noncurrent_days())
-                })
-                .min();
-            out.push(match noncurrent {
-                Some(d) => check(
-                    "lifecycle.noncurrent_versions",
-                    Status::Ok,
-                    format!("{prefix}: after {d} days"),
-                ),
-                None => check(
-                    "lifecycle.noncurrent_versions",
-                    Status::Warning,
-                    format!(
-                        "{prefix}: noncurrent versions never expire: every delete and replacement \
-                         keeps its old version"
-                    ),
-                ),
-            });
-            // A days expiry removes expired delete markers too, once they
-            // are old enough; ExpiredObjectDeleteMarker removes them at once.
-            let markers = enabled_over(prefix).any(|r| {
-                r.expiration().is_some_and(|e| {
-                    e.expired_object_delete_marker() == Some(true) || e.days().is_some()
-                })
-            });
-            out.push(if markers {
-                check(
-                    "lifecycle.delete_markers",
-                    Status::Ok,
-                    format!("{prefix}: expired delete markers removed"),
-                )
-            } else {
-                check(
-                    "lifecycle.delete_markers",
-                    Status::Warning,
-                    format!(
-                        "{prefix}: expired delete markers stay (ExpiredObjectDeleteMarker): \
-                         they pile up and slow listings"
-                    ),
-                )
-            });
-        }
     }
+}
 
+/// On a versioned bucket, every delete and replacement under `prefix`
+/// keeps its old version unless a rule expires noncurrent versions.
+fn noncurrent_versions_check(rules: &[LifecycleRule], prefix: &'static str) -> Check {
+    let noncurrent = enabled_over(rules, prefix)
+        .filter_map(|r| {
+            r.noncurrent_version_expiration()
+                .and_then(|n| n.noncurrent_days())
+        })
+        .min();
+    match noncurrent {
+        Some(d) => check(
+            "lifecycle.noncurrent_versions",
+            Status::Ok,
+            format!("{prefix}: after {d} days"),
+        ),
+        None => check(
+            "lifecycle.noncurrent_versions",
+            Status::Warning,
+            format!(
+                "{prefix}: noncurrent versions never expire: every delete and replacement \
+                 keeps its old version"
+            ),
+        ),
+    }
+}
+
+/// Expired delete markers under `prefix` pile up and slow listings unless
+/// a rule removes them.
+fn delete_markers_check(rules: &[LifecycleRule], prefix: &'static str) -> Check {
+    // A days expiry removes expired delete markers too, once they are old
+    // enough; ExpiredObjectDeleteMarker removes them at once.
+    let markers = enabled_over(rules, prefix).any(|r| {
+        r.expiration()
+            .is_some_and(|e| e.expired_object_delete_marker() == Some(true) || e.days().is_some())
+    });
+    if markers {
+        check(
+            "lifecycle.delete_markers",
+            Status::Ok,
+            format!("{prefix}: expired delete markers removed"),
+        )
+    } else {
+        check(
+            "lifecycle.delete_markers",
+            Status::Warning,
+            format!(
+                "{prefix}: expired delete markers stay (ExpiredObjectDeleteMarker): \
+                 they pile up and slow listings"
+            ),
+        )
+    }
+}
+
+/// Incomplete multipart uploads are billed until a rule aborts them.
+fn incomplete_uploads_check(rules: &[LifecycleRule]) -> Check {
     let aborts = rules.iter().any(|r| {
         r.status() == &ExpirationStatus::Enabled
             && r.abort_incomplete_multipart_upload()
                 .and_then(|a| a.days_after_initiation())
                 .is_some()
     });
-    out.push(if aborts {
+    if aborts {
         check(
             "lifecycle.incomplete_uploads",
             Status::Ok,
@@ -382,6 +422,5 @@ fn lifecycle_checks(rules: &[LifecycleRule], versioned: bool, expect: &Expectati
             Status::Warning,
             "incomplete multipart uploads are kept (and billed) until aborted",
         )
-    });
-    out
+    }
 }
