@@ -79,6 +79,46 @@ impl Default for TaskRetryPolicy {
 }
 
 impl TaskRetryPolicy {
+    /// Reads a body's `retry_policy`: an object of its four fields, each
+    /// left out taking buquet's default, checked as a whole.
+    pub(crate) fn from_body(v: &Value) -> Result<Self, ValidationError> {
+        let Value::Object(p) = v else {
+            return Err(ValidationError::field("retry_policy", "must be an object"));
+        };
+        const POLICY: [&str; 4] = [
+            "initial_interval_ms",
+            "max_interval_ms",
+            "multiplier",
+            "jitter_percent",
+        ];
+        if let Some(k) = p.keys().find(|k| !POLICY.contains(&k.as_str())) {
+            return Err(ValidationError::field(
+                "retry_policy",
+                format!(
+                    "unknown field {k:?} (expected one of {})",
+                    POLICY.join(", ")
+                ),
+            ));
+        }
+        let mut r = TaskRetryPolicy::default();
+        let get = |f: &str| p.get(f).filter(|v| !v.is_null());
+        let interval = |v, field| whole(v, field, 0, MAX_INTERVAL_MS.into()).map(u32_of);
+        if let Some(v) = get("initial_interval_ms") {
+            r.initial_interval_ms = interval(v, "retry_policy.initial_interval_ms")?;
+        }
+        if let Some(v) = get("max_interval_ms") {
+            r.max_interval_ms = interval(v, "retry_policy.max_interval_ms")?;
+        }
+        if let Some(v) = get("multiplier") {
+            r.multiplier = number(v, "retry_policy.multiplier")?;
+        }
+        if let Some(v) = get("jitter_percent") {
+            r.jitter_percent = number(v, "retry_policy.jitter_percent")?;
+        }
+        r.check()?;
+        Ok(r)
+    }
+
     /// Checks the bounds; names the first field out of them.
     pub fn check(&self) -> Result<(), ValidationError> {
         if self.initial_interval_ms > MAX_INTERVAL_MS {
@@ -200,50 +240,7 @@ impl TaskOptions {
             o.max_retries = Some(u32_of(whole(v, "max_retries", 0, MAX_RETRIES.into())?));
         }
         if let Some(v) = get("retry_policy") {
-            let Value::Object(p) = v else {
-                return Err(ValidationError::field("retry_policy", "must be an object"));
-            };
-            const POLICY: [&str; 4] = [
-                "initial_interval_ms",
-                "max_interval_ms",
-                "multiplier",
-                "jitter_percent",
-            ];
-            if let Some(k) = p.keys().find(|k| !POLICY.contains(&k.as_str())) {
-                return Err(ValidationError::field(
-                    "retry_policy",
-                    format!(
-                        "unknown field {k:?} (expected one of {})",
-                        POLICY.join(", ")
-                    ),
-                ));
-            }
-            let mut r = TaskRetryPolicy::default();
-            let pget = |f: &str| p.get(f).filter(|v| !v.is_null());
-            if let Some(v) = pget("initial_interval_ms") {
-                r.initial_interval_ms = u32_of(whole(
-                    v,
-                    "retry_policy.initial_interval_ms",
-                    0,
-                    MAX_INTERVAL_MS.into(),
-                )?);
-            }
-            if let Some(v) = pget("max_interval_ms") {
-                r.max_interval_ms = u32_of(whole(
-                    v,
-                    "retry_policy.max_interval_ms",
-                    0,
-                    MAX_INTERVAL_MS.into(),
-                )?);
-            }
-            if let Some(v) = pget("multiplier") {
-                r.multiplier = number(v, "retry_policy.multiplier")?;
-            }
-            if let Some(v) = pget("jitter_percent") {
-                r.jitter_percent = number(v, "retry_policy.jitter_percent")?;
-            }
-            r.check()?;
-            o.retry_policy = Some(r);
+            o.retry_policy = Some(TaskRetryPolicy::from_body(v)?);
         }
         if let Some(v) = get("schedule_at") {
             o.schedule_at = Some(time(v, "schedule_at")?);
@@ -420,42 +417,8 @@ impl TaskOptions {
                 .and_then(|d| s3_now.checked_add_signed(d))
                 .ok_or_else(|| beyond(field))
         };
-        let available_at = match (self.schedule_at, self.delay_seconds) {
-            (Some(t), _) => {
-                if t >= horizon {
-                    return Err(beyond("schedule_at"));
-                }
-                t
-            }
-            (None, Some(d)) => {
-                let t = secs("delay_seconds", d)?;
-                if t >= horizon {
-                    return Err(beyond("delay_seconds"));
-                }
-                t
-            }
-            (None, None) => s3_now,
-        };
-        let (expires_at, field) = match (self.ttl_seconds, self.expires_at) {
-            (Some(ttl), _) => (Some(secs("ttl_seconds", ttl)?), "ttl_seconds"),
-            (None, Some(t)) => (Some(t), "expires_at"),
-            (None, None) => (None, ""),
-        };
-        if let Some(e) = expires_at {
-            if e <= available_at {
-                return Err(ValidationError::field(
-                    field,
-                    "the task would expire at or before it becomes available (available_at)",
-                ));
-            }
-            // An expiry far beyond the horizon is a mistake, not a wish.
-            let far = s3_now
-                .checked_add_signed(Duration::seconds(MAX_SECONDS_AHEAD as i64))
-                .unwrap_or(s3_now);
-            if e > far {
-                return Err(ValidationError::field(field, "is more than 10 years ahead"));
-            }
-        }
+        let available_at = self.available_at(s3_now, horizon, beyond, secs)?;
+        let expires_at = self.expiry(s3_now, available_at, secs)?;
         let offload_over = (self.use_payload_refs == Some(true)).then(|| {
             self.payload_ref_threshold_bytes
                 .unwrap_or(DEFAULT_PAYLOAD_REF_THRESHOLD_BYTES)
@@ -469,6 +432,55 @@ impl TaskOptions {
             expires_at,
             offload_over,
         })
+    }
+
+    /// `available_at`: `schedule_at`, or `delay_seconds` from S3's time now,
+    /// or now; before `horizon`.
+    fn available_at(
+        &self,
+        s3_now: DateTime<Utc>,
+        horizon: DateTime<Utc>,
+        beyond: impl Fn(&'static str) -> ValidationError,
+        secs: impl Fn(&'static str, u64) -> Result<DateTime<Utc>, ValidationError>,
+    ) -> Result<DateTime<Utc>, ValidationError> {
+        let (t, field) = match (self.schedule_at, self.delay_seconds) {
+            (Some(t), _) => (t, "schedule_at"),
+            (None, Some(d)) => (secs("delay_seconds", d)?, "delay_seconds"),
+            (None, None) => return Ok(s3_now),
+        };
+        if t >= horizon {
+            return Err(beyond(field));
+        }
+        Ok(t)
+    }
+
+    /// The task's own expiry: `ttl_seconds` from S3's time now, or
+    /// `expires_at`; after `available_at`, and at most ten years ahead.
+    fn expiry(
+        &self,
+        s3_now: DateTime<Utc>,
+        available_at: DateTime<Utc>,
+        secs: impl Fn(&'static str, u64) -> Result<DateTime<Utc>, ValidationError>,
+    ) -> Result<Option<DateTime<Utc>>, ValidationError> {
+        let (e, field) = match (self.ttl_seconds, self.expires_at) {
+            (Some(ttl), _) => (secs("ttl_seconds", ttl)?, "ttl_seconds"),
+            (None, Some(t)) => (t, "expires_at"),
+            (None, None) => return Ok(None),
+        };
+        if e <= available_at {
+            return Err(ValidationError::field(
+                field,
+                "the task would expire at or before it becomes available (available_at)",
+            ));
+        }
+        // An expiry far beyond the horizon is a mistake, not a wish.
+        let far = s3_now
+            .checked_add_signed(Duration::seconds(MAX_SECONDS_AHEAD as i64))
+            .unwrap_or(s3_now);
+        if e > far {
+            return Err(ValidationError::field(field, "is more than 10 years ahead"));
+        }
+        Ok(Some(e))
     }
 }
 
