@@ -156,6 +156,13 @@ impl Settings {
     /// The operating conditions of docs/protocol.md, "Guarantees" that configuration
     /// can break.
     pub fn check(&self) -> Result<(), ConfigError> {
+        self.check_record_life()?;
+        self.check_windows()?;
+        self.check_limits()
+    }
+
+    /// A record lives at least an hour, and no default outlives the longest.
+    fn check_record_life(&self) -> Result<(), ConfigError> {
         if self.default_ttl < Duration::hours(1) {
             return Err(err("IDEMPOTENCY_TTL_DAYS", "must be at least 1 hour"));
         }
@@ -165,6 +172,13 @@ impl Settings {
                 "must be at least IDEMPOTENCY_TTL_DAYS",
             ));
         }
+        Ok(())
+    }
+
+    /// The finish window fits the hour in which the queue keeps tasks, with
+    /// room for late writes, the operation's retries and the due queue's
+    /// delay and redeliveries.
+    fn check_windows(&self) -> Result<(), ConfigError> {
         if self.finish_window >= Duration::seconds(2700) {
             return Err(err(
                 "FINISH_WINDOW_SECONDS",
@@ -209,6 +223,11 @@ impl Settings {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// The shard length and the request limits, within what is supported.
+    fn check_limits(&self) -> Result<(), ConfigError> {
         if !(1..=4).contains(&self.shard_prefix_len) {
             return Err(err("TASK_SHARD_PREFIX_LEN", "must be 1 to 4"));
         }
