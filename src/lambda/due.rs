@@ -125,24 +125,22 @@ pub struct DueBatch {
     pub retry: Vec<String>,
 }
 
-/// Handles a batch of due-queue messages for `bucket` (events of any other
-/// bucket are acknowledged and ignored). No request starts after
-/// `deadline`.
-pub async fn handle_messages(
-    engine: &Engine,
-    bucket: &str,
-    messages: &[DueMessage],
-    dry_run: bool,
-    deadline: Option<DateTime<Utc>>,
-) -> DueBatch {
-    let mut summary = SweepSummary {
-        dry_run,
-        complete: true,
-        ..SweepSummary::default()
-    };
-    // Each record once, whichever messages name it.
+/// The records a batch names.
+#[derive(Debug, PartialEq, Eq)]
+struct Named {
+    /// Each record once, whichever messages name it.
+    keys: Vec<String>,
+    /// For each message, the indexes in `keys` of the records it names.
+    by_message: Vec<Vec<usize>>,
+}
+
+/// The records of `bucket` that `messages` name. Test events, other
+/// buckets' objects, keys outside `idempotency/` and removals are counted
+/// as ignored, bodies that are no S3 notification as unrecognized: none is
+/// read.
+fn records_named(bucket: &str, messages: &[DueMessage], summary: &mut SweepSummary) -> Named {
     let mut keys: Vec<String> = Vec::new();
-    let mut named_by: Vec<Vec<usize>> = vec![Vec::new(); messages.len()];
+    let mut by_message: Vec<Vec<usize>> = vec![Vec::new(); messages.len()];
     let mut index: HashMap<String, usize> = HashMap::new();
     for (i, m) in messages.iter().enumerate() {
         match parse(&m.body) {
@@ -161,11 +159,30 @@ pub async fn handle_messages(
                         keys.push(o.key);
                         keys.len() - 1
                     });
-                    named_by[i].push(k);
+                    by_message[i].push(k);
                 }
             }
         }
     }
+    Named { keys, by_message }
+}
+
+/// Handles a batch of due-queue messages for `bucket` (events of any other
+/// bucket are acknowledged and ignored). No request starts after
+/// `deadline`.
+pub async fn handle_messages(
+    engine: &Engine,
+    bucket: &str,
+    messages: &[DueMessage],
+    dry_run: bool,
+    deadline: Option<DateTime<Utc>>,
+) -> DueBatch {
+    let mut summary = SweepSummary {
+        dry_run,
+        complete: true,
+        ..SweepSummary::default()
+    };
+    let Named { keys, by_message } = records_named(bucket, messages, &mut summary);
     summary.scanned = keys.len() as u64;
     let mut outcomes: Vec<Option<RecordOutcome>> = vec![None; keys.len()];
     let done: Vec<(usize, RecordOutcome)> = futures::stream::iter(keys.iter().enumerate())
@@ -179,7 +196,7 @@ pub async fn handle_messages(
     }
     let retry = messages
         .iter()
-        .zip(&named_by)
+        .zip(&by_message)
         .filter(|(_, ks)| {
             ks.iter().any(|k| {
                 outcomes[*k]
@@ -239,6 +256,47 @@ pub async fn handle_sqs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn message(id: &str, objects: &[(&str, &str)]) -> DueMessage {
+        let records: Vec<serde_json::Value> = objects
+            .iter()
+            .map(|(bucket, key)| {
+                serde_json::json!({"eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+                    "s3": {"bucket": {"name": bucket}, "object": {"key": key, "size": 1}}})
+            })
+            .collect();
+        DueMessage {
+            id: id.into(),
+            body: serde_json::json!({ "Records": records }).to_string(),
+        }
+    }
+
+    #[test]
+    fn a_record_named_by_many_messages_is_read_once_and_others_are_only_counted() {
+        let a = "idempotency/t/a.json";
+        let messages = [
+            message("1", &[("b", a), ("b", "idempotency/t/c.json")]),
+            message("2", &[("b", a), ("other", a), ("b", "tasks/0/x.json")]),
+            DueMessage {
+                id: "3".into(),
+                body: "not json".into(),
+            },
+            DueMessage {
+                id: "4".into(),
+                body: r#"{"Service":"Amazon S3","Event":"s3:TestEvent","Bucket":"b"}"#.into(),
+            },
+        ];
+        let mut summary = SweepSummary::default();
+        let named = records_named("b", &messages, &mut summary);
+        assert_eq!(
+            named,
+            Named {
+                keys: vec![a.into(), "idempotency/t/c.json".into()],
+                by_message: vec![vec![0, 1], vec![0], vec![], vec![]],
+            }
+        );
+        assert_eq!((summary.ignored, summary.unrecognized), (3, 1));
+    }
 
     #[test]
     fn keys_are_decoded_as_s3_encodes_them() {
