@@ -36,59 +36,18 @@ fn is_fifo(event: &SqsEvent) -> bool {
 
 /// Handles a batch; never fails (every failure is a listed message).
 pub async fn handle(app: &App, event: SqsEvent) -> SqsBatchResponse {
-    let n = event.records.len();
-    let mut outcomes: Vec<Option<Outcome>> = vec![None; n];
-    if is_fifo(&event) {
-        // Messages of one group in order; groups side by side.
-        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-        for (i, m) in event.records.iter().enumerate() {
-            let g = m
-                .attributes
-                .get("MessageGroupId")
-                .cloned()
-                .unwrap_or_default();
-            match groups.iter_mut().find(|(k, _)| *k == g) {
-                Some((_, v)) => v.push(i),
-                None => groups.push((g, vec![i])),
-            }
-        }
-        let records = &event.records;
-        let results: Vec<Vec<(usize, Outcome)>> = futures::stream::iter(groups)
-            .map(|(_, idx)| async move {
-                let mut out = Vec::with_capacity(idx.len());
-                let mut failed = false;
-                for i in idx {
-                    // After a failure, the group's later messages are listed
-                    // untouched, so that SQS redelivers them in order.
-                    let o = if failed {
-                        Outcome::Retry
-                    } else {
-                        process(app, &records[i]).await
-                    };
-                    failed |= o == Outcome::Retry;
-                    out.push((i, o));
-                }
-                out
-            })
-            .buffer_unordered(app.sqs_concurrency.max(1))
-            .collect()
-            .await;
-        for (i, o) in results.into_iter().flatten() {
-            outcomes[i] = Some(o);
-        }
+    let records = &event.records;
+    let results = if is_fifo(&event) {
+        process_in_groups(app, records, fifo_groups(records)).await
     } else {
-        let records = &event.records;
-        let results: Vec<(usize, Outcome)> = futures::stream::iter(0..n)
-            .map(|i| async move { (i, process(app, &records[i]).await) })
-            .buffer_unordered(app.sqs_concurrency.max(1))
-            .collect()
-            .await;
-        for (i, o) in results {
-            outcomes[i] = Some(o);
-        }
+        process_all(app, records).await
+    };
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; records.len()];
+    for (i, o) in results {
+        outcomes[i] = Some(o);
     }
     let mut resp = SqsBatchResponse::default();
-    for (m, o) in event.records.iter().zip(outcomes) {
+    for (m, o) in records.iter().zip(outcomes) {
         if o == Some(Outcome::Retry) {
             let mut f = BatchItemFailure::default();
             f.item_identifier = m.message_id.clone().unwrap_or_default();
@@ -96,6 +55,61 @@ pub async fn handle(app: &App, event: SqsEvent) -> SqsBatchResponse {
         }
     }
     resp
+}
+
+/// The messages of each FIFO group (`MessageGroupId`), in the batch's
+/// order, the groups in the order they first appear.
+fn fifo_groups(records: &[SqsMessage]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (i, m) in records.iter().enumerate() {
+        let g = m
+            .attributes
+            .get("MessageGroupId")
+            .map_or("", String::as_str);
+        match groups.iter_mut().find(|(k, _)| *k == g) {
+            Some((_, v)) => v.push(i),
+            None => groups.push((g, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, v)| v).collect()
+}
+
+/// Every message side by side.
+async fn process_all(app: &App, records: &[SqsMessage]) -> Vec<(usize, Outcome)> {
+    futures::stream::iter(0..records.len())
+        .map(|i| async move { (i, process(app, &records[i]).await) })
+        .buffer_unordered(app.sqs_concurrency.max(1))
+        .collect()
+        .await
+}
+
+/// The messages of one group in order, groups side by side. After a
+/// failure, the group's later messages are listed untouched, so that SQS
+/// redelivers them in order.
+async fn process_in_groups(
+    app: &App,
+    records: &[SqsMessage],
+    groups: Vec<Vec<usize>>,
+) -> Vec<(usize, Outcome)> {
+    let results: Vec<Vec<(usize, Outcome)>> = futures::stream::iter(groups)
+        .map(|idx| async move {
+            let mut out = Vec::with_capacity(idx.len());
+            let mut failed = false;
+            for i in idx {
+                let o = if failed {
+                    Outcome::Retry
+                } else {
+                    process(app, &records[i]).await
+                };
+                failed |= o == Outcome::Retry;
+                out.push((i, o));
+            }
+            out
+        })
+        .buffer_unordered(app.sqs_concurrency.max(1))
+        .collect()
+        .await;
+    results.into_iter().flatten().collect()
 }
 
 /// The key of a message: the body's, else the `Idempotency-Key` attribute,
@@ -190,5 +204,30 @@ async fn reject(app: &App, m: &SqsMessage, p: &Problem) -> Outcome {
             tracing::warn!(message_id = id, error = ?e, "could not write the rejected message; it will be retried");
             Outcome::Retry
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn in_group(g: Option<&str>) -> SqsMessage {
+        let mut m = SqsMessage::default();
+        if let Some(g) = g {
+            m.attributes.insert("MessageGroupId".into(), g.into());
+        }
+        m
+    }
+
+    #[test]
+    fn fifo_groups_keep_the_batchs_order_within_and_between_them() {
+        let records = [
+            in_group(Some("b")),
+            in_group(Some("a")),
+            in_group(Some("b")),
+            in_group(None),
+            in_group(Some("a")),
+        ];
+        assert_eq!(fifo_groups(&records), vec![vec![0, 2], vec![1, 4], vec![3]]);
     }
 }
