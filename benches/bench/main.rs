@@ -108,9 +108,13 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    // BENCH_ONLY=cpu: just the CPU figures, printed; the report is left alone.
+    // BENCH_ONLY=cpu: the CPU figures, printed and put in place of their
+    // section of docs/benchmarks.md (the targets table keeps the last full
+    // run's).
     if std::env::var("BENCH_ONLY").as_deref() == Ok("cpu") {
-        rt.block_on(cpu::cpu(&mut Report::new()));
+        let mut r = Report::new();
+        rt.block_on(cpu::cpu(&mut r));
+        splice_section(&r.0, "## The protocol's CPU cost", false);
         return;
     }
     // BENCH_ONLY=requests: just the request counts, printed.
