@@ -868,6 +868,23 @@ mod tests {
     }
 
     #[test]
+    fn an_inputs_hash_and_length_are_of_its_canonical_form_whatever_its_key_order() {
+        let canonical = r#"{"a":[true,null],"b":1}"#;
+        let a = Input::new(&serde_json::json!({"b": 1, "a": [true, null]}), 1024).unwrap();
+        let spaced: serde_json::Value =
+            serde_json::from_str(r#"{ "a": [true, null], "b": 1 }"#).unwrap();
+        let b = Input::new(&spaced, 1024).unwrap();
+        assert_eq!(a.hash(), b.hash());
+        assert_eq!(a.hash(), hash::input_hash(canonical.as_bytes()));
+        assert_eq!(a.len(), canonical.len());
+        assert!(!a.is_empty());
+        assert!(matches!(
+            Input::new(&serde_json::json!("xx"), 3),
+            Err(SubmitError::InputTooLarge { size: 4, limit: 3 })
+        ));
+    }
+
+    #[test]
     fn a_replay_is_not_created_and_a_first_submit_is() {
         let mut s = Submitted {
             task_id: Uuid::nil(),
