@@ -405,6 +405,32 @@ mod tests {
     }
 
     #[test]
+    fn the_cache_keeps_at_most_its_bound_of_task_types_and_keeps_fresh_ones() {
+        let c = SchemaCache::default();
+        let len = || c.slots.lock().unwrap().len();
+        for i in 0..3 * MAX_CACHED_TYPES {
+            c.slot(&format!("t{i}"), |_| false);
+            assert!(len() <= MAX_CACHED_TYPES);
+        }
+        // Fresh entries survive a full cache; stale or empty ones make room.
+        let c = SchemaCache::default();
+        for i in 0..MAX_CACHED_TYPES {
+            let slot = c.slot(&format!("t{i}"), |_| true);
+            if i % 2 == 0 {
+                *slot.try_lock().unwrap() = Some(Entry {
+                    checked_at: DateTime::<Utc>::default(),
+                    etag: None,
+                    schema: Compiled::Nothing,
+                });
+            }
+        }
+        c.slot("new", |_| true);
+        assert_eq!(c.slots.lock().unwrap().len(), MAX_CACHED_TYPES / 2 + 1);
+        assert!(c.slots.lock().unwrap().contains_key("t0"));
+        assert!(!c.slots.lock().unwrap().contains_key("t1"));
+    }
+
+    #[test]
     fn a_self_referencing_schema_compiles_and_checks() {
         let Compiled::Input(v) = compile(
             br##"{"input": {"type": "object", "properties": {"child": {"$ref": "#"}}, "required": ["id"]}}"##,
