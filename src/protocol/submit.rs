@@ -70,6 +70,11 @@ impl Input {
     pub fn hash(&self) -> &str {
         &self.hash
     }
+
+    /// The canonical JSON (what the task object carries).
+    pub fn as_json(&self) -> &str {
+        self.canonical.get()
+    }
 }
 
 /// A tenant's tasks get ids sealed to it (see [`Tenant::new_task_id`]).
@@ -77,6 +82,27 @@ fn new_task_id(req: &SubmitRequest) -> Uuid {
     req.tenant
         .as_ref()
         .map_or_else(Uuid::new_v4, Tenant::new_task_id)
+}
+
+/// What differs between the record `existing` holds and the request `req`
+/// whose options hash to `options_hash`; `None`: the same request.
+pub(super) fn conflict_with(
+    existing: &Record,
+    req: &SubmitRequest,
+    options_hash: &Option<String>,
+) -> Option<ConflictKind> {
+    if existing.task_type != req.task_type.as_str() {
+        Some(ConflictKind::TaskType)
+    } else if existing.input_hash != req.input.hash {
+        Some(ConflictKind::Input)
+    } else if existing.write_id.is_some() && existing.options_hash != *options_hash {
+        // Records of this service (they have a write_id) carry the
+        // options' hash, or none for none; buquet's clients keep
+        // no options and are compared on task type and input only.
+        Some(ConflictKind::Options)
+    } else {
+        None
+    }
 }
 
 /// The idempotency part of a request.
@@ -163,6 +189,10 @@ impl Engine {
     /// protocol with one.
     pub async fn submit(&self, req: &SubmitRequest) -> Result<Submitted, SubmitError> {
         let op_deadline = self.now() + self.settings.operation_timeout;
+        // Before anything is written (src/protocol/schema.rs).
+        if let Err(e) = self.check_input(req, op_deadline).await {
+            return self.answer_refused(req, e, op_deadline).await;
+        }
         match &req.idempotency {
             None => self.submit_plain(req, op_deadline).await,
             Some(k) => self.submit_keyed(req, k, op_deadline).await,
@@ -374,19 +404,7 @@ impl Engine {
                     self.remove_orphan_payload(loc.id, op_deadline).await;
                 }
             };
-            let kind = if existing.task_type != req.task_type.as_str() {
-                Some(ConflictKind::TaskType)
-            } else if existing.input_hash != req.input.hash {
-                Some(ConflictKind::Input)
-            } else if existing.write_id.is_some() && existing.options_hash != mine.options_hash {
-                // Records of this service (they have a write_id) carry the
-                // options' hash, or none for none; buquet's clients keep
-                // no options and are compared on task type and input only.
-                Some(ConflictKind::Options)
-            } else {
-                None
-            };
-            if let Some(kind) = kind {
+            if let Some(kind) = conflict_with(&existing, req, &mine.options_hash) {
                 orphan.await;
                 return Err(SubmitError::Conflict {
                     kind,
@@ -484,7 +502,7 @@ impl Engine {
 
     /// The key holds a record of the same request: replay it, finishing it
     /// first if it was interrupted.
-    async fn answer_existing(
+    pub(super) async fn answer_existing(
         &self,
         rkey: &str,
         rec: &Record,
