@@ -286,11 +286,23 @@ fn error(exit: i32, code: &str, detail: impl ToString) -> Outcome {
 
 fn submit_error(e: &SubmitError) -> Outcome {
     let exit = match e.kind() {
-        ErrorKind::Invalid | ErrorKind::KeyMissing | ErrorKind::TooLarge => exit::INVALID,
+        ErrorKind::Invalid
+        | ErrorKind::KeyMissing
+        | ErrorKind::TooLarge
+        | ErrorKind::InputInvalid => exit::INVALID,
         ErrorKind::Conflict => exit::CONFLICT,
         ErrorKind::InProgress | ErrorKind::Unavailable | ErrorKind::Broken => exit::FAILED,
     };
-    error(exit, e.code(), e)
+    let mut out = error(exit, e.code(), e);
+    // An input refused by its schema says where, as the HTTP problem does.
+    if let SubmitError::InputInvalid {
+        errors, omitted, ..
+    } = e
+    {
+        out.output["errors"] = json!(errors);
+        out.output["errors_omitted"] = json!(omitted);
+    }
+    out
 }
 
 /// The configuration for `cli`: the environment, with `--bucket` over

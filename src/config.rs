@@ -81,6 +81,14 @@ pub struct Settings {
     /// deployment ([`Settings::check`]); a field so that the model test can
     /// show its checker catching a margin that is too short.
     pub late_write_margin: Duration,
+    /// Check every input against the JSON Schema published for its task
+    /// type at `schemas/{task_type}.json`, before anything is written
+    /// (`VALIDATE_INPUT_SCHEMAS`; off by default).
+    pub validate_input_schemas: bool,
+    /// How long a process trusts the schema it read for a task type (or its
+    /// absence) before the next submit of that type revalidates it with a
+    /// conditional GET (`SCHEMA_CACHE_SECONDS`; 0: at every submit).
+    pub schema_cache_ttl: Duration,
 }
 
 impl Default for Settings {
@@ -98,6 +106,8 @@ impl Default for Settings {
             retry: RetryPolicy::default(),
             clock_check: ClockCheck::S3Date,
             late_write_margin: LATE_WRITE_MARGIN,
+            validate_input_schemas: false,
+            schema_cache_ttl: Duration::seconds(60),
         }
     }
 }
@@ -135,6 +145,10 @@ pub const EVENT_DELIVERY_MARGIN: Duration = Duration::minutes(15);
 /// batch starts at once and the batch ends within one submit's operation
 /// deadline, under API Gateway's integration timeout.
 pub const MAX_BATCH_TASKS_LIMIT: usize = 100;
+
+/// The longest a process may trust a cached schema: a schema published (or
+/// fixed) reaches every warm process within this.
+pub const MAX_SCHEMA_CACHE: Duration = Duration::seconds(3600);
 
 /// A variable that is malformed, or values that together break the
 /// protocol's operating conditions.
@@ -226,13 +240,20 @@ impl Settings {
         Ok(())
     }
 
-    /// The shard length and the request limits, within what is supported.
+    /// The shard length, the request limits and the schema cache's life,
+    /// within what is supported.
     fn check_limits(&self) -> Result<(), ConfigError> {
         if !(1..=4).contains(&self.shard_prefix_len) {
             return Err(err("TASK_SHARD_PREFIX_LEN", "must be 1 to 4"));
         }
         if self.max_input_bytes == 0 || self.max_input_bytes > 64 << 20 {
             return Err(err("MAX_INPUT_BYTES", "must be 1 to 67108864"));
+        }
+        if self.schema_cache_ttl < Duration::zero() || self.schema_cache_ttl > MAX_SCHEMA_CACHE {
+            return Err(err(
+                "SCHEMA_CACHE_SECONDS",
+                format!("must be 0 to {}", MAX_SCHEMA_CACHE.num_seconds()),
+            ));
         }
         if !(1..=MAX_BATCH_TASKS_LIMIT).contains(&self.max_batch_tasks) {
             return Err(err(
@@ -324,6 +345,12 @@ impl Config {
             max_input_bytes: parse_num("MAX_INPUT_BYTES", &get, d.max_input_bytes)?,
             max_batch_tasks: parse_num("MAX_BATCH_TASKS", &get, d.max_batch_tasks)?,
             require_key: parse_bool("REQUIRE_IDEMPOTENCY_KEY", &get, false)?,
+            validate_input_schemas: parse_bool("VALIDATE_INPUT_SCHEMAS", &get, false)?,
+            schema_cache_ttl: Duration::seconds(parse_num(
+                "SCHEMA_CACHE_SECONDS",
+                &get,
+                d.schema_cache_ttl.num_seconds(),
+            )?),
             ..d
         };
         settings.check()?;
@@ -384,6 +411,10 @@ mod tests {
             ("MAX_BATCH_TASKS", "many"),
             ("REQUIRE_IDEMPOTENCY_KEY", "maybe"),
             ("TENANT_ISOLATION", "sometimes"),
+            ("VALIDATE_INPUT_SCHEMAS", "strict"),
+            ("SCHEMA_CACHE_SECONDS", "-1"),
+            ("SCHEMA_CACHE_SECONDS", "3601"),
+            ("SCHEMA_CACHE_SECONDS", "a minute"),
             ("S3_FORCE_PATH_STYLE", "2"),
         ];
         for (var, val) in cases {
@@ -421,5 +452,21 @@ mod tests {
         ])
         .unwrap();
         assert!(c.tenant_isolation && c.force_path_style && c.settings.require_key);
+    }
+
+    #[test]
+    fn schema_validation_is_off_by_default_and_its_cache_lasts_a_minute() {
+        let d = cfg(&[("BUCKET_NAME", "b")]).unwrap().settings;
+        assert!(!d.validate_input_schemas);
+        assert_eq!(d.schema_cache_ttl, Duration::seconds(60));
+        let on = cfg(&[
+            ("BUCKET_NAME", "b"),
+            ("VALIDATE_INPUT_SCHEMAS", "on"),
+            ("SCHEMA_CACHE_SECONDS", "0"),
+        ])
+        .unwrap()
+        .settings;
+        assert!(on.validate_input_schemas);
+        assert_eq!(on.schema_cache_ttl, Duration::zero());
     }
 }

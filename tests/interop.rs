@@ -588,3 +588,83 @@ async fn a_task_written_with_options_is_field_by_field_the_one_buquets_submit_wr
     assert_eq!(minute(&our_id), minute(&their_id));
     assert!(minute(&our_id).is_some());
 }
+
+/// buquet's own client publishes a task type's schema (`publish_schema`);
+/// with VALIDATE_INPUT_SCHEMAS on, our submit refuses what the schema
+/// refuses, writing nothing, and takes what it takes, and buquet's own
+/// `validate_input` agrees on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_published_by_buquets_client_refuses_an_invalid_input_and_takes_a_valid_one() {
+    let mut s = Shared::new().await;
+    s.app = common::lambda::app_over(
+        s.store.clone(),
+        None,
+        false,
+        Settings {
+            validate_input_schemas: true,
+            ..Settings::default()
+        },
+    );
+    let schema = json!({
+        "input": {
+            "type": "object",
+            "properties": {"to": {"type": "string"}, "subject": {"type": "string", "minLength": 1}},
+            "required": ["to", "subject"],
+            "additionalProperties": false
+        },
+        "output": {"type": "object", "properties": {"sent": {"type": "boolean"}}}
+    });
+    let out = s.buquet(&["publish_schema", "send_email", &schema.to_string()]);
+    assert_eq!(out["published"], "send_email");
+    // What buquet wrote is the document we read.
+    assert_eq!(s.object_json("schemas/send_email.json").await, schema);
+
+    let bad = json!({"to": "a@example.com", "subject": "", "cc": "b@example.com"});
+    let (status, body) = s
+        .post(json!({"task_type": "send_email", "input": bad, "idempotency_key": "mail-bad"}))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], "input_invalid");
+    let mut named: Vec<(String, String)> = body["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["pointer"].as_str().unwrap().to_owned(),
+                e["keyword"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    named.sort();
+    assert_eq!(
+        named,
+        [
+            (String::new(), "additionalProperties".to_owned()),
+            ("/subject".to_owned(), "minLength".to_owned())
+        ]
+    );
+    assert_eq!(
+        common::all_keys(&s.store).await,
+        ["schemas/send_email.json"],
+        "nothing written for the refused input"
+    );
+    let theirs = s.buquet(&["validate", "send_email", &bad.to_string()]);
+    assert_eq!(
+        theirs["valid"], false,
+        "buquet's validate_input refuses it too: {theirs}"
+    );
+
+    let good = json!({"to": "a@example.com", "subject": "hello"});
+    let (status, body) = s
+        .post(json!({"task_type": "send_email", "input": good, "idempotency_key": "mail-good"}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let theirs = s.buquet(&["validate", "send_email", &good.to_string()]);
+    assert_eq!(theirs, json!({"valid": true, "error": null}));
+    // And buquet's worker runs the task it took.
+    let run = s.buquet(&["work", "send_email", "1"]);
+    assert_eq!(run["processed"], 1);
+    let task = s.buquet(&["get", body["task_id"].as_str().unwrap()]);
+    assert_eq!(task["status"], "completed", "{task}");
+}

@@ -4,7 +4,8 @@
 //! client. Each quirk the adapter names is here: 412 is an answer, 409 is
 //! contention, 404 on If-Match means gone, 404 `NoSuchBucket` is not "no
 //! such object", a 403 for a request signed too long ago can be retried,
-//! throttling (503 and 429 `SlowDown`) is retryable. The stub also records
+//! throttling (503 and 429 `SlowDown`) is retryable, a 304 to a conditional
+//! GET is "not modified". The stub also records
 //! each request, so the conditional headers are checked on the wire.
 
 use std::sync::{Arc, Mutex};
@@ -304,6 +305,30 @@ async fn conditional_writes_send_their_conditions() {
         "{c}"
     );
     assert!(find("d").starts_with("delete ") && find("d").contains("if-match: \"e2\""));
+}
+
+/// A cache's revalidation: S3 answers a GET with `If-None-Match: <etag>`
+/// 304 and no body while the object still has that ETag; the SDK has no
+/// output for it, and the adapter maps its status to `NotModified`, once.
+#[tokio::test]
+async fn a_bodiless_304_to_a_conditional_get_is_not_modified_and_the_etag_is_sent() {
+    let (s, seen) = stub(Some((304, None))).await;
+    let e = s
+        .get_if_none_match("schemas/t.json", &ETag("\"e3\"".into()))
+        .await
+        .err();
+    assert_eq!(e, Some(StoreError::NotModified));
+    assert!(
+        !StoreError::NotModified.is_retryable(),
+        "an answer, not a failure"
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "one request, not retried: {seen:#?}");
+    assert!(seen[0].starts_with("get ") && seen[0].contains("if-none-match: \"e3\""));
+    // A plain GET never sends the condition.
+    let (s, seen) = stub(Some((404, Some("NoSuchKey")))).await;
+    assert_eq!(s.get("k").await.err(), Some(StoreError::NotFound));
+    assert!(!seen.lock().unwrap()[0].contains("if-none-match"));
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! One conformance suite, run on the in-memory store and on moto, each
 //! unversioned and versioned: every
-//! conditional outcome, and races that assert exact counts.
+//! conditional outcome (writes, deletes, the conditional GET), and races that assert exact counts.
 
 mod common;
 
@@ -154,6 +154,42 @@ async fn a_deleted_key_is_gone_to_every_call_and_can_be_created_again(s: Arc<dyn
     assert_eq!(listed.objects.len(), 1);
 }
 
+async fn a_conditional_get_is_304_while_the_etag_holds_and_the_object_once_it_changed(
+    s: Arc<dyn Store>,
+) {
+    let a = s
+        .put("s/k.json", Bytes::from_static(b"1"), PutMode::Overwrite)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.get_if_none_match("s/k.json", &a.etag).await.err(),
+        Some(StoreError::NotModified),
+        "the same ETag: 304, no body"
+    );
+    let b = s
+        .put("s/k.json", Bytes::from_static(b"22"), PutMode::Overwrite)
+        .await
+        .unwrap();
+    let o = s.get_if_none_match("s/k.json", &a.etag).await.unwrap();
+    assert_eq!(&o.body[..], b"22");
+    assert_eq!(o.meta.etag, b.etag);
+    assert_eq!(o.meta.size, 2);
+    assert_eq!(
+        s.get_if_none_match("s/k.json", &b.etag).await.err(),
+        Some(StoreError::NotModified)
+    );
+    s.delete("s/k.json", None).await.unwrap();
+    assert_eq!(
+        s.get_if_none_match("s/k.json", &b.etag).await.err(),
+        Some(StoreError::NotFound),
+        "gone: 404, whatever the ETag"
+    );
+    assert_eq!(
+        s.get_if_none_match("s/never.json", &a.etag).await.err(),
+        Some(StoreError::NotFound)
+    );
+}
+
 async fn unconditional_delete_of_a_missing_key_succeeds(s: Arc<dyn Store>) {
     s.delete("never-there", None).await.unwrap();
 }
@@ -285,6 +321,7 @@ suite!(
     get_and_head_of_a_missing_key_are_404,
     get_returns_body_etag_and_last_modified,
     conditional_delete_checks_the_etag,
+    a_conditional_get_is_304_while_the_etag_holds_and_the_object_once_it_changed,
     a_deleted_key_is_gone_to_every_call_and_can_be_created_again,
     unconditional_delete_of_a_missing_key_succeeds,
     listing_pages_in_key_order_under_a_prefix,

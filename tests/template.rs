@@ -548,6 +548,8 @@ fn alarms_watch_the_dead_letter_queue_and_both_functions_and_a_dashboard_shows_t
     // Our metrics' dimension is the function's own name (two stacks in one
     // account never mix), in the alarm and in the dashboard.
     assert!(on("SweepErrors", "SweepFunction"));
+    // An unusable published schema checks nothing: its metric has an alarm.
+    assert!(on("InvalidSchema", "SubmitFunction"));
     let body = sub(&t.res("Dashboard")["Properties"]["DashboardBody"]);
     assert!(body.contains(r#""Created", "Function", "${SubmitFunction}""#));
     assert!(body.contains(r#""SweepScanned", "Function", "${SweepFunction}""#));
@@ -562,6 +564,8 @@ fn alarms_watch_the_dead_letter_queue_and_both_functions_and_a_dashboard_shows_t
         "SweepFinished",
         "SweepExpiredDeleted",
         "SweepErrors",
+        "InputInvalid",
+        "InvalidSchema",
     ] {
         assert!(
             body.contains(&format!("\"{m}\"")),
@@ -663,6 +667,59 @@ fn no_role_of_ours_can_overwrite_a_task() {
             "{role}"
         );
     }
+}
+
+#[test]
+fn only_the_submit_function_reads_schemas_and_it_checks_inputs_only_when_told() {
+    let t = templates();
+    let on_schemas = |role: &str| -> Vec<Value> {
+        t.role_statements(role)
+            .into_iter()
+            .filter(|s| {
+                as_list(&s["Resource"])
+                    .iter()
+                    .any(|r| sub(r).contains("/schemas/"))
+            })
+            .collect()
+    };
+    let submit = on_schemas("SubmitFunctionRole");
+    assert_eq!(submit.len(), 1, "{submit:?}");
+    assert_eq!(
+        as_list(&submit[0]["Action"]),
+        vec![Value::from("s3:GetObject")],
+        "read only: buquet's clients publish schemas"
+    );
+    assert!(submit[0]["Condition"].is_null());
+    assert_eq!(
+        as_list(&submit[0]["Resource"])
+            .iter()
+            .map(sub)
+            .collect::<Vec<_>>(),
+        ["arn:${AWS::Partition}:s3:::${BucketName}/schemas/*"]
+    );
+    assert!(
+        on_schemas("SweepFunctionRole").is_empty(),
+        "the sweeper finishes what was accepted: it never reads a schema"
+    );
+    // Off by default; the setting and its cache's TTL reach the submit
+    // function alone.
+    assert_eq!(t.param_default("ValidateInputSchemas"), "off");
+    assert_eq!(t.param_default("SchemaCacheSeconds"), 60);
+    let env = |f: &str| t.res(f)["Properties"]["Environment"]["Variables"].clone();
+    assert_eq!(
+        env("SubmitFunction")["VALIDATE_INPUT_SCHEMAS"],
+        serde_json::json!({"Ref": "ValidateInputSchemas"})
+    );
+    assert_eq!(
+        env("SubmitFunction")["SCHEMA_CACHE_SECONDS"],
+        serde_json::json!({"Ref": "SchemaCacheSeconds"})
+    );
+    // The globals are still there beside it.
+    assert_eq!(
+        env("SubmitFunction")["BUCKET_NAME"],
+        serde_json::json!({"Ref": "BucketName"})
+    );
+    assert!(env("SweepFunction").get("VALIDATE_INPUT_SCHEMAS").is_none());
 }
 
 #[test]

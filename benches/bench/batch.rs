@@ -1,8 +1,13 @@
 //! The batch submit (POST /tasks/batch, Queue::submit_many).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idempotent_submit::store::S3Store;
+use bytes::Bytes;
+use idempotent_submit::clock::{Offset, SystemClock};
+use idempotent_submit::store::{
+    ETag, ListPage, MemoryStore, Object, ObjectMeta, PutMode, PutResult, S3Store, Store, StoreError,
+};
 use idempotent_submit::{Queue, Settings};
 use serde_json::json;
 
@@ -44,6 +49,60 @@ async fn batch_and_singles(q: &Queue, tag: &str) -> (f64, f64) {
         assert!(s.created());
     }
     (batch, start.elapsed().as_secs_f64())
+}
+
+/// The in-memory store behind a fixed delay each way on every request, all
+/// requests served at once: S3's parallelism, a network's latency.
+#[derive(Clone)]
+struct Delayed {
+    inner: MemoryStore,
+    delay: Duration,
+}
+
+impl Delayed {
+    fn new(delay: Duration) -> Self {
+        Delayed {
+            inner: MemoryStore::new(Arc::new(SystemClock)),
+            delay,
+        }
+    }
+
+    /// `call`, a delay after it is sent and a delay before its answer.
+    async fn carry<T>(&self, call: impl std::future::Future<Output = T>) -> T {
+        tokio::time::sleep(self.delay).await;
+        let answer = call.await;
+        tokio::time::sleep(self.delay).await;
+        answer
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Delayed {
+    fn clock_offset(&self) -> Option<Offset> {
+        self.inner.clock_offset()
+    }
+    async fn get(&self, key: &str) -> Result<Object, StoreError> {
+        self.carry(self.inner.get(key)).await
+    }
+    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
+        self.carry(self.inner.head(key)).await
+    }
+    async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
+        self.carry(self.inner.put(key, body, mode)).await
+    }
+    async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
+        self.carry(self.inner.delete(key, if_match)).await
+    }
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        page: Option<String>,
+        limit: usize,
+    ) -> Result<ListPage, StoreError> {
+        self.carry(self.inner.list(prefix, start_after, page, limit))
+            .await
+    }
 }
 
 /// A release binary where `make bench` built one, else the debug build (its
@@ -131,15 +190,53 @@ async fn idem_batch_rss(n: usize, bytes: usize) -> Option<(f64, &'static str)> {
 pub(crate) async fn batch(r: &mut Report) {
     r.line("\n## Batch submit\n");
     let d = link_delay();
+    let two_d = 2.0 * d.as_secs_f64();
+
+    // Round trips: against a store that serves every request at once, as S3
+    // does, so that what is measured is how many times the batch waits on
+    // the network, not how fast one server works through 300 requests.
     r.line(format!(
-        "Through the link of section \"Round trips on the response path\" (D = {} ms each way, moto kept busy), three rounds: a batch of {BATCH} new keys with 1 KiB inputs through `Queue::submit_many` (what `POST /tasks/batch` runs), then {BATCH} single new submits one after the other, at D and at 0. Round trips of the batch: (time at D − time at 0) / 2D; of the singles, the same per submit. moto serves one request at a time, so at D = 0 the batch's {} requests queue behind each other: its time there is moto's, not the protocol's.\n",
+        "**Round trips.** The in-memory store, behind a delay of D = {} ms each way on every request (a request waits D, reaches the store, and its answer waits D), serves all requests at once, as S3 does. Three rounds: a batch of {BATCH} new keys with 1 KiB inputs through `Queue::submit_many` (what `POST /tasks/batch` runs), then {BATCH} single new submits one after the other, at D and at 0. Round trips of the batch: (time at D − time at 0) / 2D; of the singles, the same per submit.\n",
+        d.as_millis()
+    ));
+    r.line("| round | batch: round trips | batch: time at D | singles: round trips each | singles: time at D |");
+    r.line("| --- | --- | --- | --- | --- |");
+    let mut batch_rts = Vec::new();
+    for round in 0..3 {
+        let zero = Queue::new(Delayed::new(Duration::ZERO), Settings::default());
+        let slow = Queue::new(Delayed::new(d), Settings::default());
+        let (b0, s0) = batch_and_singles(&zero, &format!("mz{round}")).await;
+        let (bd, sd) = batch_and_singles(&slow, &format!("md{round}")).await;
+        let b_rt = (bd - b0) / two_d;
+        let s_rt = (sd - s0) / two_d / BATCH as f64;
+        batch_rts.push(b_rt);
+        r.line(format!(
+            "| {} | {b_rt:.2} | {bd:.2} s | {s_rt:.2} | {sd:.1} s |",
+            round + 1
+        ));
+    }
+    let rt = median(&mut batch_rts, "batch round trips");
+    r.target(
+        format!("round trips: a batch of {BATCH} new keys"),
+        format!("{rt:.2} ({:.2} – {:.2})", batch_rts[0], batch_rts[2]),
+        "≤ 2.5",
+        rt <= 2.5,
+    );
+    r.line(format!(
+        "\nMedian: the batch takes **{rt:.2} round trips** for {BATCH} new keys, as one new submit does (2)."
+    ));
+
+    // Through the TCP link, against moto: the same client, S3's HTTP API;
+    // moto serves one request at a time.
+    r.line(format!(
+        "\n**Through the link, against moto.** The TCP link of section \"Round trips on the response path\" (D = {} ms each way, moto kept busy), three rounds, the same batch and singles. moto works through the batch's {} requests one at a time (about 10 ms each here), which overlaps the link's delay: the batch's time at D is moto's time plus about one round trip, not a count of the protocol's round trips (those are above). What it shows is the speed-up a producer sees.\n",
         d.as_millis(),
         3 * BATCH
     ));
-    r.line("| round | batch: round trips | batch: time at D | batch: submits/s at D | singles: round trips each | singles: time at D | singles: submits/s at D |");
+    r.line("| round | batch: time at 0 | batch: time at D | batch: submits/s at D | singles: time at D | singles: submits/s at D | speed-up |");
     r.line("| --- | --- | --- | --- | --- | --- | --- |");
     let busy = keep_busy().await;
-    let (mut batch_rts, mut speedups, mut at_zero) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut speedups, mut at_zero) = (Vec::new(), Vec::new());
     for round in 0..3 {
         let direct = moto_store().await;
         let zero = Queue::new(
@@ -152,31 +249,20 @@ pub(crate) async fn batch(r: &mut Report) {
         );
         let (b0, s0) = batch_and_singles(&zero, &format!("z{round}")).await;
         let (bd, sd) = batch_and_singles(&slow, &format!("d{round}")).await;
-        let two_d = 2.0 * d.as_secs_f64();
-        let b_rt = (bd - b0) / two_d;
-        let s_rt = (sd - s0) / two_d / BATCH as f64;
-        batch_rts.push(b_rt);
         speedups.push(sd / bd);
         at_zero.push((b0, s0));
         r.line(format!(
-            "| {} | {b_rt:.2} | {:.2} s | {:.0} | {s_rt:.2} | {sd:.1} s | {:.1} |",
+            "| {} | {b0:.2} s | {bd:.2} s | {:.0} | {sd:.1} s | {:.1} | {:.0}× |",
             round + 1,
-            bd,
             BATCH as f64 / bd,
-            BATCH as f64 / sd
+            BATCH as f64 / sd,
+            sd / bd
         ));
     }
     drop(busy);
-    let rt = median(&mut batch_rts, "batch round trips");
     let speed = median(&mut speedups, "batch speed-up");
-    r.target(
-        format!("round trips: a batch of {BATCH} new keys"),
-        format!("{rt:.2} ({:.2} – {:.2})", batch_rts[0], batch_rts[2]),
-        "≤ 2.5",
-        rt <= 2.5,
-    );
     r.line(format!(
-        "\nMedian: the batch takes **{rt:.2} round trips** for {BATCH} new keys (one new submit takes 2), and is **{speed:.0}×** faster than {BATCH} single submits through the same link."
+        "\nMedian: through the link, the batch is **{speed:.0}×** faster than {BATCH} single submits one after the other."
     ));
 
     // Lambda and API Gateway per million tasks: one invocation per task

@@ -27,6 +27,7 @@ mod link;
 mod options;
 mod report;
 mod requests;
+mod schemas;
 mod sweeper;
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -149,6 +150,15 @@ fn main() {
         splice_section(&r.0, "## Task options and offloaded inputs", true);
         return;
     }
+    // BENCH_ONLY=schemas: the figures of input schemas (a cold process's
+    // read of a type's schema against a warm one), printed and put in place
+    // of their section (before the targets).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("schemas") {
+        let mut r = Report::new();
+        rt.block_on(schemas::schemas(&mut r));
+        splice_section(&r.0, "## Input schemas", true);
+        return;
+    }
     // BENCH_ONLY=batch: the batch figures, printed and put in place of their
     // section of docs/benchmarks.md (before the targets).
     if std::env::var("BENCH_ONLY").as_deref() == Ok("batch") {
@@ -178,6 +188,7 @@ fn main() {
         cost::cost(&mut r).await;
         batch::batch(&mut r).await;
         options::options(&mut r).await;
+        schemas::schemas(&mut r).await;
         assess(&mut r);
         let mut out = r.0;
         let _ = writeln!(out);

@@ -115,6 +115,15 @@ impl Metrics {
         self.emit(&counts);
     }
 
+    /// Fetches of a published schema that found it unusable (not JSON, not
+    /// a JSON Schema), since the last line: `InvalidSchema`, when there were
+    /// any. Its inputs go unchecked meanwhile.
+    pub fn invalid_schemas(&self, fetches: u64) {
+        if fetches > 0 {
+            self.emit(&[("InvalidSchema", fetches)]);
+        }
+    }
+
     /// An SQS message written to `rejected/`.
     pub fn rejected(&self) {
         self.emit(&[("Rejected", 1)]);
@@ -145,6 +154,9 @@ fn outcome(result: &Result<Submitted, SubmitError>) -> &'static str {
         Err(e) => match e.kind() {
             ErrorKind::Conflict => "Conflict",
             ErrorKind::Invalid | ErrorKind::KeyMissing | ErrorKind::TooLarge => "Invalid",
+            // Its own metric: a producer sending what the schema refuses is
+            // another alarm than a malformed request.
+            ErrorKind::InputInvalid => "InputInvalid",
             // A submit of the key may still be landing: not a storage failure.
             ErrorKind::InProgress => "SubmitInProgress",
             ErrorKind::Unavailable | ErrorKind::Broken => "StorageError",
@@ -201,6 +213,22 @@ mod tests {
             .map(|d| d["Name"].as_str().unwrap())
             .collect();
         assert_eq!(declared, ["BatchItems", "StorageError", "Invalid"]);
+    }
+
+    #[test]
+    fn an_invalid_input_and_an_unusable_schema_have_metrics_of_their_own() {
+        let m = Metrics::collecting("submit");
+        m.submit(&Err(SubmitError::InputInvalid {
+            task_type: "t".into(),
+            errors: vec![],
+            omitted: 1,
+        }));
+        m.invalid_schemas(0);
+        m.invalid_schemas(2);
+        let lines = m.lines();
+        assert_eq!(lines.len(), 2, "no line for no unusable schema");
+        assert_eq!(lines[0]["InputInvalid"], 1);
+        assert_eq!(lines[1]["InvalidSchema"], 2);
     }
 
     #[test]

@@ -87,16 +87,22 @@ pub async fn handle_submit(
     event: LambdaEvent<Value>,
 ) -> Result<Value, lambda_runtime::Error> {
     let (payload, context) = (event.payload, event.context);
-    if let Some(records) = payload.get("Records") {
+    let answer = if let Some(records) = payload.get("Records") {
         sqs_records(records).map_err(UnrecognizedEvent::Records)?;
         let batch: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(payload)?;
         let resp = sqs::handle(app, batch).await;
-        return Ok(serde_json::to_value(resp)?);
-    }
-    if http::HttpRequest::looks_like(&payload) {
-        return Ok(http::handle(app, payload, &context.request_id).await);
-    }
-    Err(UnrecognizedEvent::Shape.into())
+        serde_json::to_value(resp)?
+    } else if http::HttpRequest::looks_like(&payload) {
+        http::handle(app, payload, &context.request_id).await
+    } else {
+        return Err(UnrecognizedEvent::Shape.into());
+    };
+    // Every door's submits read schemas through the one engine: its count of
+    // unusable ones becomes one metric line per invocation (Lambda runs one
+    // invocation at a time per process, so it is this invocation's).
+    app.metrics
+        .invalid_schemas(app.queue.engine().take_unusable_schemas());
+    Ok(answer)
 }
 
 /// What the `sweep` function holds between invocations.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::protocol::{ErrorKind, SubmitError};
+use crate::protocol::{ErrorKind, InputError, SubmitError};
 
 /// An HTTP error answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,6 +19,10 @@ pub struct Problem {
     pub task_id: Option<uuid::Uuid>,
     /// For 405: the methods the route takes.
     pub allow: Option<&'static str>,
+    /// For `input_invalid`: the failures listed (bounded) and how many more
+    /// there were (the `errors` and `errors_omitted` members). Boxed: every
+    /// other problem carries none, and a `Problem` travels in `Result`s.
+    pub input_errors: Option<Box<(Vec<InputError>, usize)>>,
 }
 
 /// What a POST takes, named by a 415's `Accept-Post`.
@@ -39,6 +43,7 @@ impl Problem {
             retry_after: None,
             task_id: None,
             allow: None,
+            input_errors: None,
         }
     }
 
@@ -106,6 +111,15 @@ impl Problem {
             }
             ErrorKind::Invalid => Self::new(400, code, "Invalid request", e.to_string()),
             ErrorKind::TooLarge => Self::too_large(e.to_string()),
+            ErrorKind::InputInvalid => Problem {
+                input_errors: match e {
+                    SubmitError::InputInvalid {
+                        errors, omitted, ..
+                    } => Some(Box::new((errors.clone(), *omitted))),
+                    _ => None,
+                },
+                ..Self::new(400, code, "Input invalid", e.to_string())
+            },
             ErrorKind::Conflict => Problem {
                 task_id: match e {
                     SubmitError::Conflict { task_id, .. } => Some(*task_id),
@@ -154,6 +168,11 @@ impl Problem {
         });
         if let (Some(id), Some(obj)) = (self.task_id, b.as_object_mut()) {
             obj.insert("task_id".into(), json!(id));
+        }
+        if let (Some(listed), Some(obj)) = (&self.input_errors, b.as_object_mut()) {
+            let (errors, omitted) = &**listed;
+            obj.insert("errors".into(), json!(errors));
+            obj.insert("errors_omitted".into(), json!(omitted));
         }
         b
     }
@@ -215,6 +234,15 @@ mod tests {
                 500,
                 "storage_error",
             ),
+            (
+                SubmitError::InputInvalid {
+                    task_type: "t".into(),
+                    errors: vec![],
+                    omitted: 0,
+                },
+                400,
+                "input_invalid",
+            ),
         ];
         for (e, status, code) in cases {
             let p = Problem::from_submit(&e);
@@ -225,5 +253,28 @@ mod tests {
             assert_eq!(b["code"], code);
             assert!(b["type"].is_string() && b["title"].is_string() && b["detail"].is_string());
         }
+    }
+
+    #[test]
+    fn an_invalid_input_lists_its_failures_and_counts_the_rest() {
+        let e = SubmitError::InputInvalid {
+            task_type: "send_email".into(),
+            errors: vec![InputError {
+                pointer: "/to".into(),
+                keyword: "type".into(),
+                detail: "value is not of type \"string\"".into(),
+            }],
+            omitted: 4,
+        };
+        let b = Problem::from_submit(&e).body();
+        assert_eq!(b["code"], "input_invalid");
+        assert_eq!(b["status"], 400);
+        assert_eq!(
+            b["errors"],
+            json!([{"pointer": "/to", "keyword": "type", "detail": "value is not of type \"string\""}])
+        );
+        assert_eq!(b["errors_omitted"], 4);
+        // Other problems carry no list.
+        assert!(Problem::invalid("x").body().get("errors").is_none());
     }
 }

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::error::SubmitError;
 use super::record::task_status;
+use super::schema::SchemaCache;
 use crate::clock::Clock;
 use crate::config::Settings;
 use crate::store::{Store, StoreError};
@@ -19,6 +20,8 @@ pub struct Engine {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) settings: Settings,
+    /// The task types' schemas this process has read (shared by clones).
+    pub(crate) schemas: Arc<SchemaCache>,
 }
 
 impl Engine {
@@ -27,6 +30,7 @@ impl Engine {
             store,
             clock,
             settings,
+            schemas: Arc::default(),
         }
     }
 

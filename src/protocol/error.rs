@@ -7,6 +7,7 @@ use std::time::Duration as StdDuration;
 use uuid::Uuid;
 
 use super::names::ValidationError;
+use super::schema::InputError;
 use crate::clock::Offset;
 use crate::store::StoreError;
 
@@ -30,6 +31,17 @@ pub enum SubmitError {
     /// The input is over the limit (413).
     #[error("input is {size} bytes; the limit is {limit}")]
     InputTooLarge { size: usize, limit: usize },
+    /// The input fails the JSON Schema published for its task type
+    /// (`VALIDATE_INPUT_SCHEMAS`): `errors` lists the first failures (at
+    /// most [`super::schema::MAX_LISTED_ERRORS`]), `omitted` counts the rest.
+    /// Nothing was written.
+    #[error("the input does not match the schema published for task type {task_type}: {}",
+        input_errors_summary(.errors, *.omitted))]
+    InputInvalid {
+        task_type: String,
+        errors: Vec<InputError>,
+        omitted: usize,
+    },
     /// The key is taken by a submit of another task type or input (422).
     /// Nothing was written.
     #[error("idempotency conflict: the key was used with another {}",
@@ -68,6 +80,7 @@ impl SubmitError {
             SubmitError::Invalid(ValidationError::KeyRequired) => ErrorKind::KeyMissing,
             SubmitError::Invalid(_) => ErrorKind::Invalid,
             SubmitError::InputTooLarge { .. } => ErrorKind::TooLarge,
+            SubmitError::InputInvalid { .. } => ErrorKind::InputInvalid,
             SubmitError::Conflict { .. } => ErrorKind::Conflict,
             SubmitError::Undetermined { .. } => ErrorKind::InProgress,
             SubmitError::DeadlineExceeded | SubmitError::ClockOffset { .. } => {
@@ -116,6 +129,8 @@ pub enum ErrorKind {
     KeyMissing,
     /// The input is over the limit: 413 `input_too_large`.
     TooLarge,
+    /// The input fails its task type's published schema: 400 `input_invalid`.
+    InputInvalid,
     /// The key was used with another request: 422 `idempotency_conflict`.
     Conflict,
     /// A submit of the key may still be landing: 503 `submit_in_progress`.
@@ -134,6 +149,7 @@ impl ErrorKind {
             ErrorKind::Invalid => "invalid_request",
             ErrorKind::KeyMissing => "idempotency_key_missing",
             ErrorKind::TooLarge => "input_too_large",
+            ErrorKind::InputInvalid => "input_invalid",
             ErrorKind::Conflict => "idempotency_conflict",
             ErrorKind::InProgress => "submit_in_progress",
             ErrorKind::Unavailable => "storage_unavailable",
@@ -148,6 +164,7 @@ impl ErrorKind {
             ErrorKind::Invalid
             | ErrorKind::KeyMissing
             | ErrorKind::TooLarge
+            | ErrorKind::InputInvalid
             | ErrorKind::Conflict
             | ErrorKind::Broken => false,
         }
@@ -160,9 +177,31 @@ impl ErrorKind {
             ErrorKind::Invalid
             | ErrorKind::KeyMissing
             | ErrorKind::TooLarge
+            | ErrorKind::InputInvalid
             | ErrorKind::Conflict => true,
             ErrorKind::InProgress | ErrorKind::Unavailable | ErrorKind::Broken => false,
         }
+    }
+}
+
+/// How many failures, and the first, for the error's message (the list
+/// itself is the problem's `errors`).
+fn input_errors_summary(errors: &[InputError], omitted: usize) -> String {
+    let n = errors.len() + omitted;
+    let noun = if n == 1 { "failure" } else { "failures" };
+    match errors.first() {
+        Some(e) => {
+            let at = if e.pointer.is_empty() {
+                "the input".to_owned()
+            } else {
+                e.pointer.clone()
+            };
+            format!(
+                "{n} {noun}; the first at {at} ({}): {}",
+                e.keyword, e.detail
+            )
+        }
+        None => format!("{n} {noun}"),
     }
 }
 
@@ -210,6 +249,16 @@ mod tests {
             (
                 SubmitError::InputTooLarge { size: 2, limit: 1 },
                 "input_too_large",
+                false,
+                None,
+            ),
+            (
+                SubmitError::InputInvalid {
+                    task_type: "t".into(),
+                    errors: vec![],
+                    omitted: 3,
+                },
+                "input_invalid",
                 false,
                 None,
             ),
@@ -280,6 +329,7 @@ mod tests {
             Invalid,
             KeyMissing,
             TooLarge,
+            InputInvalid,
             Conflict,
             InProgress,
             Unavailable,
@@ -302,5 +352,43 @@ mod tests {
         assert_eq!(e.code(), "storage_unavailable");
         assert!(e.is_retryable());
         assert_eq!(e.retry_after().map(|d| d.as_secs()), Some(1));
+    }
+}
+
+#[cfg(test)]
+mod input_invalid_tests {
+    use super::*;
+
+    #[test]
+    fn an_invalid_input_says_how_many_failures_and_where_the_first_is() {
+        let e = SubmitError::InputInvalid {
+            task_type: "send_email".into(),
+            errors: vec![InputError {
+                pointer: "/to".into(),
+                keyword: "type".into(),
+                detail: "value is not of type \"string\"".into(),
+            }],
+            omitted: 2,
+        };
+        assert_eq!(
+            e.to_string(),
+            "the input does not match the schema published for task type send_email: 3 failures; \
+             the first at /to (type): value is not of type \"string\""
+        );
+        let whole = SubmitError::InputInvalid {
+            task_type: "t".into(),
+            errors: vec![InputError {
+                pointer: String::new(),
+                keyword: "type".into(),
+                detail: "d".into(),
+            }],
+            omitted: 0,
+        };
+        assert!(
+            whole
+                .to_string()
+                .ends_with("1 failure; the first at the input (type): d")
+        );
+        assert!(e.kind().is_the_requests_fault() && !e.is_retryable());
     }
 }

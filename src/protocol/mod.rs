@@ -9,6 +9,7 @@ pub mod names;
 pub mod options;
 pub mod record;
 mod s3_time;
+pub mod schema;
 pub mod submit;
 pub mod sweep;
 
@@ -17,5 +18,6 @@ pub use error::{ConflictKind, ErrorKind, SubmitError};
 pub use names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
 pub use options::{TaskOptions, TaskRetryPolicy};
 pub use record::{Record, RecordStatus, TaskLocation};
+pub use schema::InputError;
 pub use submit::{IdempotencyInfo, Input, KeySpec, Phase, SubmitRequest, Submitted};
 pub use sweep::{RecordOutcome, SweepOptions, SweepSummary};

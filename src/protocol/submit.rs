@@ -67,6 +67,11 @@ impl Input {
     pub fn hash(&self) -> &str {
         &self.hash
     }
+
+    /// The canonical JSON (what the task object carries).
+    pub fn as_json(&self) -> &str {
+        self.canonical.get()
+    }
 }
 
 /// A tenant's tasks get ids sealed to it (see [`Tenant::new_task_id`]).
@@ -74,6 +79,27 @@ fn new_task_id(req: &SubmitRequest) -> Uuid {
     req.tenant
         .as_ref()
         .map_or_else(Uuid::new_v4, Tenant::new_task_id)
+}
+
+/// What differs between the record `existing` holds and the request `req`
+/// whose options hash to `options_hash`; `None`: the same request.
+pub(super) fn conflict_with(
+    existing: &Record,
+    req: &SubmitRequest,
+    options_hash: &Option<String>,
+) -> Option<ConflictKind> {
+    if existing.task_type != req.task_type.as_str() {
+        Some(ConflictKind::TaskType)
+    } else if existing.input_hash != req.input.hash {
+        Some(ConflictKind::Input)
+    } else if existing.write_id.is_some() && existing.options_hash != *options_hash {
+        // Records of this service (they have a write_id) carry the
+        // options' hash, or none for none; buquet's clients keep
+        // no options and are compared on task type and input only.
+        Some(ConflictKind::Options)
+    } else {
+        None
+    }
 }
 
 /// The idempotency part of a request.
@@ -158,6 +184,7 @@ fn unserializable(what: &str, e: serde_json::Error) -> SubmitError {
 /// What a keyed submit writes, built once and kept across every retry (its
 /// task id and write_id are how a retry recognizes its own earlier write).
 struct Claim<'r> {
+    req: &'r SubmitRequest,
     rkey: String,
     /// The record as written, but for its `pending_task` and
     /// `pending_input`: `body` carries them.
@@ -208,27 +235,15 @@ enum Written {
     LastModified(DateTime<Utc>),
 }
 
-/// Whether `held`, another record of the key, was made by another request:
-/// another task type, input or options. A record of buquet's clients (no
-/// write_id) keeps no options, and is compared on task type and input
-/// only; this service's records carry the options' hash, or none for none.
-fn conflict(held: &Record, mine: &Record) -> Option<ConflictKind> {
-    if held.task_type != mine.task_type {
-        Some(ConflictKind::TaskType)
-    } else if held.input_hash != mine.input_hash {
-        Some(ConflictKind::Input)
-    } else if held.write_id.is_some() && held.options_hash != mine.options_hash {
-        Some(ConflictKind::Options)
-    } else {
-        None
-    }
-}
-
 impl Engine {
     /// Submits a task: a plain new task without a key, the idempotency
     /// protocol with one.
     pub async fn submit(&self, req: &SubmitRequest) -> Result<Submitted, SubmitError> {
         let op_deadline = self.now() + self.settings.operation_timeout;
+        // Before anything is written (src/protocol/schema.rs).
+        if let Err(e) = self.check_input(req, op_deadline).await {
+            return self.answer_refused(req, e, op_deadline).await;
+        }
         match &req.idempotency {
             None => self.submit_plain(req, op_deadline).await,
             Some(k) => self.submit_keyed(req, k, op_deadline).await,
@@ -417,6 +432,7 @@ impl Engine {
             .to_bytes_carrying(&task.json, offloaded.map(|i| &*i.canonical))
             .map_err(|e| unserializable(&rkey, e))?;
         Ok(Claim {
+            req,
             rkey,
             record,
             body,
@@ -618,7 +634,7 @@ impl Engine {
                 self.remove_orphan_payload(my_task_id, op_deadline).await;
             }
         };
-        if let Some(kind) = conflict(held, &mine.record) {
+        if let Some(kind) = conflict_with(held, mine.req, &mine.record.options_hash) {
             orphan.await;
             return Err(SubmitError::Conflict {
                 kind,
@@ -634,7 +650,7 @@ impl Engine {
 
     /// The key holds a record of the same request: replay it, finishing it
     /// first if it was interrupted.
-    async fn answer_existing(
+    pub(super) async fn answer_existing(
         &self,
         rkey: &str,
         rec: &Record,
@@ -836,35 +852,45 @@ mod tests {
         }
     }
 
+    /// A submit of task type `t` with the input `1`.
+    fn request() -> SubmitRequest {
+        SubmitRequest {
+            task_type: TaskType::parse("t".to_owned()).unwrap(),
+            input: Input::new(&serde_json::json!(1), 1024).unwrap(),
+            idempotency: None,
+            options: TaskOptions::default(),
+            tenant: None,
+        }
+    }
+
     #[test]
     fn another_task_type_input_or_options_is_a_conflict_in_that_order() {
-        let mine = record("t", "sha256:in", Some("sha256:op"));
+        let req = request();
+        let input = req.input.hash().to_owned();
+        let options = Some("sha256:op".to_owned());
+        let same = record("t", &input, Some("sha256:op"));
+        assert_eq!(conflict_with(&same, &req, &options), None);
+        let other = |t, i, o| conflict_with(&record(t, i, o), &req, &options);
         assert_eq!(
-            conflict(&record("t", "sha256:in", Some("sha256:op")), &mine),
-            None
-        );
-        assert_eq!(
-            conflict(&record("u", "sha256:other", None), &mine),
+            other("u", "sha256:other", None),
             Some(ConflictKind::TaskType)
         );
-        assert_eq!(
-            conflict(&record("t", "sha256:other", None), &mine),
-            Some(ConflictKind::Input)
-        );
-        assert_eq!(
-            conflict(&record("t", "sha256:in", None), &mine),
-            Some(ConflictKind::Options)
-        );
+        assert_eq!(other("t", "sha256:other", None), Some(ConflictKind::Input));
+        assert_eq!(other("t", &input, None), Some(ConflictKind::Options));
     }
 
     #[test]
     fn a_record_of_buquets_clients_keeps_no_options_and_is_compared_without_them() {
-        let mine = record("t", "sha256:in", Some("sha256:op"));
-        let mut buquets = record("t", "sha256:in", None);
+        let req = request();
+        let options = Some("sha256:op".to_owned());
+        let mut buquets = record("t", req.input.hash(), None);
         buquets.write_id = None;
-        assert_eq!(conflict(&buquets, &mine), None);
+        assert_eq!(conflict_with(&buquets, &req, &options), None);
         buquets.input_hash = "sha256:other".into();
-        assert_eq!(conflict(&buquets, &mine), Some(ConflictKind::Input));
+        assert_eq!(
+            conflict_with(&buquets, &req, &options),
+            Some(ConflictKind::Input)
+        );
     }
 
     #[test]

@@ -289,6 +289,13 @@ impl<S: Store + Clone> Store for FaultyStore<S> {
         self.run(Op::Get, key, self.inner.get(key)).await
     }
 
+    /// Logged as a GET (it is one, priced as one); a 304 shows as its
+    /// `error`, [`StoreError::NotModified`].
+    async fn get_if_none_match(&self, key: &str, etag: &ETag) -> Result<Object, StoreError> {
+        self.run(Op::Get, key, self.inner.get_if_none_match(key, etag))
+            .await
+    }
+
     async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
         self.run(Op::Head, key, self.inner.head(key)).await
     }

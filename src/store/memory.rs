@@ -210,6 +210,19 @@ impl Store for MemoryStore {
         })
     }
 
+    async fn get_if_none_match(&self, key: &str, etag: &ETag) -> Result<Object, StoreError> {
+        self.answer_time();
+        let objects = self.lock();
+        let e = objects.get(key).ok_or(StoreError::NotFound)?;
+        if &e.etag == etag {
+            return Err(StoreError::NotModified);
+        }
+        Ok(Object {
+            body: e.body.clone(),
+            meta: Self::meta(key, e),
+        })
+    }
+
     async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
         self.answer_time();
         let objects = self.lock();

@@ -10,6 +10,7 @@
 //! | [`Store::put`] with [`PutMode::Update`] | `If-Match: <etag>` | [`StoreError::PreconditionFailed`]: the object changed; [`StoreError::NotFound`]: it is gone |
 //! | [`Store::delete`] with an ETag | `If-Match: <etag>` | [`StoreError::PreconditionFailed`]: changed; [`StoreError::NotFound`]: gone |
 //! | [`Store::get`], [`Store::head`] | none | [`StoreError::NotFound`] |
+//! | [`Store::get_if_none_match`] | `If-None-Match: <etag>` | [`StoreError::NotModified`] (304): the object still has that ETag; [`StoreError::NotFound`]: there is none |
 //!
 //! Two conditional writes racing on one key can make S3 answer 409
 //! `ConditionalRequestConflict`: [`StoreError::Conflict`], contention, to be
@@ -111,6 +112,11 @@ pub enum StoreError {
     /// same key was in flight. Contention: retry.
     #[error("conditional request conflict")]
     Conflict,
+    /// 304: an answer, not a failure. A conditional read
+    /// ([`Store::get_if_none_match`]) found the object still the one named
+    /// by the ETag: there is nothing new to read. No other call answers it.
+    #[error("not modified")]
+    NotModified,
     /// 5xx, throttling, timeouts, connection failures: the request may or may
     /// not have taken effect. Retryable.
     #[error("storage unavailable: {0}")]
@@ -145,6 +151,22 @@ pub trait Store: Send + Sync + 'static {
     /// Reads an object whole.
     async fn get(&self, key: &str) -> Result<Object, StoreError>;
 
+    /// Reads an object whole unless it still has the ETag `etag`
+    /// (`If-None-Match: <etag>`): [`StoreError::NotModified`] then, with no
+    /// body (a cache revalidating what it holds); [`StoreError::NotFound`]
+    /// when there is no object, whatever the ETag.
+    ///
+    /// The default reads the object and compares, which answers the same
+    /// (S3's ETags are what it compares too) but transfers the body: a
+    /// store that can ask conditionally (S3) does.
+    async fn get_if_none_match(&self, key: &str, etag: &ETag) -> Result<Object, StoreError> {
+        let o = self.get(key).await?;
+        if &o.meta.etag == etag {
+            return Err(StoreError::NotModified);
+        }
+        Ok(o)
+    }
+
     /// Reads an object's metadata.
     async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError>;
 
@@ -173,6 +195,10 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     async fn get(&self, key: &str) -> Result<Object, StoreError> {
         (**self).get(key).await
+    }
+    // Forwarded, or an `Arc` of S3 would fall back to the default.
+    async fn get_if_none_match(&self, key: &str, etag: &ETag) -> Result<Object, StoreError> {
+        (**self).get_if_none_match(key, etag).await
     }
     async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
         (**self).head(key).await

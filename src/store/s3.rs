@@ -194,6 +194,12 @@ where
                 // 412 is an answer: If-None-Match found the key taken, or
                 // If-Match found another ETag. Never retried blindly.
                 (412, _) => StoreError::PreconditionFailed,
+                // 304 is an answer too: a GET with If-None-Match <etag>
+                // found the object unchanged. The SDK has no output for it
+                // (no body, no error document), so it surfaces as a service
+                // error with that status; nothing else sends If-None-Match
+                // on a read.
+                (304, _) => StoreError::NotModified,
                 // 409 ConditionalRequestConflict: a concurrent conditional
                 // write on the key; S3 asks us to retry.
                 (409, _) => StoreError::Conflict,
@@ -248,6 +254,26 @@ fn etag(e: Option<&str>) -> Result<ETag, StoreError> {
         .ok_or_else(|| StoreError::Unavailable("S3's answer had no ETag".into()))
 }
 
+/// A GetObject's answer, read whole.
+async fn object(
+    key: &str,
+    out: aws_sdk_s3::operation::get_object::GetObjectOutput,
+) -> Result<Object, StoreError> {
+    let meta = ObjectMeta {
+        key: key.to_owned(),
+        etag: etag(out.e_tag())?,
+        last_modified: to_chrono(out.last_modified())?,
+        size: out.content_length().unwrap_or(0).max(0) as u64,
+    };
+    let body = out
+        .body
+        .collect()
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("reading body: {e}")))?
+        .into_bytes();
+    Ok(Object { body, meta })
+}
+
 #[async_trait]
 impl Store for S3Store {
     fn clock_offset(&self) -> Option<Offset> {
@@ -263,19 +289,20 @@ impl Store for S3Store {
             .send()
             .await
             .map_err(map_err)?;
-        let meta = ObjectMeta {
-            key: key.to_owned(),
-            etag: etag(out.e_tag())?,
-            last_modified: to_chrono(out.last_modified())?,
-            size: out.content_length().unwrap_or(0).max(0) as u64,
-        };
-        let body = out
-            .body
-            .collect()
+        object(key, out).await
+    }
+
+    async fn get_if_none_match(&self, key: &str, etag: &ETag) -> Result<Object, StoreError> {
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .if_none_match(&etag.0)
+            .send()
             .await
-            .map_err(|e| StoreError::Unavailable(format!("reading body: {e}")))?
-            .into_bytes();
-        Ok(Object { body, meta })
+            .map_err(map_err)?;
+        object(key, out).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {

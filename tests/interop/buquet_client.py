@@ -13,6 +13,10 @@
                                                            {"calls", "status", "retry_count", "last_error"}
     buquet_client.py load TYPE COUNT                      -> a worker whose handler reads its input with
                                                            queue.load_input: {"processed", "loaded"}
+    buquet_client.py publish_schema TYPE SCHEMA_JSON      -> queue.publish_schema(TYPE, SCHEMA): {"published"}
+    buquet_client.py validate TYPE INPUT_JSON             -> buquet's own check of INPUT against TYPE's
+                                                           published schema (get_schema, validate_input):
+                                                           {"valid", "error"}
 
 Environment: BUQUET_ENDPOINT, BUQUET_BUCKET, AWS test credentials, and
 BUQUET_ALLOW_NO_VERSIONING=1 for an unversioned bucket.
@@ -131,6 +135,18 @@ async def main(argv):
         opts = buquet.WorkerRunOptions(max_tasks=count, with_monitor=False, poll_interval_ms=100)
         processed = await asyncio.wait_for(worker.run(opts), timeout=60)
         print(json.dumps({"processed": processed, "loaded": loaded}))
+    elif cmd == "publish_schema":
+        task_type, schema = argv[1], json.loads(argv[2])
+        await q.publish_schema(task_type, schema)
+        print(json.dumps({"published": task_type}))
+    elif cmd == "validate":
+        task_type, data = argv[1], json.loads(argv[2])
+        schema = await q.get_schema(task_type)
+        try:
+            q.validate_input(schema, data)
+            print(json.dumps({"valid": True, "error": None}))
+        except Exception as e:  # buquet raises a ValueError subclass
+            print(json.dumps({"valid": False, "error": str(e)}))
     elif cmd == "get":
         t = await q.get(argv[1])
         if t is None:

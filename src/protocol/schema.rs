@@ -1,0 +1,443 @@
+//! Inputs checked against their task type's published JSON Schema
+//! (`VALIDATE_INPUT_SCHEMAS=on`), before a submit writes anything
+//! (docs/protocol.md, "Inputs checked against the task type's schema").
+//!
+//! buquet keeps one schema document per task type at
+//! `schemas/{task_type}.json`, `{"input": <JSON Schema>, "output": <JSON
+//! Schema>}`, each part optional (its `publish_schema` and `buquet schema
+//! publish` write it; its submit never reads it). This module reads the
+//! `input` part, caches it per process, and checks inputs with the
+//! `jsonschema` crate under Draft 2020-12, as buquet's own `validate_input`
+//! does, so that the front door and a worker that validates agree on every
+//! input.
+//!
+//! The cache holds one entry per task type, an absent schema included, and
+//! trusts it for `SCHEMA_CACHE_SECONDS` (by the engine's clock); then the
+//! next submit of the type revalidates it with a conditional GET
+//! (`If-None-Match` its ETag: S3 answers 304 and no body while it is
+//! unchanged). A warm process within the TTL makes no request for it; a cold
+//! one makes one GET per task type it has not seen. Concurrent submits of one
+//! type wait for one fetch (single-flight: a lock per type held across it).
+//!
+//! A document that is not JSON, not an object, or whose `input` is not a
+//! valid JSON Schema is logged and counted at every fetch, and then treated
+//! as absent: validation is an extra guard, and a typo in a published schema
+//! must not become an outage of its task type (the README, "Input schemas").
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::engine::{Engine, Failure};
+use super::error::SubmitError;
+use super::hash;
+use super::names::{TaskType, ValidationError};
+use super::record::{Record, record_key};
+use super::submit::{SubmitRequest, Submitted, conflict_with};
+use crate::store::{ETag, StoreError};
+
+/// At most this many failures are listed in an answer; the rest are counted.
+pub const MAX_LISTED_ERRORS: usize = 20;
+/// A listed failure's JSON pointer is cut to this many characters.
+pub const MAX_POINTER_CHARS: usize = 256;
+/// A listed failure's message is cut to this many characters.
+pub const MAX_DETAIL_CHARS: usize = 200;
+/// At most this many task types are cached: task types are the caller's to
+/// name, and a process must not grow without bound however many it is sent.
+const MAX_CACHED_TYPES: usize = 1024;
+
+/// Where buquet keeps a task type's schema document.
+pub fn schema_key(task_type: &str) -> String {
+    format!("schemas/{task_type}.json")
+}
+
+/// One way an input fails its schema.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct InputError {
+    /// Where in the input, as a JSON pointer (RFC 6901; `""` is the whole
+    /// input), cut to [`MAX_POINTER_CHARS`].
+    pub pointer: String,
+    /// The JSON Schema keyword that failed (`type`, `required`, `minimum`...).
+    pub keyword: String,
+    /// What the rule asks, without the input's own values, cut to
+    /// [`MAX_DETAIL_CHARS`].
+    pub detail: String,
+}
+
+/// `s` cut to at most `max` characters (on a character boundary), with `…`
+/// where it was cut.
+fn bounded(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_owned(),
+        Some((i, _)) => {
+            let mut out = s[..i].to_owned();
+            // The ellipsis takes the last place, so the result is `max` long.
+            out.pop();
+            out.push('…');
+            out
+        }
+    }
+}
+
+impl InputError {
+    fn of(e: &jsonschema::ValidationError<'_>) -> Self {
+        InputError {
+            pointer: bounded(&e.instance_path().to_string(), MAX_POINTER_CHARS),
+            keyword: bounded(e.kind().keyword(), MAX_POINTER_CHARS),
+            // Masked: the rule, with "value" where the input's value would be
+            // (an input's string can be as long as the input).
+            detail: bounded(&e.masked().to_string(), MAX_DETAIL_CHARS),
+        }
+    }
+}
+
+/// A schema document, as far as a submit cares.
+#[derive(Clone)]
+enum Compiled {
+    /// No document, or one without an `input` schema: every input passes.
+    Nothing,
+    /// A document that cannot be used (why): every input passes, and the
+    /// fetch that found it logs and counts it.
+    Unusable(Arc<str>),
+    /// The input schema.
+    Input(Arc<jsonschema::Validator>),
+}
+
+/// What buquet's `TaskSchema` reads from the document: both parts
+/// optional, other members ignored.
+#[derive(serde::Deserialize)]
+struct Document {
+    #[serde(default)]
+    input: Option<Value>,
+}
+
+/// The document's `input` schema, compiled. No retrieval of any kind: the
+/// crate is built without its HTTP and file resolvers, and the validator is
+/// told to stay offline, so a `$ref` to anything outside the document makes
+/// the schema unusable rather than a request.
+fn compile(body: &[u8]) -> Compiled {
+    let doc: Document = match serde_json::from_slice(body) {
+        Ok(d) => d,
+        Err(e) => {
+            return Compiled::Unusable(
+                bounded(
+                    &format!("the document is not a JSON object of the form {{\"input\": <JSON Schema>, \"output\": <JSON Schema>}}: {e}"),
+                    2 * MAX_DETAIL_CHARS,
+                )
+                .into(),
+            );
+        }
+    };
+    let Some(input) = doc.input else {
+        return Compiled::Nothing;
+    };
+    match jsonschema::draft202012::options().offline().build(&input) {
+        Ok(v) => Compiled::Input(Arc::new(v)),
+        Err(e) => Compiled::Unusable(
+            bounded(
+                &format!("`input` is not a valid JSON Schema (Draft 2020-12): {e}"),
+                2 * MAX_DETAIL_CHARS,
+            )
+            .into(),
+        ),
+    }
+}
+
+/// One task type's cached document.
+#[derive(Clone)]
+struct Entry {
+    /// When it was read or last revalidated, by the engine's clock.
+    checked_at: DateTime<Utc>,
+    /// The document's ETag; `None` when there was no document.
+    etag: Option<ETag>,
+    schema: Compiled,
+}
+
+/// A task type's place in the cache: its lock is held across a fetch, so
+/// that concurrent submits of one type make one request.
+type Slot = Arc<tokio::sync::Mutex<Option<Entry>>>;
+
+/// The process's schema documents, by task type. Shared by every clone of
+/// an [`Engine`].
+#[derive(Default)]
+pub(crate) struct SchemaCache {
+    slots: Mutex<HashMap<String, Slot>>,
+    /// Fetches that found an unusable document, not yet taken for a metric.
+    unusable: AtomicU64,
+}
+
+impl SchemaCache {
+    fn slot(&self, task_type: &str, fresh: impl Fn(&Entry) -> bool) -> Slot {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = slots.get(task_type) {
+            return s.clone();
+        }
+        if slots.len() >= MAX_CACHED_TYPES {
+            // Keep the entries still fresh (a slot being fetched is kept
+            // too); if every one is, start over. A dropped slot costs its
+            // type one more GET, never a wrong answer.
+            slots.retain(|_, s| {
+                s.try_lock()
+                    .map_or(true, |e| e.as_ref().is_some_and(&fresh))
+            });
+            if slots.len() >= MAX_CACHED_TYPES {
+                slots.clear();
+            }
+        }
+        slots.entry(task_type.to_owned()).or_default().clone()
+    }
+}
+
+impl Engine {
+    /// How many fetches found an unusable schema document since the last
+    /// call (for the `InvalidSchema` metric).
+    pub fn take_unusable_schemas(&self) -> u64 {
+        self.schemas.unusable.swap(0, Ordering::Relaxed)
+    }
+
+    /// Checks `req`'s input against its task type's published schema, when
+    /// `VALIDATE_INPUT_SCHEMAS` is on. Writes nothing. `InputInvalid` lists
+    /// the failures; a type without a (usable) schema passes; a document that
+    /// cannot be read is the storage failure it met (unless an earlier copy is
+    /// cached, which is then used).
+    pub(crate) async fn check_input(
+        &self,
+        req: &SubmitRequest,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<(), SubmitError> {
+        if !self.settings.validate_input_schemas {
+            return Ok(());
+        }
+        let Compiled::Input(validator) = self.input_schema(&req.task_type, op_deadline).await?
+        else {
+            return Ok(());
+        };
+        // The canonical form is JSON by construction; the parse is only paid
+        // for a type that has a schema.
+        let value: Value = serde_json::from_str(req.input.as_json())
+            .map_err(|e| ValidationError::field("input", e.to_string()))?;
+        if validator.is_valid(&value) {
+            return Ok(());
+        }
+        let mut errors = Vec::new();
+        let mut omitted = 0;
+        for e in validator.iter_errors(&value) {
+            if errors.len() < MAX_LISTED_ERRORS {
+                errors.push(InputError::of(&e));
+            } else {
+                omitted += 1;
+            }
+        }
+        Err(SubmitError::InputInvalid {
+            task_type: req.task_type.to_string(),
+            errors,
+            omitted,
+        })
+    }
+
+    /// The answer to a submit whose check failed with `refusal`. Without a
+    /// key, or for anything but an invalid input, the refusal. With a key,
+    /// the key's promise comes first: the record of the key is read (one GET,
+    /// on this path only), and a live record is answered as the protocol
+    /// answers it (a replay of the same request, finished if it was
+    /// interrupted; a conflict with another request; a submit still
+    /// undetermined), because the input was accepted when the record was
+    /// written and the schema may have changed since. No record, or an
+    /// expired one (the protocol would write a new task with this input):
+    /// the refusal, and nothing is written.
+    pub(crate) async fn answer_refused(
+        &self,
+        req: &SubmitRequest,
+        refusal: SubmitError,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Submitted, SubmitError> {
+        let (SubmitError::InputInvalid { .. }, Some(k)) = (&refusal, &req.idempotency) else {
+            return Err(refusal);
+        };
+        let scope = k.scope.resolve(&req.task_type).to_owned();
+        let key_hash = hash::key_hash(&scope, &k.key, req.tenant.as_ref());
+        let rkey = record_key(&scope, &key_hash);
+        let obj = match self
+            .with_retries(op_deadline, || self.store.get(&rkey))
+            .await
+        {
+            Ok(o) => o,
+            Err(Failure::Store(StoreError::NotFound)) => return Err(refusal),
+            // Whether the key holds a record cannot be told: a retry can.
+            Err(e) => return Err(e.into()),
+        };
+        let mut existing = Record::parse(&obj.body).map_err(|e| SubmitError::Corrupt {
+            key: rkey.clone(),
+            reason: e.to_string(),
+        })?;
+        existing.scope.get_or_insert_with(|| scope.clone());
+        if existing.is_expired(self.s3_earliest()?) {
+            return Err(refusal);
+        }
+        if let Some(kind) = conflict_with(&existing, req, &req.options.hash()) {
+            return Err(SubmitError::Conflict {
+                kind,
+                task_id: existing.task_id,
+            });
+        }
+        // A task id of nobody's: this submit wrote nothing, so the answer is
+        // a replay.
+        self.answer_existing(&rkey, &existing, &obj.meta, uuid::Uuid::nil(), op_deadline)
+            .await
+    }
+
+    /// The task type's document: from the cache while it is fresh, else read
+    /// (a GET) or revalidated (a conditional GET, 304 while unchanged).
+    async fn input_schema(
+        &self,
+        task_type: &TaskType,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Compiled, SubmitError> {
+        let ttl = self.settings.schema_cache_ttl;
+        let fresh = |e: &Entry, now: DateTime<Utc>| e.checked_at <= now && now < e.checked_at + ttl;
+        let now = self.now();
+        let slot = self.schemas.slot(task_type.as_str(), |e| fresh(e, now));
+        let mut cached = slot.lock().await;
+        // Another submit of the type may have fetched it while we waited.
+        let now = self.now();
+        if let Some(e) = cached.as_ref().filter(|e| fresh(e, now)) {
+            return Ok(e.schema.clone());
+        }
+        let key = schema_key(task_type.as_str());
+        let previous = cached.take();
+        let etag = previous.as_ref().and_then(|e| e.etag.clone());
+        let read = self
+            .with_retries(op_deadline, || async {
+                match &etag {
+                    Some(etag) => self.store.get_if_none_match(&key, etag).await,
+                    None => self.store.get(&key).await,
+                }
+            })
+            .await;
+        let entry = match (read, previous) {
+            (Ok(obj), _) => Entry {
+                checked_at: now,
+                etag: Some(obj.meta.etag),
+                schema: compile(&obj.body),
+            },
+            (Err(Failure::Store(StoreError::NotModified)), Some(prev)) => Entry {
+                checked_at: now,
+                ..prev
+            },
+            (Err(Failure::Store(StoreError::NotFound)), _) => Entry {
+                checked_at: now,
+                etag: None,
+                schema: Compiled::Nothing,
+            },
+            // Revalidation failed: the copy we have is the best there is for
+            // another TTL (a schema's change reaches a process within a TTL
+            // at best anyway), and the submit goes on.
+            (Err(e), Some(prev)) => {
+                tracing::warn!(schema = %key, error = ?e, "could not revalidate a cached schema; using the cached copy");
+                Entry {
+                    checked_at: now,
+                    ..prev
+                }
+            }
+            // Nothing cached and nothing read: the submit fails as any storage
+            // failure does (a 304 without a cached copy cannot happen: no
+            // ETag was sent).
+            (Err(e), None) => return Err(e.into()),
+        };
+        if let Compiled::Unusable(why) = &entry.schema {
+            self.schemas.unusable.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                schema = %key,
+                task_type = %task_type,
+                etag = ?entry.etag,
+                reason = %why,
+                "the published schema is unusable; inputs of this task type are not checked"
+            );
+        }
+        let schema = entry.schema.clone();
+        *cached = Some(entry);
+        Ok(schema)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_cuts_on_a_character_boundary_and_marks_the_cut() {
+        assert_eq!(bounded("abc", 3), "abc");
+        assert_eq!(bounded("abcd", 3), "ab…");
+        assert_eq!(bounded("ééééé", 4), "ééé…");
+        assert_eq!(bounded("", 0), "");
+    }
+
+    #[test]
+    fn a_document_without_an_input_schema_checks_nothing() {
+        assert!(matches!(
+            compile(br#"{"output": {"type": "object"}}"#),
+            Compiled::Nothing
+        ));
+        assert!(matches!(compile(br#"{"input": null}"#), Compiled::Nothing));
+        assert!(matches!(compile(b"{}"), Compiled::Nothing));
+    }
+
+    #[test]
+    fn documents_that_are_not_schemas_are_unusable() {
+        for body in [
+            &b"not json"[..],
+            b"[1, 2]",
+            br#"{"input": {"type": "strin"}}"#,
+            br#"{"input": {"minimum": "five"}}"#,
+            br#"{"input": {"$ref": "https://example.com/elsewhere.json"}}"#,
+            br#"{"input": {"pattern": "("}}"#,
+            br#"{"input": 42}"#,
+        ] {
+            assert!(
+                matches!(compile(body), Compiled::Unusable(_)),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn the_cache_keeps_at_most_its_bound_of_task_types_and_keeps_fresh_ones() {
+        let c = SchemaCache::default();
+        let len = || c.slots.lock().unwrap().len();
+        for i in 0..3 * MAX_CACHED_TYPES {
+            c.slot(&format!("t{i}"), |_| false);
+            assert!(len() <= MAX_CACHED_TYPES);
+        }
+        // Fresh entries survive a full cache; stale or empty ones make room.
+        let c = SchemaCache::default();
+        for i in 0..MAX_CACHED_TYPES {
+            let slot = c.slot(&format!("t{i}"), |_| true);
+            if i % 2 == 0 {
+                *slot.try_lock().unwrap() = Some(Entry {
+                    checked_at: DateTime::<Utc>::default(),
+                    etag: None,
+                    schema: Compiled::Nothing,
+                });
+            }
+        }
+        c.slot("new", |_| true);
+        assert_eq!(c.slots.lock().unwrap().len(), MAX_CACHED_TYPES / 2 + 1);
+        assert!(c.slots.lock().unwrap().contains_key("t0"));
+        assert!(!c.slots.lock().unwrap().contains_key("t1"));
+    }
+
+    #[test]
+    fn a_self_referencing_schema_compiles_and_checks() {
+        let Compiled::Input(v) = compile(
+            br##"{"input": {"type": "object", "properties": {"child": {"$ref": "#"}}, "required": ["id"]}}"##,
+        ) else {
+            panic!("a recursive schema is a schema");
+        };
+        assert!(v.is_valid(&serde_json::json!({"id": 1, "child": {"id": 2}})));
+        assert!(!v.is_valid(&serde_json::json!({"id": 1, "child": {}})));
+    }
+}
