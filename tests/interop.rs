@@ -625,18 +625,7 @@ async fn a_schema_published_by_buquets_client_refuses_an_invalid_input_and_takes
         .await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["code"], "input_invalid");
-    let mut named: Vec<(String, String)> = body["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["pointer"].as_str().unwrap().to_owned(),
-                e["keyword"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    named.sort();
+    let named = common::openapi::failures(&body);
     assert_eq!(
         named,
         [

@@ -579,14 +579,8 @@ fn harness(bucket: &MemoryStore, clock: &ManualClock) -> Harness {
     Harness::with_settings(bucket.clone(), Some(clock), false, on())
 }
 
-fn post(body: Value) -> Value {
-    let mut e = common::event("http-v2-post.json");
-    e["body"] = json!(body.to_string());
-    e
-}
-
-#[tokio::test]
-async fn post_tasks_answers_400_input_invalid_with_the_failures_as_the_api_document_says() {
+/// A bucket where `send_email` has its schema, and the handler over it.
+async fn with_email_schema() -> (MemoryStore, Harness) {
     let clock = ManualClock::at_epoch();
     let bucket = common::memory_store(&clock);
     bucket
@@ -598,6 +592,18 @@ async fn post_tasks_answers_400_input_invalid_with_the_failures_as_the_api_docum
         .await
         .unwrap();
     let h = harness(&bucket, &clock);
+    (bucket, h)
+}
+
+fn post(body: Value) -> Value {
+    let mut e = common::event("http-v2-post.json");
+    e["body"] = json!(body.to_string());
+    e
+}
+
+#[tokio::test]
+async fn post_tasks_answers_400_input_invalid_with_the_failures_as_the_api_document_says() {
+    let (_, h) = with_email_schema().await;
     // The handler checks every answer against docs/openapi.yaml.
     let r = h
         .http(post(
@@ -612,18 +618,7 @@ async fn post_tasks_answers_400_input_invalid_with_the_failures_as_the_api_docum
         "urn:idempotent-submit:problem:input_invalid"
     );
     assert_eq!(r.body["errors_omitted"], 0);
-    let mut listed: Vec<(String, String)> = r.body["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["pointer"].as_str().unwrap().to_owned(),
-                e["keyword"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    listed.sort();
+    let listed = common::openapi::failures(&r.body);
     assert_eq!(
         listed,
         [
@@ -652,17 +647,7 @@ async fn post_tasks_answers_400_input_invalid_with_the_failures_as_the_api_docum
 
 #[tokio::test]
 async fn a_batch_refuses_only_its_invalid_items() {
-    let clock = ManualClock::at_epoch();
-    let bucket = common::memory_store(&clock);
-    bucket
-        .put(
-            "schemas/send_email.json",
-            document(Some(email_schema()), None),
-            PutMode::Overwrite,
-        )
-        .await
-        .unwrap();
-    let h = harness(&bucket, &clock);
+    let (_, h) = with_email_schema().await;
     let mut e = common::event("http-v2-batch.json");
     e["body"] = json!(json!({"tasks": [
         {"task_type": "send_email", "input": {"to": "a@b.c", "subject": "s"}, "idempotency_key": "b-1"},
@@ -682,17 +667,7 @@ async fn a_batch_refuses_only_its_invalid_items() {
 
 #[tokio::test]
 async fn an_sqs_message_whose_input_is_refused_goes_to_rejected_and_is_not_retried() {
-    let clock = ManualClock::at_epoch();
-    let bucket = common::memory_store(&clock);
-    bucket
-        .put(
-            "schemas/send_email.json",
-            document(Some(email_schema()), None),
-            PutMode::Overwrite,
-        )
-        .await
-        .unwrap();
-    let h = harness(&bucket, &clock);
+    let (bucket, h) = with_email_schema().await;
     // The sample batch's first three messages; its second is a send_email
     // without a subject.
     let mut batch = common::event("sqs-standard-batch.json");

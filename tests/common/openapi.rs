@@ -88,3 +88,21 @@ pub fn try_check(event: &Value, answer: &Value) -> Result<(), String> {
         )),
     }
 }
+
+/// An `input_invalid` problem's failures as (pointer, keyword) pairs, sorted:
+/// what a test compares, whatever order the validator reported them in.
+pub fn failures(problem: &Value) -> Vec<(String, String)> {
+    let mut named: Vec<(String, String)> = problem["errors"]
+        .as_array()
+        .expect("an input_invalid problem lists its errors")
+        .iter()
+        .map(|e| {
+            (
+                e["pointer"].as_str().unwrap_or_default().to_owned(),
+                e["keyword"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    named.sort();
+    named
+}
