@@ -82,13 +82,18 @@ fuzz:
 # Mutation testing of the protocol and the S3 adapter with cargo-mutants
 # (installed where missing), against the tests that cover those files; the
 # model test at 200 schedules per mutant. Hours on two cores: not part of
-# make test. MUTANTS_FILES narrows it (one -f per file), MUTANTS_ARGS adds
-# options (e.g. --shard 0/4). Results: mutants.out/; docs/testing.md.
+# make test. MUTANTS_FILES narrows it (one -f per file), MUTANTS_TESTS the
+# test targets, MUTANTS_ARGS adds options (e.g. --shard 0/4, --iterate).
+# The targets go to every cargo call (-C), so a mutant builds only them, not
+# every test crate. Results: mutants.out/; docs/testing.md says how to run
+# a narrow first pass, then --iterate with the whole set on what it missed.
 MUTANTS_FILES ?= -f "src/protocol/*.rs" -f "src/protocol/sweep/*.rs" -f src/store/s3.rs
-MUTANTS_TESTS ?= --lib --test s3_status --test recovery --test protocol --test model --test due_events --test sweep --test submit_handler --test clock
+MUTANTS_TESTS ?= --lib --test=s3_status --test=recovery --test=protocol --test=model --test=due_events \
+  --test=sweep --test=submit_handler --test=clock --test=options --test=schemas
 mutants: tools
 	@command -v cargo-mutants >/dev/null || $(CARGO) install --locked cargo-mutants
-	MODEL_SCHEDULES=200 ./scripts/with-moto.sh $(CARGO) mutants --features testing --timeout 300 $(MUTANTS_FILES) $(MUTANTS_ARGS) -- $(MUTANTS_TESTS)
+	MODEL_SCHEDULES=200 ./scripts/with-moto.sh $(CARGO) mutants --features testing --timeout 300 \
+	  $(MUTANTS_FILES) $(addprefix -C=,$(MUTANTS_TESTS)) $(MUTANTS_ARGS)
 
 # Figures for docs/benchmarks.md (not part of make test).
 bench: tools build

@@ -484,6 +484,40 @@ async fn interrupted(w: &World) -> idempotent_submit::protocol::Record {
 }
 
 #[tokio::test]
+async fn a_marker_that_landed_without_its_task_gets_its_task_from_the_next_submit() {
+    // The first submit sends its task and marker at once; the task's PUT is
+    // refused, the marker lands. The next submit finds the marker and no
+    // task: the task is what is missing, and it writes it (the marker, there
+    // already, is not written again).
+    let w = World::new();
+    w.faulty.inject(
+        Some(Op::PutCreate),
+        "tasks/",
+        1,
+        1,
+        Fault::Fail(StoreError::Fatal("403".into())),
+    );
+    submit(&w.process()).await.unwrap_err();
+    assert_eq!((w.count("tasks/"), w.markers().len()), (0, 1));
+    let rec = w.record().await;
+    let before = w.faulty.calls().len();
+    let r = submit(&w.process()).await.unwrap();
+    assert_eq!(r.task_id, rec.task_id);
+    assert_eq!(w.count("tasks/"), 1);
+    assert_eq!(w.task().await.0["status"], "pending");
+    let puts = |op: Op, prefix: &str| {
+        w.faulty.calls()[before..]
+            .iter()
+            .filter(|c| c.op == op && c.key.starts_with(prefix))
+            .count()
+    };
+    assert_eq!(
+        (puts(Op::PutCreate, "tasks/"), puts(Op::Put, "ready/")),
+        (1, 0)
+    );
+}
+
+#[tokio::test]
 async fn a_creating_record_is_finished_just_before_its_deadline() {
     let w = World::new();
     let rec = interrupted(&w).await;
@@ -629,6 +663,44 @@ async fn refused_at_the_deadline(w: &World, op: Op, prefix: &'static str) {
         .count();
     assert_eq!(writes, 1, "no retry after the deadline");
     assert_eq!(w.record().await.status, Some(RecordStatus::Creating));
+}
+
+#[tokio::test]
+async fn a_finish_cut_short_by_the_operations_own_deadline_is_retryable_not_undetermined() {
+    // A later submit of an interrupted record, long before its finish
+    // deadline: its task write takes 30 s and fails, past the operation's 25
+    // s, so no retry goes. Nothing forbids a write later: the answer is the
+    // operation's own retryable error, not "undetermined until the finish
+    // deadline and its late writes are over".
+    let w = World::new();
+    interrupted(&w).await;
+    let rec = w.record().await;
+    let clock = w.clock.clone();
+    let slow = FaultyStore::new(common::Intercept {
+        inner: w.bucket.clone(),
+        hook: move |o: Op, key: &str| {
+            (o == Op::PutCreate && key.starts_with("tasks/")).then(|| {
+                clock.advance(Duration::seconds(30));
+                StoreError::Unavailable("503 SlowDown".into())
+            })
+        },
+    });
+    let q = Queue::with_clock(
+        slow.clone(),
+        Arc::new(w.clock.clone()) as Arc<dyn Clock>,
+        common::settings(),
+    );
+    let e = submit(&q).await.unwrap_err();
+    assert!(matches!(e, SubmitError::DeadlineExceeded), "{e:?}");
+    assert!(e.is_retryable());
+    let writes = slow
+        .calls()
+        .iter()
+        .filter(|c| c.op == Op::PutCreate && c.key.starts_with("tasks/"))
+        .count();
+    assert_eq!(writes, 1, "no retry after the operation's deadline");
+    assert_eq!(w.record().await.status, Some(RecordStatus::Creating));
+    assert_eq!(w.record().await.task_id, rec.task_id);
 }
 
 #[tokio::test]
@@ -1015,4 +1087,27 @@ async fn retries_wait_between_attempts() {
         "{waited:?}"
     );
     assert_eq!(w.faulty.calls().len(), 4 + 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_answered_at_its_first_attempt_waits_for_nothing() {
+    // The backoff comes between attempts, never before the first: a submit
+    // whose three requests all succeed at once spends no time asleep, however
+    // long the policy's delays (each a draw from 0 up to 100 ms and more, so a
+    // wait before a first attempt shows on tokio's paused clock).
+    let w = World::new();
+    let settings = idempotent_submit::Settings {
+        retry: idempotent_submit::RetryPolicy {
+            max_attempts: 5,
+            base_delay: std::time::Duration::from_millis(100),
+            max_delay: std::time::Duration::from_secs(1),
+            attempt_timeout: std::time::Duration::from_secs(5),
+        },
+        ..common::settings()
+    };
+    let q = Queue::with_clock(w.faulty.clone(), Arc::new(w.clock.clone()), settings);
+    let start = tokio::time::Instant::now();
+    submit(&q).await.unwrap();
+    assert_eq!(start.elapsed(), std::time::Duration::ZERO);
+    assert_eq!(w.faulty.calls().len(), 3);
 }

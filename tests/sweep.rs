@@ -1040,6 +1040,7 @@ fn a_summary_adds_every_count_of_another() {
         early: 11,
         ignored: 12,
         unrecognized: 13,
+        payloads_deleted: 14,
         ..Default::default()
     };
     let mut sum = one.clone();
@@ -1055,9 +1056,45 @@ fn a_summary_adds_every_count_of_another() {
         early: 22,
         ignored: 24,
         unrecognized: 26,
+        payloads_deleted: 28,
         ..Default::default()
     };
     assert_eq!(sum, twice);
+}
+
+#[test]
+fn each_outcome_counts_one_read_and_its_own_count_once() {
+    use idempotent_submit::SubmitError;
+    let tally = |o: RecordOutcome| {
+        let mut s = SweepSummary::default();
+        o.tally(&mut s);
+        o.tally(&mut s);
+        (
+            s.reads,
+            s.finished,
+            s.expired_deleted,
+            s.early,
+            s.past_deadline,
+            s.errors,
+        )
+    };
+    assert_eq!(tally(RecordOutcome::Nothing), (2, 0, 0, 0, 0, 0));
+    assert_eq!(tally(RecordOutcome::Finished), (2, 2, 0, 0, 0, 0));
+    assert_eq!(tally(RecordOutcome::ExpiredDeleted), (2, 0, 2, 0, 0, 0));
+    assert_eq!(tally(RecordOutcome::Early), (2, 0, 0, 2, 0, 0));
+    // A record past its finish deadline is an error of its own kind.
+    assert_eq!(tally(RecordOutcome::PastDeadline), (2, 0, 0, 0, 2, 2));
+    assert_eq!(tally(RecordOutcome::Corrupt), (2, 0, 0, 0, 0, 2));
+    let unavailable = SubmitError::Storage(StoreError::Unavailable("503".into()));
+    assert_eq!(
+        tally(RecordOutcome::Failed(unavailable)),
+        (2, 0, 0, 0, 0, 2)
+    );
+    // Cut short by the run's own deadline: it goes on next run, no error.
+    assert_eq!(
+        tally(RecordOutcome::Failed(SubmitError::DeadlineExceeded)),
+        (2, 0, 0, 0, 0, 0)
+    );
 }
 
 #[test]
