@@ -490,6 +490,49 @@ async fn a_submit_that_died_after_its_record_is_finished_by_the_next_submit_of_t
 }
 
 #[tokio::test]
+async fn a_finisher_that_finds_the_task_writes_only_the_marker_not_the_payload_again() {
+    // An offloaded submit whose task landed and whose marker did not. The
+    // task names its payload, which is there: the sweeper that finishes the
+    // record writes the marker alone, not the payload from `pending_input`
+    // (a request, and a 412, for nothing).
+    let w = World::new();
+    w.faulty.inject(
+        Some(Op::Put),
+        "ready/",
+        1,
+        usize::MAX,
+        Fault::Fail(idempotent_submit::StoreError::Fatal("403".into())),
+    );
+    w.process()
+        .submit("t", big(1000))
+        .idempotency_key("k")
+        .payload_refs(16)
+        .await
+        .unwrap_err();
+    assert_eq!((w.keys("tasks/").len(), w.keys("payloads/").len()), (1, 1));
+    assert!(w.keys("ready/").is_empty());
+    w.clock.advance(common::settings().stale_creating_after);
+    let sweeper = FaultyStore::new(w.bucket().clone());
+    let outcome = Queue::with_clock(
+        sweeper.clone(),
+        Arc::new(w.clock.clone()),
+        common::settings(),
+    )
+    .engine()
+    .sweep_record(&w.record_key(), false, None)
+    .await;
+    assert_eq!(outcome, RecordOutcome::Finished, "{outcome:?}");
+    assert_eq!(w.keys("ready/").len(), 1);
+    let writes: Vec<(Op, String)> = sweeper
+        .calls()
+        .iter()
+        .filter(|c| matches!(c.op, Op::Put | Op::PutCreate))
+        .map(|c| (c.op, c.key.split('/').next().unwrap_or("").to_owned()))
+        .collect();
+    assert_eq!(writes, vec![(Op::Put, "ready".to_owned())]);
+}
+
+#[tokio::test]
 async fn the_payload_written_beside_a_claim_that_lost_belongs_to_no_task_and_is_deleted() {
     let w = World::new();
     let input = big(1000);
