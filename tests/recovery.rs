@@ -518,6 +518,44 @@ async fn a_marker_that_landed_without_its_task_gets_its_task_from_the_next_submi
 }
 
 #[tokio::test]
+async fn a_record_that_is_gone_at_every_read_is_given_up_after_six_rounds_as_retryable() {
+    // Every claim meets a record (412) that is gone when read (404), as if a
+    // sweeper deleted each one in between: the submit starts over six times,
+    // then answers a retryable error, having written nothing. (The 412s stop
+    // after 50, so a submit that never gave up would end with a task.)
+    let w = World::new();
+    w.faulty.inject(
+        Some(Op::PutCreate),
+        "idempotency/",
+        1,
+        50,
+        Fault::Fail(StoreError::PreconditionFailed),
+    );
+    w.faulty.inject(
+        Some(Op::Get),
+        "idempotency/",
+        1,
+        usize::MAX,
+        Fault::Fail(StoreError::NotFound),
+    );
+    let e = submit(&w.process()).await.unwrap_err();
+    assert!(
+        matches!(&e, SubmitError::Storage(StoreError::Unavailable(m)) if m.contains("kept changing")),
+        "{e:?}"
+    );
+    assert!(e.is_retryable());
+    let calls = w.faulty.calls();
+    let count = |op: Op| {
+        calls
+            .iter()
+            .filter(|c| c.op == op && c.key.starts_with("idempotency/"))
+            .count()
+    };
+    assert_eq!((count(Op::PutCreate), count(Op::Get)), (6, 6));
+    assert_eq!((w.count("tasks/"), w.count("idempotency/")), (0, 0));
+}
+
+#[tokio::test]
 async fn a_creating_record_is_finished_just_before_its_deadline() {
     let w = World::new();
     let rec = interrupted(&w).await;
