@@ -836,6 +836,23 @@ async fn a_listing_that_fails_is_counted_and_its_range_is_listed_next_run() {
 }
 
 #[tokio::test]
+async fn a_payload_listing_that_fails_is_counted_and_leaves_the_records_pass_complete() {
+    let w = World::new();
+    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        .await;
+    w.clock.advance(Duration::minutes(11));
+    let f = FaultyStore::new(w.bucket.clone());
+    fail_until_healed(&f, Op::List, "payloads/");
+    let s = w.sweep_over(f.clone()).await;
+    assert_eq!((s.errors, s.finished, s.complete), (1, 1, true), "{s:?}");
+    let listed_payloads = f
+        .calls()
+        .iter()
+        .any(|c| c.op == Op::List && c.key.starts_with("payloads/"));
+    assert!(listed_payloads);
+}
+
+#[tokio::test]
 async fn a_run_that_finds_the_pass_claimed_by_another_does_nothing() {
     let w = World::new();
     w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
