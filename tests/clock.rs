@@ -425,3 +425,29 @@ async fn the_sweepers_event_judges_a_records_expiry_by_s3s_clock() {
         assert_eq!(q.record("t", "k", None).await.unwrap().is_some(), !deleted);
     }
 }
+
+#[tokio::test]
+async fn a_keyless_delay_counts_from_s3s_time_once_the_queue_has_heard_it() {
+    // S3 is 50 s ahead. A keyless submit has no record whose time it could
+    // take: once the queue has heard S3's clock (from a first submit's
+    // answers), a delay counts from S3's earliest time, not the machine's,
+    // as a keyed one counts from its record's.
+    let w = World::skewed(Duration::seconds(50));
+    let q = w.queue();
+    q.submit("t", json!(1)).await.unwrap();
+    let s = q
+        .submit("t", json!(2))
+        .delay(Duration::seconds(600))
+        .await
+        .unwrap();
+    let task: Value =
+        serde_json::from_slice(&w.bucket.get(&s.task_key).await.unwrap().body).unwrap();
+    let available: chrono::DateTime<chrono::Utc> =
+        task["available_at"].as_str().unwrap().parse().unwrap();
+    let ahead = available - (w.clock.now() + Duration::seconds(600));
+    // S3's time is known to within a second (its Date has whole seconds).
+    assert!(
+        ahead >= Duration::seconds(49) && ahead <= Duration::seconds(50),
+        "{ahead:?}"
+    );
+}
