@@ -89,7 +89,7 @@ fuzz:
 # a narrow first pass, then --iterate with the whole set on what it missed.
 MUTANTS_FILES ?= -f "src/protocol/*.rs" -f "src/protocol/sweep/*.rs" -f src/store/s3.rs
 MUTANTS_TESTS ?= --lib --test=s3_status --test=recovery --test=protocol --test=model --test=due_events \
-  --test=sweep --test=submit_handler --test=clock --test=options --test=schemas
+  --test=sweep --test=submit_handler --test=clock --test=options --test=schemas --test=phase
 mutants: tools
 	@command -v cargo-mutants >/dev/null || $(CARGO) install --locked cargo-mutants
 	MODEL_SCHEDULES=200 ./scripts/with-moto.sh $(CARGO) mutants --features testing --timeout 300 \
