@@ -11,7 +11,9 @@ use chrono::{DateTime, Duration, Utc};
 use idempotent_submit::lambda::{App, Metrics, handle_submit};
 use idempotent_submit::protocol::{Record, RecordOutcome, TaskRetryPolicy, hash};
 use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, PutMode, Store};
-use idempotent_submit::{Config, ConflictKind, ManualClock, Queue, SubmitError, ValidationError};
+use idempotent_submit::{
+    Clock, Config, ConflictKind, ManualClock, Queue, SubmitError, ValidationError,
+};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
@@ -731,18 +733,27 @@ async fn the_scheduled_pass_deletes_a_payload_no_task_names_once_no_task_can_be_
             .await
             .unwrap();
     }
+    // As the scheduled function runs it: with a deadline for the run.
     let pass = || async {
         w.restarted()
             .engine()
-            .sweep(&idempotent_submit::protocol::SweepOptions::default())
+            .sweep(&idempotent_submit::protocol::SweepOptions {
+                deadline: Some(w.clock.now() + Duration::minutes(10)),
+                ..Default::default()
+            })
             .await
             .unwrap()
     };
-    // Young, it may still get its task: kept.
+    // Young, it may still get its task: kept. So it is at 55 minutes: a
+    // finisher may write its task until the finish window (40 minutes) is
+    // over, and that write may land 15 minutes later.
+    assert_eq!(pass().await.payloads_deleted, 0);
+    w.clock.advance(Duration::minutes(55));
     assert_eq!(pass().await.payloads_deleted, 0);
     assert_eq!(w.keys("payloads/").len(), 3);
-    // Past the finish window and the late-write margin, it never can.
-    w.clock.advance(Duration::hours(2));
+    // Past the finish window, the late-write margin and an operation's
+    // length, it never can.
+    w.clock.advance(Duration::minutes(65));
     let s = pass().await;
     assert_eq!(s.payloads_deleted, 1, "{s:?}");
     let mut left = w.keys("payloads/");
