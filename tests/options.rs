@@ -762,3 +762,64 @@ async fn the_scheduled_pass_deletes_a_payload_no_task_names_once_no_task_can_be_
     expected.sort();
     assert_eq!(left, expected);
 }
+
+/// An input payload that no task names, as a dead replay leaves it: in the
+/// bucket at the clock's time, under a new task id.
+async fn orphan_payload(w: &World) -> String {
+    let key = format!("payloads/{}/input.json", uuid::Uuid::new_v4());
+    w.bucket()
+        .put(&key, b"1".to_vec().into(), PutMode::Create)
+        .await
+        .unwrap();
+    key
+}
+
+async fn payload_pass(store: impl Store, w: &World) -> idempotent_submit::protocol::SweepSummary {
+    Queue::with_clock(store, Arc::new(w.clock.clone()), common::settings())
+        .engine()
+        .sweep(&idempotent_submit::protocol::SweepOptions::default())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_payload_whose_task_cannot_be_checked_is_counted_as_an_error_and_kept() {
+    let w = World::new();
+    let key = orphan_payload(&w).await;
+    w.clock.advance(Duration::hours(2));
+    let f = FaultyStore::new(w.bucket().clone());
+    f.inject(
+        Some(Op::Head),
+        "tasks/",
+        1,
+        usize::MAX,
+        Fault::Fail(idempotent_submit::StoreError::Fatal("403".into())),
+    );
+    let s = payload_pass(f.clone(), &w).await;
+    assert_eq!((s.errors, s.payloads_deleted), (1, 0), "{s:?}");
+    assert_eq!(w.keys("payloads/"), vec![key]);
+    // Checked at the next pass (its window is a week), it goes.
+    f.heal();
+    w.clock.advance(Duration::hours(1));
+    let s = payload_pass(f, &w).await;
+    assert_eq!((s.errors, s.payloads_deleted), (0, 1), "{s:?}");
+    assert!(w.keys("payloads/").is_empty());
+}
+
+#[tokio::test]
+async fn a_payload_is_looked_at_for_a_week_after_it_became_an_orphan_and_not_after() {
+    // The pass lists payloads aged from the finish window, the late-write
+    // margin and an operation's length (55 min 25 s) to a week more; one
+    // exactly a week past that is no longer its business, one a second
+    // younger still is.
+    let w = World::new();
+    let old = orphan_payload(&w).await;
+    w.clock.advance(Duration::seconds(1));
+    orphan_payload(&w).await;
+    w.clock.advance(
+        Duration::minutes(55) + Duration::seconds(25) + Duration::days(7) - Duration::seconds(1),
+    );
+    let s = payload_pass(w.bucket().clone(), &w).await;
+    assert_eq!(s.payloads_deleted, 1, "{s:?}");
+    assert_eq!(w.keys("payloads/"), vec![old]);
+}
