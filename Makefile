@@ -85,14 +85,16 @@ fuzz:
 # make test. MUTANTS_FILES narrows it (one -f per file), MUTANTS_TESTS the
 # test targets, MUTANTS_ARGS adds options (e.g. --shard 0/4, --iterate).
 # The targets go to every cargo call (-C), so a mutant builds only them, not
-# every test crate. Results: mutants.out/; docs/testing.md says how to run
-# a narrow first pass, then --iterate with the whole set on what it missed.
+# every test crate; the crate is built without debug information (faster to
+# build and link). Results: mutants.out/; docs/testing.md says how to run a
+# narrow first pass, then --iterate with the whole set on what it missed.
 MUTANTS_FILES ?= -f "src/protocol/*.rs" -f "src/protocol/sweep/*.rs" -f src/store/s3.rs
 MUTANTS_TESTS ?= --lib --test=s3_status --test=recovery --test=protocol --test=model --test=due_events \
   --test=sweep --test=submit_handler --test=clock --test=options --test=schemas --test=phase
 mutants: tools
 	@command -v cargo-mutants >/dev/null || $(CARGO) install --locked cargo-mutants
-	MODEL_SCHEDULES=200 ./scripts/with-moto.sh $(CARGO) mutants --features testing --timeout 300 \
+	CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_TEST_DEBUG=0 MODEL_SCHEDULES=200 \
+	  ./scripts/with-moto.sh $(CARGO) mutants --features testing --timeout 300 \
 	  $(MUTANTS_FILES) $(addprefix -C=,$(MUTANTS_TESTS)) $(MUTANTS_ARGS)
 
 # Figures for docs/benchmarks.md (not part of make test).
