@@ -664,19 +664,21 @@ async fn an_expired_creating_record_is_replaced_not_finished() {
     assert_eq!(w.count("tasks/"), 1);
 }
 
-/// A later submit of the interrupted record starts 10 s before its finish
-/// deadline; its first write of kind `op` under `prefix` takes 20 s and fails,
-/// so a retry would go after the deadline. Checks that it is refused: one
-/// attempt only, undetermined until the deadline + 15 minutes.
-async fn refused_at_the_deadline(w: &World, op: Op, prefix: &'static str) {
-    let rec = w.record().await;
-    w.clock.advance(Duration::seconds(2400 - 10));
+/// A later submit whose every write of kind `op` under `prefix` takes `by`
+/// (the clock moves on) and fails retryably: its error, and how many of those
+/// writes it attempted.
+async fn submit_with_slow_writes(
+    w: &World,
+    op: Op,
+    prefix: &'static str,
+    by: Duration,
+) -> (SubmitError, usize) {
     let clock = w.clock.clone();
     let slow = FaultyStore::new(common::Intercept {
         inner: w.bucket.clone(),
         hook: move |o: Op, key: &str| {
             (o == op && key.starts_with(prefix)).then(|| {
-                clock.advance(Duration::seconds(20));
+                clock.advance(by);
                 StoreError::Unavailable("503 SlowDown".into())
             })
         },
@@ -687,6 +689,22 @@ async fn refused_at_the_deadline(w: &World, op: Op, prefix: &'static str) {
         common::settings(),
     );
     let e = submit(&q).await.unwrap_err();
+    let writes = slow
+        .calls()
+        .iter()
+        .filter(|c| c.op == op && c.key.starts_with(prefix))
+        .count();
+    (e, writes)
+}
+
+/// A later submit of the interrupted record starts 10 s before its finish
+/// deadline; its first write of kind `op` under `prefix` takes 20 s and fails,
+/// so a retry would go after the deadline. Checks that it is refused: one
+/// attempt only, undetermined until the deadline + 15 minutes.
+async fn refused_at_the_deadline(w: &World, op: Op, prefix: &'static str) {
+    let rec = w.record().await;
+    w.clock.advance(Duration::seconds(2400 - 10));
+    let (e, writes) = submit_with_slow_writes(w, op, prefix, Duration::seconds(20)).await;
     // Refused 10 s past the deadline: undetermined until a late write can no
     // longer land, 15 minutes after the deadline. (A 200 needs both objects.)
     assert!(
@@ -694,11 +712,6 @@ async fn refused_at_the_deadline(w: &World, op: Op, prefix: &'static str) {
             if task_id == rec.task_id && retry_after.as_secs() == 15 * 60 - 10),
         "{e:?}"
     );
-    let writes = slow
-        .calls()
-        .iter()
-        .filter(|c| c.op == op && c.key.starts_with(prefix))
-        .count();
     assert_eq!(writes, 1, "no retry after the deadline");
     assert_eq!(w.record().await.status, Some(RecordStatus::Creating));
 }
@@ -711,34 +724,17 @@ async fn a_finish_cut_short_by_the_operations_own_deadline_is_retryable_not_unde
     // operation's own retryable error, not "undetermined until the finish
     // deadline and its late writes are over".
     let w = World::new();
-    interrupted(&w).await;
-    let rec = w.record().await;
-    let clock = w.clock.clone();
-    let slow = FaultyStore::new(common::Intercept {
-        inner: w.bucket.clone(),
-        hook: move |o: Op, key: &str| {
-            (o == Op::PutCreate && key.starts_with("tasks/")).then(|| {
-                clock.advance(Duration::seconds(30));
-                StoreError::Unavailable("503 SlowDown".into())
-            })
-        },
-    });
-    let q = Queue::with_clock(
-        slow.clone(),
-        Arc::new(w.clock.clone()) as Arc<dyn Clock>,
-        common::settings(),
-    );
-    let e = submit(&q).await.unwrap_err();
+    let rec = interrupted(&w).await;
+    let (e, writes) =
+        submit_with_slow_writes(&w, Op::PutCreate, "tasks/", Duration::seconds(30)).await;
     assert!(matches!(e, SubmitError::DeadlineExceeded), "{e:?}");
     assert!(e.is_retryable());
-    let writes = slow
-        .calls()
-        .iter()
-        .filter(|c| c.op == Op::PutCreate && c.key.starts_with("tasks/"))
-        .count();
     assert_eq!(writes, 1, "no retry after the operation's deadline");
-    assert_eq!(w.record().await.status, Some(RecordStatus::Creating));
-    assert_eq!(w.record().await.task_id, rec.task_id);
+    let now = w.record().await;
+    assert_eq!(
+        (now.status, now.task_id),
+        (Some(RecordStatus::Creating), rec.task_id)
+    );
 }
 
 #[tokio::test]
