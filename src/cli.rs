@@ -7,7 +7,9 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::protocol::names::Principal;
-use crate::protocol::{ErrorKind, Scope, SubmitError, TaskOptions, Tenant, Ttl, ValidationError};
+use crate::protocol::{
+    ErrorKind, Reset, Scope, SubmitError, TaskOptions, Tenant, Ttl, ValidationError,
+};
 use crate::queue::Queue;
 
 #[derive(Debug, Parser)]
@@ -57,7 +59,9 @@ pub enum Command {
         #[command(flatten)]
         options: Box<TaskOptionArgs>,
     },
-    /// Print the idempotency record of a key (without `pending_task`).
+    /// Print the idempotency record of a key (without `pending_task`). With
+    /// `--reset`, forget the key instead, as `DELETE /idempotency-keys/{key}`
+    /// does: exit 0 reset, 4 not found, 1 in progress (or changed meanwhile).
     Key {
         /// The scope's name: the task type, `queue`, or a custom name.
         #[arg(long)]
@@ -70,6 +74,10 @@ pub enum Command {
         /// `lambda:<principalId>`. Without it, the shared namespace.
         #[arg(long)]
         tenant: Option<String>,
+        /// Delete the key's record, so that the next submit of the key
+        /// creates a new task; the old task is left as it is.
+        #[arg(long)]
+        reset: bool,
     },
     /// Print a task object.
     Task { task_id: String },
@@ -343,6 +351,37 @@ async fn key_record(queue: &Queue, scope: &str, key: &str, tenant: Option<&Tenan
     }
 }
 
+/// `idem key --reset`: forgets the key, as `DELETE /idempotency-keys/{key}`.
+async fn reset_key(queue: &Queue, scope: &str, key: &str, tenant: Option<&Tenant>) -> Outcome {
+    match queue.reset_key(scope, key, tenant).await {
+        Ok(Reset::Done { old_task_id }) => ok(json!({
+            "reset": true,
+            "old_task_id": old_task_id,
+            "detail": "the key is forgotten: its next submit creates a new task; the old task is left as it is",
+        })),
+        Ok(Reset::NotFound) => error(exit::NOT_FOUND, "not_found", "no record for this key"),
+        Ok(Reset::InProgress {
+            task_id,
+            retry_after,
+        }) => {
+            let mut out = error(
+                exit::FAILED,
+                "submit_in_progress",
+                "a submit of this key may still write its task; nothing was deleted",
+            );
+            out.output["task_id"] = json!(task_id);
+            out.output["retry_after_seconds"] = json!(retry_after.as_secs());
+            out
+        }
+        Ok(Reset::Changed) => error(
+            exit::FAILED,
+            "record_changed",
+            "the key's record changed while it was being reset; nothing was deleted",
+        ),
+        Err(e) => submit_error(&e),
+    }
+}
+
 /// An SQS client configured from the environment as the SDK reads it
 /// (`AWS_ENDPOINT_URL_SQS` for a local SQS).
 async fn sqs_client_from_env() -> aws_sdk_sqs::Client {
@@ -532,7 +571,12 @@ pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
             };
             submit_one(queue, one).await
         }
-        Command::Key { scope, key, tenant } => {
+        Command::Key {
+            scope,
+            key,
+            tenant,
+            reset,
+        } => {
             let tenant = match tenant
                 .as_deref()
                 .map(|t| Principal::parse(t).and_then(|p| Tenant::from_principal(p.as_str())))
@@ -541,7 +585,11 @@ pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
                 Ok(t) => t,
                 Err(e) => return submit_error(&e.into()),
             };
-            key_record(queue, &scope, &key, tenant.as_ref()).await
+            if reset {
+                reset_key(queue, &scope, &key, tenant.as_ref()).await
+            } else {
+                key_record(queue, &scope, &key, tenant.as_ref()).await
+            }
         }
         Command::Sweep {
             dry_run,

@@ -14,8 +14,8 @@ use crate::config::{Config, Settings};
 use crate::protocol::hash;
 use crate::protocol::record::{TaskLocation, record_key};
 use crate::protocol::{
-    Engine, IdempotencyKey, Input, KeySpec, Record, Scope, SubmitError, SubmitRequest, Submitted,
-    TaskOptions, TaskRetryPolicy, TaskType, Tenant, Ttl, ValidationError,
+    Engine, IdempotencyKey, Input, KeyRef, KeySpec, KeyView, Record, Reset, Scope, SubmitError,
+    SubmitRequest, Submitted, TaskOptions, TaskRetryPolicy, TaskType, Tenant, Ttl, ValidationError,
 };
 use crate::store::{ObjectMeta, S3Store, Store, StoreError};
 
@@ -163,6 +163,36 @@ impl Queue {
                 Ok(Some((rec, meta)))
             }
         }
+    }
+
+    /// What a producer may see of its key's record (docs/protocol.md,
+    /// "Looking up and resetting a key"): the task it maps to, the record's
+    /// life and phase, the task's status. `None` when no live record holds
+    /// the key (none, expired, or another tenant's). `scope` names the
+    /// namespace as the submit used it: its task type, `queue`, or a custom
+    /// scope.
+    pub async fn lookup_key(
+        &self,
+        scope: &str,
+        key: &str,
+        tenant: Option<&Tenant>,
+    ) -> Result<Option<KeyView>, SubmitError> {
+        let at = KeyRef::parse(scope, key, tenant.cloned())?;
+        self.engine.lookup_key(&at).await
+    }
+
+    /// Forgets a key on purpose: its record is deleted, so that the next
+    /// submit of the key creates a new task. The old task is left as it is
+    /// (a reset cancels nothing). Refused ([`Reset::InProgress`]) while a
+    /// task may still be written for the record.
+    pub async fn reset_key(
+        &self,
+        scope: &str,
+        key: &str,
+        tenant: Option<&Tenant>,
+    ) -> Result<Reset, SubmitError> {
+        let at = KeyRef::parse(scope, key, tenant.cloned())?;
+        self.engine.reset_key(&at).await
     }
 
     async fn get_optional(&self, key: &str) -> Result<Option<(Bytes, ObjectMeta)>, SubmitError> {

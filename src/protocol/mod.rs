@@ -5,6 +5,7 @@ pub mod engine;
 pub mod error;
 mod finish;
 pub mod hash;
+pub mod keys;
 pub mod names;
 pub mod options;
 pub mod record;
@@ -15,6 +16,7 @@ pub mod sweep;
 
 pub use engine::Engine;
 pub use error::{ConflictKind, ErrorKind, SubmitError};
+pub use keys::{KeyRef, KeyView, Reset};
 pub use names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
 pub use options::{TaskOptions, TaskRetryPolicy};
 pub use record::{Record, RecordStatus, TaskLocation};

@@ -721,7 +721,7 @@ impl Engine {
 
     /// The last instant a write for the record read with `meta` can land:
     /// its finish deadline, plus how late a signed request can still land.
-    fn late_writes_end(&self, meta: &ObjectMeta) -> DateTime<Utc> {
+    pub(super) fn late_writes_end(&self, meta: &ObjectMeta) -> DateTime<Utc> {
         meta.last_modified + self.settings.finish_window + self.settings.late_write_margin
     }
 

@@ -1,0 +1,287 @@
+//! A key's record, looked up and reset on purpose (docs/protocol.md,
+//! "Looking up and resetting a key").
+//!
+//! A lookup reads the record and then its task: two requests in two round
+//! trips. It shows what a producer may know of its own key (the task it
+//! maps to, the record's life and phase, the task's status) and never the
+//! task it would write (`pending_task`), the input or the tenant's hash.
+//!
+//! A reset forgets a key: it deletes the record (`If-Match` on the ETag it
+//! read), so the next submit of the key creates a new task. It cancels
+//! nothing: the old task, if any, is left as it is. It refuses while the
+//! record is in flight and its task is not there yet, because a finisher
+//! (the key's own submit, a replay, the sweeper) may still create that task,
+//! and a task written after the reset would belong to a key nobody holds.
+//! Once the task object exists, nobody creates it again (every task write is
+//! `If-None-Match: *`, and a marker is only ever written for the task that
+//! is there); once the record is settled, nothing is written for it at all.
+//! Those two cases are the only ones a reset goes ahead in, so after a reset
+//! is answered no task is ever written for the record it deleted.
+
+use std::time::Duration as StdDuration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::engine::{Engine, Failure};
+use super::error::SubmitError;
+use super::hash;
+use super::names::{IdempotencyKey, Scope, Tenant, ValidationError};
+use super::record::{Record, record_key};
+use crate::store::{ObjectMeta, StoreError};
+
+/// A key as a lookup or a reset names it: the scope's name exactly as the
+/// submit used it (its task type, `queue`, or a custom scope), the key, and
+/// the caller's tenant under tenant isolation.
+#[derive(Debug, Clone)]
+pub struct KeyRef {
+    scope: String,
+    key: IdempotencyKey,
+    tenant: Option<Tenant>,
+}
+
+impl KeyRef {
+    /// With the rules of `POST /tasks`: a scope is a task type's or a
+    /// scope's name (1 to 128 of `A-Z a-z 0-9 _ . -`, not starting with
+    /// `.`), a key 1 to 255 characters without control characters.
+    pub fn parse(scope: &str, key: &str, tenant: Option<Tenant>) -> Result<Self, ValidationError> {
+        let scope = match Scope::parse(Some(scope)).map_err(|e| rename(e, "scope"))? {
+            Scope::Custom(name) => name,
+            _ => "queue".to_owned(),
+        };
+        Ok(KeyRef {
+            scope,
+            key: IdempotencyKey::parse(key)?,
+            tenant,
+        })
+    }
+
+    /// `sha256:` of the hashed material, as the submit computed it.
+    pub fn key_hash(&self) -> String {
+        hash::key_hash(&self.scope, &self.key, self.tenant.as_ref())
+    }
+
+    /// The record's object key.
+    pub fn record_key(&self) -> String {
+        record_key(&self.scope, &self.key_hash())
+    }
+}
+
+/// The same error, naming the field the caller sent.
+fn rename(e: ValidationError, field: &'static str) -> ValidationError {
+    match e {
+        ValidationError::Field { reason, .. } => ValidationError::Field { field, reason },
+        other => other,
+    }
+}
+
+/// What a lookup shows of a key's record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeyView {
+    pub key: String,
+    pub scope: String,
+    pub key_hash: String,
+    pub task_id: Uuid,
+    pub task_type: String,
+    #[serde(with = "super::record::rfc3339")]
+    pub created_at: DateTime<Utc>,
+    #[serde(with = "super::record::rfc3339")]
+    pub expires_at: DateTime<Utc>,
+    /// `in_flight` (a write for the record may still land) or `settled`, in
+    /// S3's time.
+    pub phase: &'static str,
+    /// The task's current status, or `missing` when there is no task object
+    /// (with `in_flight`: not written yet, and it may still come).
+    pub task_status: String,
+}
+
+/// What a reset came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reset {
+    /// The record is deleted: the next submit of the key creates a new task.
+    /// `old_task_id` is left as it is.
+    Done { old_task_id: Uuid },
+    /// No live record holds the key (none, expired, or another tenant's).
+    NotFound,
+    /// The record is in flight and its task is not there yet: nothing was
+    /// deleted. Try again after `retry_after`.
+    InProgress {
+        task_id: Uuid,
+        retry_after: StdDuration,
+    },
+    /// The record changed between the read and the delete (a new submit
+    /// replaced it): nothing was deleted. Look it up again.
+    Changed,
+}
+
+/// A live record of the key: read, and the caller's to see.
+struct Held {
+    record: Record,
+    meta: ObjectMeta,
+}
+
+impl Engine {
+    /// The key's record as its producer may see it; `None` when no live
+    /// record holds it. Two requests: the record, then its task.
+    pub async fn lookup_key(&self, at: &KeyRef) -> Result<Option<KeyView>, SubmitError> {
+        let op_deadline = self.now() + self.settings.operation_timeout;
+        let Some(held) = self.read_key(at, op_deadline).await? else {
+            return Ok(None);
+        };
+        let phase = self.phase(&held.record, &held.meta).await?;
+        Ok(Some(view(at, held.record, phase)))
+    }
+
+    /// Forgets the key (see the module's docs): deletes its record with
+    /// `If-Match` on the ETag just read, unless a task may still be written
+    /// for it. Logged, one line per reset.
+    pub async fn reset_key(&self, at: &KeyRef) -> Result<Reset, SubmitError> {
+        let op_deadline = self.now() + self.settings.operation_timeout;
+        let Some(held) = self.read_key(at, op_deadline).await? else {
+            return Ok(Reset::NotFound);
+        };
+        let phase = self.phase(&held.record, &held.meta).await?;
+        // `None`: in flight, and no task object yet.
+        if phase.task_status.is_none() {
+            return Ok(Reset::InProgress {
+                task_id: held.record.task_id,
+                retry_after: self.reset_retry_after(&held.meta)?,
+            });
+        }
+        let rkey = at.record_key();
+        let etag = &held.meta.etag;
+        let answer = match self
+            .with_retries(op_deadline, || self.store.delete(&rkey, Some(etag)))
+            .await
+        {
+            Ok(()) => Reset::Done {
+                old_task_id: held.record.task_id,
+            },
+            // 412: another record holds the key now; 404: gone since.
+            Err(Failure::Store(StoreError::PreconditionFailed)) => Reset::Changed,
+            Err(Failure::Store(StoreError::NotFound)) => Reset::NotFound,
+            Err(e) => return Err(e.into()),
+        };
+        if let Reset::Done { old_task_id } = &answer {
+            tracing::info!(
+                principal_hash = at.tenant.as_ref().map(Tenant::id).as_deref().unwrap_or(""),
+                key_hash = %held.record.key_hash,
+                old_task_id = %old_task_id,
+                "idempotency key reset"
+            );
+        }
+        Ok(answer)
+    }
+
+    /// The live record of `at`, if the caller may see it: none, an expired
+    /// one and another tenant's all read as none.
+    async fn read_key(
+        &self,
+        at: &KeyRef,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Option<Held>, SubmitError> {
+        let rkey = at.record_key();
+        let obj = match self
+            .with_retries(op_deadline, || self.store.get(&rkey))
+            .await
+        {
+            Ok(o) => o,
+            Err(Failure::Store(StoreError::NotFound)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let record = Record::parse(&obj.body).map_err(|e| SubmitError::Corrupt {
+            key: rkey,
+            reason: e.to_string(),
+        })?;
+        // The tenant is folded into the record's path already; a record that
+        // names another tenant (or one where the caller names none) is not
+        // the caller's all the same.
+        if record.tenant != at.tenant.as_ref().map(Tenant::id) {
+            return Ok(None);
+        }
+        if record.is_expired(self.s3_earliest()?) {
+            return Ok(None);
+        }
+        Ok(Some(Held {
+            record,
+            meta: obj.meta,
+        }))
+    }
+
+    /// When a reset refused for an in-flight record may succeed: once its
+    /// own submit is done (the operation timeout after its write), else once
+    /// the sweeper has finished it, else once it is settled.
+    fn reset_retry_after(&self, meta: &ObjectMeta) -> Result<StdDuration, SubmitError> {
+        let s3_now = self.s3_earliest()?;
+        let written = meta.last_modified;
+        let next = [
+            written + self.settings.operation_timeout,
+            written + self.settings.stale_creating_after,
+            self.late_writes_end(meta),
+        ]
+        .into_iter()
+        .find(|t| *t > s3_now)
+        .unwrap_or(s3_now);
+        Ok((next - s3_now)
+            .to_std()
+            .unwrap_or_default()
+            .max(StdDuration::from_secs(1)))
+    }
+}
+
+fn view(at: &KeyRef, rec: Record, phase: super::submit::Phase) -> KeyView {
+    KeyView {
+        key: rec.key,
+        scope: rec.scope.unwrap_or_else(|| at.scope.clone()),
+        key_hash: rec.key_hash,
+        task_id: rec.task_id,
+        task_type: rec.task_type,
+        created_at: rec.created_at,
+        expires_at: rec.expires_at,
+        phase: phase.phase,
+        task_status: phase.task_status.unwrap_or_else(|| "missing".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scope_is_named_as_the_submit_used_it_and_checked_as_post_tasks_checks_it() {
+        let k = KeyRef::parse("charge_customer", "k", None).unwrap();
+        assert_eq!(k.scope, "charge_customer");
+        assert_eq!(KeyRef::parse("queue", "k", None).unwrap().scope, "queue");
+        for bad in ["", ".hidden", "a/b", "sp ace"] {
+            let e = KeyRef::parse(bad, "k", None).unwrap_err();
+            assert!(
+                matches!(e, ValidationError::Field { field: "scope", .. }),
+                "{bad:?}: {e}"
+            );
+        }
+        let e = KeyRef::parse("t", "", None).unwrap_err();
+        assert!(matches!(
+            e,
+            ValidationError::Field {
+                field: "idempotency_key",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_keys_record_is_where_its_submit_wrote_it() {
+        let key = IdempotencyKey::parse("k/1 %é").unwrap();
+        let tenant = Tenant::from_principal("iam:arn:aws:iam::1:user/a").unwrap();
+        let at = KeyRef::parse("t", "k/1 %é", Some(tenant.clone())).unwrap();
+        assert_eq!(
+            at.record_key(),
+            record_key("t", &hash::key_hash("t", &key, Some(&tenant)))
+        );
+        assert_ne!(
+            at.record_key(),
+            KeyRef::parse("t", "k/1 %é", None).unwrap().record_key()
+        );
+    }
+}
