@@ -271,6 +271,9 @@ pub struct Config {
     pub bucket: String,
     pub force_path_style: bool,
     pub tenant_isolation: bool,
+    /// Route `DELETE /idempotency-keys/{key}` (`ALLOW_KEY_RESET`; off by
+    /// default: forgetting a key is an operator's decision).
+    pub allow_key_reset: bool,
     pub settings: Settings,
 }
 
@@ -358,6 +361,7 @@ impl Config {
             bucket,
             force_path_style: parse_bool("S3_FORCE_PATH_STYLE", &get, false)?,
             tenant_isolation: parse_bool("TENANT_ISOLATION", &get, false)?,
+            allow_key_reset: parse_bool("ALLOW_KEY_RESET", &get, false)?,
             settings,
         })
     }

@@ -596,6 +596,7 @@ fn app(w: &World) -> App {
         bucket: "unused".into(),
         force_path_style: true,
         tenant_isolation: false,
+        allow_key_reset: false,
         settings: common::settings(),
     };
     App::new(w.process(), &cfg, Metrics::collecting("submit"))

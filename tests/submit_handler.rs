@@ -20,6 +20,7 @@ fn config(tenants: bool) -> Config {
         bucket: "unused".into(),
         force_path_style: true,
         tenant_isolation: tenants,
+        allow_key_reset: false,
         settings: common::settings(),
     }
 }

@@ -54,12 +54,28 @@ impl Templates {
         &self.out["Parameters"][name]["Default"]
     }
 
+    /// The role's statements with every parameter at its default.
     fn role_statements(&self, role: &str) -> Vec<Value> {
+        self.role_statements_when(role, &[])
+    }
+
+    /// The role's statements when exactly the conditions `holding` hold:
+    /// a statement under `Fn::If` is the branch the condition picks, and
+    /// `AWS::NoValue` is no statement.
+    fn role_statements_when(&self, role: &str, holding: &[&str]) -> Vec<Value> {
         self.res(role)["Properties"]["Policies"]
             .as_array()
             .unwrap()
             .iter()
             .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
+            .filter_map(|s| match s.get("Fn::If").and_then(Value::as_array) {
+                Some(branches) => {
+                    let cond = branches[0].as_str().unwrap();
+                    let pick = &branches[if holding.contains(&cond) { 1 } else { 2 }];
+                    (pick["Ref"] != "AWS::NoValue").then(|| pick.clone())
+                }
+                None => Some(s),
+            })
             .collect()
     }
 }
@@ -145,7 +161,13 @@ fn the_http_api_routes_post_and_get_with_a_switch_for_iam_auth() {
     keys.sort();
     assert_eq!(
         keys,
-        ["GET /tasks/{task_id}", "POST /tasks", "POST /tasks/batch"]
+        [
+            "DELETE /idempotency-keys/{key+}",
+            "GET /idempotency-keys/{key+}",
+            "GET /tasks/{task_id}",
+            "POST /tasks",
+            "POST /tasks/batch"
+        ]
     );
     for (_, r) in routes {
         assert_eq!(r["Properties"]["AuthorizationType"]["Ref"], "ApiAuth");
@@ -762,4 +784,32 @@ fn both_functions_only_create_payloads_with_if_none_match_and_may_delete_them() 
             "{role}: nothing else on payloads/: {actions:?}"
         );
     }
+}
+
+#[test]
+fn a_key_reset_is_routed_and_may_delete_records_only_when_the_stack_allows_it() {
+    let t = templates();
+    assert_eq!(t.param_default("AllowKeyReset"), "off");
+    assert_eq!(
+        t.res("ResetIdempotencyKeyRoute")["Condition"],
+        "KeyReset",
+        "DELETE is not routed unless AllowKeyReset is on"
+    );
+    assert!(t.res("GetIdempotencyKeyRoute")["Condition"].is_null());
+    assert_eq!(
+        t.res("SubmitFunction")["Properties"]["Environment"]["Variables"]["ALLOW_KEY_RESET"]["Ref"],
+        "AllowKeyReset"
+    );
+    let deletes_records = |holding: &[&str]| {
+        t.role_statements_when("SubmitFunctionRole", holding)
+            .iter()
+            .any(|s| {
+                as_list(&s["Action"]).iter().any(|a| a == "s3:DeleteObject")
+                    && as_list(&s["Resource"])
+                        .iter()
+                        .any(|r| sub(r).ends_with("/idempotency/*"))
+            })
+    };
+    assert!(!deletes_records(&[]));
+    assert!(deletes_records(&["KeyReset"]));
 }

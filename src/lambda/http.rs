@@ -37,6 +37,15 @@ struct RawHttp {
     body: Option<String>,
     is_base64_encoded: bool,
     request_context: Value,
+    /// Payload 2.0 and function URLs: the query as sent, still encoded.
+    raw_query_string: Option<String>,
+    /// Payload 1.0: the query's values, decoded by API Gateway (all of a
+    /// repeated name's).
+    multi_value_query_string_parameters: Option<Map<String, Value>>,
+    query_string_parameters: Option<Map<String, Value>>,
+    /// The route's path variables, decoded by API Gateway (none through a
+    /// function URL).
+    path_parameters: Option<Map<String, Value>>,
 }
 
 /// One HTTP request, whatever shape it came in.
@@ -59,6 +68,11 @@ pub struct HttpRequest {
     /// Payload 2.0 (HTTP API, function URL): its response may carry
     /// `cookies`; a REST API's (1.0) must not.
     pub v2: bool,
+    /// The query's parameters, decoded, in order (a repeated name repeats).
+    pub query: Vec<(String, String)>,
+    /// The route's path variables as API Gateway decoded them; empty
+    /// through a function URL, whose path is as the caller sent it.
+    pub path_params: Vec<(String, String)>,
 }
 
 impl HttpRequest {
@@ -91,6 +105,17 @@ impl HttpRequest {
             .into_iter()
             .filter_map(|(k, v)| v.as_str().map(|v| (k.to_ascii_lowercase(), v.to_owned())))
             .collect();
+        let query = query_of(
+            raw.raw_query_string.as_deref(),
+            raw.multi_value_query_string_parameters.as_ref(),
+            raw.query_string_parameters.as_ref(),
+        )?;
+        let path_params = raw
+            .path_parameters
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(k, v)| v.as_str().map(|v| (k, v.to_owned())))
+            .collect();
         let path = path.unwrap_or_else(|| "/".into());
         let public_path = if v2 {
             path.clone()
@@ -108,7 +133,30 @@ impl HttpRequest {
             request_id: str_at("/requestId").unwrap_or_default(),
             principal: principal(ctx),
             v2,
+            query,
+            path_params,
         })
+    }
+
+    /// The one value of the query parameter `name`: `None` when it is
+    /// absent, an error when it is given more than once.
+    pub fn query_one(&self, name: &str) -> Result<Option<&str>, Problem> {
+        let mut found = self.query.iter().filter(|(k, _)| k == name);
+        let first = found.next().map(|(_, v)| v.as_str());
+        if found.next().is_some() {
+            return Err(Problem::invalid(format!(
+                "the query parameter {name} is given more than once"
+            )));
+        }
+        Ok(first)
+    }
+
+    /// The route's path variable `name`, as API Gateway decoded it.
+    pub fn path_param(&self, name: &str) -> Option<&str> {
+        self.path_params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -130,6 +178,71 @@ impl HttpRequest {
                 .map_err(|e| Problem::invalid(format!("body: invalid base64: {e}"))),
         }
     }
+}
+
+/// The query's parameters: from the raw query where the event has one
+/// (payload 2.0 and function URLs pass it as sent, so it is decoded here,
+/// once), else from payload 1.0's decoded values.
+fn query_of(
+    raw: Option<&str>,
+    multi: Option<&Map<String, Value>>,
+    single: Option<&Map<String, Value>>,
+) -> Result<Vec<(String, String)>, Problem> {
+    if let Some(raw) = raw {
+        return raw
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                let decode = |s: &str| {
+                    percent_decode(&s.replace('+', " ")).ok_or_else(|| {
+                        Problem::invalid("the query string is not valid percent-encoded UTF-8")
+                    })
+                };
+                Ok((decode(k)?, decode(v)?))
+            })
+            .collect();
+    }
+    let mut out = Vec::new();
+    if let Some(multi) = multi {
+        for (k, vs) in multi {
+            for v in vs
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+            {
+                out.push((k.clone(), v.to_owned()));
+            }
+        }
+    } else if let Some(single) = single {
+        for (k, v) in single {
+            if let Some(v) = v.as_str() {
+                out.push((k.clone(), v.to_owned()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `%XX` escapes decoded once into UTF-8; `None` for a malformed escape or
+/// bytes that are not UTF-8. Nothing else is changed (a `+` in a path is a
+/// plus).
+pub fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// The caller's principal, where API Gateway authenticated one: an IAM user
@@ -197,10 +310,28 @@ enum Route<'a> {
     Tasks,
     Batch,
     Task(&'a str),
+    /// `/idempotency-keys/{key}`: the rest of the path, as it came.
+    Key(&'a str),
     None,
 }
 
+/// What follows `idempotency-keys/` in `path`, at its root or under one
+/// first segment (a stage, a function URL's root), as `/tasks` is matched;
+/// everything after it, so that a key whose `/` API Gateway decoded still
+/// routes here.
+fn key_route<'a>(path: &'a str) -> Option<&'a str> {
+    const SEGMENT: &str = "idempotency-keys/";
+    let p = path.trim_start_matches('/');
+    let rest = p
+        .strip_prefix(SEGMENT)
+        .or_else(|| p.split_once('/')?.1.strip_prefix(SEGMENT))?;
+    (!rest.is_empty()).then_some(rest)
+}
+
 fn route<'a>(path: &'a str, stage: Option<&str>) -> Route<'a> {
+    if let Some(rest) = key_route(path) {
+        return Route::Key(rest);
+    }
     let mut segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     if let (Some(stage), Some(first)) = (stage, segs.first())
         && stage != "$default"
@@ -254,7 +385,7 @@ pub(super) fn response(status: u16, headers: Vec<(&str, String)>, body: &Value) 
     }
 }
 
-fn problem_response(p: &Problem, request_id: &str) -> HttpResponse {
+pub(super) fn problem_response(p: &Problem, request_id: &str) -> HttpResponse {
     let mut headers = vec![("content-type", "application/problem+json".to_owned())];
     if let Some(d) = p.retry_after {
         headers.push(("retry-after", retry_after_secs(d).to_string()));
@@ -351,6 +482,12 @@ async fn serve(app: &App, req: &HttpRequest) -> Result<HttpResponse, Problem> {
         Route::Batch => Err(Problem::method_not_allowed("POST")),
         Route::Task(id) if req.method == "GET" => get_task(app, id, tenant).await,
         Route::Task(_) => Err(Problem::method_not_allowed("GET")),
+        Route::Key(raw) if req.method == "GET" => super::keys::lookup(app, req, raw, tenant).await,
+        Route::Key(raw) if req.method == "DELETE" && app.allow_key_reset => {
+            super::keys::reset(app, req, raw, tenant).await
+        }
+        Route::Key(_) if app.allow_key_reset => Err(Problem::method_not_allowed("GET, DELETE")),
+        Route::Key(_) => Err(Problem::method_not_allowed("GET")),
         Route::None => Err(Problem::not_found(format!("no route for {}", req.path))),
     }
 }
@@ -493,6 +630,60 @@ mod tests {
         assert_eq!(route("/", None), Route::None);
         assert_eq!(route("/a/b/tasks", None), Route::None);
         assert_eq!(route("/tasks/a/b", None), Route::None);
+        assert_eq!(route("/idempotency-keys/k", None), Route::Key("k"));
+        assert_eq!(
+            route("/prod/idempotency-keys/a%2Fb", Some("prod")),
+            Route::Key("a%2Fb")
+        );
+        // A key whose `/` API Gateway decoded still routes, whole.
+        assert_eq!(route("/idempotency-keys/a/b/", None), Route::Key("a/b/"));
+        assert_eq!(route("/idempotency-keys/", None), Route::None);
+        assert_eq!(route("/idempotency-keys", None), Route::None);
+        assert_eq!(route("/a/b/idempotency-keys/k", None), Route::None);
+    }
+
+    #[test]
+    fn percent_escapes_are_decoded_once_into_utf8_and_nothing_else_is_touched() {
+        assert_eq!(percent_decode("a%2Fb").as_deref(), Some("a/b"));
+        assert_eq!(percent_decode("100%2525").as_deref(), Some("100%25"));
+        assert_eq!(
+            percent_decode("two%20words+x").as_deref(),
+            Some("two words+x")
+        );
+        assert_eq!(percent_decode("caf%C3%A9").as_deref(), Some("café"));
+        assert_eq!(percent_decode("café").as_deref(), Some("café"));
+        for bad in ["%", "%2", "%zz", "%FF", "a%C3"] {
+            assert_eq!(percent_decode(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_query_is_read_from_the_raw_string_where_there_is_one_else_from_the_decoded_values() {
+        let raw = query_of(Some("scope=a%2Fb&x=1+2&scope&&y"), None, None).unwrap();
+        assert_eq!(
+            raw,
+            [
+                ("scope".to_owned(), "a/b".to_owned()),
+                ("x".to_owned(), "1 2".to_owned()),
+                ("scope".to_owned(), String::new()),
+                ("y".to_owned(), String::new()),
+            ]
+        );
+        assert!(query_of(Some("scope=%zz"), None, None).is_err());
+        let multi = json!({"scope": ["a b", "c"]});
+        let single = json!({"scope": "c"});
+        assert_eq!(
+            query_of(None, multi.as_object(), single.as_object()).unwrap(),
+            [
+                ("scope".to_owned(), "a b".to_owned()),
+                ("scope".to_owned(), "c".to_owned())
+            ]
+        );
+        assert_eq!(
+            query_of(None, None, single.as_object()).unwrap(),
+            [("scope".to_owned(), "c".to_owned())]
+        );
+        assert!(query_of(None, None, None).unwrap().is_empty());
     }
 
     #[test]

@@ -124,6 +124,11 @@ impl Metrics {
         }
     }
 
+    /// A key reset on purpose (`DELETE /idempotency-keys/{key}`).
+    pub fn key_reset(&self) {
+        self.emit(&[("KeyResets", 1)]);
+    }
+
     /// An SQS message written to `rejected/`.
     pub fn rejected(&self) {
         self.emit(&[("Rejected", 1)]);

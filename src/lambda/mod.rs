@@ -5,6 +5,7 @@
 pub mod batch;
 pub mod due;
 pub mod http;
+pub mod keys;
 pub mod metrics;
 pub mod problem;
 pub mod request;
@@ -25,6 +26,8 @@ pub use metrics::Metrics;
 pub struct App {
     pub queue: Queue,
     pub tenant_isolation: bool,
+    /// `DELETE /idempotency-keys/{key}` is routed (`ALLOW_KEY_RESET`).
+    pub allow_key_reset: bool,
     /// How many messages of a standard batch (or FIFO groups) run at once.
     pub sqs_concurrency: usize,
     pub metrics: Metrics,
@@ -35,6 +38,7 @@ impl App {
         App {
             queue,
             tenant_isolation: config.tenant_isolation,
+            allow_key_reset: config.allow_key_reset,
             sqs_concurrency: 10,
             metrics,
         }

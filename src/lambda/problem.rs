@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::protocol::{ErrorKind, InputError, SubmitError};
+use crate::protocol::{ErrorKind, InputError, Reset, SubmitError};
 
 /// An HTTP error answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,6 +100,36 @@ impl Problem {
 
     pub fn too_large(detail: impl Into<String>) -> Self {
         Self::new(413, "input_too_large", "Input too large", detail)
+    }
+
+    /// A reset that did not go ahead (`DELETE /idempotency-keys/{key}`).
+    pub fn from_reset(r: &Reset) -> Self {
+        match r {
+            Reset::Done { .. } | Reset::NotFound => {
+                Self::not_found("no record holds this key in this scope")
+            }
+            // A reset racing a finisher could forget a key whose task is
+            // still to be written: it waits, as a replay would.
+            Reset::InProgress {
+                task_id,
+                retry_after,
+            } => Problem {
+                retry_after: Some(*retry_after),
+                task_id: Some(*task_id),
+                ..Self::new(
+                    409,
+                    "submit_in_progress",
+                    "Submit in progress",
+                    "a submit of this key may still write its task; nothing was deleted: retry after the Retry-After seconds",
+                )
+            },
+            Reset::Changed => Self::new(
+                412,
+                "record_changed",
+                "Record changed",
+                "the key's record changed while it was being reset (a new submit replaced it); nothing was deleted: look the key up again",
+            ),
+        }
     }
 
     /// The one mapping of protocol outcomes to HTTP.

@@ -15,6 +15,7 @@ pub fn app(queue: Queue, tenant_isolation: bool) -> App {
         bucket: "unused".into(),
         force_path_style: true,
         tenant_isolation,
+        allow_key_reset: false,
         settings: Settings::default(),
     };
     App::new(queue, &cfg, Metrics::collecting("submit"))
