@@ -291,3 +291,86 @@ async fn keys_with_slashes_percent_signs_spaces_and_non_ascii_are_looked_up_and_
     }
     assert_eq!(w.count("idempotency/"), 0);
 }
+
+// ---- against moto: S3's own DELETE If-Match, and `idem key --reset` ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_s3_a_reset_lets_the_next_submit_make_a_new_task_while_the_old_one_stays() {
+    for store in [
+        common::moto_store().await,
+        common::moto_store_versioned().await,
+    ] {
+        let bucket = store.bucket().to_owned();
+        let q = idempotent_submit::Queue::new(store.clone(), common::settings());
+        let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+        let Reset::Done { old_task_id } = q.reset_key("t", "k", None).await.unwrap() else {
+            panic!("{bucket}: the reset did not go ahead");
+        };
+        assert_eq!(old_task_id, first.task_id);
+        assert_eq!(q.lookup_key("t", "k", None).await.unwrap(), None);
+        let second = q.submit("t", json!(2)).idempotency_key("k").await.unwrap();
+        assert!(!second.replayed && second.task_id != first.task_id);
+        assert!(
+            store.get(&first.task_key).await.is_ok(),
+            "{bucket}: the old task stays"
+        );
+        let view = q.lookup_key("t", "k", None).await.unwrap().unwrap();
+        assert_eq!(view.task_id, second.task_id);
+        assert_eq!(
+            q.reset_key("t", "nope", None).await.unwrap(),
+            Reset::NotFound
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idem_key_reset_exits_0_when_reset_4_when_not_found_and_1_while_in_progress() {
+    let store = common::moto_store().await;
+    let bucket = store.bucket().to_owned();
+    let q = idempotent_submit::Queue::new(store.clone(), common::settings());
+    let done = q
+        .submit("t", json!(1))
+        .idempotency_key("done")
+        .await
+        .unwrap();
+    // A submit that died right after its record: in flight, no task yet.
+    let dying = common::world::dying_at(
+        store.clone(),
+        Op::PutCreate,
+        "idempotency/",
+        Fault::CrashAfter,
+    );
+    idempotent_submit::Queue::new(dying, common::settings())
+        .submit("t", json!(1))
+        .idempotency_key("dying")
+        .await
+        .unwrap_err();
+    let reset = |key: &'static str| {
+        let bucket = bucket.clone();
+        async move {
+            common::idem(
+                &bucket,
+                &[],
+                &["key", "--scope", "t", "--key", key, "--reset"],
+            )
+            .await
+        }
+    };
+    let (code, out) = reset("done").await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out["old_task_id"], done.task_id.to_string());
+    let (code, out) = reset("done").await;
+    assert_eq!(
+        (code, out["error"].as_str()),
+        (4, Some("not_found")),
+        "{out}"
+    );
+    let (code, out) = reset("dying").await;
+    assert_eq!(
+        (code, out["error"].as_str()),
+        (1, Some("submit_in_progress")),
+        "{out}"
+    );
+    assert!(out["retry_after_seconds"].as_u64().unwrap() >= 1, "{out}");
+    assert!(q.lookup_key("t", "dying", None).await.unwrap().is_some());
+}
