@@ -214,21 +214,13 @@ async fn a_reset_that_meets_a_record_replaced_since_its_read_deletes_nothing() {
             if op == Op::Delete && key.starts_with("idempotency/") && !*raced.lock().unwrap() {
                 *raced.lock().unwrap() = true;
                 let other = World::over(clock.clone(), bucket.clone()).queue();
-                std::thread::scope(|s| {
-                    s.spawn(|| {
-                        let rt = tokio::runtime::Builder::new_current_thread()
-                            .enable_all()
-                            .build()
-                            .unwrap();
-                        rt.block_on(async {
-                            other.reset_key("t", "k", None).await.unwrap();
-                            other
-                                .submit("t", json!(2))
-                                .idempotency_key("k")
-                                .await
-                                .unwrap();
-                        });
-                    });
+                meanwhile(async move {
+                    other.reset_key("t", "k", None).await.unwrap();
+                    other
+                        .submit("t", json!(2))
+                        .idempotency_key("k")
+                        .await
+                        .unwrap();
                 });
             }
             None
@@ -244,6 +236,91 @@ async fn a_reset_that_meets_a_record_replaced_since_its_read_deletes_nothing() {
     );
     let now = q.lookup_key("t", "k", None).await.unwrap().unwrap();
     assert_ne!(now.task_id, first.task_id);
+    assert_eq!(w.count("tasks/"), 2);
+}
+
+/// Runs `f` on a runtime of its own, on another thread, to its end: a
+/// store hook (which is not async) makes other processes act at that call.
+fn meanwhile<F: std::future::Future<Output = ()> + Send>(f: F) {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(f)
+        });
+    });
+}
+
+#[tokio::test]
+async fn a_reset_racing_a_replay_and_the_sweeper_leaves_one_task_for_the_old_record_and_frees_the_key()
+ {
+    let w = World::new();
+    let settings = common::settings();
+    // The submit died at its task's write: the sweeper and a replay both
+    // come to finish it (its marker may be missing).
+    w.submit_dying_at("k", json!(1), Op::PutCreate, "tasks/", Fault::CrashAfter)
+        .await;
+    w.clock
+        .advance(settings.stale_creating_after + Duration::seconds(1));
+    let record = w
+        .bucket
+        .keys()
+        .into_iter()
+        .find(|k| k.starts_with("idempotency/"))
+        .unwrap();
+    let (clock, bucket) = (w.clock.clone(), w.bucket.clone());
+    let replayed = Arc::new(Mutex::new(None));
+    let hook = {
+        let replayed = replayed.clone();
+        move |op: Op, key: &str| {
+            if op == Op::Delete
+                && key.starts_with("idempotency/")
+                && replayed.lock().unwrap().is_none()
+            {
+                let other = World::over(clock.clone(), bucket.clone()).queue();
+                let record = record.clone();
+                let replayed = replayed.clone();
+                meanwhile(async move {
+                    let (replay, swept) = tokio::join!(
+                        other.submit("t", json!(1)).idempotency_key("k").send(),
+                        other.engine().sweep_record(&record, false, None),
+                    );
+                    *replayed.lock().unwrap() = Some((replay.unwrap(), swept));
+                });
+            }
+            None
+        }
+    };
+    let racing = w.queue_over(common::Intercept {
+        inner: w.bucket.clone(),
+        hook,
+    });
+    let Reset::Done { old_task_id } = racing.reset_key("t", "k", None).await.unwrap() else {
+        panic!("the reset did not go ahead");
+    };
+    let (replay, _) = replayed.lock().unwrap().take().unwrap();
+    assert_eq!(
+        replay.task_id, old_task_id,
+        "the replay answered the old task"
+    );
+    // One task for the old record, its marker written by whoever came
+    // first, and the key free: the next submit is new.
+    assert_eq!(w.count("tasks/"), 1);
+    assert_eq!(w.count("ready/"), 1);
+    let next = w
+        .queue()
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .await
+        .unwrap();
+    assert!(!next.replayed && next.task_id != old_task_id);
+    // Nothing more is ever written for the old record: a pass finds nothing
+    // to finish, and the bucket holds the two tasks.
+    w.clock.advance(settings.finish_window);
+    let summary = w.queue().engine().sweep(&Default::default()).await.unwrap();
+    assert_eq!(summary.finished, 0);
     assert_eq!(w.count("tasks/"), 2);
 }
 
