@@ -6,6 +6,8 @@ export CARGO_TERM_COLOR ?= never
 # The pinned Python tools (make tools), first on PATH for every command.
 VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
+# The pinned npm tools of tests/clients (make tools).
+NODE_TOOLS := $(CURDIR)/tests/clients/node_modules
 
 .PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz build run clean soak fuzz bench mutants
 
@@ -29,14 +31,23 @@ api-fuzz: tools
 # requirements-test.txt, in a virtual environment of their own, .venv/: made
 # where missing and made again when requirements-test.txt changes (pip, from
 # PyPI). The system Python is not touched. Everything make runs, cargo test
-# and its tests included, finds .venv/bin first on PATH (VENV, above).
-tools: $(VENV)/.installed
+# and its tests included, finds .venv/bin first on PATH (VENV, above). And
+# the npm tools of tests/clients (below).
+tools: $(VENV)/.installed $(NODE_TOOLS)/.installed
 
 # Made afresh, so that it holds what the file says and nothing else.
 $(VENV)/.installed: requirements-test.txt
 	rm -rf $(VENV)
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python3 -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
+	touch $@
+
+# The npm tools tests/clients uses (openapi-typescript, openapi-fetch,
+# TypeScript), pinned in its package.json and package-lock.json, installed
+# from the lock file (npm ci) into tests/clients/node_modules/, again when
+# either file changes.
+$(NODE_TOOLS)/.installed: tests/clients/package.json tests/clients/package-lock.json
+	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 fmt-check:
