@@ -9,7 +9,7 @@ export PATH := $(VENV)/bin:$(PATH)
 # The pinned npm tools of tests/clients (make tools).
 NODE_TOOLS := $(CURDIR)/tests/clients/node_modules
 
-.PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz build run clean soak fuzz bench mutants
+.PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz clients build run clean soak fuzz bench mutants
 
 # The suite twice: with the testing feature (fault injection: every test),
 # then on the feature set that ships (the tests that need no fault injection;
@@ -18,6 +18,7 @@ test: tools fmt-check clippy lib-only openapi sam-validate
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked --features testing
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked
 	./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1
+	$(CLIENTS_TEST)
 
 # Schemathesis at length against the built submit function (make test runs
 # 15 examples per operation, deterministically).
@@ -25,6 +26,16 @@ API_FUZZ_EXAMPLES ?= 300
 api-fuzz: tools
 	$(CARGO) build --locked --bin submit
 	./scripts/with-moto.sh ./scripts/api-fuzz.sh $(API_FUZZ_EXAMPLES) random
+
+# Clients generated from docs/openapi.yaml (openapi-python-client,
+# openapi-generator's python generator, openapi-typescript with
+# openapi-fetch), into temporary directories, driven against the built
+# submit function over moto (tests/clients/; docs/testing.md). make test
+# runs it on the submit function its cargo test built.
+CLIENTS_TEST = ./scripts/with-moto.sh python3 -m pytest -p no:cacheprovider -q tests/clients
+clients: tools
+	$(CARGO) build --locked --bin submit
+	$(CLIENTS_TEST)
 
 # The Python tools the tests use (moto, cfn-lint and the SAM translator and
 # CLI, buquet, Schemathesis, awscli, ...), every version pinned in
