@@ -6,8 +6,10 @@ export CARGO_TERM_COLOR ?= never
 # The pinned Python tools (make tools), first on PATH for every command.
 VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
+# The pinned npm tools of tests/clients (make tools).
+NODE_TOOLS := $(CURDIR)/tests/clients/node_modules
 
-.PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz build run clean soak fuzz bench mutants
+.PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz clients build run clean soak fuzz bench mutants
 
 # The suite twice: with the testing feature (fault injection: every test),
 # then on the feature set that ships (the tests that need no fault injection;
@@ -16,6 +18,7 @@ test: tools fmt-check clippy lib-only openapi sam-validate
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked --features testing
 	./scripts/with-moto.sh $(CARGO) test --all-targets --locked
 	./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1
+	$(CLIENTS_TEST)
 
 # Schemathesis at length against the built submit function (make test runs
 # 15 examples per operation, deterministically).
@@ -24,19 +27,38 @@ api-fuzz: tools
 	$(CARGO) build --locked --bin submit
 	./scripts/with-moto.sh ./scripts/api-fuzz.sh $(API_FUZZ_EXAMPLES) random
 
+# Clients generated from docs/openapi.yaml (openapi-python-client,
+# openapi-generator's python generator, openapi-typescript with
+# openapi-fetch), into temporary directories, driven against the built
+# submit function over moto (tests/clients/; docs/testing.md). make test
+# runs it on the submit function its cargo test built.
+CLIENTS_TEST = ./scripts/with-moto.sh python3 -m pytest -p no:cacheprovider -q tests/clients
+clients: tools
+	$(CARGO) build --locked --bin submit
+	$(CLIENTS_TEST)
+
 # The Python tools the tests use (moto, cfn-lint and the SAM translator and
 # CLI, buquet, Schemathesis, awscli, ...), every version pinned in
 # requirements-test.txt, in a virtual environment of their own, .venv/: made
 # where missing and made again when requirements-test.txt changes (pip, from
 # PyPI). The system Python is not touched. Everything make runs, cargo test
-# and its tests included, finds .venv/bin first on PATH (VENV, above).
-tools: $(VENV)/.installed
+# and its tests included, finds .venv/bin first on PATH (VENV, above). And
+# the npm tools of tests/clients (below).
+tools: $(VENV)/.installed $(NODE_TOOLS)/.installed
 
 # Made afresh, so that it holds what the file says and nothing else.
 $(VENV)/.installed: requirements-test.txt
 	rm -rf $(VENV)
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python3 -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
+	touch $@
+
+# The npm tools tests/clients uses (openapi-typescript, openapi-fetch,
+# TypeScript), pinned in its package.json and package-lock.json, installed
+# from the lock file (npm ci) into tests/clients/node_modules/, again when
+# either file changes.
+$(NODE_TOOLS)/.installed: tests/clients/package.json tests/clients/package-lock.json
+	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 fmt-check:
