@@ -61,6 +61,8 @@ class Checker:
 
     def route(self, path):
         segs = [s for s in path.split("/") if s]
+        if "idempotency-keys" in segs[:2] and segs[-1] != "idempotency-keys":
+            return "/idempotency-keys/{key}"
         if segs[-1:] == ["tasks"]:
             return "/tasks"
         if segs[-2:] == ["tasks", "batch"]:
@@ -100,6 +102,11 @@ class Checker:
                 return f"{status}: header {name} is not documented"
         ctype = headers.get("content-type", "").split(";")[0].strip()
         content = resp.get("content") or {}
+        if not content:
+            # A response without content (a 204) has no body and no type.
+            if a["body"] not in ("", None) or ctype:
+                return f"{status}: a body or content type where none is documented"
+            return None
         if ctype not in content:
             return f"{status}: content type {ctype!r} is not documented ({list(content)})"
         try:

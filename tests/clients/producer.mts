@@ -163,4 +163,20 @@ switch (bad.code) {
     assert.fail(`a 400 input_invalid, not ${JSON.stringify(bad)}`);
 }
 
+// The key's record, looked up by key and scope, then the key reset: the
+// next submit of it makes a new task (the old one is left as it is).
+const keyPath = { params: { path: { key }, query: { scope: "charge_customer" } } };
+const looked = await client.GET("/idempotency-keys/{key}", keyPath);
+assert.equal(looked.response.status, 200);
+const record: Schemas["KeyRecord"] | undefined = looked.data;
+assert.equal(record?.task_id, task.task_id);
+const phase: "in_flight" | "settled" | undefined = record?.phase;
+assert.equal(phase, "in_flight");
+const reset = await client.DELETE("/idempotency-keys/{key}", keyPath);
+assert.equal(reset.response.status, 204);
+assert.match(reset.response.headers.get("link") ?? "", new RegExp(`/tasks/${task.task_id}>`));
+const gone = await client.GET("/idempotency-keys/{key}", keyPath);
+assert.equal(gone.response.status, 404);
+assert.equal(gone.error?.code, "not_found");
+
 console.log(`ok ${task.task_id}`);

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 import uuid
+from urllib.parse import quote
 from pathlib import Path
 
 import boto3
@@ -69,7 +70,7 @@ EMAIL_SCHEMA = {
 }
 # The function's settings beyond the bucket's (a route behind a setting, such
 # as a key reset, is switched on here for the clients to reach it).
-FRONT_ENV = {"VALIDATE_INPUT_SCHEMAS": "on"}
+FRONT_ENV = {"VALIDATE_INPUT_SCHEMAS": "on", "ALLOW_KEY_RESET": "on"}
 
 RUN = uuid.uuid4().hex[:12]
 
@@ -226,9 +227,11 @@ class Opc(Generated):
 
     def __init__(self, package, url, checker):
         super().__init__(package, url, checker)
-        from idem_opc.api.default import get_task, submit_task, submit_tasks
+        from idem_opc.api.default import (get_task, lookup_idempotency_key, reset_idempotency_key, submit_task,
+                                          submit_tasks)
 
-        self.api = {"submit_task": submit_task, "submit_tasks": submit_tasks, "get_task": get_task}
+        self.api = {"submit_task": submit_task, "submit_tasks": submit_tasks, "get_task": get_task,
+                    "lookup": lookup_idempotency_key, "reset": reset_idempotency_key}
         self.client = package.Client(base_url=url, raise_on_unexpected_status=True)
 
     def request(self, task_type, input, key=None, **options):
@@ -255,6 +258,14 @@ class Opc(Generated):
     def get_task(self, task_id):
         r = self.api["get_task"].sync_detailed(task_id, client=self.client)
         return self.answered("GET", f"/tasks/{task_id}", r)
+
+    def lookup_key(self, key, scope):
+        r = self.api["lookup"].sync_detailed(key, client=self.client, scope=scope)
+        return self.answered("GET", f"/idempotency-keys/{quote(key, safe='')}", r)
+
+    def reset_key(self, key, scope):
+        r = self.api["reset"].sync_detailed(key, client=self.client, scope=scope)
+        return self.answered("DELETE", f"/idempotency-keys/{quote(key, safe='')}", r)
 
     def task_id_of(self, task):
         return str(task.id)
@@ -295,6 +306,14 @@ class Ogp(Generated):
 
     def get_task(self, task_id):
         return self.call("GET", f"/tasks/{task_id}", self.api.get_task_with_http_info, task_id=task_id)
+
+    def lookup_key(self, key, scope):
+        return self.call("GET", f"/idempotency-keys/{quote(key, safe='')}",
+                         self.api.lookup_idempotency_key_with_http_info, key=key, scope=scope)
+
+    def reset_key(self, key, scope):
+        return self.call("DELETE", f"/idempotency-keys/{quote(key, safe='')}",
+                         self.api.reset_idempotency_key_with_http_info, key=key, scope=scope)
 
     def task_id_of(self, task):
         return str(task.id)
@@ -453,6 +472,33 @@ def test_an_input_its_schema_refuses_is_a_400_parsed_with_its_input_invalid_fail
     # The same input, valid, is taken.
     status, task = client.submit("send_email", {"to": "a@example.com", "subject": "hi"}, key_for(client, "mail"))
     assert status == 201, task
+
+
+def test_a_key_is_looked_up_into_its_record_type_and_reset_so_that_its_next_submit_is_new(client):
+    # A key with a slash and a percent sign, each an escape in the path (the
+    # submit sends it as a bare Idempotency-Key token: no spaces; keys with
+    # spaces and non-ASCII characters are tested in tests/keys.rs).
+    key = key_for(client, "reset-a/b-100%")
+    status, first = client.submit("charge_customer", ORDER, key)
+    assert status == 201, first
+    status, record = client.lookup_key(key, "charge_customer")
+    assert status == 200
+    assert isinstance(record, client.model("KeyRecord")), record
+    assert record.key == key and str(record.task_id) == str(first.task_id)
+    assert (str(record.phase.value if hasattr(record.phase, "value") else record.phase), record.task_status) == \
+        ("in_flight", "pending")
+    status, nothing = client.reset_key(key, "charge_customer")
+    assert status == 204 and nothing is None
+    status, problem = client.lookup_key(key, "charge_customer")
+    assert status == 404
+    assert isinstance(problem, client.model("NotFoundProblem")), problem
+    status, problem = client.reset_key(key, "charge_customer")
+    assert status == 404 and isinstance(problem, client.model("NotFoundProblem")), problem
+    status, again = client.submit("charge_customer", {"order": "other"}, key)
+    assert status == 201 and again.task_id != first.task_id
+    # The old task is left as it is.
+    status, task = client.get_task(first.task_id)
+    assert status == 200 and task.status == "pending"
 
 
 # ---- TypeScript ----
