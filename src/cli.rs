@@ -317,7 +317,12 @@ pub fn config(cli: &Cli) -> Result<Config, Outcome> {
         }
         std::env::var(k).ok()
     })
-    .map_err(|e| error(exit::INVALID, "invalid_configuration", e))
+    .map_err(|e| invalid_configuration(&e))
+}
+
+/// A configuration that cannot be used (a variable, or what it names).
+pub fn invalid_configuration(e: &crate::ConfigError) -> Outcome {
+    error(exit::INVALID, "invalid_configuration", e)
 }
 
 /// `idem key`: the record of a key (without `pending_task`), with how a
