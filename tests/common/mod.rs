@@ -19,14 +19,16 @@ pub mod runtime_api;
 pub mod seaweedfs;
 // Fault injection needs the testing feature.
 #[cfg(feature = "testing")]
+pub mod due;
+#[cfg(feature = "testing")]
 pub mod world;
 
 #[allow(unused_imports)]
 pub use events::{event, sqs_event};
 #[allow(unused_imports)]
 pub use moto::{
-    KeyVersions, Versioning, moto_due_queue, moto_endpoint, moto_sqs, moto_store,
-    moto_store_versioned, moto_store_with, moto_versions, receive_all,
+    KeyVersions, Versioning, moto_due_queue, moto_endpoint, moto_queue, moto_secret, moto_sqs,
+    moto_store, moto_store_versioned, moto_store_with, moto_versions, receive_all,
 };
 #[allow(unused_imports)]
 pub use seaweedfs::{
