@@ -9,7 +9,7 @@ async fn main() {
     let cli = Cli::parse();
     let outcome = match cli::config(&cli) {
         Ok(config) => match Queue::from_config(&config).await {
-            Ok(queue) => cli::run(cli.command, &queue, &config.bucket).await,
+            Ok(queue) => cli::run(cli.command, &queue, &config).await,
             Err(e) => cli::invalid_configuration(&e),
         },
         Err(o) => o,
