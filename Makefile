@@ -67,6 +67,8 @@ deploy-check:
 lib-only:
 	$(CARGO) build --lib --locked --no-default-features
 
+# make run RECORD_EVENTS=submitter: a bucket that sends no events (the
+# submit function sends each record's due message itself).
 run:
 	./scripts/run.sh
 
