@@ -598,6 +598,9 @@ fn app(w: &World) -> App {
         tenant_isolation: false,
         allow_key_reset: false,
         settings: common::settings(),
+        record_events: idempotent_submit::RecordEvents::Bucket,
+        due_queue_url: None,
+        s3_credentials_secret: None,
     };
     App::new(w.process(), &cfg, Metrics::collecting("submit"))
 }

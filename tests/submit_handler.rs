@@ -22,6 +22,9 @@ fn config(tenants: bool) -> Config {
         tenant_isolation: tenants,
         allow_key_reset: false,
         settings: common::settings(),
+        record_events: idempotent_submit::RecordEvents::Bucket,
+        due_queue_url: None,
+        s3_credentials_secret: None,
     }
 }
 

@@ -17,6 +17,9 @@ pub fn app(queue: Queue, tenant_isolation: bool) -> App {
         tenant_isolation,
         allow_key_reset: false,
         settings: Settings::default(),
+        record_events: idempotent_submit::RecordEvents::Bucket,
+        due_queue_url: None,
+        s3_credentials_secret: None,
     };
     App::new(queue, &cfg, Metrics::collecting("submit"))
 }
