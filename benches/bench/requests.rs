@@ -129,6 +129,41 @@ pub(crate) async fn requests(r: &mut Report) {
         rows.push((name, count(&f), counts));
     }
 
+    // A key's record looked up, and reset on purpose (`GET`/`DELETE
+    // /idempotency-keys/{key}`): the settled `k`; then one in flight whose
+    // task is not there yet, which a reset refuses.
+    f.reset_log();
+    q.lookup_key("t", "k", None)
+        .await
+        .unwrap()
+        .expect("a record");
+    rows.push((
+        "key lookup (GET /idempotency-keys/{key})",
+        count(&f),
+        (2, 2),
+    ));
+    f.reset_log();
+    q.reset_key("t", "k", None).await.unwrap();
+    rows.push((
+        "key reset (DELETE /idempotency-keys/{key})",
+        count(&f),
+        (3, 3),
+    ));
+    let crash = FaultyStore::new(mem.clone());
+    crash.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+    Queue::with_clock(crash, Arc::new(clock.clone()), Settings::default())
+        .submit("t", json!(1))
+        .idempotency_key("in-flight")
+        .await
+        .unwrap_err();
+    f.reset_log();
+    q.reset_key("t", "in-flight", None).await.unwrap();
+    rows.push((
+        "key reset refused (in flight, its task not there yet)",
+        count(&f),
+        (2, 2),
+    ));
+
     r.line("## S3 requests per operation\n");
     r.line("Counted by the fault-injecting store's call log (in-memory bucket, in which a worker claims the tasks as buquet's does); round trips are calls that did not overlap. The figures are upper bounds (docs/protocol.md, request counts). A submit that died after its task wrote no marker: its replay writes the marker and reads the task again, in case a worker claimed it in between.\n");
     r.line("| operation | requests | sequential round trips | at most |");
