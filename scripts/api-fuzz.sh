@@ -26,8 +26,9 @@ PY
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
 log=$(mktemp -t api-front.XXXXXX.log)
+# Every documented route is routed: a key reset too (ALLOW_KEY_RESET).
 BUCKET_NAME="$bucket" S3_FORCE_PATH_STYLE=true AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test \
-  AWS_REGION=us-east-1 python3 scripts/api_front.py "$binary" "$port" >"$log" 2>&1 &
+  AWS_REGION=us-east-1 ALLOW_KEY_RESET=on python3 scripts/api_front.py "$binary" "$port" >"$log" 2>&1 &
 front=$!
 trap 'kill "$front" 2>/dev/null || true; wait "$front" 2>/dev/null || true; rm -f "$log"' EXIT INT TERM
 for _ in $(seq 1 100); do
