@@ -352,7 +352,7 @@ impl TaskOptions {
         let mut put = |k: &str, v: Value| {
             m.insert(k.to_owned(), v);
         };
-        let t = |t: &DateTime<Utc>| Value::String(super::record::rfc3339::format_precise(t));
+        let t = |t: &DateTime<Utc>| Value::String(super::rfc3339::format_precise(t));
         if let Some(v) = self.timeout_seconds {
             put("timeout_seconds", v.into());
         }
@@ -654,6 +654,45 @@ mod tests {
             TaskOptions::default().resolve(now, horizon, false).unwrap(),
             TaskFields::defaults(now)
         );
+    }
+
+    /// `options_hash` is in records that outlive any release: a retry
+    /// compares its options' hash with the record's, so a hash that changed
+    /// would make every retry of a live key with options a conflict. These
+    /// are the hashes the code wrote before the options were spelled once.
+    #[test]
+    fn the_options_hash_is_the_one_existing_records_hold() {
+        let cases = [
+            (
+                json!({"timeout_seconds": 1800}),
+                "sha256:f0460a5f35e8da0ad87f4d489bede8f13d5948ba8b440dedcdb3f1dd580f982d",
+            ),
+            (
+                json!({"max_retries": 0}),
+                "sha256:244f8551a4751fb718e7a69bd570062cb1d578f1ae0d5e14cb62184992b416a1",
+            ),
+            (
+                json!({
+                    "timeout_seconds": 60, "max_retries": 5,
+                    "retry_policy": {"initial_interval_ms": 500, "max_interval_ms": 30000,
+                                     "multiplier": 3.0, "jitter_percent": 0.1},
+                    "delay_seconds": 90, "max_reschedules": 4, "ttl_seconds": 3600,
+                    "use_payload_refs": true, "payload_ref_threshold_bytes": 1024
+                }),
+                "sha256:0a163fa37835db34f1edc2e2fa20dbfd25f7527e12ae8d7669030e329560ca2c",
+            ),
+            (
+                json!({
+                    "schedule_at": "2030-01-01T00:00:00.5Z",
+                    "expires_at": "2030-01-02T00:00:00+01:00",
+                    "retry_policy": {}, "use_payload_refs": false
+                }),
+                "sha256:559d6fb37e546faac2b586d8fb33493f55b2d37cc29a2afc5ea0034458eb17af",
+            ),
+        ];
+        for (body, hash) in cases {
+            assert_eq!(parse(body.clone()).unwrap().hash().unwrap(), hash, "{body}");
+        }
     }
 
     #[test]
