@@ -10,7 +10,7 @@ async fn main() {
     let outcome = match cli::config(&cli) {
         Ok(config) => {
             let queue = Queue::from_config(&config).await;
-            cli::run(cli.command, &queue, &config.bucket).await
+            cli::run(cli.command, &queue, &config).await
         }
         Err(o) => o,
     };
