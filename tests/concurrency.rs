@@ -1,6 +1,6 @@
 //! Concurrent submits of one key against moto: one task per key, one answer.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -18,6 +18,9 @@ mod moto;
 #[path = "../../tests/common/runtime_api.rs"]
 #[allow(dead_code)]
 mod runtime_api;
+#[path = "../../tests/common/wrap.rs"]
+#[allow(dead_code)]
+mod wrap;
 
 mod batch;
 mod binaries;
