@@ -1,6 +1,6 @@
 //! Concurrent submits of one key against moto: one task per key, one answer.
 
-use crate::common;
+mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -8,14 +8,14 @@
 //! same proxy in which every key answers, and every record has its task and
 //! its marker, written once.
 
-use crate::common;
+mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::chaos_proxy::{ChaosProxy, KINDS};
-use crate::common::clocks::Ahead;
+use common::chaos_proxy::{ChaosProxy, KINDS};
+use common::clocks::Ahead;
 use idempotent_submit::protocol::{RecordOutcome, RecordStatus};
 use idempotent_submit::store::{PutMode, S3Store, Store};
 use idempotent_submit::{Queue, RetryPolicy, Settings, SubmitError};

@@ -1,5 +1,6 @@
-//! Test harness, shared by the test files (`mod common;`) and, file by file,
-//! the bench: the moto server and its buckets (moto.rs), the in-memory twin
+//! Test harness, shared by the test files (a module of tests/suite.rs, and
+//! `mod common;` in the two crates of their own) and, file by file, the
+//! bench: the moto server and its buckets (moto.rs), the in-memory twin
 //! and its worlds (world.rs), clocks (clocks.rs), the sample events
 //! (events.rs), the Lambda side (lambda.rs, runtime_api.rs; handler.rs, the
 //! `submit` handler in process), the chaos proxy
@@ -19,12 +20,17 @@ pub mod runtime_api;
 pub mod world;
 pub mod wrap;
 
+// A crate of its own (Cargo.toml) uses only some of these.
+#[allow(unused_imports)]
 pub use events::{event, sqs_event};
+#[allow(unused_imports)]
 pub use moto::{
     KeyVersions, Versioning, moto_due_queue, moto_endpoint, moto_sqs, moto_store,
     moto_store_versioned, moto_store_with, moto_versions, receive_all,
 };
+#[allow(unused_imports)]
 pub use world::World;
+#[allow(unused_imports)]
 pub use wrap::{Call, Hooks, Wrapped};
 
 use std::sync::Arc;
