@@ -219,7 +219,10 @@ fn splice_targets(r: &Report) {
     let mut doc = std::fs::read_to_string(&path).unwrap_or_default();
     for row in r.target_rows() {
         let name = row.split(" | ").next().unwrap_or_default().to_owned();
-        match doc.lines().find(|l| l.split(" | ").next() == Some(name.as_str())) {
+        match doc
+            .lines()
+            .find(|l| l.split(" | ").next() == Some(name.as_str()))
+        {
             Some(old) => doc = doc.replacen(&old.to_owned(), &row, 1),
             None => doc = doc.trim_end().to_owned() + "\n" + &row + "\n",
         }
