@@ -4,7 +4,7 @@
 //! queue, with its faults) and on moto (its SQS, its real delays), with the
 //! crash points of a first submit after its record in both modes.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +17,7 @@ use common::World;
 use common::due::{BuquetAt, CrashPoint, Mode};
 use idempotent_submit::due_sender::memory::Queued;
 use idempotent_submit::due_sender::{DueFault, MemoryDueQueue, RecordDue, SendError};
-use idempotent_submit::lambda::due::{DueBatch, DueMessage, handle_messages};
+use idempotent_submit::intake::due::{DueBatch, DueMessage, handle_messages};
 use idempotent_submit::protocol::Record;
 use idempotent_submit::store::{
     ETag, ListPage, MemoryStore, Object, ObjectMeta, PutMode, PutResult, StoreError,

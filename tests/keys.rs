@@ -3,7 +3,7 @@
 //! in memory and with faults. The HTTP routes are tested in
 //! `submit_handler.rs`, `idem key --reset` on moto in `cli.rs`.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 
@@ -226,10 +226,10 @@ async fn a_reset_that_meets_a_record_replaced_since_its_read_deletes_nothing() {
             None
         }
     };
-    let racing = w.queue_over(common::Intercept {
+    let racing = w.queue_over(common::Wrapped(common::Intercept {
         inner: w.bucket.clone(),
         hook,
-    });
+    }));
     assert_eq!(
         racing.reset_key("t", "k", None).await.unwrap(),
         Reset::Changed
@@ -293,10 +293,10 @@ async fn a_reset_racing_a_replay_and_the_sweeper_leaves_one_task_for_the_old_rec
             None
         }
     };
-    let racing = w.queue_over(common::Intercept {
+    let racing = w.queue_over(common::Wrapped(common::Intercept {
         inner: w.bucket.clone(),
         hook,
-    });
+    }));
     let Reset::Done { old_task_id } = racing.reset_key("t", "k", None).await.unwrap() else {
         panic!("the reset did not go ahead");
     };

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::App;
 use super::http::{HttpRequest, HttpResponse, percent_decode, response};
-use super::problem::Problem;
+use crate::intake::Problem;
 use crate::protocol::{KeyRef, Reset, Tenant};
 
 /// The key and scope a request names, checked as `POST /tasks` checks them.

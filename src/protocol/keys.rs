@@ -47,7 +47,7 @@ impl KeyRef {
     /// `.`), a key 1 to 255 characters without control characters.
     pub fn parse(scope: &str, key: &str, tenant: Option<Tenant>) -> Result<Self, ValidationError> {
         let scope = match Scope::parse(Some(scope)).map_err(|e| rename(e, "scope"))? {
-            Scope::Custom(name) => name,
+            Scope::Custom(name) => name.as_str().to_owned(),
             _ => "queue".to_owned(),
         };
         Ok(KeyRef {
@@ -84,9 +84,9 @@ pub struct KeyView {
     pub key_hash: String,
     pub task_id: Uuid,
     pub task_type: String,
-    #[serde(with = "super::record::rfc3339")]
+    #[serde(with = "super::rfc3339")]
     pub created_at: DateTime<Utc>,
-    #[serde(with = "super::record::rfc3339")]
+    #[serde(with = "super::rfc3339")]
     pub expires_at: DateTime<Utc>,
     /// `in_flight` (a write for the record may still land) or `settled`, in
     /// S3's time.
