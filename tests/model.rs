@@ -3,8 +3,11 @@
 //! crashes and slow requests; concurrent submits of one key; tenants, the
 //! `queue` scope and a custom scope, where another task type is a conflict;
 //! the sweeper's record events (the due queue, delivered
-//! `STALE_CREATING_AFTER_SECONDS` to 15 minutes after each record write) and
-//! its scheduled pass; time passing past staleness, deadlines and expiry;
+//! `STALE_CREATING_AFTER_SECONDS` to 15 minutes after each record write) or,
+//! in half the schedules, a bucket that sends no events
+//! (`RECORD_EVENTS=submitter`): each submit's own due message, one more
+//! request, which lands, fails, is lost, or lands with its answer lost; and
+//! the sweeper's scheduled pass; time passing past staleness, deadlines and expiry;
 //! tasks deleted by the queue; and the functions' machines' clock stepped up
 //! to 58 s off S3's and back. Every time the checker notes is S3's; the
 //! protocol runs on the machines' clock and learns S3's from its answers.
@@ -28,11 +31,14 @@ mod common;
 mod planted;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
+use idempotent_submit::due_sender::{DueSender, RecordDue, SendError};
+use idempotent_submit::lambda::due::{self, DueMessage};
 use idempotent_submit::protocol::TaskLocation;
 use idempotent_submit::protocol::hash::{canonical_json, input_hash, key_hash};
 use idempotent_submit::protocol::record::{marker_minute, rfc3339};
@@ -131,6 +137,11 @@ enum Step {
     ClockStepped {
         secs: i64,
     },
+    /// From here on `RECORD_EVENTS=submitter`: the bucket sends no events,
+    /// and every submit sends its record's due message itself, one more
+    /// request, which can land, fail, be lost, or land with its answer lost
+    /// (generated first, in some schedules).
+    SubmitterSends,
 }
 
 /// What a worker does with the task it claimed.
@@ -353,6 +364,11 @@ fn gen_schedule(seed: u64, len: usize) -> Vec<Step> {
             }],
         })
         .collect();
+    // Half the schedules run on a bucket that sends no events (a draw of
+    // its own: the steps are the bucket's schedule's).
+    if fastrand::Rng::with_seed(seed ^ 0xd0e5).bool() {
+        steps.insert(0, Step::SubmitterSends);
+    }
     steps.truncate(len);
     steps
 }
@@ -614,11 +630,14 @@ struct Write {
     at: DateTime<Utc>,
 }
 
-/// A record's S3 event on its way to the sweeper through the due queue.
+/// A record's S3 event on its way to the sweeper through the due queue,
+/// or a submitter's due message (`RECORD_EVENTS=submitter`).
 #[derive(Debug, Clone)]
 struct Event {
     key: String,
     due: DateTime<Utc>,
+    /// A submitter's message: its body and when it was sent.
+    message: Option<(String, DateTime<Utc>)>,
 }
 
 #[derive(Clone)]
@@ -631,6 +650,8 @@ struct Recorder {
     /// queue's delay plus up to 15 minutes of delivery.
     delay: Arc<Mutex<fastrand::Rng>>,
     stale: Duration,
+    /// The bucket sends its S3 events (off under `RECORD_EVENTS=submitter`).
+    bucket_events: Arc<AtomicBool>,
 }
 
 #[async_trait]
@@ -649,11 +670,12 @@ impl Store for Recorder {
         let r = self.inner.put(key, body.clone(), mode).await;
         if r.is_ok() {
             let at = self.clock.now();
-            if key.starts_with("idempotency/") {
+            if key.starts_with("idempotency/") && self.bucket_events.load(Ordering::SeqCst) {
                 let lag = Duration::seconds(self.delay.lock().unwrap().i64(0..=900));
                 self.events.lock().unwrap().push(Event {
                     key: key.to_owned(),
                     due: at + self.stale + lag,
+                    message: None,
                 });
             }
             self.writes.lock().unwrap().push(Write {
@@ -702,6 +724,9 @@ struct Slow {
     /// between a finisher's read and its write. Requests sent together (the
     /// task and its marker) still land together.
     turns: Option<Arc<Mutex<fastrand::Rng>>>,
+    /// Under `RECORD_EVENTS=submitter`: this process's first record PUT,
+    /// which its due message goes out beside.
+    first_record_put: Option<Arc<Mutex<FirstRecordPut>>>,
 }
 
 impl Slow {
@@ -754,8 +779,24 @@ impl Store for Slow {
                 sends.record_first_sent.entry(r.task_id).or_insert(now);
             }
         }
-        self.lag()?;
-        self.answer(self.inner.put(key, body, mode).await).await
+        // The process's first record PUT lets its due message leave beside
+        // it (the engine sends both in one round), before any time passes.
+        let first = key.starts_with("idempotency/")
+            && self
+                .first_record_put
+                .as_ref()
+                .is_some_and(|p| !std::mem::replace(&mut p.lock().unwrap().sent, true));
+        if first {
+            tokio::task::yield_now().await;
+        }
+        let r = match self.lag() {
+            Ok(()) => self.answer(self.inner.put(key, body, mode).await).await,
+            Err(e) => Err(e),
+        };
+        if first && let Some(p) = &self.first_record_put {
+            p.lock().unwrap().answered = true;
+        }
+        r
     }
     async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
         self.lag()?;
@@ -810,6 +851,16 @@ struct Stats {
     rescheduled: u64,
     markers_removed: u64,
     touched_replays: u64,
+    due_queued: u64,
+    due_answer_lost: u64,
+    due_failed: u64,
+    due_lost: u64,
+    due_died_after_record: u64,
+    due_unsent: u64,
+    due_window: u64,
+    due_early: u64,
+    due_checked: u64,
+    due_finished: u64,
 }
 
 impl Stats {
@@ -819,12 +870,12 @@ impl Stats {
         }
     }
 
-    fn fields(&self) -> [u64; 31] {
+    fn fields(&self) -> [u64; 41] {
         let mut c = *self;
         c.fields_mut().map(|v| *v)
     }
 
-    fn fields_mut(&mut self) -> [&mut u64; 31] {
+    fn fields_mut(&mut self) -> [&mut u64; 41] {
         [
             &mut self.crashes,
             &mut self.lost_answers,
@@ -857,10 +908,20 @@ impl Stats {
             &mut self.rescheduled,
             &mut self.markers_removed,
             &mut self.touched_replays,
+            &mut self.due_queued,
+            &mut self.due_answer_lost,
+            &mut self.due_failed,
+            &mut self.due_lost,
+            &mut self.due_died_after_record,
+            &mut self.due_unsent,
+            &mut self.due_window,
+            &mut self.due_early,
+            &mut self.due_checked,
+            &mut self.due_finished,
         ]
     }
 
-    const NAMES: [&'static str; 31] = [
+    const NAMES: [&'static str; 41] = [
         "crashes",
         "lost answers to writes",
         "task writes landing after the deadline, inside the 15-minute margin",
@@ -892,7 +953,251 @@ impl Stats {
         "tasks rescheduled",
         "markers of ours removed once a worker had taken their task",
         "replays answered with a task a worker had touched",
+        "due messages queued by submitters",
+        "due messages queued whose answer was lost",
+        "due message sends that failed",
+        "due message sends lost in flight",
+        "submits that died after their record, their due message queued",
+        "records whose every due message send failed, their submit alive",
+        "records whose every due message send failed, their submit dead (the documented window)",
+        "due messages that came before their record was stale, handed back",
+        "records checked by a submitter's due message, nothing missing",
+        "interrupted submits finished by a submitter's due message",
     ];
+}
+
+// ---- the submitter's due messages (RECORD_EVENTS=submitter) ----
+
+/// The bucket the submitters' due messages name.
+const BUCKET: &str = "model-bucket";
+
+/// What became of one send of a due message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    Queued,
+    /// Queued, but its answer was lost: the sender sees a timeout.
+    AnswerLost,
+    /// Refused or failed (a 503, access denied): not queued.
+    Failed,
+    /// Lost in flight: not queued; the sender sees a timeout.
+    Lost,
+    /// A retry of a process that had died: it never left.
+    Dead,
+}
+
+/// A process's first record PUT: sent, answered.
+#[derive(Debug, Default)]
+struct FirstRecordPut {
+    sent: bool,
+    answered: bool,
+}
+
+/// One process's client of the due queue: a send leaves only while the
+/// process is alive. (The engine sends the first beside the process's first
+/// record PUT, in the same round; `Slow` lets it leave before that PUT.) A
+/// queued message reaches the sweeper with the record events, the queue's
+/// delay (`STALE_CREATING_AFTER_SECONDS`) plus up to 20 s of polling after
+/// it was sent.
+struct ModelDue {
+    process: FaultyStore<Recorder>,
+    first_record_put: Arc<Mutex<FirstRecordPut>>,
+    clock: ManualClock,
+    events: Arc<Mutex<Vec<Event>>>,
+    log: Arc<Mutex<Vec<(String, Sent)>>>,
+    rng: Mutex<fastrand::Rng>,
+    /// Share of sends (per mille) that meet a fault of the queue.
+    per_mille: u32,
+    delay: Duration,
+    bug: Option<Bug>,
+    sends: AtomicUsize,
+}
+
+impl ModelDue {
+    fn send_one(&self, m: &RecordDue) -> Result<(), SendError> {
+        let alive = !self.process.crashed();
+        let at = self.clock.now();
+        let mut rng = self.rng.lock().unwrap();
+        let sent = if !alive {
+            Sent::Dead
+        } else if rng.u32(0..1000) < self.per_mille {
+            [Sent::AnswerLost, Sent::Failed, Sent::Failed, Sent::Lost][rng.usize(..4)]
+        } else {
+            Sent::Queued
+        };
+        if matches!(sent, Sent::Queued | Sent::AnswerLost) {
+            self.events.lock().unwrap().push(Event {
+                key: m.key.clone(),
+                due: at + self.delay + Duration::seconds(rng.i64(0..=20)),
+                message: Some((m.to_body(), at)),
+            });
+        }
+        self.log.lock().unwrap().push((m.key.clone(), sent));
+        match sent {
+            Sent::Queued => Ok(()),
+            Sent::Failed if rng.bool() => Err(SendError::Refused("AccessDenied".into())),
+            Sent::Failed => Err(SendError::Unavailable("503".into())),
+            Sent::AnswerLost => Err(SendError::Unavailable("timed out, but queued".into())),
+            Sent::Lost => Err(SendError::Unavailable("timed out, never queued".into())),
+            Sent::Dead => Err(SendError::Unavailable("the process is dead".into())),
+        }
+    }
+}
+
+#[async_trait]
+impl DueSender for ModelDue {
+    async fn send(&self, messages: &[RecordDue]) -> Vec<Result<(), SendError>> {
+        let first = self.sends.fetch_add(1, Ordering::SeqCst) == 0;
+        if first && self.bug == Some(Bug::DueAfterRecord) {
+            // The planted bug: the first message waits for the record PUT's
+            // answer.
+            for _ in 0..10_000 {
+                if self.first_record_put.lock().unwrap().answered {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+        messages.iter().map(|m| self.send_one(m)).collect()
+    }
+}
+
+impl World {
+    /// A process's client of the due queue, under `RECORD_EVENTS=submitter`.
+    /// Some processes meet a queue that fails one send in ten to nine in ten.
+    fn due_sender(
+        &self,
+        f: &Faults,
+        process: &FaultyStore<Recorder>,
+        first_record_put: Option<Arc<Mutex<FirstRecordPut>>>,
+    ) -> Option<ModelDue> {
+        let first_record_put = first_record_put?;
+        let mut rng = fastrand::Rng::with_seed(f.seed ^ 0xd0e5_5e4d);
+        let per_mille = if f.seed != 0 && rng.u8(..100) < 35 {
+            rng.u32(100..900)
+        } else {
+            0
+        };
+        Some(ModelDue {
+            process: process.clone(),
+            first_record_put,
+            clock: self.clock.clone(),
+            events: self.recorder.events.clone(),
+            log: self.due_log.clone(),
+            rng: Mutex::new(rng),
+            per_mille,
+            delay: self.settings.stale_creating_after,
+            bug: self.bug,
+            sends: AtomicUsize::new(0),
+        })
+    }
+
+    /// Where the write history and the due queue's log stand.
+    fn due_mark(&self) -> (usize, usize) {
+        (
+            self.recorder.writes.lock().unwrap().len(),
+            self.due_log.lock().unwrap().len(),
+        )
+    }
+
+    /// Guarantee 4's premise under `RECORD_EVENTS=submitter`, after each
+    /// step: every record that landed in it has a due message waiting in the
+    /// queue (its own, sent beside its PUT, or an earlier one still on its
+    /// way: either reaches the sweeper after the record's write, and the
+    /// sweeper's outcomes are checked when it does), unless a send of it
+    /// failed at the queue and none landed: the one window docs/protocol.md
+    /// names (the send failed, then the process died), which a replay closes.
+    /// `died`: the record paths of the step's submits that crashed.
+    fn check_due_messages(
+        &mut self,
+        (writes, sends): (usize, usize),
+        died: &[String],
+    ) -> Result<(), String> {
+        if !self.submitter {
+            return Ok(());
+        }
+        let log = self.due_log.lock().unwrap()[sends..].to_vec();
+        for (_, sent) in &log {
+            match sent {
+                Sent::Queued => self.stats.due_queued += 1,
+                Sent::AnswerLost => {
+                    self.stats.due_queued += 1;
+                    self.stats.due_answer_lost += 1;
+                }
+                Sent::Failed => self.stats.due_failed += 1,
+                Sent::Lost => self.stats.due_lost += 1,
+                Sent::Dead => {}
+            }
+        }
+        let landed: std::collections::BTreeSet<String> = self.recorder.writes.lock().unwrap()
+            [writes..]
+            .iter()
+            .filter(|w| w.key.starts_with("idempotency/"))
+            .map(|w| w.key.clone())
+            .collect();
+        for key in landed {
+            let waiting = self
+                .recorder
+                .events
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|e| e.key == key && e.message.is_some());
+            let failed = log
+                .iter()
+                .any(|(k, s)| *k == key && matches!(s, Sent::Failed | Sent::Lost));
+            if waiting {
+                self.stats.due_died_after_record += u64::from(died.contains(&key));
+            } else if failed && died.contains(&key) {
+                self.stats.due_window += 1;
+            } else if failed {
+                self.stats.due_unsent += 1;
+            } else {
+                return Err(format!(
+                    "guarantee 4: the record {key} landed, but no due message for it is in the queue, and no send of it failed at the queue"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The sweeper takes one submitter's message from the due queue as the
+    /// function does (`lambda::due`: the one parser, the due path's 2 s
+    /// tolerance, the hand-back of an early one), and what its summary says
+    /// became of the record.
+    async fn take_message(&mut self, q: &Queue, body: &str) -> Result<RecordOutcome, String> {
+        let m = DueMessage {
+            id: "m1".into(),
+            body: body.into(),
+        };
+        let batch = due::handle_messages(q.engine(), BUCKET, &[m], false, None).await;
+        let s = &batch.summary;
+        let outcome = match (s.scanned, s.finished, s.early, s.expired_deleted, s.errors) {
+            (1, 1, 0, 0, 0) => RecordOutcome::Finished,
+            (1, 0, 1, 0, 0) => RecordOutcome::Early,
+            (1, 0, 0, 1, 0) => RecordOutcome::ExpiredDeleted,
+            (1, 0, 0, 0, 1) if s.past_deadline == 1 => RecordOutcome::PastDeadline,
+            (1, 0, 0, 0, 0) => RecordOutcome::Nothing,
+            _ => {
+                return Err(format!(
+                    "the sweeper did not take a submitter's due message ({body}) as one record: {s:?}"
+                ));
+            }
+        };
+        let early = outcome == RecordOutcome::Early;
+        if batch.retry.is_empty() == early {
+            return Err(format!(
+                "a due message ended {outcome:?}, handed back: {:?}",
+                batch.retry
+            ));
+        }
+        match outcome {
+            RecordOutcome::Early => self.stats.due_early += 1,
+            RecordOutcome::Nothing => self.stats.due_checked += 1,
+            RecordOutcome::Finished => self.stats.due_finished += 1,
+            _ => {}
+        }
+        Ok(outcome)
+    }
 }
 
 // ---- running a schedule ----
@@ -942,6 +1247,10 @@ struct World {
     /// handled by its record's event on time.
     finished: HashSet<uuid::Uuid>,
     stats: Stats,
+    /// `RECORD_EVENTS=submitter` (Step::SubmitterSends).
+    submitter: bool,
+    /// Every send of a due message: its record, what the queue did.
+    due_log: Arc<Mutex<Vec<(String, Sent)>>>,
 }
 
 enum Outcome {
@@ -969,6 +1278,7 @@ impl World {
             events: Arc::default(),
             delay: Arc::new(Mutex::new(fastrand::Rng::with_seed(7))),
             stale: settings.stale_creating_after,
+            bucket_events: Arc::new(AtomicBool::new(true)),
         };
         World {
             clock,
@@ -984,6 +1294,8 @@ impl World {
             unsure_markers: HashSet::new(),
             finished: HashSet::new(),
             stats: Stats::default(),
+            submitter: false,
+            due_log: Arc::default(),
         }
     }
 
@@ -1011,7 +1323,9 @@ impl World {
                 ],
             );
         }
+        let first_record_put = self.submitter.then(Arc::default);
         let slow = Slow {
+            first_record_put: first_record_put.clone(),
             inner: store.clone(),
             clock: self.clock.clone(),
             rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(f.seed ^ 0x51_0e))),
@@ -1031,7 +1345,10 @@ impl World {
             Arc::new(self.machine.clone()),
             planted::engine_settings(self.bug, &self.settings),
         );
-        (q, store)
+        match self.due_sender(f, &store, first_record_put) {
+            Some(sender) => (q.with_due_sender(sender, BUCKET), store),
+            None => (q, store),
+        }
     }
 
     async fn get(&self, key: &str) -> Option<Object> {
@@ -1108,6 +1425,11 @@ impl World {
                 self.run_concurrent(std::slice::from_ref(step), true).await
             }
             Step::Together(steps) => self.run_concurrent(steps, false).await,
+            Step::SubmitterSends => {
+                self.submitter = true;
+                self.recorder.bucket_events.store(false, Ordering::SeqCst);
+                Ok(())
+            }
         }
     }
 
@@ -1150,7 +1472,15 @@ impl World {
     async fn deliver(&mut self, event: &Event, on_time: bool) -> Result<(), String> {
         let (q, store) = self.process(&Faults::none(), false);
         let before = self.record_at(&event.key).await;
-        let outcome = q.engine().sweep_record(&event.key, false, None).await;
+        let outcome = match &event.message {
+            None => q.engine().sweep_record(&event.key, false, None).await,
+            Some((body, _)) => self.take_message(&q, body).await?,
+        };
+        // A submitter's message names the record, not a write: one sent
+        // after the record was written (a replay's, a conflict's) may find
+        // it past its deadline.
+        let after_record = matches!((&event.message, &before),
+            (Some((_, sent)), Some((_, meta))) if meta.last_modified < *sent);
         let now = self.clock.now();
         self.note_markers(&store, !matches!(outcome, RecordOutcome::Failed(_)));
         match &outcome {
@@ -1162,9 +1492,10 @@ impl World {
                 self.recorder.events.lock().unwrap().push(Event {
                     key: event.key.clone(),
                     due: now + Duration::seconds(720),
+                    message: event.message.clone(),
                 });
             }
-            RecordOutcome::PastDeadline if !on_time => {}
+            RecordOutcome::PastDeadline if !on_time || after_record => {}
             RecordOutcome::ExpiredDeleted => {}
             other => {
                 return Err(format!(
@@ -1203,6 +1534,8 @@ impl World {
     }
 
     async fn run_concurrent(&mut self, steps: &[Step], alone: bool) -> Result<(), String> {
+        let due_mark = self.due_mark();
+        let mut died: Vec<String> = Vec::new();
         let mut paths: Vec<Option<String>> = Vec::new();
         let mut before: Vec<Option<(Record, ObjectMeta)>> = Vec::new();
         for s in steps {
@@ -1296,6 +1629,7 @@ impl World {
             let crashed = store.crashed();
             if crashed {
                 self.stats.crashes += 1;
+                died.extend(paths[i].clone());
             }
             self.stats.lost_answers += store
                 .calls()
@@ -1375,7 +1709,7 @@ impl World {
                 _ => unreachable!(),
             }
         }
-        Ok(())
+        self.check_due_messages(due_mark, &died)
     }
 
     /// Notes the claims of a worker's step: no task is claimed twice for one
@@ -2076,4 +2410,9 @@ fn the_checker_catches_an_expired_record_kept_alive() {
 #[test]
 fn the_checker_catches_a_writer_that_trusts_its_own_clock() {
     planted_bug_is_caught(Bug::TrustMachineClock, "past its deadline");
+}
+
+#[test]
+fn the_checker_catches_a_due_message_sent_only_after_its_record_landed() {
+    planted_bug_is_caught(Bug::DueAfterRecord, "no due message for it is in the queue");
 }
