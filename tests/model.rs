@@ -3,8 +3,11 @@
 //! crashes and slow requests; concurrent submits of one key; tenants, the
 //! `queue` scope and a custom scope, where another task type is a conflict;
 //! the sweeper's record events (the due queue, delivered
-//! `STALE_CREATING_AFTER_SECONDS` to 15 minutes after each record write) and
-//! its scheduled pass; time passing past staleness, deadlines and expiry;
+//! `STALE_CREATING_AFTER_SECONDS` to 15 minutes after each record write) or,
+//! in half the schedules, a bucket that sends no events
+//! (`RECORD_EVENTS=submitter`): each submit's own due message, one more
+//! request, which lands, fails, is lost, or lands with its answer lost; and
+//! the sweeper's scheduled pass; time passing past staleness, deadlines and expiry;
 //! tasks deleted by the queue; and the functions' machines' clock stepped up
 //! to 58 s off S3's and back. Every time the checker notes is S3's; the
 //! protocol runs on the machines' clock and learns S3's from its answers.
@@ -28,11 +31,14 @@ use crate::common;
 mod planted;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
+use idempotent_submit::due_sender::{DueSender, RecordDue, SendError};
+use idempotent_submit::intake::due::{self, DueMessage};
 use idempotent_submit::protocol::TaskLocation;
 use idempotent_submit::protocol::hash::{canonical_json, input_hash, key_hash};
 use idempotent_submit::protocol::record::marker_minute;
@@ -42,7 +48,7 @@ use idempotent_submit::protocol::{Record, RecordOutcome, RecordStatus, SweepOpti
 use idempotent_submit::store::{
     ETag, Fault, FaultyStore, MemoryStore, Object, ObjectMeta, Op, PutMode, Store, StoreError,
 };
-use idempotent_submit::{Clock, ManualClock, Queue, Scope, Settings, SubmitError};
+use idempotent_submit::{Clock, ManualClock, Queue, Reset, Scope, Settings, SubmitError};
 use serde_json::{Value, json};
 
 use planted::{Bug, Planted};
@@ -130,6 +136,19 @@ enum Step {
     ClockStepped {
         secs: i64,
     },
+    /// A key reset on purpose (`Queue::reset_key`, `DELETE
+    /// /idempotency-keys/{key}`), with faults: its record is deleted unless a
+    /// task may still be written for it.
+    Reset {
+        who: Who,
+        task_type: u8,
+        faults: Faults,
+    },
+    /// From here on `RECORD_EVENTS=submitter`: the bucket sends no events,
+    /// and every submit sends its record's due message itself, one more
+    /// request, which can land, fail, be lost, or land with its answer lost
+    /// (generated first, in some schedules).
+    SubmitterSends,
 }
 
 /// What a worker does with the task it claimed.
@@ -207,7 +226,9 @@ fn gen_submit(rng: &mut fastrand::Rng) -> Step {
 /// real process (which signs right after checking) does not see, and would let
 /// their writes land later than S3's 15-minute signature limit allows.
 fn without_lag(mut step: Step) -> Step {
-    if let Step::Submit { faults, .. } | Step::Sweep { faults, .. } = &mut step {
+    if let Step::Submit { faults, .. } | Step::Sweep { faults, .. } | Step::Reset { faults, .. } =
+        &mut step
+    {
         faults.slow_per_mille = 0;
     }
     step
@@ -217,7 +238,23 @@ fn gen_schedule(seed: u64, len: usize) -> Vec<Step> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut steps: Vec<Step> = (0..len)
         .flat_map(|_| match rng.u8(..100) {
-            0..=39 => vec![gen_submit(&mut rng)],
+            0..=36 => vec![gen_submit(&mut rng)],
+            37..=39 => {
+                let Step::Submit {
+                    who,
+                    task_type,
+                    faults,
+                    ..
+                } = gen_submit(&mut rng)
+                else {
+                    unreachable!()
+                };
+                vec![Step::Reset {
+                    who,
+                    task_type,
+                    faults,
+                }]
+            }
             40..=54 => {
                 // Often the same key, so that submits contend for it.
                 let first = gen_submit(&mut rng);
@@ -240,6 +277,16 @@ fn gen_schedule(seed: u64, len: usize) -> Vec<Step> {
                             }
                         }
                         20..=44 => next = gen_work(&mut rng),
+                        // A reset of the key beside its submits.
+                        45..=54 => {
+                            if let Step::Submit { task_type, .. } = gen_submit(&mut rng) {
+                                next = Step::Reset {
+                                    who,
+                                    task_type: if rng.bool() { 0 } else { task_type },
+                                    faults: gen_faults(&mut rng),
+                                }
+                            }
+                        }
                         _ => {}
                     }
                     steps.push(without_lag(next));
@@ -283,15 +330,26 @@ fn gen_schedule(seed: u64, len: usize) -> Vec<Step> {
                     ttl_hours,
                     faults,
                 };
-                vec![
-                    submit(dies),
+                // Sometimes an operator resets the key while it is in
+                // flight: refused, since its task may still be written.
+                let reset = rng.u8(..100) < 30;
+                let mut steps = vec![submit(dies)];
+                if reset {
+                    steps.push(Step::Reset {
+                        who,
+                        task_type,
+                        faults: Faults::none(),
+                    });
+                }
+                steps.extend([
                     Step::NearDeadline {
                         who,
                         task_type,
                         before_secs: rng.i64(1..900),
                     },
                     submit(slow),
-                ]
+                ]);
+                steps
             }
             68..=69 => {
                 // The worker's race: a submit dies after its task, before
@@ -352,6 +410,11 @@ fn gen_schedule(seed: u64, len: usize) -> Vec<Step> {
             }],
         })
         .collect();
+    // Half the schedules run on a bucket that sends no events (a draw of
+    // its own: the steps are the bucket's schedule's).
+    if fastrand::Rng::with_seed(seed ^ 0xd0e5).bool() {
+        steps.insert(0, Step::SubmitterSends);
+    }
     steps.truncate(len);
     steps
 }
@@ -611,13 +674,19 @@ struct Write {
     create: bool,
     /// When it landed.
     at: DateTime<Utc>,
+    /// Its place among the bucket's changes (writes and deletions), which
+    /// orders changes of one instant.
+    seq: u64,
 }
 
-/// A record's S3 event on its way to the sweeper through the due queue.
+/// A record's S3 event on its way to the sweeper through the due queue,
+/// or a submitter's due message (`RECORD_EVENTS=submitter`).
 #[derive(Debug, Clone)]
 struct Event {
     key: String,
     due: DateTime<Utc>,
+    /// A submitter's message: its body and when it was sent.
+    message: Option<(String, DateTime<Utc>)>,
 }
 
 #[derive(Clone)]
@@ -630,6 +699,24 @@ struct Recorder {
     /// queue's delay plus up to 15 minutes of delivery.
     delay: Arc<Mutex<fastrand::Rng>>,
     stale: Duration,
+    /// The bucket sends its S3 events (off under `RECORD_EVENTS=submitter`).
+    bucket_events: Arc<AtomicBool>,
+    /// The record a DELETE in progress would remove.
+    deleting: Arc<Mutex<Option<Record>>>,
+    /// Every record deleted, and when.
+    deletions: Arc<Mutex<Vec<Deletion>>>,
+    /// How many changes the bucket has had.
+    changes: Arc<AtomicU64>,
+}
+
+/// A record deleted from the bucket: by the sweeper once it expired, or
+/// while it was alive, by a reset of its key.
+#[derive(Debug, Clone)]
+struct Deletion {
+    task_id: uuid::Uuid,
+    expires_at: DateTime<Utc>,
+    at: DateTime<Utc>,
+    seq: u64,
 }
 
 /// The recorder as a store.
@@ -642,17 +729,44 @@ impl common::Hooks for Recorder {
     fn inner(&self) -> &MemoryStore {
         &self.inner
     }
+    /// Notes which record a DELETE of `idempotency/` is about to remove, so
+    /// that `after` can tell when a record's life ended early (a reset).
+    async fn before(&self, call: &common::Call<'_>) -> Result<(), StoreError> {
+        if call.op == Op::Delete && call.key.starts_with("idempotency/") {
+            let held = self
+                .inner
+                .get(call.key)
+                .await
+                .ok()
+                .and_then(|o| Record::parse(&o.body).ok());
+            *self.deleting.lock().unwrap() = held;
+        }
+        Ok(())
+    }
 
     async fn after(&self, call: &common::Call<'_>, ok: bool) {
+        let (key, at) = (call.key, self.clock.now());
+        if call.op == Op::Delete && key.starts_with("idempotency/") {
+            let held = self.deleting.lock().unwrap().take();
+            if let Some(r) = held.filter(|_| ok) {
+                self.deletions.lock().unwrap().push(Deletion {
+                    task_id: r.task_id,
+                    expires_at: r.expires_at,
+                    at,
+                    seq: self.changes.fetch_add(1, Ordering::SeqCst),
+                });
+            }
+            return;
+        }
         let Some(body) = call.body.filter(|_| ok) else {
             return;
         };
-        let (key, at) = (call.key, self.clock.now());
-        if key.starts_with("idempotency/") {
+        if key.starts_with("idempotency/") && self.bucket_events.load(Ordering::SeqCst) {
             let lag = Duration::seconds(self.delay.lock().unwrap().i64(0..=900));
             self.events.lock().unwrap().push(Event {
                 key: key.to_owned(),
                 due: at + self.stale + lag,
+                message: None,
             });
         }
         self.writes.lock().unwrap().push(Write {
@@ -660,6 +774,7 @@ impl common::Hooks for Recorder {
             body: body.clone(),
             create: call.op == Op::PutCreate,
             at,
+            seq: self.changes.fetch_add(1, Ordering::SeqCst),
         });
     }
 }
@@ -687,6 +802,9 @@ struct Slow {
     /// between a finisher's read and its write. Requests sent together (the
     /// task and its marker) still land together.
     turns: Option<Arc<Mutex<fastrand::Rng>>>,
+    /// Under `RECORD_EVENTS=submitter`: this process's first record PUT,
+    /// which its due message goes out beside.
+    first_record_put: Option<Arc<Mutex<FirstRecordPut>>>,
 }
 
 impl Slow {
@@ -737,11 +855,39 @@ impl common::Hooks for Slow {
                 sends.record_first_sent.entry(r.task_id).or_insert(now);
             }
         }
-        self.lag()
+        // The process's first record PUT lets its due message leave beside
+        // it (the engine sends both in one round), before any time passes.
+        let first = call.key.starts_with("idempotency/")
+            && call.body.is_some()
+            && self
+                .first_record_put
+                .as_ref()
+                .is_some_and(|p| !std::mem::replace(&mut p.lock().unwrap().sent, true));
+        if first {
+            tokio::task::yield_now().await;
+        }
+        let r = self.lag();
+        // A PUT lost on the way has answered too (with its error).
+        if first
+            && r.is_err()
+            && let Some(p) = &self.first_record_put
+        {
+            p.lock().unwrap().answered = true;
+        }
+        r
     }
 
-    async fn after(&self, _call: &common::Call<'_>, _ok: bool) {
-        self.answer().await
+    async fn after(&self, call: &common::Call<'_>, _ok: bool) {
+        self.answer().await;
+        if call.key.starts_with("idempotency/")
+            && call.body.is_some()
+            && let Some(p) = &self.first_record_put
+        {
+            let mut p = p.lock().unwrap();
+            if p.sent {
+                p.answered = true;
+            }
+        }
     }
 }
 
@@ -782,6 +928,19 @@ struct Stats {
     rescheduled: u64,
     markers_removed: u64,
     touched_replays: u64,
+    due_queued: u64,
+    due_answer_lost: u64,
+    due_failed: u64,
+    due_lost: u64,
+    due_died_after_record: u64,
+    due_unsent: u64,
+    due_window: u64,
+    due_early: u64,
+    due_checked: u64,
+    due_finished: u64,
+    resets_done: u64,
+    resets_refused: u64,
+    resets_not_found: u64,
 }
 
 impl Stats {
@@ -791,12 +950,12 @@ impl Stats {
         }
     }
 
-    fn fields(&self) -> [u64; 31] {
+    fn fields(&self) -> [u64; 44] {
         let mut c = *self;
         c.fields_mut().map(|v| *v)
     }
 
-    fn fields_mut(&mut self) -> [&mut u64; 31] {
+    fn fields_mut(&mut self) -> [&mut u64; 44] {
         [
             &mut self.crashes,
             &mut self.lost_answers,
@@ -829,10 +988,23 @@ impl Stats {
             &mut self.rescheduled,
             &mut self.markers_removed,
             &mut self.touched_replays,
+            &mut self.due_queued,
+            &mut self.due_answer_lost,
+            &mut self.due_failed,
+            &mut self.due_lost,
+            &mut self.due_died_after_record,
+            &mut self.due_unsent,
+            &mut self.due_window,
+            &mut self.due_early,
+            &mut self.due_checked,
+            &mut self.due_finished,
+            &mut self.resets_done,
+            &mut self.resets_refused,
+            &mut self.resets_not_found,
         ]
     }
 
-    const NAMES: [&'static str; 31] = [
+    const NAMES: [&'static str; 44] = [
         "crashes",
         "lost answers to writes",
         "task writes landing after the deadline, inside the 15-minute margin",
@@ -864,7 +1036,254 @@ impl Stats {
         "tasks rescheduled",
         "markers of ours removed once a worker had taken their task",
         "replays answered with a task a worker had touched",
+        "due messages queued by submitters",
+        "due messages queued whose answer was lost",
+        "due message sends that failed",
+        "due message sends lost in flight",
+        "submits that died after their record, their due message queued",
+        "records whose every due message send failed, their submit alive",
+        "records whose every due message send failed, their submit dead (the documented window)",
+        "due messages that came before their record was stale, handed back",
+        "records checked by a submitter's due message, nothing missing",
+        "interrupted submits finished by a submitter's due message",
+        "keys reset",
+        "resets refused while a task could still be written",
+        "resets of no live record",
     ];
+}
+
+// ---- the submitter's due messages (RECORD_EVENTS=submitter) ----
+
+/// The bucket the submitters' due messages name.
+const BUCKET: &str = "model-bucket";
+
+/// What became of one send of a due message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    Queued,
+    /// Queued, but its answer was lost: the sender sees a timeout.
+    AnswerLost,
+    /// Refused or failed (a 503, access denied): not queued.
+    Failed,
+    /// Lost in flight: not queued; the sender sees a timeout.
+    Lost,
+    /// A retry of a process that had died: it never left.
+    Dead,
+}
+
+/// A process's first record PUT: sent, answered.
+#[derive(Debug, Default)]
+struct FirstRecordPut {
+    sent: bool,
+    answered: bool,
+}
+
+/// One process's client of the due queue: a send leaves only while the
+/// process is alive. (The engine sends the first beside the process's first
+/// record PUT, in the same round; `Slow` lets it leave before that PUT.) A
+/// queued message reaches the sweeper with the record events, the queue's
+/// delay (`STALE_CREATING_AFTER_SECONDS`) plus up to 20 s of polling after
+/// it was sent.
+struct ModelDue {
+    process: FaultyStore<Recorded>,
+    first_record_put: Arc<Mutex<FirstRecordPut>>,
+    clock: ManualClock,
+    events: Arc<Mutex<Vec<Event>>>,
+    log: Arc<Mutex<Vec<(String, Sent)>>>,
+    rng: Mutex<fastrand::Rng>,
+    /// Share of sends (per mille) that meet a fault of the queue.
+    per_mille: u32,
+    delay: Duration,
+    bug: Option<Bug>,
+    sends: AtomicUsize,
+}
+
+impl ModelDue {
+    fn send_one(&self, m: &RecordDue) -> Result<(), SendError> {
+        let alive = !self.process.crashed();
+        let at = self.clock.now();
+        let mut rng = self.rng.lock().unwrap();
+        let sent = if !alive {
+            Sent::Dead
+        } else if rng.u32(0..1000) < self.per_mille {
+            [Sent::AnswerLost, Sent::Failed, Sent::Failed, Sent::Lost][rng.usize(..4)]
+        } else {
+            Sent::Queued
+        };
+        if matches!(sent, Sent::Queued | Sent::AnswerLost) {
+            self.events.lock().unwrap().push(Event {
+                key: m.key.clone(),
+                due: at + self.delay + Duration::seconds(rng.i64(0..=20)),
+                message: Some((m.to_body(), at)),
+            });
+        }
+        self.log.lock().unwrap().push((m.key.clone(), sent));
+        match sent {
+            Sent::Queued => Ok(()),
+            Sent::Failed if rng.bool() => Err(SendError::Refused("AccessDenied".into())),
+            Sent::Failed => Err(SendError::Unavailable("503".into())),
+            Sent::AnswerLost => Err(SendError::Unavailable("timed out, but queued".into())),
+            Sent::Lost => Err(SendError::Unavailable("timed out, never queued".into())),
+            Sent::Dead => Err(SendError::Unavailable("the process is dead".into())),
+        }
+    }
+}
+
+#[async_trait]
+impl DueSender for ModelDue {
+    async fn send(&self, messages: &[RecordDue]) -> Vec<Result<(), SendError>> {
+        let first = self.sends.fetch_add(1, Ordering::SeqCst) == 0;
+        if first && self.bug == Some(Bug::DueAfterRecord) {
+            // The planted bug: the first message waits for the record PUT's
+            // answer.
+            for _ in 0..10_000 {
+                if self.first_record_put.lock().unwrap().answered {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+        messages.iter().map(|m| self.send_one(m)).collect()
+    }
+}
+
+impl World {
+    /// A process's client of the due queue, under `RECORD_EVENTS=submitter`.
+    /// Some processes meet a queue that fails one send in ten to nine in ten.
+    fn due_sender(
+        &self,
+        f: &Faults,
+        process: &FaultyStore<Recorded>,
+        first_record_put: Option<Arc<Mutex<FirstRecordPut>>>,
+    ) -> Option<ModelDue> {
+        let first_record_put = first_record_put?;
+        let mut rng = fastrand::Rng::with_seed(f.seed ^ 0xd0e5_5e4d);
+        let per_mille = if f.seed != 0 && rng.u8(..100) < 35 {
+            rng.u32(100..900)
+        } else {
+            0
+        };
+        Some(ModelDue {
+            process: process.clone(),
+            first_record_put,
+            clock: self.clock.clone(),
+            events: self.recorder.events.clone(),
+            log: self.due_log.clone(),
+            rng: Mutex::new(rng),
+            per_mille,
+            delay: self.settings.stale_creating_after,
+            bug: self.bug,
+            sends: AtomicUsize::new(0),
+        })
+    }
+
+    /// Where the write history and the due queue's log stand.
+    fn due_mark(&self) -> (usize, usize) {
+        (
+            self.recorder.writes.lock().unwrap().len(),
+            self.due_log.lock().unwrap().len(),
+        )
+    }
+
+    /// Guarantee 4's premise under `RECORD_EVENTS=submitter`, after each
+    /// step: every record that landed in it has a due message waiting in the
+    /// queue (its own, sent beside its PUT, or an earlier one still on its
+    /// way: either reaches the sweeper after the record's write, and the
+    /// sweeper's outcomes are checked when it does), unless a send of it
+    /// failed at the queue and none landed: the one window docs/protocol.md
+    /// names (the send failed, then the process died), which a replay closes.
+    /// `died`: the record paths of the step's submits that crashed.
+    fn check_due_messages(
+        &mut self,
+        (writes, sends): (usize, usize),
+        died: &[String],
+    ) -> Result<(), String> {
+        if !self.submitter {
+            return Ok(());
+        }
+        let log = self.due_log.lock().unwrap()[sends..].to_vec();
+        for (_, sent) in &log {
+            match sent {
+                Sent::Queued => self.stats.due_queued += 1,
+                Sent::AnswerLost => {
+                    self.stats.due_queued += 1;
+                    self.stats.due_answer_lost += 1;
+                }
+                Sent::Failed => self.stats.due_failed += 1,
+                Sent::Lost => self.stats.due_lost += 1,
+                Sent::Dead => {}
+            }
+        }
+        let landed: std::collections::BTreeSet<String> = self.recorder.writes.lock().unwrap()
+            [writes..]
+            .iter()
+            .filter(|w| w.key.starts_with("idempotency/"))
+            .map(|w| w.key.clone())
+            .collect();
+        for key in landed {
+            let waiting = self
+                .recorder
+                .events
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|e| e.key == key && e.message.is_some());
+            let failed = log
+                .iter()
+                .any(|(k, s)| *k == key && matches!(s, Sent::Failed | Sent::Lost));
+            if waiting {
+                self.stats.due_died_after_record += u64::from(died.contains(&key));
+            } else if failed && died.contains(&key) {
+                self.stats.due_window += 1;
+            } else if failed {
+                self.stats.due_unsent += 1;
+            } else {
+                return Err(format!(
+                    "guarantee 4: the record {key} landed, but no due message for it is in the queue, and no send of it failed at the queue"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The sweeper takes one submitter's message from the due queue as the
+    /// function does (`lambda::due`: the one parser, the due path's 2 s
+    /// tolerance, the hand-back of an early one), and what its summary says
+    /// became of the record.
+    async fn take_message(&mut self, q: &Queue, body: &str) -> Result<RecordOutcome, String> {
+        let m = DueMessage {
+            id: "m1".into(),
+            body: body.into(),
+        };
+        let batch = due::handle_messages(q.engine(), BUCKET, &[m], false, None).await;
+        let s = &batch.summary;
+        let outcome = match (s.scanned, s.finished, s.early, s.expired_deleted, s.errors) {
+            (1, 1, 0, 0, 0) => RecordOutcome::Finished,
+            (1, 0, 1, 0, 0) => RecordOutcome::Early,
+            (1, 0, 0, 1, 0) => RecordOutcome::ExpiredDeleted,
+            (1, 0, 0, 0, 1) if s.past_deadline == 1 => RecordOutcome::PastDeadline,
+            (1, 0, 0, 0, 0) => RecordOutcome::Nothing,
+            _ => {
+                return Err(format!(
+                    "the sweeper did not take a submitter's due message ({body}) as one record: {s:?}"
+                ));
+            }
+        };
+        let early = outcome == RecordOutcome::Early;
+        if batch.retry.is_empty() == early {
+            return Err(format!(
+                "a due message ended {outcome:?}, handed back: {:?}",
+                batch.retry
+            ));
+        }
+        match outcome {
+            RecordOutcome::Early => self.stats.due_early += 1,
+            RecordOutcome::Nothing => self.stats.due_checked += 1,
+            RecordOutcome::Finished => self.stats.due_finished += 1,
+            _ => {}
+        }
+        Ok(outcome)
+    }
 }
 
 // ---- running a schedule ----
@@ -906,6 +1325,9 @@ struct World {
     sends: Arc<Mutex<Sends>>,
     /// Tasks the queue deleted.
     deleted: HashSet<uuid::Uuid>,
+    /// Resets answered `Done`: the record's task id, when, and how many
+    /// changes the bucket had had by then.
+    reset_answered: Vec<(uuid::Uuid, DateTime<Utc>, u64)>,
     /// Every claim a worker made: (task, attempt).
     claims: HashSet<(uuid::Uuid, u64)>,
     /// Markers last written by a process of ours that did not end cleanly.
@@ -914,12 +1336,17 @@ struct World {
     /// handled by its record's event on time.
     finished: HashSet<uuid::Uuid>,
     stats: Stats,
+    /// `RECORD_EVENTS=submitter` (Step::SubmitterSends).
+    submitter: bool,
+    /// Every send of a due message: its record, what the queue did.
+    due_log: Arc<Mutex<Vec<(String, Sent)>>>,
 }
 
 enum Outcome {
     Submit(Result<idempotent_submit::Submitted, SubmitError>),
     Sweep(Result<idempotent_submit::protocol::SweepSummary, SubmitError>),
     Work(Result<Worked, String>),
+    Reset(Result<Reset, SubmitError>),
 }
 
 impl World {
@@ -941,6 +1368,10 @@ impl World {
             events: Arc::default(),
             delay: Arc::new(Mutex::new(fastrand::Rng::with_seed(7))),
             stale: settings.stale_creating_after,
+            bucket_events: Arc::new(AtomicBool::new(true)),
+            deleting: Arc::default(),
+            deletions: Arc::default(),
+            changes: Arc::default(),
         };
         World {
             clock,
@@ -952,10 +1383,13 @@ impl World {
             answers: Vec::new(),
             sends: Arc::default(),
             deleted: HashSet::new(),
+            reset_answered: Vec::new(),
             claims: HashSet::new(),
             unsure_markers: HashSet::new(),
             finished: HashSet::new(),
             stats: Stats::default(),
+            submitter: false,
+            due_log: Arc::default(),
         }
     }
 
@@ -983,7 +1417,9 @@ impl World {
                 ],
             );
         }
+        let first_record_put = self.submitter.then(Arc::default);
         let slow = Slow {
+            first_record_put: first_record_put.clone(),
             inner: store.clone(),
             clock: self.clock.clone(),
             rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(f.seed ^ 0x51_0e))),
@@ -1003,7 +1439,10 @@ impl World {
             Arc::new(self.machine.clone()),
             planted::engine_settings(self.bug, &self.settings),
         );
-        (q, store)
+        match self.due_sender(f, &store, first_record_put) {
+            Some(sender) => (q.with_due_sender(sender, BUCKET), store),
+            None => (q, store),
+        }
     }
 
     async fn get(&self, key: &str) -> Option<Object> {
@@ -1076,10 +1515,15 @@ impl World {
                 self.bucket.set_skew(behind);
                 Ok(())
             }
-            Step::Submit { .. } | Step::Sweep { .. } | Step::Work { .. } => {
+            Step::Submit { .. } | Step::Sweep { .. } | Step::Work { .. } | Step::Reset { .. } => {
                 self.run_concurrent(std::slice::from_ref(step), true).await
             }
             Step::Together(steps) => self.run_concurrent(steps, false).await,
+            Step::SubmitterSends => {
+                self.submitter = true;
+                self.recorder.bucket_events.store(false, Ordering::SeqCst);
+                Ok(())
+            }
         }
     }
 
@@ -1122,7 +1566,15 @@ impl World {
     async fn deliver(&mut self, event: &Event, on_time: bool) -> Result<(), String> {
         let (q, store) = self.process(&Faults::none(), false);
         let before = self.record_at(&event.key).await;
-        let outcome = q.engine().sweep_record(&event.key, false, None).await;
+        let outcome = match &event.message {
+            None => q.engine().sweep_record(&event.key, false, None).await,
+            Some((body, _)) => self.take_message(&q, body).await?,
+        };
+        // A submitter's message names the record, not a write: one sent
+        // after the record was written (a replay's, a conflict's) may find
+        // it past its deadline.
+        let after_record = matches!((&event.message, &before),
+            (Some((_, sent)), Some((_, meta))) if meta.last_modified < *sent);
         let now = self.clock.now();
         self.note_markers(&store, !matches!(outcome, RecordOutcome::Failed(_)));
         match &outcome {
@@ -1134,9 +1586,10 @@ impl World {
                 self.recorder.events.lock().unwrap().push(Event {
                     key: event.key.clone(),
                     due: now + Duration::seconds(720),
+                    message: event.message.clone(),
                 });
             }
-            RecordOutcome::PastDeadline if !on_time => {}
+            RecordOutcome::PastDeadline if !on_time || after_record => {}
             RecordOutcome::ExpiredDeleted => {}
             other => {
                 return Err(format!(
@@ -1175,11 +1628,15 @@ impl World {
     }
 
     async fn run_concurrent(&mut self, steps: &[Step], alone: bool) -> Result<(), String> {
+        let due_mark = self.due_mark();
+        let mut died: Vec<String> = Vec::new();
         let mut paths: Vec<Option<String>> = Vec::new();
         let mut before: Vec<Option<(Record, ObjectMeta)>> = Vec::new();
         for s in steps {
             let path = match s {
-                Step::Submit { who, task_type, .. } => Some(record_path(*who, *task_type)),
+                Step::Submit { who, task_type, .. } | Step::Reset { who, task_type, .. } => {
+                    Some(record_path(*who, *task_type))
+                }
                 _ => None,
             };
             before.push(match &path {
@@ -1190,7 +1647,12 @@ impl World {
         }
         {
             let mut seen = HashSet::new();
-            if paths.iter().flatten().any(|p| !seen.insert(p.clone())) {
+            let submits = steps.iter().zip(&paths);
+            if submits
+                .filter(|(s, _)| matches!(s, Step::Submit { .. }))
+                .filter_map(|(_, p)| p.as_ref())
+                .any(|p| !seen.insert(p.clone()))
+            {
                 self.stats.same_key_contention += 1;
             }
         }
@@ -1198,12 +1660,16 @@ impl World {
         if beside_a_worker && steps.len() > 1 {
             self.stats.beside_a_worker += 1;
         }
+        // A reset beside submits meets them between their writes: answers
+        // take turns to come back, as beside a worker.
+        let interleaved = beside_a_worker
+            || (steps.len() > 1 && steps.iter().any(|s| matches!(s, Step::Reset { .. })));
         let procs: Vec<Option<(Queue, FaultyStore<Recorded>)>> = steps
             .iter()
             .map(|s| match s {
-                Step::Submit { faults, .. } | Step::Sweep { faults, .. } => {
-                    Some(self.process(faults, beside_a_worker))
-                }
+                Step::Submit { faults, .. }
+                | Step::Sweep { faults, .. }
+                | Step::Reset { faults, .. } => Some(self.process(faults, interleaved)),
                 _ => None,
             })
             .collect();
@@ -1213,6 +1679,7 @@ impl World {
             let s = s.clone();
             let bucket = self.bucket.clone();
             let now = self.clock.now();
+            let bug = self.bug;
             async move {
                 match (s, q) {
                     (
@@ -1247,6 +1714,9 @@ impl World {
                             })
                             .await,
                     ),
+                    (Step::Reset { who, task_type, .. }, Some(q)) => {
+                        Outcome::Reset(reset(&q, who, task_type, bug).await)
+                    }
                     (Step::Work { scan, then }, None) => {
                         Outcome::Work(work(bucket, now, scan, then, work_seed).await)
                     }
@@ -1268,6 +1738,9 @@ impl World {
             let crashed = store.crashed();
             if crashed {
                 self.stats.crashes += 1;
+                if matches!(step, Step::Submit { .. }) {
+                    died.extend(paths[i].clone());
+                }
             }
             self.stats.lost_answers += store
                 .calls()
@@ -1278,7 +1751,9 @@ impl World {
                 })
                 .count() as u64;
             let (faulty, slow) = match step {
-                Step::Submit { faults, .. } | Step::Sweep { faults, .. } => {
+                Step::Submit { faults, .. }
+                | Step::Sweep { faults, .. }
+                | Step::Reset { faults, .. } => {
                     (faults.per_mille > 0 || crashed, faults.slow_per_mille > 0)
                 }
                 _ => (false, false),
@@ -1344,10 +1819,143 @@ impl World {
                         return Err(format!("a fault-free sweep failed: {r:?}"));
                     }
                 }
+                (Step::Reset { .. }, Outcome::Reset(r)) => {
+                    let ctx = ResetCtx {
+                        path: paths[i].clone().unwrap(),
+                        before: before[i].clone(),
+                        start,
+                        now,
+                        alone,
+                        faulty,
+                        slow,
+                        crashed,
+                    };
+                    self.check_reset(&ctx, r).await?;
+                }
                 _ => unreachable!(),
             }
         }
+        self.check_due_messages(due_mark, &died)
+    }
+
+    /// Checks a reset's answer against what the state allowed (docs/protocol.md,
+    /// "Looking up and resetting a key"): a record is forgotten only when no
+    /// task can be written for it any more, and a reset deletes no task.
+    async fn check_reset(
+        &mut self,
+        c: &ResetCtx,
+        r: Result<Reset, SubmitError>,
+    ) -> Result<(), String> {
+        let live = c
+            .before
+            .as_ref()
+            .filter(|(old, _)| old.expires_at > c.start);
+        match r {
+            Ok(Reset::Done { old_task_id }) => {
+                self.stats.resets_done += 1;
+                let seq = self.recorder.changes.load(Ordering::SeqCst);
+                self.reset_answered.push((old_task_id, c.now, seq));
+                // It forgot the record it read, which was alive.
+                if c.alone && live.is_none_or(|(old, _)| old.task_id != old_task_id) {
+                    return Err(format!(
+                        "a reset forgot {old_task_id}, but the live record was {:?}",
+                        live.map(|(old, _)| old.task_id)
+                    ));
+                }
+                if c.alone && self.record_at(&c.path).await.is_some() {
+                    return Err(format!("a reset of {} left its record", c.path));
+                }
+                // Not while the record's own submit may still write it.
+                if let Some((_, meta)) = &c.before
+                    && c.now + Duration::seconds(2) < self.writer_done(meta)
+                {
+                    return Err(format!(
+                        "a reset forgot {old_task_id} at {}, while its submit could still write its record (until {})",
+                        c.now,
+                        self.writer_done(meta)
+                    ));
+                }
+                // A reset cancels nothing: the old task stays, if it was written.
+                let task_key = live.map(|(old, _)| old.task_key.clone());
+                if let Some(task_key) = task_key
+                    && !self.deleted.contains(&old_task_id)
+                    && self.ever_written(&task_key)
+                    && self.get(&task_key).await.is_none()
+                {
+                    return Err(format!("a reset removed the old task {task_key}"));
+                }
+            }
+            Ok(Reset::NotFound) => {
+                self.stats.resets_not_found += 1;
+                // Only with no live record (its DELETE may have landed and
+                // lost its answer: the retry finds none).
+                if c.alone
+                    && !c.faulty
+                    && let Some((old, _)) = live
+                    && old.expires_at > c.now + Duration::seconds(2)
+                {
+                    return Err(format!(
+                        "a reset found no record, but {} was live",
+                        old.task_id
+                    ));
+                }
+            }
+            Ok(Reset::InProgress { task_id, .. }) => {
+                self.stats.resets_refused += 1;
+                if c.alone {
+                    let Some((old, _)) = live else {
+                        return Err(format!(
+                            "a reset refused for {task_id}, with no live record"
+                        ));
+                    };
+                    if old.task_id != task_id || old.status != Some(RecordStatus::Creating) {
+                        return Err(format!(
+                            "a reset refused for {task_id}, but the record was {} {:?}",
+                            old.task_id, old.status
+                        ));
+                    }
+                    // Refused only while its task may still be written, or
+                    // its own submit may still write the record.
+                    let (_, meta) = c.before.as_ref().unwrap();
+                    if self.get(&old.task_key).await.is_some()
+                        && c.start >= self.writer_done(meta) + Duration::seconds(2)
+                    {
+                        return Err(format!(
+                            "a reset refused for {task_id}, whose task is there and whose submit is long done"
+                        ));
+                    }
+                    if self.record_at(&c.path).await.is_none() {
+                        return Err(format!("a refused reset of {} deleted its record", c.path));
+                    }
+                }
+            }
+            Ok(Reset::Changed) => {
+                if c.alone {
+                    return Err(format!("a reset alone met a changed record at {}", c.path));
+                }
+            }
+            Err(SubmitError::Storage(StoreError::Crashed)) if c.crashed => {}
+            Err(SubmitError::Storage(StoreError::Unavailable(_) | StoreError::Conflict))
+                if c.faulty || c.slow => {}
+            Err(SubmitError::DeadlineExceeded) if c.slow => {}
+            Err(e) => return Err(format!("a reset failed as the state did not allow: {e:?}")),
+        }
         Ok(())
+    }
+
+    /// When no write of a record's own submit can land any more.
+    fn writer_done(&self, meta: &ObjectMeta) -> DateTime<Utc> {
+        meta.last_modified + self.settings.operation_timeout + self.settings.late_write_margin
+    }
+
+    /// Whether any write of `key` ever landed.
+    fn ever_written(&self, key: &str) -> bool {
+        self.recorder
+            .writes
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|w| w.key == key)
     }
 
     /// Notes the claims of a worker's step: no task is claimed twice for one
@@ -1764,6 +2372,19 @@ impl World {
             life.entry(r.task_id)
                 .or_insert((w.key.clone(), w.at, r.expires_at));
         }
+        // A reset ends a life early: its record deleted while alive, or the
+        // reset answered (which comes after). When, and at which change.
+        let mut reset_at: HashMap<uuid::Uuid, (DateTime<Utc>, u64)> = HashMap::new();
+        let deletions = self.recorder.deletions.lock().unwrap().clone();
+        let resets = deletions
+            .iter()
+            .filter(|d| d.at < d.expires_at)
+            .map(|d| (d.task_id, d.at, d.seq))
+            .chain(self.reset_answered.iter().copied());
+        for (id, at, seq) in resets {
+            let t = reset_at.entry(id).or_insert((at, seq));
+            *t = (t.0.min(at), t.1.min(seq));
+        }
         // Guarantee 2 and the finish deadline: each task written once, only
         // for a record, with If-None-Match, landing no later than the
         // deadline + 15 minutes. A record is written once: no two writes
@@ -1792,6 +2413,16 @@ impl World {
             let Some(t0) = first_landed.get(&id) else {
                 return Err(format!("task {id} was written for no record"));
             };
+            // The reset's promise: once a record is forgotten, no task is
+            // written for it.
+            if let Some((t, seq)) = reset_at.get(&id)
+                && w.seq > *seq
+            {
+                return Err(format!(
+                    "task {id} was written at {}, after its record was reset at {t}",
+                    w.at
+                ));
+            }
             let deadline = *t0 + self.settings.finish_window;
             // A request sent before the deadline may land up to 15 minutes
             // later: the protocol's margin allows for it.
@@ -1838,7 +2469,10 @@ impl World {
                     a.path, a.task_id
                 ));
             }
-            if a.end < *created || a.start >= *expires {
+            // A submit that read the record in the instant of its reset
+            // answered from it, rightly.
+            let reset = reset_at.get(&a.task_id).map(|r| r.0);
+            if a.end < *created || a.start >= *expires || reset.is_some_and(|t| a.start > t) {
                 return Err(format!(
                     "{} answered {} over {}..{}, outside its life {created}..{expires}",
                     a.path, a.task_id, a.start, a.end
@@ -1847,8 +2481,9 @@ impl World {
         }
         type Span = (DateTime<Utc>, DateTime<Utc>);
         let mut by_record: HashMap<&str, Vec<Span>> = HashMap::new();
-        for (k, c, e) in life.values() {
-            by_record.entry(k).or_default().push((*c, *e));
+        for (id, (k, c, e)) in &life {
+            let end = reset_at.get(id).map_or(*e, |r| r.0.min(*e));
+            by_record.entry(k).or_default().push((*c, end));
         }
         for (k, mut lives) in by_record {
             lives.sort();
@@ -1878,6 +2513,49 @@ struct SubmitCtx {
     slow: bool,
     crashed: bool,
     wrote: bool,
+}
+
+/// One reset of a step, and what was true around it.
+struct ResetCtx {
+    path: String,
+    before: Option<(Record, ObjectMeta)>,
+    start: DateTime<Utc>,
+    now: DateTime<Utc>,
+    alone: bool,
+    faulty: bool,
+    slow: bool,
+    crashed: bool,
+}
+
+/// Resets the key of `who` as an operator would; under the planted bug
+/// `ResetIgnoresPhase`, as a naive reset would: the record read and deleted
+/// with `If-Match`, whatever its phase.
+async fn reset(q: &Queue, who: Who, task_type: u8, bug: Option<Bug>) -> Result<Reset, SubmitError> {
+    if bug != Some(Bug::ResetIgnoresPhase) {
+        let key = key_name(who.key);
+        return q
+            .reset_key(scope_name(who, task_type), &key, tenant_of(who).as_ref())
+            .await;
+    }
+    let path = record_path(who, task_type);
+    let store = q.engine().store();
+    let obj = match store.get(&path).await {
+        Ok(o) => o,
+        Err(StoreError::NotFound) => return Ok(Reset::NotFound),
+        Err(e) => return Err(SubmitError::Storage(e)),
+    };
+    let rec = Record::parse(&obj.body).map_err(|e| SubmitError::Corrupt {
+        key: path.clone(),
+        reason: e.to_string(),
+    })?;
+    match store.delete(&path, Some(&obj.meta.etag)).await {
+        Ok(()) => Ok(Reset::Done {
+            old_task_id: rec.task_id,
+        }),
+        Err(StoreError::PreconditionFailed) => Ok(Reset::Changed),
+        Err(StoreError::NotFound) => Ok(Reset::NotFound),
+        Err(e) => Err(SubmitError::Storage(e)),
+    }
 }
 
 fn run(schedule: &[Step], bug: Option<Bug>) -> Result<Stats, String> {
@@ -2048,4 +2726,14 @@ fn the_checker_catches_an_expired_record_kept_alive() {
 #[test]
 fn the_checker_catches_a_writer_that_trusts_its_own_clock() {
     planted_bug_is_caught(Bug::TrustMachineClock, "past its deadline");
+}
+
+#[test]
+fn the_checker_catches_a_due_message_sent_only_after_its_record_landed() {
+    planted_bug_is_caught(Bug::DueAfterRecord, "no due message for it is in the queue");
+}
+
+#[test]
+fn the_checker_catches_a_reset_that_forgets_a_record_whose_task_may_still_be_written() {
+    planted_bug_is_caught(Bug::ResetIgnoresPhase, "after its record was reset");
 }

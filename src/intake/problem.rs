@@ -108,8 +108,9 @@ impl Problem {
             Reset::Done { .. } | Reset::NotFound => {
                 Self::not_found("no record holds this key in this scope")
             }
-            // A reset racing a finisher could forget a key whose task is
-            // still to be written: it waits, as a replay would.
+            // A reset racing a finisher, or the key's own submit still
+            // sending its record, could forget a key that is then written
+            // again: it waits, as a replay would.
             Reset::InProgress {
                 task_id,
                 retry_after,
@@ -120,7 +121,7 @@ impl Problem {
                     409,
                     "submit_in_progress",
                     "Submit in progress",
-                    "a submit of this key may still write its task; nothing was deleted: retry after the Retry-After seconds",
+                    "a submit of this key may still write its task or its record; nothing was deleted: retry after the Retry-After seconds",
                 )
             },
             Reset::Changed => Self::new(

@@ -142,8 +142,14 @@ impl Engine {
             return Ok(Reset::NotFound);
         };
         let phase = self.phase(&held.record, &held.meta).await?;
-        // `None`: in flight, and no task object yet.
-        if phase.task_status.is_none() {
+        // Refused while a task may still be written for the record (`None`:
+        // in flight, and no task object yet), and while its own submit may
+        // still be writing the record: a create-only PUT whose answer was
+        // lost is sent again, and a PUT sent before its deadline may land up
+        // to the late-write margin later. Either, landing after the DELETE,
+        // would write the forgotten record again.
+        if phase.task_status.is_none() || self.s3_earliest()? < self.record_writer_done(&held.meta)
+        {
             return Ok(Reset::InProgress {
                 task_id: held.record.task_id,
                 retry_after: self.reset_retry_after(&held.meta)?,
@@ -209,20 +215,21 @@ impl Engine {
         }))
     }
 
-    /// When a reset refused for an in-flight record may succeed: once its
-    /// own submit is done (the operation timeout after its write), else once
-    /// the sweeper has finished it, else once it is settled.
+    /// When no write of the record's own submit can land any more: its
+    /// operation's end (its last send), and the late-write margin after it.
+    fn record_writer_done(&self, meta: &ObjectMeta) -> DateTime<Utc> {
+        meta.last_modified + self.settings.operation_timeout + self.settings.late_write_margin
+    }
+
+    /// When a reset refused may succeed: once the record's own submit can
+    /// write it no more (and, if its task is there by then, that is all),
+    /// else once the record is settled.
     fn reset_retry_after(&self, meta: &ObjectMeta) -> Result<StdDuration, SubmitError> {
         let s3_now = self.s3_earliest()?;
-        let written = meta.last_modified;
-        let next = [
-            written + self.settings.operation_timeout,
-            written + self.settings.stale_creating_after,
-            self.late_writes_end(meta),
-        ]
-        .into_iter()
-        .find(|t| *t > s3_now)
-        .unwrap_or(s3_now);
+        let next = [self.record_writer_done(meta), self.late_writes_end(meta)]
+            .into_iter()
+            .find(|t| *t > s3_now)
+            .unwrap_or(s3_now);
         Ok((next - s3_now)
             .to_std()
             .unwrap_or_default()

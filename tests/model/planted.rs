@@ -3,8 +3,10 @@
 //!
 //! None of them is in the library: each is a wrapper of the store the
 //! protocol runs on, answering or writing what a buggy protocol would have
-//! read or written, or a change to the engine's [`Settings`] (not the
-//! checker's). The protocol's code is the shipped code, unchanged.
+//! read or written, a change to the engine's [`Settings`] (not the
+//! checker's), or the model's own actors: (`DueAfterRecord`) its client of
+//! the due queue sending late, (`ResetIgnoresPhase`) its operator resetting
+//! a key by hand. The protocol's code is the shipped code, unchanged.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -57,6 +59,18 @@ pub enum Bug {
     /// answers show (breaks the deadline when the clock is off): the store
     /// reports S3's clock at a zero offset from ours.
     TrustMachineClock,
+    /// Under `RECORD_EVENTS=submitter`, sends the record's due message only
+    /// once the record's PUT has answered, not beside it, so a process that
+    /// dies in between never sends it (breaks guarantee 4 for a bucket that
+    /// sends no events): the model's client of the due queue holds the
+    /// first message until the process's first record PUT has answered.
+    DueAfterRecord,
+    /// A key reset that deletes the record it read whatever its phase (a
+    /// GET, then a DELETE with `If-Match`), so that a submit still in flight
+    /// writes its task for a key already forgotten (breaks the reset's
+    /// promise): the model's reset actor does it by hand, not through
+    /// `Queue::reset_key`.
+    ResetIgnoresPhase,
 }
 
 /// The settings a process's engine runs with when `bug` is planted; the
