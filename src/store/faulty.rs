@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::{ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError};
+use super::{DirPage, ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError};
 
 /// The kind of a store call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -311,6 +311,24 @@ impl<S: Store + Clone> Store for FaultyStore<S> {
 
     async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
         self.run(Op::Delete, key, self.inner.delete(key, if_match))
+            .await
+    }
+
+    /// Logged as a DELETE (it is one).
+    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), StoreError> {
+        self.run(Op::Delete, key, self.inner.delete_version(key, version_id))
+            .await
+    }
+
+    /// Logged as a LIST (it is one).
+    async fn list_versions(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        self.run(Op::List, prefix, self.inner.list_versions(prefix))
+            .await
+    }
+
+    /// Logged as a LIST (it is one).
+    async fn list_dirs(&self, prefix: &str, page: Option<String>) -> Result<DirPage, StoreError> {
+        self.run(Op::List, prefix, self.inner.list_dirs(prefix, page))
             .await
     }
 

@@ -135,6 +135,16 @@ where
         }
         self.inner.delete(key, if_match).await
     }
+    async fn delete_version(
+        &self,
+        key: &str,
+        version_id: &str,
+    ) -> Result<(), idempotent_submit::StoreError> {
+        if let Some(e) = (self.hook)(idempotent_submit::store::Op::Delete, key) {
+            return Err(e);
+        }
+        self.inner.delete_version(key, version_id).await
+    }
     async fn list(
         &self,
         prefix: &str,

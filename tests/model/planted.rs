@@ -166,6 +166,7 @@ impl<S: Store> Store for Planted<S> {
                 etag: ETag("\"d41d8cd98f00b204e9800998ecf8427e\"".into()),
                 last_modified: chrono::DateTime::UNIX_EPOCH,
                 size: 0,
+                version_id: None,
             });
         }
         self.inner.head(&self.key(key)).await
