@@ -50,7 +50,7 @@ pub mod queue;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{ClockCheck, Config, ConfigError, RetryPolicy, Settings};
+pub use config::{ClockCheck, Config, ConfigError, ListOrder, RetryPolicy, Settings};
 pub use protocol::{
     ConflictKind, IdempotencyKey, Scope, SubmitError, Submitted, TaskOptions, TaskRetryPolicy,
     TaskType, Tenant, ValidationError,
