@@ -45,6 +45,7 @@ pub mod config;
 pub mod doctor;
 #[cfg(feature = "lambda")]
 pub mod lambda;
+pub mod probe;
 pub mod protocol;
 pub mod queue;
 pub mod store;
