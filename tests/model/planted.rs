@@ -15,7 +15,7 @@ use chrono::Duration;
 use idempotent_submit::Settings;
 use idempotent_submit::clock::Offset;
 use idempotent_submit::store::{
-    ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError,
+    DirPage, ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError,
 };
 use serde_json::Value;
 
@@ -58,6 +58,11 @@ pub enum Bug {
     /// answers show (breaks the deadline when the clock is off): the store
     /// reports S3's clock at a zero offset from ours.
     TrustMachineClock,
+    /// Trusts `If-Match` on DELETE where the store ignores it (MinIO,
+    /// LocalStack): the engine runs with `CONDITIONAL_DELETE=on` on such a
+    /// store, so the sweeper's delete of an expired record can delete the
+    /// live record that replaced it (breaks guarantee 1).
+    TrustDeleteIfMatch,
 }
 
 /// The settings a process's engine runs with when `bug` is planted; the
@@ -67,6 +72,7 @@ pub fn engine_settings(bug: Option<Bug>, checker: &Settings) -> Settings {
     match bug {
         Some(Bug::IgnoreFinishDeadline) => s.finish_window = Duration::days(3650),
         Some(Bug::MissingWithoutMargin) => s.late_write_margin = Duration::zero(),
+        Some(Bug::TrustDeleteIfMatch) => s.conditional_delete = true,
         _ => {}
     }
     s
@@ -190,6 +196,14 @@ impl<S: Store> Store for Planted<S> {
 
     async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
         self.inner.delete(&self.key(key), if_match).await
+    }
+
+    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), StoreError> {
+        self.inner.delete_version(&self.key(key), version_id).await
+    }
+
+    async fn list_dirs(&self, prefix: &str, page: Option<String>) -> Result<DirPage, StoreError> {
+        self.inner.list_dirs(prefix, page).await
     }
 
     async fn list(
