@@ -59,13 +59,28 @@ impl S3Store {
     /// A store on a local S3 endpoint (moto, MinIO) with static test
     /// credentials and path-style URLs, for tests and benchmarks.
     pub fn for_endpoint(endpoint: &str, bucket: impl Into<String>) -> Self {
+        Self::for_endpoint_as(endpoint, bucket, "test", "test")
+    }
+
+    /// [`S3Store::for_endpoint`] signing with the key pair given (a local
+    /// store that checks signatures, as SeaweedFS does).
+    pub fn for_endpoint_as(
+        endpoint: &str,
+        bucket: impl Into<String>,
+        access_key_id: &str,
+        secret_access_key: &str,
+    ) -> Self {
         let conf = aws_sdk_s3::config::Builder::new()
             .behavior_version(aws_config::BehaviorVersion::latest())
             .http_client(https_client())
             .endpoint_url(endpoint)
             .region(aws_sdk_s3::config::Region::new("us-east-1"))
             .credentials_provider(aws_sdk_s3::config::Credentials::new(
-                "test", "test", None, None, "static",
+                access_key_id,
+                secret_access_key,
+                None,
+                None,
+                "static",
             ))
             .force_path_style(true)
             .retry_config(RetryConfig::disabled())
