@@ -1,5 +1,6 @@
 //! `idem doctor --probe`: on an in-memory store built to lack each
-//! capability in turn, and on moto; every run leaves nothing behind.
+//! capability in turn, on moto and on SeaweedFS; every run leaves nothing
+//! behind.
 
 mod common;
 
@@ -277,4 +278,46 @@ async fn idem_doctor_probe_exits_5_on_a_bucket_without_events_and_names_the_sett
         "{out:#}"
     );
     nothing_left(&store).await;
+}
+
+// ---- on SeaweedFS ----
+
+async fn probe_seaweedfs(versioning: common::Versioning) -> ProbeReport {
+    let store = common::seaweedfs_store_with(versioning).await;
+    // SeaweedFS sends no event notifications.
+    let r = probe(Arc::new(store.clone()), Some(false)).await;
+    nothing_left(&store).await;
+    let c = r.capabilities;
+    assert!(
+        c.create_only && c.compare_and_swap && c.conditional_delete && r.can_host,
+        "{r:#?}"
+    );
+    // Folders first, and StartAfter in that order.
+    assert!(!c.byte_order_listing && !c.start_after, "{r:#?}");
+    assert_eq!(c.versioning, versioning == common::Versioning::On);
+    assert_eq!(r.compare_and_swap_missing_key, "412");
+    assert!(r.create_only_winners <= 1);
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seaweedfs_needs_list_order_any_and_events_from_the_submitter_unversioned() {
+    let r = probe_seaweedfs(common::Versioning::Off).await;
+    assert_eq!(
+        settings(&r),
+        [
+            ("BUQUET_ALLOW_NO_VERSIONING", "1"),
+            ("LIST_ORDER", "any"),
+            ("RECORD_EVENTS", "submitter"),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seaweedfs_needs_list_order_any_and_events_from_the_submitter_versioned() {
+    let r = probe_seaweedfs(common::Versioning::On).await;
+    assert_eq!(
+        settings(&r),
+        [("LIST_ORDER", "any"), ("RECORD_EVENTS", "submitter")]
+    );
 }

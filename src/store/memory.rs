@@ -57,13 +57,14 @@ pub enum CreateOnly {
     Ignored,
 }
 
-/// What `If-Match` on a PUT of a missing key answers.
+/// What `If-Match` on a PUT of a missing key answers (and on a DELETE: 404,
+/// or 412 where the PUT's is).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MissingIfMatch {
     /// 404 (S3, moto).
     #[default]
     NotFound,
-    /// 412 (SeaweedFS).
+    /// 412 (SeaweedFS), for a DELETE too.
     PreconditionFailed,
     /// Writes the object (older MinIO): no compare-and-swap.
     Writes,
@@ -528,6 +529,10 @@ impl Store for MemoryStore {
         // A store that ignores If-Match on DELETE deletes whatever is there.
         if let Some(want) = if_match.filter(|_| self.behaviour.conditional_delete) {
             match objects.get(key) {
+                // SeaweedFS answers a missing key 412 here too.
+                None if self.behaviour.missing_if_match == MissingIfMatch::PreconditionFailed => {
+                    return Err(StoreError::PreconditionFailed);
+                }
                 None => return Err(StoreError::NotFound),
                 Some(e) if &e.etag != want => return Err(StoreError::PreconditionFailed),
                 Some(_) => {}
