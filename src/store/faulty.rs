@@ -84,6 +84,7 @@ struct State {
     calls: Vec<Call>,
     in_flight: usize,
     round_trips: usize,
+    latency: std::time::Duration,
 }
 
 /// The wrapper. Clones share the log, the rules and the crash.
@@ -152,6 +153,14 @@ impl<S: Store + Clone> FaultyStore<S> {
     /// Has a crash fired?
     pub fn crashed(&self) -> bool {
         self.dead.load(Ordering::SeqCst)
+    }
+
+    /// From now on, every call waits `d` before it reaches the store: a
+    /// remote store's round trip. Under tokio's paused clock a run's elapsed
+    /// time is then its sequential round trips times `d`, measured without
+    /// waiting it (the bench's daily pass).
+    pub fn set_latency(&self, d: std::time::Duration) {
+        self.lock().latency = d;
     }
 
     /// The log of calls so far.
@@ -239,6 +248,10 @@ impl<S: Store + Clone> FaultyStore<S> {
         // Let calls started together (join) overlap, so the log can tell
         // parallel requests from sequential ones.
         tokio::task::yield_now().await;
+        let latency = self.lock().latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
         // A call still on its way when the process died never reaches S3.
         let fault = if self.crashed() {
             Some(Fault::CrashBefore)
