@@ -11,7 +11,9 @@ use chrono::Duration;
 pub struct RetryPolicy {
     /// Attempts per request, the first included.
     pub max_attempts: u32,
+    /// The first backoff.
     pub base_delay: StdDuration,
+    /// The longest backoff.
     pub max_delay: StdDuration,
     /// One attempt is abandoned (and its request dropped) after this long.
     pub attempt_timeout: StdDuration,
@@ -56,22 +58,30 @@ pub const LATE_WRITE_MARGIN: Duration = Duration::minutes(15);
 /// The protocol's knobs. `Default` is the documented defaults (the README, "Configuration").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
+    /// How long a key is remembered when the submit says nothing
+    /// (`IDEMPOTENCY_TTL_DAYS`).
     pub default_ttl: Duration,
+    /// The longest a submit may ask (`IDEMPOTENCY_MAX_TTL_DAYS`).
     pub max_ttl: Duration,
     /// A record's task may only be written before `LastModified + finish_window`.
     pub finish_window: Duration,
     /// The sweeper finishes `creating` records older than this.
     pub stale_creating_after: Duration,
+    /// How many hex digits of a task id name its shard
+    /// (`TASK_SHARD_PREFIX_LEN`).
     pub shard_prefix_len: usize,
+    /// The largest input, as canonical JSON (`MAX_INPUT_BYTES`).
     pub max_input_bytes: usize,
     /// Most items in one `POST /tasks/batch` (`MAX_BATCH_TASKS`).
     pub max_batch_tasks: usize,
+    /// Refuse a submit without a key (`REQUIRE_IDEMPOTENCY_KEY`).
     pub require_key: bool,
     /// Every submit, all its attempts included, ends within this: 25 s, well
     /// under API Gateway's integration limit (29 s for REST APIs, 30 s for
     /// HTTP APIs), so that a slow S3 is answered as our 503 with
     /// `Retry-After`, not as API Gateway's bare 503.
     pub operation_timeout: Duration,
+    /// How each store request is retried.
     pub retry: RetryPolicy,
     /// Whose clock the deadlines are judged by.
     pub clock_check: ClockCheck,
@@ -83,7 +93,10 @@ pub struct Settings {
     pub late_write_margin: Duration,
     /// Check every input against the JSON Schema published for its task
     /// type at `schemas/{task_type}.json`, before anything is written
-    /// (`VALIDATE_INPUT_SCHEMAS`; off by default).
+    /// (`VALIDATE_INPUT_SCHEMAS`; off by default). Needs a build with the
+    /// `schemas` feature: without it, [`Settings::check`] refuses it, and a
+    /// queue built on it anyway refuses every submit (nothing is ever let
+    /// through unchecked).
     pub validate_input_schemas: bool,
     /// How long a process trusts the schema it read for a task type (or its
     /// absence) before the next submit of that type revalidates it with a
@@ -180,7 +193,9 @@ pub const MAX_SCHEMA_CACHE: Duration = Duration::seconds(3600);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{var}: {reason}")]
 pub struct ConfigError {
+    /// The variable (or setting) that is wrong.
     pub var: &'static str,
+    /// What is wrong with it.
     pub reason: String,
 }
 
@@ -197,7 +212,17 @@ impl Settings {
     pub fn check(&self) -> Result<(), ConfigError> {
         self.check_record_life()?;
         self.check_windows()?;
-        self.check_limits()
+        self.check_limits()?;
+        self.check_build(cfg!(feature = "schemas"))
+    }
+
+    /// What the build can do: input schemas need a JSON Schema validator,
+    /// which only a build with the `schemas` feature has (`schemas_built`).
+    fn check_build(&self, schemas_built: bool) -> Result<(), ConfigError> {
+        if self.validate_input_schemas && !schemas_built {
+            return Err(err("VALIDATE_INPUT_SCHEMAS", NO_SCHEMAS_BUILD));
+        }
+        Ok(())
     }
 
     /// A record lives at least an hour, and no default outlives the longest.
@@ -290,13 +315,60 @@ impl Settings {
     }
 }
 
+/// Who sends a record's due message, the message that hands the record to
+/// the sweeper `STALE_CREATING_AFTER_SECONDS` after its write
+/// (`RECORD_EVENTS`; docs/protocol.md, "The sweeper").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecordEvents {
+    /// The bucket: an S3 event notification of every record write to the
+    /// due queue (AWS S3 only).
+    #[default]
+    Bucket,
+    /// The submitter: every submit that writes a record sends its message to
+    /// `DUE_QUEUE_URL` itself, beside the record's PUT (buckets that send no
+    /// events: other providers, S3 Express, a bucket whose notification
+    /// belongs to someone else).
+    Submitter,
+}
+
+impl RecordEvents {
+    /// The value of `RECORD_EVENTS` that names it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RecordEvents::Bucket => "bucket",
+            RecordEvents::Submitter => "submitter",
+        }
+    }
+}
+
+/// Why `VALIDATE_INPUT_SCHEMAS=on` stops a build without the `schemas`
+/// feature at start, and how to build one with it (the README, "Input
+/// schemas").
+pub const NO_SCHEMAS_BUILD: &str = "is on, but this build has no JSON Schema validator: build with the `schemas` feature \
+     (`cargo build --release --features schemas`; for `sam build`, `CARGO_LAMBDA_CONTEXT=schemas sam build --beta-features`), \
+     or turn VALIDATE_INPUT_SCHEMAS off";
+
 /// Everything the functions and the CLI read from the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
+    /// The queue's bucket (`BUCKET_NAME`).
     pub bucket: String,
+    /// Path-style S3 URLs (`S3_FORCE_PATH_STYLE`), for a local S3.
     pub force_path_style: bool,
+    /// Fold the caller's principal into keys (`TENANT_ISOLATION`).
     pub tenant_isolation: bool,
+    /// The protocol's settings.
     pub settings: Settings,
+    /// `RECORD_EVENTS`.
+    pub record_events: RecordEvents,
+    /// `DUE_QUEUE_URL`: the due queue; required with
+    /// [`RecordEvents::Submitter`].
+    pub due_queue_url: Option<String>,
+    /// `S3_CREDENTIALS_SECRET`: a Secrets Manager secret (name or ARN) with
+    /// the bucket's key pair, for a bucket at another provider; only the S3
+    /// client signs with it. Unset: the S3 client takes the credentials the
+    /// SDK finds (the role's).
+    pub s3_credentials_secret: Option<String>,
 }
 
 fn parse_num<T: std::str::FromStr>(
@@ -394,11 +466,39 @@ impl Config {
             ..d
         };
         settings.check()?;
+        let nonempty = |var: &str| {
+            get(var)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let record_events = match get("RECORD_EVENTS")
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("" | "bucket") => RecordEvents::Bucket,
+            Some("submitter") => RecordEvents::Submitter,
+            Some(v) => {
+                return Err(err(
+                    "RECORD_EVENTS",
+                    format!("{v:?} is not one of bucket/submitter"),
+                ));
+            }
+        };
+        let due_queue_url = nonempty("DUE_QUEUE_URL");
+        if record_events == RecordEvents::Submitter && due_queue_url.is_none() {
+            return Err(err(
+                "DUE_QUEUE_URL",
+                "is required with RECORD_EVENTS=submitter (the due queue the submitter sends each record's due message to)",
+            ));
+        }
         Ok(Config {
             bucket,
             force_path_style: parse_bool("S3_FORCE_PATH_STYLE", &get, false)?,
             tenant_isolation: parse_bool("TENANT_ISOLATION", &get, false)?,
             settings,
+            record_events,
+            due_queue_url,
+            s3_credentials_secret: nonempty("S3_CREDENTIALS_SECRET"),
         })
     }
 }
@@ -485,6 +585,38 @@ mod tests {
     }
 
     #[test]
+    fn record_events_come_from_the_bucket_by_default_and_the_submitter_needs_the_due_queue() {
+        let c = cfg(&[("BUCKET_NAME", "b")]).unwrap();
+        assert_eq!(
+            (c.record_events, c.due_queue_url, c.s3_credentials_secret),
+            (RecordEvents::Bucket, None, None)
+        );
+        let url = "https://sqs.us-east-1.amazonaws.com/1/due";
+        let c = cfg(&[
+            ("BUCKET_NAME", "b"),
+            ("RECORD_EVENTS", " Submitter "),
+            ("DUE_QUEUE_URL", url),
+            ("S3_CREDENTIALS_SECRET", "store-keys"),
+        ])
+        .unwrap();
+        assert_eq!(c.record_events, RecordEvents::Submitter);
+        assert_eq!(c.due_queue_url.as_deref(), Some(url));
+        assert_eq!(c.s3_credentials_secret.as_deref(), Some("store-keys"));
+        for (vars, var) in [
+            (&[("RECORD_EVENTS", "submitter")][..], "DUE_QUEUE_URL"),
+            (
+                &[("RECORD_EVENTS", "submitter"), ("DUE_QUEUE_URL", " ")][..],
+                "DUE_QUEUE_URL",
+            ),
+            (&[("RECORD_EVENTS", "s3")][..], "RECORD_EVENTS"),
+        ] {
+            let mut all = vec![("BUCKET_NAME", "b")];
+            all.extend_from_slice(vars);
+            assert_eq!(cfg(&all).unwrap_err().var, var, "{vars:?}");
+        }
+    }
+
+    #[test]
     fn switches_accept_on_and_true() {
         let c = cfg(&[
             ("BUCKET_NAME", "b"),
@@ -505,11 +637,31 @@ mod tests {
             ("BUCKET_NAME", "b"),
             ("VALIDATE_INPUT_SCHEMAS", "on"),
             ("SCHEMA_CACHE_SECONDS", "0"),
-        ])
-        .unwrap()
-        .settings;
-        assert!(on.validate_input_schemas);
-        assert_eq!(on.schema_cache_ttl, Duration::zero());
+        ]);
+        if cfg!(feature = "schemas") {
+            let on = on.unwrap().settings;
+            assert!(on.validate_input_schemas);
+            assert_eq!(on.schema_cache_ttl, Duration::zero());
+        } else {
+            assert_eq!(on.unwrap_err().var, "VALIDATE_INPUT_SCHEMAS");
+        }
+    }
+
+    #[test]
+    fn input_schemas_in_a_build_without_a_validator_stop_at_start_saying_how_to_build_one() {
+        let on = Settings {
+            validate_input_schemas: true,
+            ..Settings::default()
+        };
+        let e = on.check_build(false).unwrap_err();
+        assert_eq!(e.var, "VALIDATE_INPUT_SCHEMAS");
+        assert!(e.to_string().contains("--features schemas"), "{e}");
+        assert!(
+            e.to_string().contains("CARGO_LAMBDA_CONTEXT=schemas"),
+            "{e}"
+        );
+        assert!(on.check_build(true).is_ok());
+        assert!(Settings::default().check_build(false).is_ok());
     }
 
     #[test]

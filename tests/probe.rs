@@ -2,7 +2,7 @@
 //! capability in turn, on moto and on SeaweedFS; every run leaves nothing
 //! behind.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 //! differ ([`Expect`], the README's table of stores): every difference is
 //! asserted, never skipped.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

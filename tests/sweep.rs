@@ -4,13 +4,13 @@
 //! list folders first or in no order), and on moto and SeaweedFS, under
 //! both `LIST_ORDER`s.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::common::World;
 use chrono::Duration;
-use common::World;
 use futures::FutureExt;
 use idempotent_submit::protocol::sweep::RecordOutcome;
 use idempotent_submit::protocol::{RecordStatus, SweepOptions, SweepSummary};
@@ -35,30 +35,20 @@ fn fail_until_healed(f: &FaultyStore<MemoryStore>, op: Op, prefix: &str) {
 impl World {
     /// A submit of `key` that dies at `fault` (on the first call matching
     /// `op` and `prefix`).
-    async fn interrupted(&self, key: &str, op: Op, prefix: &str, fault: Fault) -> uuid::Uuid {
+    async fn interrupted_at(&self, key: &str, op: Op, prefix: &str, fault: Fault) -> uuid::Uuid {
         self.submit_dying_at(key, json!({"k": key}), op, prefix, fault)
             .await;
         self.record(key).await.task_id
     }
 
-    async fn record(&self, key: &str) -> idempotent_submit::protocol::Record {
-        self.record_meta(key).await.0
-    }
-
-    async fn record_meta(
-        &self,
-        key: &str,
-    ) -> (
-        idempotent_submit::protocol::Record,
-        idempotent_submit::store::ObjectMeta,
-    ) {
-        self.queue().record("t", key, None).await.unwrap().unwrap()
-    }
-
     /// The record of `key` is still the one write its submit made:
     /// `creating`, with its `pending_task`, under the ETag it was written
     /// with.
-    async fn assert_written_once(&self, key: &str, written: &idempotent_submit::store::ETag) {
+    async fn assert_still_its_first_write(
+        &self,
+        key: &str,
+        written: &idempotent_submit::store::ETag,
+    ) {
         let (rec, meta) = self.record_meta(key).await;
         assert_eq!(rec.status, Some(RecordStatus::Creating), "{key}");
         assert!(rec.pending_task.is_some(), "{key}");
@@ -90,7 +80,7 @@ impl World {
 async fn a_stale_creating_record_is_finished_with_its_task_and_marker() {
     let w = World::new();
     let id = w
-        .interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        .interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     let written = w.record_meta("a").await.1.etag;
     w.clock.advance(Duration::minutes(11));
@@ -99,7 +89,7 @@ async fn a_stale_creating_record_is_finished_with_its_task_and_marker() {
         (s.scanned, s.finished, s.errors, s.complete),
         (1, 1, 0, true)
     );
-    w.assert_written_once("a", &written).await;
+    w.assert_still_its_first_write("a", &written).await;
     assert_eq!(w.record("a").await.task_id, id);
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
@@ -133,7 +123,7 @@ async fn a_stale_record_whose_task_and_marker_are_there_is_read_and_left_as_writ
     w.clock.advance(Duration::minutes(11));
     let s = w.sweep(false).await;
     assert_eq!((s.scanned, s.reads, s.finished, s.errors), (1, 1, 0, 0));
-    w.assert_written_once("a", &written).await;
+    w.assert_still_its_first_write("a", &written).await;
     assert_eq!(outside_the_sweepers_place(&w), before, "byte for byte");
     assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
 }
@@ -141,7 +131,7 @@ async fn a_stale_record_whose_task_and_marker_are_there_is_read_and_left_as_writ
 #[tokio::test]
 async fn a_young_creating_record_is_left_to_its_submit() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.clock.advance(Duration::minutes(5));
     let s = w.sweep(false).await;
@@ -153,7 +143,7 @@ async fn a_young_creating_record_is_left_to_its_submit() {
 #[tokio::test]
 async fn a_creating_record_past_its_deadline_is_counted_and_left_alone() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     let before = w.bucket.keys();
     w.clock.advance(Duration::seconds(2400));
@@ -200,7 +190,7 @@ async fn expired_records_are_deleted_whatever_their_status() {
         .await
         .unwrap();
     assert_eq!(w.record("ready").await.status, Some(RecordStatus::Ready));
-    w.interrupted("creating", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("creating", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.queue()
         .submit("t", json!(1))
@@ -231,7 +221,7 @@ async fn expired_records_are_deleted_whatever_their_status() {
 #[tokio::test]
 async fn a_dry_run_reports_and_changes_nothing() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.queue()
         .submit("t", json!(1))
@@ -240,7 +230,7 @@ async fn a_dry_run_reports_and_changes_nothing() {
         .await
         .unwrap();
     w.clock.advance(Duration::days(31));
-    w.interrupted("c", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("c", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.clock.advance(Duration::minutes(11));
     let before = w.bucket.keys();
@@ -260,7 +250,7 @@ async fn a_dry_run_reports_and_changes_nothing() {
 async fn a_sweep_that_runs_out_of_time_keeps_its_place() {
     let w = World::new();
     for k in ["a", "b", "c", "d", "e"] {
-        w.interrupted(k, Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        w.interrupted_at(k, Op::PutCreate, "idempotency/", Fault::CrashAfter)
             .await;
     }
     w.clock.advance(Duration::minutes(11));
@@ -296,7 +286,7 @@ async fn a_sweep_that_runs_out_of_time_keeps_its_place() {
 #[tokio::test]
 async fn a_sweep_stops_at_a_storage_failure_and_the_next_run_retries_that_record() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.clock.advance(Duration::minutes(11));
     let f = FaultyStore::new(w.bucket.clone());
@@ -375,7 +365,7 @@ async fn replaced_between_read_and_delete(
     // A new submit (after expiry) replaces the record just before the
     // sweeper's delete reaches the bucket.
     let bucket = w.bucket.clone();
-    let intercept = common::Intercept {
+    let intercept = common::Wrapped(common::Intercept {
         inner: w.bucket.clone(),
         hook: move |op: Op, key: &str| {
             if op == Op::Delete {
@@ -394,7 +384,7 @@ async fn replaced_between_read_and_delete(
             }
             None
         },
-    };
+    });
     let q = Queue::with_clock(
         intercept,
         Arc::new(w.clock.clone()),
@@ -468,7 +458,7 @@ async fn a_sweeper_and_a_late_submit_finishing_together_leave_one_task_its_marke
     for _ in 0..20 {
         let w = World::new();
         let id = w
-            .interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+            .interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
             .await;
         let written = w.record_meta("a").await.1.etag;
         w.clock.advance(Duration::minutes(11));
@@ -490,7 +480,7 @@ async fn a_sweeper_and_a_late_submit_finishing_together_leave_one_task_its_marke
         assert_eq!(s.errors, 0);
         assert_eq!(w.count("tasks/"), 1);
         assert_eq!(w.count("ready/"), 1);
-        w.assert_written_once("a", &written).await;
+        w.assert_still_its_first_write("a", &written).await;
     }
 }
 
@@ -522,7 +512,7 @@ async fn reads_per_record_on(
     for i in 0..24 {
         let key = format!("k{i}");
         if i % 4 == 0 {
-            w.interrupted(&key, Op::PutCreate, "idempotency/", Fault::CrashAfter)
+            w.interrupted_at(&key, Op::PutCreate, "idempotency/", Fault::CrashAfter)
                 .await;
         } else {
             w.queue()
@@ -635,7 +625,7 @@ async fn hourly_reads_of_a_long_lived_record(ttl: Duration, until: i64) -> (Vec<
     w.clock.advance(Duration::minutes(11));
     let s = w.sweep(false).await;
     assert_eq!((s.reads, s.finished), (1, 0), "{s:?}");
-    w.assert_written_once("long", &first.etag).await;
+    w.assert_still_its_first_write("long", &first.etag).await;
     let written = first.last_modified;
     let f = FaultyStore::new(w.bucket.clone());
     let q = w.queue_over(f.clone());
@@ -690,7 +680,7 @@ async fn a_record_kept_for_less_than_the_default_ttl_is_deleted_at_the_default_t
 async fn a_pass_reads_and_finishes_records_side_by_side() {
     let w = World::new();
     for i in 0..32 {
-        w.interrupted(
+        w.interrupted_at(
             &format!("k{i}"),
             Op::PutCreate,
             "idempotency/",
@@ -1104,7 +1094,7 @@ async fn a_failure_inside_a_split_page_waits_alone_and_its_rest_is_listed_and_re
 async fn a_listing_that_fails_is_counted_and_its_range_is_listed_next_run() {
     let w = World::new();
     for k in ["a", "b"] {
-        w.interrupted(k, Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        w.interrupted_at(k, Op::PutCreate, "idempotency/", Fault::CrashAfter)
             .await;
     }
     w.clock.advance(Duration::minutes(11));
@@ -1120,7 +1110,7 @@ async fn a_listing_that_fails_is_counted_and_its_range_is_listed_next_run() {
 #[tokio::test]
 async fn a_payload_listing_that_fails_is_counted_and_leaves_the_records_pass_complete() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.clock.advance(Duration::minutes(11));
     let f = FaultyStore::new(w.bucket.clone());
@@ -1137,7 +1127,7 @@ async fn a_payload_listing_that_fails_is_counted_and_leaves_the_records_pass_com
 #[tokio::test]
 async fn a_run_that_finds_the_pass_claimed_by_another_does_nothing() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.clock.advance(Duration::minutes(11));
     // Another run claims the pass and is still working it.
@@ -1173,7 +1163,7 @@ async fn a_checkpoint_gone_before_a_run_claims_it_leaves_that_run_idle_whether_t
             clock.clone(),
             common::memory_store(&clock).with_behaviour(behaviour),
         );
-        w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
             .await;
         w.clock.advance(Duration::minutes(11));
         assert!(w.sweep(false).await.complete);
@@ -1181,7 +1171,7 @@ async fn a_checkpoint_gone_before_a_run_claims_it_leaves_that_run_idle_whether_t
         // Someone removes the checkpoint between this run's read and its
         // claim (If-Match): S3 answers 404, SeaweedFS 412.
         let bucket = w.bucket.clone();
-        let racing = FaultyStore::new(common::Intercept {
+        let racing = FaultyStore::new(common::Wrapped(common::Intercept {
             inner: w.bucket.clone(),
             hook: move |op: Op, key: &str| {
                 if op == Op::PutUpdate && key == "sweeper/checkpoint.json" {
@@ -1189,7 +1179,7 @@ async fn a_checkpoint_gone_before_a_run_claims_it_leaves_that_run_idle_whether_t
                 }
                 None
             },
-        });
+        }));
         let s = w.sweep_over(racing.clone()).await;
         assert!(s.busy && s.scanned == 0, "{behaviour:?}: {s:?}");
         let answer = racing
@@ -1217,31 +1207,13 @@ struct EmptyFirstPages {
 }
 
 #[async_trait::async_trait]
-impl Store for EmptyFirstPages {
-    fn clock_offset(&self) -> Option<idempotent_submit::clock::Offset> {
-        self.inner.clock_offset()
+impl common::Hooks for EmptyFirstPages {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
     }
-    async fn get(&self, key: &str) -> Result<idempotent_submit::store::Object, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn head(&self, key: &str) -> Result<idempotent_submit::store::ObjectMeta, StoreError> {
-        self.inner.head(key).await
-    }
-    async fn put(
-        &self,
-        key: &str,
-        body: bytes::Bytes,
-        mode: PutMode,
-    ) -> Result<idempotent_submit::store::PutResult, StoreError> {
-        self.inner.put(key, body, mode).await
-    }
-    async fn delete(
-        &self,
-        key: &str,
-        if_match: Option<&idempotent_submit::store::ETag>,
-    ) -> Result<(), StoreError> {
-        self.inner.delete(key, if_match).await
-    }
+
     async fn list(
         &self,
         prefix: &str,
@@ -1265,13 +1237,13 @@ impl Store for EmptyFirstPages {
 #[tokio::test]
 async fn an_empty_page_with_a_continuation_token_is_not_the_end_of_a_range() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.clock.advance(Duration::minutes(11));
-    let q = w.queue_over(EmptyFirstPages {
+    let q = w.queue_over(common::Wrapped(EmptyFirstPages {
         inner: w.bucket.clone(),
         seen: Arc::default(),
-    });
+    }));
     let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
     assert_eq!((s.scanned, s.finished, s.complete), (1, 1, true), "{s:?}");
 }
@@ -1279,7 +1251,7 @@ async fn an_empty_page_with_a_continuation_token_is_not_the_end_of_a_range() {
 #[tokio::test]
 async fn a_run_that_died_holding_the_pass_keeps_it_for_its_lease_then_loses_it() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.clock.advance(Duration::minutes(11));
     // A run claims the pass (its lease: the run's 15 minutes plus one

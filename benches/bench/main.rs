@@ -18,6 +18,9 @@ mod moto;
 #[path = "../../tests/common/runtime_api.rs"]
 #[allow(dead_code)]
 mod runtime_api;
+#[path = "../../tests/common/wrap.rs"]
+#[allow(dead_code)]
+mod wrap;
 
 mod batch;
 mod binaries;
@@ -29,6 +32,7 @@ mod options;
 mod report;
 mod requests;
 mod schemas;
+mod submitter;
 mod sweeper;
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -119,6 +123,15 @@ fn main() {
         splice_section(&r.0, "## The protocol's CPU cost", false);
         return;
     }
+    // BENCH_ONLY=binaries: the functions' sizes, cold starts and memory,
+    // put in place of their section, and their rows of the targets table.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("binaries") {
+        let mut r = Report::new();
+        rt.block_on(binaries::binaries(&mut r));
+        splice_section(&r.0, "## The functions", false);
+        splice_targets(&r);
+        return;
+    }
     // BENCH_ONLY=requests: just the request counts, printed.
     if std::env::var("BENCH_ONLY").as_deref() == Ok("requests") {
         let mut r = Report::new();
@@ -181,6 +194,20 @@ fn main() {
         splice_section(&ours, "## Batch submit", true);
         return;
     }
+    // BENCH_ONLY=submitter: the figures of due messages sent by the
+    // submitter (RECORD_EVENTS=submitter), printed and put in place of
+    // their section (before the targets).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("submitter") {
+        let mut r = Report::new();
+        rt.block_on(submitter::submitter(&mut r));
+        assess(&mut r);
+        let ours = r.0.replace(
+            "\n## Against the targets\n",
+            "\nIts figures against their targets (a full run puts them in the table below):\n",
+        );
+        splice_section(&ours, "## Due messages from the submitter", true);
+        return;
+    }
     rt.block_on(async {
         let mut r = Report::new();
         r.line("# Benchmarks\n");
@@ -198,6 +225,7 @@ fn main() {
         batch::batch(&mut r).await;
         options::options(&mut r).await;
         schemas::schemas(&mut r).await;
+        submitter::submitter(&mut r).await;
         list_order::list_order(&mut r).await;
         assess(&mut r);
         let mut out = r.0;
@@ -208,6 +236,24 @@ fn main() {
         )
         .unwrap();
     });
+}
+
+/// Puts each target row of `r` in place of the row of docs/benchmarks.md's
+/// targets table with the same name (a new one goes at the table's end).
+fn splice_targets(r: &Report) {
+    let path = format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR"));
+    let mut doc = std::fs::read_to_string(&path).unwrap_or_default();
+    for row in r.target_rows() {
+        let name = row.split(" | ").next().unwrap_or_default().to_owned();
+        match doc
+            .lines()
+            .find(|l| l.split(" | ").next() == Some(name.as_str()))
+        {
+            Some(old) => doc = doc.replacen(&old.to_owned(), &row, 1),
+            None => doc = doc.trim_end().to_owned() + "\n" + &row + "\n",
+        }
+    }
+    std::fs::write(&path, doc).unwrap();
 }
 
 /// Puts `section` (a run's report, its heading first) in place of the

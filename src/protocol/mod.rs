@@ -1,6 +1,7 @@
 //! The idempotency-key protocol: names and hashes, the objects of the bucket
 //! layout, the submit state machine, and the sweep.
 
+mod due;
 pub mod engine;
 pub mod error;
 mod finish;
@@ -8,16 +9,18 @@ pub mod hash;
 pub mod names;
 pub mod options;
 pub mod record;
+pub mod rfc3339;
 mod s3_time;
-pub mod schema;
+#[cfg(feature = "schemas")]
+mod schema;
 pub mod submit;
 pub mod sweep;
 
+pub use due::DueMessages;
 pub use engine::Engine;
-pub use error::{ConflictKind, ErrorKind, SubmitError};
-pub use names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
+pub use error::{ConflictKind, ErrorKind, InputError, SubmitError};
+pub use names::{IdempotencyKey, Scope, ScopeName, TaskType, Tenant, Ttl, ValidationError};
 pub use options::{TaskOptions, TaskRetryPolicy};
 pub use record::{Record, RecordStatus, TaskLocation};
-pub use schema::InputError;
 pub use submit::{IdempotencyInfo, Input, KeySpec, Phase, SubmitRequest, Submitted};
 pub use sweep::{RecordOutcome, SweepOptions, SweepSummary};

@@ -83,20 +83,26 @@ pub enum Listing {
     /// No order: pages come in an order of the store's own (a shuffle fixed
     /// by `seed`), `StartAfter` is refused, and only prefixes that end in `/`
     /// may be listed (S3 Express One Zone's directory buckets).
-    Unordered { seed: u64 },
+    Unordered {
+        /// The shuffle's seed: one seed, one order.
+        seed: u64,
+    },
 }
 
 /// What this in-memory store does where S3-compatible stores differ from
 /// S3 (the README's table of stores). [`Behaviour::default`] is S3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Behaviour {
+    /// How `If-None-Match: *` is answered.
     pub create_only: CreateOnly,
     /// `If-Match` on a PUT is honoured (`false`: ignored, the PUT writes).
     pub compare_and_swap: bool,
+    /// What `If-Match` on a PUT to a missing key answers.
     pub missing_if_match: MissingIfMatch,
     /// `If-Match` on a DELETE is honoured (`false`: ignored, the DELETE
     /// deletes whatever is there, as MinIO and LocalStack do).
     pub conditional_delete: bool,
+    /// The order of listings, and `StartAfter`.
     pub listing: Listing,
     /// Every write gets a new random ETag, even of the same bytes (S3
     /// Express directory buckets).
@@ -258,6 +264,7 @@ impl MemoryStore {
         self
     }
 
+    /// How this bucket answers where stores differ.
     pub fn behaviour(&self) -> Behaviour {
         self.behaviour
     }
@@ -271,6 +278,7 @@ impl MemoryStore {
         }
     }
 
+    /// Does the bucket keep versions?
     pub fn is_versioned(&self) -> bool {
         self.versions.is_some()
     }
@@ -369,6 +377,7 @@ impl MemoryStore {
         self.lock().len()
     }
 
+    /// No object at all.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

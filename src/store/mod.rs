@@ -40,6 +40,8 @@ use crate::clock::Offset;
 pub mod faulty;
 pub mod memory;
 pub mod s3;
+#[cfg(feature = "secrets")]
+pub mod s3_secret;
 
 #[cfg(feature = "testing")]
 pub use faulty::{Call, Fault, FaultyStore, Op};
@@ -66,9 +68,13 @@ impl fmt::Display for ETag {
 /// clock, whole seconds), its size and, on a versioned bucket, its version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectMeta {
+    /// The object's key.
     pub key: String,
+    /// Its entity tag.
     pub etag: ETag,
+    /// When it was last written, by the storage's clock (whole seconds).
     pub last_modified: DateTime<Utc>,
+    /// Its size in bytes.
     pub size: u64,
     /// The version a GET or HEAD read, on a versioned bucket; `None` on an
     /// unversioned one (or for the `null` version) and in listings, which
@@ -79,7 +85,9 @@ pub struct ObjectMeta {
 /// An object read whole.
 #[derive(Debug, Clone)]
 pub struct Object {
+    /// The object's bytes.
     pub body: Bytes,
+    /// What the storage says about it.
     pub meta: ObjectMeta,
 }
 
@@ -97,6 +105,7 @@ pub enum PutMode {
 /// The answer to a successful write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PutResult {
+    /// The written object's entity tag.
     pub etag: ETag,
     /// The version it made, on a versioned bucket (as [`ObjectMeta::version_id`]).
     pub version_id: Option<String>,
@@ -106,6 +115,7 @@ pub struct PutResult {
 /// own order elsewhere (the README's table of stores).
 #[derive(Debug, Clone, Default)]
 pub struct ListPage {
+    /// The objects of this page.
     pub objects: Vec<ObjectMeta>,
     /// Where the next page starts; `None` on the last page.
     pub next: Option<String>,
@@ -115,14 +125,19 @@ pub struct ListPage {
 /// `Delimiter: /`, its `CommonPrefixes`): each ends in `/`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DirPage {
+    /// The folders of this page, each `prefix + segment + "/"`.
     pub prefixes: Vec<String>,
     /// Where the next page starts; `None` on the last page.
     pub next: Option<String>,
 }
 
 /// Every outcome of a store call that is not a success, named for what it
-/// means to the protocol, not for its HTTP status.
+/// means to the protocol, not for its HTTP status. Non-exhaustive: a match
+/// outside this crate has a wildcard arm, so that a build with the
+/// `testing` feature (which adds [`StoreError::Crashed`]) compiles whatever
+/// compiled without it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// 404: no such object (for If-Match writes and deletes: it is gone).
     #[error("no such object")]

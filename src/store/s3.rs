@@ -56,8 +56,24 @@ impl S3Store {
         Self::new(client_from_env(force_path_style).await, bucket)
     }
 
+    /// The store that `config` names: a client configured from the
+    /// environment (the endpoint, `AWS_ENDPOINT_URL_S3`, included) with
+    /// `S3_FORCE_PATH_STYLE`, signing with the key pair of
+    /// `S3_CREDENTIALS_SECRET` when it is set (read here, once), else with
+    /// the credentials the SDK finds.
+    pub async fn for_config(config: &crate::Config) -> Result<Self, crate::ConfigError> {
+        let credentials = match &config.s3_credentials_secret {
+            None => None,
+            Some(id) => Some(secret_key_pair(id).await?),
+        };
+        let client = client_with(config.force_path_style, credentials).await;
+        Ok(Self::new(client, config.bucket.clone()))
+    }
+
     /// A store on a local S3 endpoint (moto, MinIO) with static test
-    /// credentials and path-style URLs, for tests and benchmarks.
+    /// credentials and path-style URLs, for tests and benchmarks: the
+    /// `testing` feature only, never in what ships.
+    #[cfg(feature = "testing")]
     pub fn for_endpoint(endpoint: &str, bucket: impl Into<String>) -> Self {
         Self::for_endpoint_as(endpoint, bucket, "test", "test")
     }
@@ -91,10 +107,12 @@ impl S3Store {
         Self::new(Client::from_conf(conf), bucket)
     }
 
+    /// The S3 client, with its `Date` interceptor.
     pub fn client(&self) -> &Client {
         &self.client
     }
 
+    /// The bucket.
     pub fn bucket(&self) -> &str {
         &self.bucket
     }
@@ -150,8 +168,36 @@ impl Intercept for DateWatch {
     }
 }
 
+/// The key pair of `S3_CREDENTIALS_SECRET`, or why not (never its content).
+#[cfg(feature = "secrets")]
+async fn secret_key_pair(id: &str) -> Result<aws_sdk_s3::config::Credentials, crate::ConfigError> {
+    super::s3_secret::key_pair(id)
+        .await
+        .map_err(|reason| crate::ConfigError {
+            var: "S3_CREDENTIALS_SECRET",
+            reason,
+        })
+}
+
+#[cfg(not(feature = "secrets"))]
+async fn secret_key_pair(_id: &str) -> Result<aws_sdk_s3::config::Credentials, crate::ConfigError> {
+    Err(crate::ConfigError {
+        var: "S3_CREDENTIALS_SECRET",
+        reason: "needs the `secrets` feature of the library".into(),
+    })
+}
+
 /// See [`S3Store::from_env`].
 pub async fn client_from_env(force_path_style: bool) -> Client {
+    client_with(force_path_style, None).await
+}
+
+/// [`client_from_env`], signing with `credentials` when given (only this
+/// client: the SDK's other clients keep the environment's).
+async fn client_with(
+    force_path_style: bool,
+    credentials: Option<aws_sdk_s3::config::Credentials>,
+) -> Client {
     let http = https_client();
     let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .http_client(http)
@@ -163,6 +209,9 @@ pub async fn client_from_env(force_path_style: bool) -> Client {
     if shared.region().is_none() {
         // A local S3 does not care; AWS always sets AWS_REGION in Lambda.
         conf = conf.region(aws_sdk_s3::config::Region::new("us-east-1"));
+    }
+    if let Some(c) = credentials {
+        conf = conf.credentials_provider(c);
     }
     let conf = conf
         .force_path_style(force_path_style)
