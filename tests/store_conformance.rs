@@ -607,20 +607,21 @@ macro_rules! suite {
         suite!(@memory memory_as_minio_versioned, memory_versioned, Behaviour::minio(),
             Expect { versioned: true, ..MINIO_LIKE }, $($name),*);
         suite!(@memory memory_as_s3_express, memory, Behaviour::s3_express(7), EXPRESS_LIKE, $($name),*);
-        suite!(@moto moto, Off, S3, $($name),*);
-        suite!(@moto moto_versioned, On, S3_VERSIONED, $($name),*);
-        suite!(@seaweedfs seaweedfs, Off, SEAWEEDFS, $($name),*);
-        suite!(@seaweedfs seaweedfs_versioned, On,
+        suite!(@s3 moto, moto_store_with, Off, S3, $($name),*);
+        suite!(@s3 moto_versioned, moto_store_with, On, S3_VERSIONED, $($name),*);
+        suite!(@s3 seaweedfs, seaweedfs_store_with, Off, SEAWEEDFS, $($name),*);
+        suite!(@s3 seaweedfs_versioned, seaweedfs_store_with, On,
             Expect { versioned: true, order: Order::FoldersFirstPagesSorted, ..SEAWEEDFS }, $($name),*);
     };
-    (@seaweedfs $module:ident, $versioning:ident, $expect:expr, $($name:ident),*) => {
+    // A bucket of a real S3 API (moto, SeaweedFS), made by `common::$make`.
+    (@s3 $module:ident, $make:ident, $versioning:ident, $expect:expr, $($name:ident),*) => {
         mod $module {
             use super::*;
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
                     super::$name(
-                        Arc::new(common::seaweedfs_store_with(common::Versioning::$versioning).await),
+                        Arc::new(common::$make(common::Versioning::$versioning).await),
                         $expect,
                     )
                     .await;
@@ -636,21 +637,6 @@ macro_rules! suite {
                 async fn $name() {
                     let clock = idempotent_submit::ManualClock::at_epoch();
                     super::$name(Arc::new(super::$store(&clock, $behaviour)), $expect).await;
-                }
-            )*
-        }
-    };
-    (@moto $module:ident, $versioning:ident, $expect:expr, $($name:ident),*) => {
-        mod $module {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(
-                        Arc::new(common::moto_store_with(common::Versioning::$versioning).await),
-                        $expect,
-                    )
-                    .await;
                 }
             )*
         }

@@ -62,16 +62,10 @@ impl Engine {
         limit: usize,
         opts: &SweepOptions,
     ) -> RangeStep {
-        let mut tally = SweepSummary {
-            lists: 1,
-            ..SweepSummary::default()
-        };
-        let page = match self
-            .with_retries(self.request_deadline(opts.deadline), || {
-                self.store.list(&prefix, None, token.clone(), limit)
-            })
-            .await
-        {
+        let (mut tally, page) = self
+            .list_records(&prefix, None, token.clone(), limit, opts)
+            .await;
+        let page = match page {
             Ok(p) => p,
             Err(e) => return self.refused_or_failed(Range::Dir { prefix, token }, e, tally),
         };

@@ -18,7 +18,7 @@ use super::{
 use crate::config::ListOrder;
 use crate::protocol::engine::{Engine, Failure};
 use crate::protocol::error::SubmitError;
-use crate::store::{ETag, ObjectMeta, PutMode, StoreError};
+use crate::store::{ETag, ListPage, ObjectMeta, PutMode, StoreError};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Checkpoint {
@@ -376,17 +376,10 @@ impl Engine {
         limit: usize,
         opts: &SweepOptions,
     ) -> RangeStep {
-        let mut tally = SweepSummary {
-            lists: 1,
-            ..SweepSummary::default()
-        };
-        let page = match self
-            .with_retries(self.request_deadline(opts.deadline), || {
-                self.store
-                    .list(&range.prefix, range.after.as_deref(), token.clone(), limit)
-            })
-            .await
-        {
+        let (mut tally, page) = self
+            .list_records(&range.prefix, range.after.as_deref(), token, limit, opts)
+            .await;
+        let page = match page {
             Ok(p) => p,
             Err(e) => return self.range_failed(range.into_range(), e, tally),
         };
@@ -410,6 +403,28 @@ impl Engine {
             .map(|failed| vec![resume_after(&range, &keys, failed, &mut next)])
             .unwrap_or_default();
         RangeStep { tally, next, wait }
+    }
+
+    /// One page of records under `prefix` (either `LIST_ORDER`'s ranges),
+    /// through the retry loop; the tally counts the LIST.
+    pub(super) async fn list_records(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        token: Option<String>,
+        limit: usize,
+        opts: &SweepOptions,
+    ) -> (SweepSummary, Result<ListPage, Failure>) {
+        let tally = SweepSummary {
+            lists: 1,
+            ..SweepSummary::default()
+        };
+        let page = self
+            .with_retries(self.request_deadline(opts.deadline), || {
+                self.store.list(prefix, start_after, token.clone(), limit)
+            })
+            .await;
+        (tally, page)
     }
 
     /// Reads the due records side by side, a chunk at a time, none started
