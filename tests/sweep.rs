@@ -356,12 +356,7 @@ async fn replaced_between_read_and_delete(
         .await
         .unwrap();
     w.clock.advance(Duration::hours(2));
-    let rkey = w
-        .bucket
-        .keys()
-        .into_iter()
-        .find(|k| k.starts_with("idempotency/"))
-        .unwrap();
+    let rkey = w.record_key("a");
     // A new submit (after expiry) replaces the record just before the
     // sweeper's delete reaches the bucket.
     let bucket = w.bucket.clone();
@@ -431,12 +426,7 @@ async fn with_conditional_delete_off_an_expired_record_and_an_expired_version_th
             .unwrap();
         w.clock.advance(Duration::hours(2));
     }
-    let rkey = w
-        .bucket
-        .keys()
-        .into_iter()
-        .find(|k| k.starts_with("idempotency/"))
-        .unwrap();
+    let rkey = w.record_key("a");
     assert_eq!(w.bucket.versions(&rkey).len(), 2);
     let outcome = q.engine().sweep_record(&rkey, false, None).await;
     assert_eq!(outcome, RecordOutcome::ExpiredDeleted);
