@@ -105,6 +105,11 @@ pub enum Command {
         /// `DueQueueArn`); without it, any queue will do.
         #[arg(long)]
         due_queue_arn: Option<String>,
+        /// Also measure the store's capabilities (writes, reads and deletes
+        /// objects under `sweeper/probe/`, and leaves none): the settings it
+        /// needs, or that it cannot host the service.
+        #[arg(long)]
+        probe: bool,
     },
 }
 
@@ -605,7 +610,10 @@ pub async fn run(command: Command, queue: &Queue, config: &Config) -> Outcome {
             }
         }
         Command::Sweep { dry_run, .. } => sweep_pass(queue, dry_run).await,
-        Command::Doctor { due_queue_arn } => doctor(queue, config, due_queue_arn).await,
+        Command::Doctor {
+            due_queue_arn,
+            probe,
+        } => doctor(queue, config, due_queue_arn, probe).await,
         Command::Task { task_id } => task(queue, &task_id).await,
     }
 }
@@ -686,8 +694,16 @@ async fn due_queue_delay(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<u64, St
 }
 
 /// `idem doctor`: the bucket's configuration against what the guarantees
-/// need; exit 5 when one depends on something missing.
-async fn doctor(queue: &Queue, config: &Config, due_queue_arn: Option<String>) -> Outcome {
+/// need; exit 5 when one depends on something missing. With `probe`, the
+/// store's capabilities too (`crate::probe`), and exit 5 as well when the
+/// store cannot host the service or the settings it needs are not the
+/// process's.
+async fn doctor(
+    queue: &Queue,
+    config: &Config,
+    due_queue_arn: Option<String>,
+    probe: bool,
+) -> Outcome {
     // The store's own client: its endpoint, path style and key pair
     // (S3_CREDENTIALS_SECRET, read again here).
     let client = match crate::store::S3Store::for_config(config).await {
@@ -711,10 +727,53 @@ async fn doctor(queue: &Queue, config: &Config, due_queue_arn: Option<String>) -
         submitter,
     };
     let report = crate::doctor::examine(&client, &config.bucket, &expect).await;
-    Outcome {
-        exit: if report.ok { exit::OK } else { exit::UNHEALTHY },
-        output: serde_json::to_value(&report).unwrap_or(Value::Null),
+    let mut output = serde_json::to_value(&report).unwrap_or(Value::Null);
+    let mut healthy = report.ok;
+    if probe {
+        let notifications = report.checks.iter().find(|c| c.check == "notification");
+        let notifications = notifications.map(|c| c.status == crate::doctor::Status::Ok);
+        let found = crate::probe::probe(queue.engine().store().clone(), notifications).await;
+        let mismatches = found.mismatches(&configured_settings(queue.settings()));
+        healthy &= probe_healthy(&found, &mismatches);
+        output["probe"] = serde_json::to_value(&found).unwrap_or(Value::Null);
+        output["probe"]["mismatches"] = Value::from(mismatches);
+        output["ok"] = Value::from(healthy);
     }
+    Outcome {
+        exit: if healthy { exit::OK } else { exit::UNHEALTHY },
+        output,
+    }
+}
+
+/// Whether the store can host the service with the process's settings:
+/// it can (atomic create-only PUTs, compare-and-swap), and the settings it
+/// needs are set.
+pub fn probe_healthy(found: &crate::probe::ProbeReport, mismatches: &[String]) -> bool {
+    found.can_host && mismatches.is_empty()
+}
+
+/// The process's values of the settings the probe may ask for (section 7;
+/// `BUQUET_ALLOW_NO_VERSIONING` is the queue's workers', read as it is).
+fn configured_settings(s: &crate::Settings) -> std::collections::BTreeMap<&'static str, String> {
+    let mut m = std::collections::BTreeMap::new();
+    m.insert(
+        "CONDITIONAL_DELETE",
+        if s.conditional_delete { "on" } else { "off" }.to_owned(),
+    );
+    m.insert(
+        "LIST_ORDER",
+        match s.list_order {
+            crate::ListOrder::Bytes => "bytes",
+            crate::ListOrder::Any => "any",
+        }
+        .to_owned(),
+    );
+    for var in ["RECORD_EVENTS", "BUQUET_ALLOW_NO_VERSIONING"] {
+        if let Ok(v) = std::env::var(var) {
+            m.insert(var, v.trim().to_owned());
+        }
+    }
+    m
 }
 
 /// `idem task ID`: the task object as it is.

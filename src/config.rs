@@ -102,6 +102,29 @@ pub struct Settings {
     /// absence) before the next submit of that type revalidates it with a
     /// conditional GET (`SCHEMA_CACHE_SECONDS`; 0: at every submit).
     pub schema_cache_ttl: Duration,
+    /// The store honours `If-Match` on DELETE (`CONDITIONAL_DELETE`, on by
+    /// default). Off, nothing is deleted on the strength of it: an expired
+    /// record is deleted by the version that was read (a versioned bucket)
+    /// or left to the lifecycle rule (docs/protocol.md, "Every DELETE").
+    pub conditional_delete: bool,
+    /// How the scheduled pass lists `idempotency/` (`LIST_ORDER`).
+    pub list_order: ListOrder,
+}
+
+/// How the store lists (`LIST_ORDER`; docs/protocol.md, "The scheduled
+/// pass").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ListOrder {
+    /// In the byte order of keys, with `StartAfter` (S3): the pass lists
+    /// ranges of keys side by side, splitting a large scope by the hex
+    /// digits of the record hash.
+    #[default]
+    Bytes,
+    /// In any order, maybe without `StartAfter`, by prefixes that end in `/`
+    /// (S3 Express, and any store the probe finds out of byte order): the
+    /// pass lists each scope's folder side by side, page by page, and keeps
+    /// its place by the store's continuation tokens.
+    Any,
 }
 
 impl Default for Settings {
@@ -121,6 +144,8 @@ impl Default for Settings {
             late_write_margin: LATE_WRITE_MARGIN,
             validate_input_schemas: false,
             schema_cache_ttl: Duration::seconds(60),
+            conditional_delete: true,
+            list_order: ListOrder::Bytes,
         }
     }
 }
@@ -381,6 +406,19 @@ fn parse_bool(
     }
 }
 
+fn parse_list_order(get: &impl Fn(&str) -> Option<String>) -> Result<ListOrder, ConfigError> {
+    match get("LIST_ORDER")
+        .as_deref()
+        .map(str::trim)
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None | Some("") | Some("bytes") => Ok(ListOrder::Bytes),
+        Some("any") => Ok(ListOrder::Any),
+        Some(v) => Err(err("LIST_ORDER", format!("{v:?} is not one of bytes/any"))),
+    }
+}
+
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -426,6 +464,8 @@ impl Config {
                 &get,
                 d.schema_cache_ttl.num_seconds(),
             )?),
+            conditional_delete: parse_bool("CONDITIONAL_DELETE", &get, true)?,
+            list_order: parse_list_order(&get)?,
             ..d
         };
         settings.check()?;
@@ -520,6 +560,8 @@ mod tests {
             ("SCHEMA_CACHE_SECONDS", "3601"),
             ("SCHEMA_CACHE_SECONDS", "a minute"),
             ("S3_FORCE_PATH_STYLE", "2"),
+            ("CONDITIONAL_DELETE", "sometimes"),
+            ("LIST_ORDER", "random"),
         ];
         for (var, val) in cases {
             let e = cfg(&[("BUCKET_NAME", "b"), (var, val)]).unwrap_err();
@@ -624,5 +666,23 @@ mod tests {
         );
         assert!(on.check_build(true).is_ok());
         assert!(Settings::default().check_build(false).is_ok());
+    }
+
+    #[test]
+    fn conditional_deletes_and_byte_order_are_the_defaults_and_each_can_be_turned_off() {
+        let d = cfg(&[("BUCKET_NAME", "b")]).unwrap().settings;
+        assert!(d.conditional_delete);
+        assert_eq!(d.list_order, ListOrder::Bytes);
+        let other = cfg(&[
+            ("BUCKET_NAME", "b"),
+            ("CONDITIONAL_DELETE", "off"),
+            ("LIST_ORDER", "Any"),
+        ])
+        .unwrap()
+        .settings;
+        assert!(!other.conditional_delete);
+        assert_eq!(other.list_order, ListOrder::Any);
+        let bytes = cfg(&[("BUCKET_NAME", "b"), ("LIST_ORDER", "bytes")]).unwrap();
+        assert_eq!(bytes.settings.list_order, ListOrder::Bytes);
     }
 }

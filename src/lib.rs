@@ -93,10 +93,12 @@ pub mod intake;
 #[cfg(feature = "lambda")]
 pub mod lambda;
 #[doc(hidden)]
+pub mod probe;
+#[doc(hidden)]
 pub mod protocol;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{ClockCheck, Config, ConfigError, RecordEvents, RetryPolicy, Settings};
+pub use config::{ClockCheck, Config, ConfigError, ListOrder, RecordEvents, RetryPolicy, Settings};
 pub use due_sender::{DueSender, MemoryDueQueue};
 pub use protocol::{
     ConflictKind, ErrorKind, IdempotencyInfo, InputError, KeyView, Reset, Scope, ScopeName,

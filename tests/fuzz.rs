@@ -9,6 +9,10 @@
 //! made a task with its input or a `rejected/` object that names it, and
 //! nothing else was written.
 //!
+//! The same inputs and checks run on SeaweedFS too, fewer of them
+//! (`FUZZ_SEAWEEDFS_ITERATIONS`), its buckets listed and read whole for the
+//! effects.
+//!
 //! `FUZZ_ITERATIONS` sets the length (make fuzz runs long), `FUZZ_SEED` the
 //! start. A failure prints the seed and the input.
 
@@ -207,10 +211,66 @@ fn app(tenant_isolation: bool, versioned: bool) -> (App, idempotent_submit::Memo
     (app, store)
 }
 
+/// Where an input's effects are looked at: the in-memory bucket, or one on
+/// a real store (SeaweedFS), listed and read whole.
+enum Bucket {
+    Memory(idempotent_submit::MemoryStore),
+    Real(idempotent_submit::S3Store),
+}
+
+impl Bucket {
+    /// Every object: key, bytes, ETag, `LastModified`, in key order.
+    async fn snapshot(&self) -> Snapshot {
+        match self {
+            Bucket::Memory(m) => m.snapshot(),
+            Bucket::Real(s) => {
+                use idempotent_submit::Store as _;
+                let mut keys = common::all_keys(s).await;
+                keys.sort();
+                let mut out = Vec::new();
+                for k in keys {
+                    let o = s.get(&k).await.expect("reading a listed object");
+                    out.push((k, o.body, o.meta.etag, o.meta.last_modified));
+                }
+                out
+            }
+        }
+    }
+
+    /// Keys whose current version is a delete marker.
+    async fn delete_markers(&self) -> Vec<String> {
+        match self {
+            Bucket::Memory(m) => m.delete_markers(),
+            Bucket::Real(s) => s
+                .client()
+                .list_object_versions()
+                .bucket(s.bucket())
+                .send()
+                .await
+                .expect("listing versions")
+                .delete_markers()
+                .iter()
+                .filter(|m| m.is_latest() == Some(true))
+                .filter_map(|m| m.key().map(str::to_owned))
+                .collect(),
+        }
+    }
+}
+
 /// One input through the handler: what it answered (an HTTP status, `sqs`
 /// or `error`), or what went wrong.
 async fn check(event: Value, tenant_isolation: bool, versioned: bool) -> Result<String, String> {
     let (app, store) = app(tenant_isolation, versioned);
+    check_on(&app, &Bucket::Memory(store), event, tenant_isolation).await
+}
+
+/// [`check`] through `app`, on `bucket`.
+async fn check_on(
+    app: &App,
+    store: &Bucket,
+    event: Value,
+    tenant_isolation: bool,
+) -> Result<String, String> {
     // The sample events share a key: with it taken, replays and conflicts
     // are reachable too.
     app.queue
@@ -221,11 +281,11 @@ async fn check(event: Value, tenant_isolation: bool, versioned: bool) -> Result<
         .idempotency_key("charge-ORD-123")
         .await
         .map_err(|e| e.to_string())?;
-    let before = store.snapshot();
+    let before = store.snapshot().await;
     let is_sqs = event.get("Records").is_some();
     let request = event.clone();
     let out = AssertUnwindSafe(handle_submit(
-        &app,
+        app,
         LambdaEvent::new(event, Context::default()),
     ))
     .catch_unwind()
@@ -234,18 +294,16 @@ async fn check(event: Value, tenant_isolation: bool, versioned: bool) -> Result<
     let Ok(out) = out else {
         // An event of no known shape, or an SQS event that is not one: the
         // invocation fails (Lambda retries or reports it). Nothing written.
-        return if store.snapshot() == before {
+        return if store.snapshot().await == before {
             Ok("error".into())
         } else {
             Err("a failed invocation wrote something".into())
         };
     };
-    let after = store.snapshot();
-    if !store.delete_markers().is_empty() {
-        return Err(format!(
-            "a submit deleted something: {:?}",
-            store.delete_markers()
-        ));
+    let after = store.snapshot().await;
+    let deleted = store.delete_markers().await;
+    if !deleted.is_empty() {
+        return Err(format!("a submit deleted something: {deleted:?}"));
     }
     let effect = Effect::between(&before, &after)?;
     if is_sqs {
@@ -511,16 +569,27 @@ fn http_body(event: &Value) -> Option<Value> {
     }
 }
 
+/// The `i`th input from `seed`: a sample event, mutated one to three times.
+fn mutated(corpus: &[Value], seed: u64, i: u64) -> Value {
+    let mut rng = fastrand::Rng::with_seed(seed.wrapping_add(i));
+    let mut event = corpus[rng.usize(..corpus.len())].clone();
+    for _ in 0..rng.usize(1..4) {
+        mutate(&mut event, &mut rng, 0);
+    }
+    event
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 #[test]
 fn mutated_events_never_panic_and_bad_input_writes_nothing() {
-    let iterations: u64 = std::env::var("FUZZ_ITERATIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
-    let seed: u64 = std::env::var("FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0xf022);
+    let iterations = env_u64("FUZZ_ITERATIONS", 10_000);
+    let seed = env_u64("FUZZ_SEED", 0xf022);
     let corpus = common::events::every_event();
     assert!(corpus.len() >= 10);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -529,11 +598,7 @@ fn mutated_events_never_panic_and_bad_input_writes_nothing() {
         .unwrap();
     let mut seen = std::collections::BTreeMap::<String, u64>::new();
     for i in 0..iterations {
-        let mut rng = fastrand::Rng::with_seed(seed.wrapping_add(i));
-        let mut event = corpus[rng.usize(..corpus.len())].clone();
-        for _ in 0..rng.usize(1..4) {
-            mutate(&mut event, &mut rng, 0);
-        }
+        let event = mutated(&corpus, seed, i);
         let shown = event.to_string();
         let n = seed.wrapping_add(i);
         match rt.block_on(check(event, n % 2 == 1, n / 2 % 2 == 1)) {
@@ -553,6 +618,59 @@ fn mutated_events_never_panic_and_bad_input_writes_nothing() {
         for what in [
             "200", "201", "400", "401", "404", "405", "415", "422", "sqs", "error", "batch",
         ] {
+            assert!(
+                seen.contains_key(what),
+                "no input was answered {what}: {seen:?}"
+            );
+        }
+    }
+}
+
+/// Inputs a SeaweedFS bucket takes before the next one (each input's
+/// effects are read off the whole bucket).
+const INPUTS_PER_BUCKET: u64 = 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutated_events_on_seaweedfs_never_panic_and_bad_input_writes_nothing() {
+    let iterations = env_u64("FUZZ_SEAWEEDFS_ITERATIONS", 200);
+    let seed = env_u64("FUZZ_SEED", 0xf022);
+    let corpus = common::events::every_event();
+    let mut settings = common::settings();
+    settings.retry.attempt_timeout = std::time::Duration::from_secs(10);
+    let mut seen = std::collections::BTreeMap::<String, u64>::new();
+    let mut buckets = None;
+    for i in 0..iterations {
+        if i % INPUTS_PER_BUCKET == 0 {
+            buckets = Some((
+                common::seaweedfs_store().await,
+                common::seaweedfs_store_versioned().await,
+            ));
+        }
+        let Some((plain, versioned)) = &buckets else {
+            unreachable!()
+        };
+        let n = seed.wrapping_add(i);
+        let (tenant_isolation, store) =
+            (n % 2 == 1, if n / 2 % 2 == 1 { versioned } else { plain });
+        // The system's clock: SeaweedFS stamps its own time.
+        let app = common::lambda::app_over(store.clone(), None, tenant_isolation, settings.clone());
+        let event = mutated(&corpus, seed, i);
+        let shown = event.to_string();
+        match check_on(&app, &Bucket::Real(store.clone()), event, tenant_isolation).await {
+            Ok(what) => *seen.entry(what).or_default() += 1,
+            Err(e) => {
+                let shown: String = shown.chars().take(4000).collect();
+                panic!(
+                    "on SeaweedFS, FUZZ_SEED={n} FUZZ_SEAWEEDFS_ITERATIONS=1: {e}\ninput: {shown}"
+                );
+            }
+        }
+    }
+    eprintln!("fuzz on SeaweedFS: {iterations} inputs, answered {seen:?}");
+    if iterations >= 200 {
+        // Past the parser, into writes: new tasks, replays and conflicts,
+        // and SQS batches.
+        for what in ["200", "201", "400", "422", "sqs"] {
             assert!(
                 seen.contains_key(what),
                 "no input was answered {what}: {seen:?}"

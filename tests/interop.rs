@@ -1,5 +1,6 @@
 //! Interop with the queue's own clients: buquet 0.1 from PyPI (its Python
-//! client and worker) against the same moto bucket as our handler.
+//! client and worker) against the same moto bucket as our handler; the
+//! worker and the Python submit on SeaweedFS too, versioned and not.
 
 use crate::common;
 
@@ -15,12 +16,16 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
 /// Our handler and buquet's clients on one moto bucket: versioned, as
-/// buquet's workers require, unless the test says otherwise.
+/// buquet's workers require, unless the test says otherwise (or on a
+/// SeaweedFS bucket).
 struct Shared {
     bucket: String,
     store: idempotent_submit::S3Store,
     app: App,
     versioning: common::Versioning,
+    /// Where buquet's clients reach the bucket, and with which key pair.
+    endpoint: String,
+    keys: (String, String),
 }
 
 impl Shared {
@@ -34,6 +39,31 @@ impl Shared {
 
     async fn on(versioning: common::Versioning, tenant_isolation: bool) -> Self {
         let store = common::moto_store_with(versioning).await;
+        let keys = ("test".to_owned(), "test".to_owned());
+        Self::over(
+            store,
+            common::moto_endpoint(),
+            keys,
+            versioning,
+            tenant_isolation,
+        )
+    }
+
+    /// On a new SeaweedFS bucket.
+    async fn seaweedfs(versioning: common::Versioning) -> Self {
+        let store = common::seaweedfs_store_with(versioning).await;
+        let sw = common::seaweedfs();
+        let keys = (sw.access_key_id.clone(), sw.secret_access_key.clone());
+        Self::over(store, sw.endpoint.clone(), keys, versioning, false)
+    }
+
+    fn over(
+        store: idempotent_submit::S3Store,
+        endpoint: String,
+        keys: (String, String),
+        versioning: common::Versioning,
+        tenant_isolation: bool,
+    ) -> Self {
         let bucket = store.bucket().to_owned();
         let app =
             common::lambda::app_over(store.clone(), None, tenant_isolation, Settings::default());
@@ -42,12 +72,14 @@ impl Shared {
             store,
             app,
             versioning,
+            endpoint,
+            keys,
         }
     }
 
     /// Runs the buquet client; its JSON answer.
     fn buquet(&self, args: &[&str]) -> Value {
-        self.buquet_via(&common::moto_endpoint(), args)
+        self.buquet_via(&self.endpoint, args)
     }
 
     /// Runs the buquet client against `endpoint` (moto, or a proxy before it).
@@ -65,7 +97,7 @@ impl Shared {
     }
 
     fn buquet_skipping_check(&self, args: &[&str], skip: bool) -> std::process::Output {
-        self.buquet_run(&common::moto_endpoint(), args, skip)
+        self.buquet_run(&self.endpoint, args, skip)
     }
 
     fn buquet_run(&self, endpoint: &str, args: &[&str], skip: bool) -> std::process::Output {
@@ -81,8 +113,8 @@ impl Shared {
         .args(args)
         .env("BUQUET_ENDPOINT", endpoint)
         .env("BUQUET_BUCKET", &self.bucket)
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_ACCESS_KEY_ID", &self.keys.0)
+        .env("AWS_SECRET_ACCESS_KEY", &self.keys.1)
         .env("AWS_REGION", "us-east-1")
         .output()
         .expect("python3 runs")
@@ -111,7 +143,20 @@ impl Shared {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_submitted_through_our_handler_is_claimed_and_completed_by_a_buquet_worker() {
-    let s = Shared::new().await;
+    ours_completed_by_a_buquet_worker(Shared::new().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_seaweedfs_a_task_submitted_through_our_handler_is_completed_by_a_buquet_worker() {
+    ours_completed_by_a_buquet_worker(Shared::seaweedfs(common::Versioning::On).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_an_unversioned_seaweedfs_bucket_a_buquet_worker_told_so_completes_our_task() {
+    ours_completed_by_a_buquet_worker(Shared::seaweedfs(common::Versioning::Off).await).await;
+}
+
+async fn ours_completed_by_a_buquet_worker(s: Shared) {
     let (status, body) = s
         .post(json!({"task_type": "charge_customer", "input": {"order": "ORD-7", "cents": 5}, "idempotency_key": "k-7"}))
         .await;
@@ -195,7 +240,16 @@ async fn a_tenants_tasks_are_completed_by_a_buquet_worker_and_stay_the_tenants()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_submitted_through_buquet_first_then_us_is_one_task_and_its_record_replays() {
-    let s = Shared::new().await;
+    theirs_first_then_ours(Shared::new().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_seaweedfs_a_key_submitted_through_buquet_first_then_us_is_one_task_and_its_record_replays()
+ {
+    theirs_first_then_ours(Shared::seaweedfs(common::Versioning::On).await).await;
+}
+
+async fn theirs_first_then_ours(s: Shared) {
     let theirs = s.buquet(&[
         "submit",
         "charge_customer",
@@ -223,7 +277,15 @@ async fn a_key_submitted_through_buquet_first_then_us_is_one_task_and_its_record
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_submitted_through_us_first_then_buquet_is_one_task() {
-    let s = Shared::new().await;
+    ours_first_then_theirs(Shared::new().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_seaweedfs_a_key_submitted_through_us_first_then_buquet_is_one_task() {
+    ours_first_then_theirs(Shared::seaweedfs(common::Versioning::Off).await).await;
+}
+
+async fn ours_first_then_theirs(s: Shared) {
     let (status, ours) = s
         .post(json!({"task_type": "send_email", "input": {"to": "a@example.com"}, "idempotency_key": "mail-1", "idempotency_scope": "queue"}))
         .await;
@@ -236,8 +298,7 @@ async fn a_key_submitted_through_us_first_then_buquet_is_one_task() {
         "queue",
     ]);
     assert_eq!(theirs["id"], ours["task_id"]);
-    let direct = idempotent_submit::S3Store::for_endpoint(&common::moto_endpoint(), &s.bucket);
-    let keys = common::all_keys(&direct).await;
+    let keys = common::all_keys(&s.store).await;
     assert_eq!(keys.iter().filter(|k| k.starts_with("tasks/")).count(), 1);
 }
 

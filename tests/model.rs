@@ -45,10 +45,13 @@ use idempotent_submit::protocol::record::marker_minute;
 use idempotent_submit::protocol::rfc3339;
 use idempotent_submit::protocol::{IdempotencyKey, Tenant};
 use idempotent_submit::protocol::{Record, RecordOutcome, RecordStatus, SweepOptions};
+use idempotent_submit::store::memory::Behaviour;
 use idempotent_submit::store::{
     ETag, Fault, FaultyStore, MemoryStore, Object, ObjectMeta, Op, PutMode, Store, StoreError,
 };
-use idempotent_submit::{Clock, ManualClock, Queue, Reset, Scope, Settings, SubmitError};
+use idempotent_submit::{
+    Clock, ListOrder, ManualClock, Queue, Reset, Scope, Settings, SubmitError,
+};
 use serde_json::{Value, json};
 
 use planted::{Bug, Planted};
@@ -120,6 +123,14 @@ enum Step {
     DeleteTask {
         who: Who,
         task_type: u8,
+    },
+    /// The due message of this key's record reaches the sweeper now, `lag`
+    /// turns into the step (SQS delivers at least once: a message comes
+    /// again, late, beside the key's next submit).
+    Deliver {
+        who: Who,
+        task_type: u8,
+        lag: u8,
     },
     /// A worker of the queue, as buquet 0.1's behaves, claims one pending,
     /// available task that it finds by its marker (oldest minute first) or,
@@ -261,6 +272,7 @@ fn gen_schedule(seed: u64, len: usize) -> Vec<Step> {
                 let Step::Submit { who, .. } = first else {
                     unreachable!()
                 };
+                let first_step = first.clone();
                 let mut steps = vec![without_lag(first)];
                 for _ in 0..rng.usize(1..3) {
                     let mut next = gen_submit(&mut rng);
@@ -277,8 +289,20 @@ fn gen_schedule(seed: u64, len: usize) -> Vec<Step> {
                             }
                         }
                         20..=44 => next = gen_work(&mut rng),
+                        // The key's due message again, beside its submit
+                        // (no draw of its own: the schedules around it stay
+                        // as they were).
+                        d @ 45..=54 => {
+                            if let Step::Submit { task_type, .. } = first_step {
+                                next = Step::Deliver {
+                                    who,
+                                    task_type,
+                                    lag: d % 4,
+                                };
+                            }
+                        }
                         // A reset of the key beside its submits.
-                        45..=54 => {
+                        55..=62 => {
                             if let Step::Submit { task_type, .. } = gen_submit(&mut rng) {
                                 next = Step::Reset {
                                     who,
@@ -891,6 +915,42 @@ impl common::Hooks for Slow {
     }
 }
 
+// ---- the store the schedules run on ----
+
+/// The bucket a schedule runs on, and the settings that fit it: S3, or a
+/// store that lacks a capability, as the in-memory store can switch each
+/// off (the README's table of stores), with the setting that store needs.
+#[derive(Debug, Clone, Copy)]
+struct Profile {
+    behaviour: Behaviour,
+    versioned: bool,
+    /// `CONDITIONAL_DELETE`
+    conditional_delete: bool,
+    /// `LIST_ORDER`
+    list_order: ListOrder,
+}
+
+impl Profile {
+    fn s3() -> Self {
+        Profile {
+            behaviour: Behaviour::default(),
+            versioned: false,
+            conditional_delete: true,
+            list_order: ListOrder::Bytes,
+        }
+    }
+
+    /// What no schedule can reach on this store (the coverage check skips
+    /// it): expired records are either deleted or kept, never both.
+    fn unreachable(&self) -> &'static [&'static str] {
+        if !self.conditional_delete && !self.versioned {
+            &["expired records deleted"]
+        } else {
+            &["expired records left for the lifecycle rule"]
+        }
+    }
+}
+
 // ---- coverage ----
 
 /// What the schedules exercised, so that the test can show it covered the
@@ -917,8 +977,10 @@ struct Stats {
     event_checked: u64,
     event_finished: u64,
     event_late: u64,
+    redelivered: u64,
     swept_finished: u64,
     swept_deleted: u64,
+    swept_kept: u64,
     off_clock_submits: u64,
     beside_a_worker: u64,
     claims: u64,
@@ -950,12 +1012,12 @@ impl Stats {
         }
     }
 
-    fn fields(&self) -> [u64; 44] {
+    fn fields(&self) -> [u64; 46] {
         let mut c = *self;
         c.fields_mut().map(|v| *v)
     }
 
-    fn fields_mut(&mut self) -> [&mut u64; 44] {
+    fn fields_mut(&mut self) -> [&mut u64; 46] {
         [
             &mut self.crashes,
             &mut self.lost_answers,
@@ -977,8 +1039,10 @@ impl Stats {
             &mut self.event_checked,
             &mut self.event_finished,
             &mut self.event_late,
+            &mut self.redelivered,
             &mut self.swept_finished,
             &mut self.swept_deleted,
+            &mut self.swept_kept,
             &mut self.off_clock_submits,
             &mut self.beside_a_worker,
             &mut self.claims,
@@ -1004,7 +1068,7 @@ impl Stats {
         ]
     }
 
-    const NAMES: [&'static str; 44] = [
+    const NAMES: [&'static str; 46] = [
         "crashes",
         "lost answers to writes",
         "task writes landing after the deadline, inside the 15-minute margin",
@@ -1025,8 +1089,10 @@ impl Stats {
         "records checked by their event, nothing missing",
         "interrupted submits finished by their event",
         "events reaching the sweeper late",
+        "due messages delivered again, beside their key's submit",
         "records finished by the scheduled pass",
         "expired records deleted",
+        "expired records left for the lifecycle rule",
         "submits from a machine whose clock is off S3's",
         "steps where a worker ran beside submits or sweeps",
         "tasks claimed by a worker",
@@ -1343,6 +1409,7 @@ struct World {
 }
 
 enum Outcome {
+    Deliver(RecordOutcome),
     Submit(Result<idempotent_submit::Submitted, SubmitError>),
     Sweep(Result<idempotent_submit::protocol::SweepSummary, SubmitError>),
     Work(Result<Worked, String>),
@@ -1350,7 +1417,7 @@ enum Outcome {
 }
 
 impl World {
-    fn new(bug: Option<Bug>) -> Self {
+    fn new(bug: Option<Bug>, profile: Profile) -> Self {
         let clock = ManualClock::at_epoch();
         let machine = MachineClock {
             s3: clock.clone(),
@@ -1358,8 +1425,16 @@ impl World {
         };
         // The bucket stands `behind` ahead of the machines: its time (and so
         // its LastModified and Date) is the model's clock.
-        let bucket = MemoryStore::new(Arc::new(machine.clone()) as Arc<dyn Clock>);
+        let machine_clock = Arc::new(machine.clone()) as Arc<dyn Clock>;
+        let bucket = if profile.versioned {
+            MemoryStore::versioned(machine_clock)
+        } else {
+            MemoryStore::new(machine_clock)
+        }
+        .with_behaviour(profile.behaviour);
         let mut settings = common::settings();
+        settings.conditional_delete = profile.conditional_delete;
+        settings.list_order = profile.list_order;
         settings.retry.attempt_timeout = std::time::Duration::from_millis(50);
         let recorder = Recorder {
             inner: bucket.clone(),
@@ -1515,9 +1590,11 @@ impl World {
                 self.bucket.set_skew(behind);
                 Ok(())
             }
-            Step::Submit { .. } | Step::Sweep { .. } | Step::Work { .. } | Step::Reset { .. } => {
-                self.run_concurrent(std::slice::from_ref(step), true).await
-            }
+            Step::Submit { .. }
+            | Step::Sweep { .. }
+            | Step::Work { .. }
+            | Step::Deliver { .. }
+            | Step::Reset { .. } => self.run_concurrent(std::slice::from_ref(step), true).await,
             Step::Together(steps) => self.run_concurrent(steps, false).await,
             Step::SubmitterSends => {
                 self.submitter = true;
@@ -1590,7 +1667,7 @@ impl World {
                 });
             }
             RecordOutcome::PastDeadline if !on_time || after_record => {}
-            RecordOutcome::ExpiredDeleted => {}
+            RecordOutcome::ExpiredDeleted | RecordOutcome::ExpiredKept => {}
             other => {
                 return Err(format!(
                     "guarantee 4: the sweeper's event for {} at {now} ended {other:?} (record before: {:?})",
@@ -1670,6 +1747,7 @@ impl World {
                 Step::Submit { faults, .. }
                 | Step::Sweep { faults, .. }
                 | Step::Reset { faults, .. } => Some(self.process(faults, interleaved)),
+                Step::Deliver { .. } => Some(self.process(&Faults::none(), interleaved)),
                 _ => None,
             })
             .collect();
@@ -1720,6 +1798,20 @@ impl World {
                     (Step::Work { scan, then }, None) => {
                         Outcome::Work(work(bucket, now, scan, then, work_seed).await)
                     }
+                    (
+                        Step::Deliver {
+                            who,
+                            task_type,
+                            lag,
+                        },
+                        Some(q),
+                    ) => {
+                        for _ in 0..lag {
+                            tokio::task::yield_now().await;
+                        }
+                        let key = record_path(who, task_type);
+                        Outcome::Deliver(q.engine().sweep_record(&key, false, None).await)
+                    }
                     _ => unreachable!(),
                 }
             }
@@ -1759,12 +1851,29 @@ impl World {
                 _ => (false, false),
             };
             let clean = match (step, &outcome) {
+                (Step::Deliver { .. }, Outcome::Deliver(o)) => {
+                    !matches!(o, RecordOutcome::Failed(_))
+                }
                 (Step::Submit { .. }, Outcome::Submit(r)) => r.is_ok(),
                 (Step::Sweep { .. }, Outcome::Sweep(r)) => r.as_ref().is_ok_and(|s| s.errors == 0),
                 _ => false,
             };
             self.note_markers(store, clean);
             match (step, outcome) {
+                (Step::Deliver { .. }, Outcome::Deliver(o)) => {
+                    self.stats.redelivered += 1;
+                    match o {
+                        // A healthy store: nothing to retry but what the
+                        // state makes early, and nothing corrupt.
+                        RecordOutcome::Corrupt => {
+                            return Err("a record the sweeper read was corrupt".into());
+                        }
+                        RecordOutcome::Failed(e) if !e.is_retryable() => {
+                            return Err(format!("a redelivered due message failed: {e:?}"));
+                        }
+                        _ => {}
+                    }
+                }
                 (
                     Step::Submit {
                         who,
@@ -1802,6 +1911,7 @@ impl World {
                     {
                         self.stats.swept_finished += s.finished;
                         self.stats.swept_deleted += s.expired_deleted;
+                        self.stats.swept_kept += s.expired_kept;
                     }
                     let clean = !faulty && !slow;
                     // A resumed pass does not re-read what it handled before
@@ -2558,13 +2668,13 @@ async fn reset(q: &Queue, who: Who, task_type: u8, bug: Option<Bug>) -> Result<R
     }
 }
 
-fn run(schedule: &[Step], bug: Option<Bug>) -> Result<Stats, String> {
+fn run(schedule: &[Step], bug: Option<Bug>, profile: Profile) -> Result<Stats, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut w = World::new(bug);
+        let mut w = World::new(bug, profile);
         for (i, step) in schedule.iter().enumerate() {
             w.run_step(step)
                 .await
@@ -2587,12 +2697,12 @@ fn run(schedule: &[Step], bug: Option<Bug>) -> Result<Stats, String> {
 
 /// Removes steps while the schedule still fails with a message containing
 /// `needle`.
-fn shrink(mut schedule: Vec<Step>, bug: Option<Bug>, needle: &str) -> Vec<Step> {
+fn shrink(mut schedule: Vec<Step>, bug: Option<Bug>, profile: Profile, needle: &str) -> Vec<Step> {
     let mut i = 0;
     while i < schedule.len() {
         let mut smaller = schedule.clone();
         smaller.remove(i);
-        if run(&smaller, bug).is_err_and(|e| e.contains(needle)) {
+        if run(&smaller, bug, profile).is_err_and(|e| e.contains(needle)) {
             schedule = smaller;
         } else {
             i += 1;
@@ -2607,7 +2717,87 @@ fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
 
 #[test]
 fn random_schedules_keep_every_guarantee() {
-    let count: u64 = env("MODEL_SCHEDULES").unwrap_or(1000);
+    schedules_keep_every_guarantee(Profile::s3(), env("MODEL_SCHEDULES").unwrap_or(1000));
+}
+
+/// The schedules a store that lacks a capability runs: fewer than on S3's
+/// answers (each profile changes one part of the protocol's path), enough
+/// to reach every case (`MODEL_STORE_SCHEDULES`).
+fn store_schedules() -> u64 {
+    env("MODEL_STORE_SCHEDULES").unwrap_or(120)
+}
+
+#[test]
+fn random_schedules_keep_every_guarantee_on_a_versioned_store_that_ignores_if_match_on_delete() {
+    // MinIO, LocalStack: CONDITIONAL_DELETE=off, the version read deleted.
+    schedules_keep_every_guarantee(
+        Profile {
+            behaviour: Behaviour::minio(),
+            versioned: true,
+            conditional_delete: false,
+            ..Profile::s3()
+        },
+        store_schedules(),
+    );
+}
+
+#[test]
+fn random_schedules_keep_every_guarantee_on_an_unversioned_store_that_ignores_if_match_on_delete() {
+    // CONDITIONAL_DELETE=off: expired records left for the lifecycle rule.
+    schedules_keep_every_guarantee(
+        Profile {
+            behaviour: Behaviour::minio(),
+            conditional_delete: false,
+            ..Profile::s3()
+        },
+        store_schedules(),
+    );
+}
+
+#[test]
+fn random_schedules_keep_every_guarantee_on_a_store_that_answers_412_for_a_missing_key_and_lists_folders_first()
+ {
+    // SeaweedFS, versioned, with the byte-order pass.
+    schedules_keep_every_guarantee(
+        Profile {
+            behaviour: Behaviour::seaweedfs(),
+            versioned: true,
+            ..Profile::s3()
+        },
+        store_schedules(),
+    );
+}
+
+#[test]
+fn random_schedules_keep_every_guarantee_on_a_store_that_lists_folders_first_swept_by_folders() {
+    schedules_keep_every_guarantee(
+        Profile {
+            behaviour: Behaviour::seaweedfs(),
+            list_order: ListOrder::Any,
+            ..Profile::s3()
+        },
+        store_schedules(),
+    );
+}
+
+#[test]
+fn random_schedules_keep_every_guarantee_on_a_store_that_lists_in_no_order_with_random_etags() {
+    // S3 Express One Zone: no versioning, LIST_ORDER=any.
+    schedules_keep_every_guarantee(
+        Profile {
+            behaviour: Behaviour::s3_express(11),
+            list_order: ListOrder::Any,
+            ..Profile::s3()
+        },
+        store_schedules(),
+    );
+}
+
+/// `count` random schedules (or `MODEL_SEED`'s one) on `profile`'s store:
+/// every guarantee holds, and (past 100 schedules) every case the
+/// guarantees speak of was reached, but for what the store makes
+/// unreachable.
+fn schedules_keep_every_guarantee(profile: Profile, count: u64) {
     let len: usize = env("MODEL_STEPS").unwrap_or(40);
     let seeds: Vec<u64> = match env("MODEL_SEED") {
         Some(s) => vec![s],
@@ -2620,7 +2810,7 @@ fn random_schedules_keep_every_guarantee() {
     let mut total = Stats::default();
     for seed in seeds {
         let schedule = gen_schedule(seed, len);
-        match run(&schedule, None) {
+        match run(&schedule, None, profile) {
             Ok(s) => total.add(&s),
             Err(e) => {
                 // Shrink on the same kind of failure: the message up to its
@@ -2632,22 +2822,26 @@ fn random_schedules_keep_every_guarantee() {
                     .chars()
                     .take_while(|c| !c.is_ascii_digit())
                     .collect();
-                let small = shrink(schedule, None, &needle);
-                let why = run(&small, None).err().unwrap_or(e.clone());
+                let small = shrink(schedule, None, profile, &needle);
+                let why = run(&small, None, profile).err().unwrap_or(e.clone());
                 panic!(
-                    "seed {seed} broke a guarantee: {e}\nshrunk to {} steps ({why}):\n{small:#?}\nreplay: MODEL_SEED={seed} cargo test --features testing --test model",
+                    "seed {seed} broke a guarantee on {profile:?}: {e}\nshrunk to {} steps ({why}):\n{small:#?}\nreplay: MODEL_SEED={seed} cargo test --features testing --test model",
                     small.len()
                 );
             }
         }
     }
-    eprintln!("model coverage:");
+    eprintln!("model coverage on {profile:?}:");
     for (name, n) in Stats::NAMES.iter().zip(total.fields()) {
         eprintln!("  {n:>7}  {name}");
     }
     if many {
         // The schedules reach every case the guarantees speak of.
         for (name, n) in Stats::NAMES.iter().zip(total.fields()) {
+            if profile.unreachable().contains(name) {
+                assert_eq!(n, 0, "reached what this store makes unreachable: {name}");
+                continue;
+            }
             assert!(n > 0, "no schedule reached: {name}");
         }
     }
@@ -2659,21 +2853,27 @@ fn random_schedules_keep_every_guarantee() {
 /// containing `needle`, shrinks that schedule, and checks that the shrunk
 /// one still fails the same way.
 fn planted_bug_is_caught(bug: Bug, needle: &str) {
+    planted_bug_is_caught_on(bug, Profile::s3(), needle);
+}
+
+/// [`planted_bug_is_caught`] on `profile`'s store.
+fn planted_bug_is_caught_on(bug: Bug, profile: Profile, needle: &str) {
     let len = 40;
     for seed in 0x0b06_0000u64..0x0b06_0000 + 2000 {
         let schedule = gen_schedule(seed, len);
-        let Err(e) = run(&schedule, Some(bug)) else {
+        let Err(e) = run(&schedule, Some(bug), profile) else {
             continue;
         };
         if !e.contains(needle) {
             continue;
         }
-        let small = shrink(schedule, Some(bug), needle);
-        let again = run(&small, Some(bug)).expect_err("the shrunk schedule must still fail");
+        let small = shrink(schedule, Some(bug), profile, needle);
+        let again =
+            run(&small, Some(bug), profile).expect_err("the shrunk schedule must still fail");
         assert!(again.contains(needle), "{again}");
         assert!(small.len() < len, "{small:#?}");
         // And without the bug, the same schedule passes.
-        run(&small, None).unwrap_or_else(|e| panic!("without {bug:?}: {e}\n{small:#?}"));
+        run(&small, None, profile).unwrap_or_else(|e| panic!("without {bug:?}: {e}\n{small:#?}"));
         eprintln!(
             "{bug:?}: seed {seed} caught ({again}), shrunk to {} steps",
             small.len()
@@ -2736,4 +2936,19 @@ fn the_checker_catches_a_due_message_sent_only_after_its_record_landed() {
 #[test]
 fn the_checker_catches_a_reset_that_forgets_a_record_whose_task_may_still_be_written() {
     planted_bug_is_caught(Bug::ResetIgnoresPhase, "after its record was reset");
+}
+
+#[test]
+fn the_checker_catches_a_sweeper_that_trusts_if_match_on_delete_where_the_store_ignores_it() {
+    // The store ignores If-Match on DELETE (MinIO); the engine runs with
+    // CONDITIONAL_DELETE=on as if it did not, the checker with off.
+    planted_bug_is_caught_on(
+        Bug::TrustDeleteIfMatch,
+        Profile {
+            behaviour: Behaviour::minio(),
+            conditional_delete: false,
+            ..Profile::s3()
+        },
+        "a new record life began before the last one expired",
+    );
 }

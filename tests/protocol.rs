@@ -1,5 +1,6 @@
-//! The protocol on both stores: new, replay, conflict, scopes, canonical
-//! inputs, expiry, plain submits, validation.
+//! The protocol on every store: in memory, on moto and on SeaweedFS,
+//! versioned and not: new, replay, conflict, scopes, canonical inputs,
+//! expiry, plain submits, validation.
 
 use crate::common;
 
@@ -532,14 +533,16 @@ async fn tenants_never_share_a_key(env: Env) {
     }
 }
 
-/// The suite on a bucket of `$store` (memory, memory_versioned; on moto,
-/// a `common::Versioning`).
+/// The suite on a bucket of `$store` (memory, memory_versioned; on moto
+/// or SeaweedFS, a `common::Versioning`).
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         suite!(@memory memory, memory_store, $($name),*);
         suite!(@memory memory_versioned, memory_store_versioned, $($name),*);
-        suite!(@moto moto, Off, $($name),*);
-        suite!(@moto moto_versioned, On, $($name),*);
+        suite!(@s3 moto, moto_store_with, Off, $($name),*);
+        suite!(@s3 moto_versioned, moto_store_with, On, $($name),*);
+        suite!(@s3 seaweedfs, seaweedfs_store_with, Off, $($name),*);
+        suite!(@s3 seaweedfs_versioned, seaweedfs_store_with, On, $($name),*);
     };
     (@memory $module:ident, $store:ident, $($name:ident),*) => {
         mod $module {
@@ -555,7 +558,7 @@ macro_rules! suite {
             )*
         }
     };
-    (@moto $module:ident, $versioning:ident, $($name:ident),*) => {
+    (@s3 $module:ident, $store:ident, $versioning:ident, $($name:ident),*) => {
         mod $module {
             use super::*;
             $(
@@ -565,7 +568,7 @@ macro_rules! suite {
                     // The tests move the clock minutes ahead of moto's, which
                     // cannot be moved: the injected clock stands for S3's.
                     let clock = ManualClock::new(chrono::Utc::now());
-                    let store = common::moto_store_with(common::Versioning::$versioning).await;
+                    let store = common::$store(common::Versioning::$versioning).await;
                     let settings = idempotent_submit::Settings {
                         clock_check: idempotent_submit::ClockCheck::TrustClock,
                         ..common::settings()

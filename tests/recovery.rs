@@ -601,6 +601,60 @@ async fn an_expired_creating_record_is_replaced_not_finished() {
     assert_eq!(w.count("tasks/"), 1);
 }
 
+#[tokio::test]
+async fn an_expired_record_deleted_before_its_replacement_lands_is_claimed_again_whether_the_store_says_404_or_412()
+ {
+    use idempotent_submit::store::Behaviour;
+    for behaviour in [Behaviour::default(), Behaviour::seaweedfs()] {
+        let clock = idempotent_submit::ManualClock::at_epoch();
+        let w = World::over(
+            clock.clone(),
+            common::memory_store(&clock).with_behaviour(behaviour),
+        );
+        let old = w
+            .restarted()
+            .submit("t", json!({"n": 1}))
+            .idempotency_key("k")
+            .idempotency_ttl(Duration::hours(1))
+            .await
+            .unwrap();
+        w.clock.advance(Duration::hours(2));
+        // The sweeper deletes the expired record between this submit's read
+        // of it and its If-Match: S3 answers 404, SeaweedFS 412.
+        let bucket = w.bucket.clone();
+        let racing = FaultyStore::new(common::Wrapped(common::Intercept {
+            inner: w.bucket.clone(),
+            hook: move |op: Op, key: &str| {
+                if op == Op::PutUpdate && key.starts_with("idempotency/") {
+                    bucket.delete(key, None).now_or_never();
+                }
+                None
+            },
+        }));
+        let q = Queue::with_clock(
+            racing.clone(),
+            Arc::new(w.clock.clone()) as Arc<dyn Clock>,
+            common::settings(),
+        );
+        let r = submit(&q).await.unwrap();
+        assert!(r.created() && r.task_id != old.task_id, "{behaviour:?}");
+        let answer = racing
+            .calls()
+            .into_iter()
+            .find(|c| c.op == Op::PutUpdate)
+            .and_then(|c| c.error);
+        let expected = if behaviour == Behaviour::default() {
+            StoreError::NotFound
+        } else {
+            StoreError::PreconditionFailed
+        };
+        assert_eq!(answer, Some(expected), "{behaviour:?}");
+        assert_eq!(w.record("k").await.task_id, r.task_id);
+        // The old task and the new one: a new life, a new task.
+        assert_eq!(w.count("tasks/"), 2);
+    }
+}
+
 /// A later submit whose every write of kind `op` under `prefix` takes `by`
 /// (the clock moves on) and fails retryably: its error, and how many of those
 /// writes it attempted.

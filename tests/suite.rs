@@ -24,6 +24,7 @@ mod model;
 mod numbers;
 mod options;
 mod phase;
+mod probe;
 mod protocol;
 mod recovery;
 mod s3_status;

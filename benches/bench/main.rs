@@ -27,6 +27,7 @@ mod binaries;
 mod cost;
 mod cpu;
 mod link;
+mod list_order;
 mod options;
 mod report;
 mod requests;
@@ -174,6 +175,14 @@ fn main() {
         splice_section(&r.0, "## Input schemas", true);
         return;
     }
+    // BENCH_ONLY=list_order: the daily pass under each LIST_ORDER, printed
+    // and put in place of its section (before the targets).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("list_order") {
+        let mut r = Report::new();
+        rt.block_on(list_order::list_order(&mut r));
+        splice_section(&r.0, "## The daily pass: `LIST_ORDER=any`", true);
+        return;
+    }
     // BENCH_ONLY=batch: the batch figures, printed and put in place of their
     // section of docs/benchmarks.md (before the targets).
     if std::env::var("BENCH_ONLY").as_deref() == Ok("batch") {
@@ -219,6 +228,7 @@ fn main() {
         options::options(&mut r).await;
         schemas::schemas(&mut r).await;
         submitter::submitter(&mut r).await;
+        list_order::list_order(&mut r).await;
         assess(&mut r);
         let mut out = r.0;
         let _ = writeln!(out);

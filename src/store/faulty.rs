@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::{ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError};
+use super::{DirPage, ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError};
 
 /// The kind of a store call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,6 +91,7 @@ struct State {
     calls: Vec<Call>,
     in_flight: usize,
     round_trips: usize,
+    latency: std::time::Duration,
 }
 
 /// The wrapper. Clones share the log, the rules and the crash.
@@ -160,6 +161,14 @@ impl<S: Store + Clone> FaultyStore<S> {
     /// Has a crash fired?
     pub fn crashed(&self) -> bool {
         self.dead.load(Ordering::SeqCst)
+    }
+
+    /// From now on, every call waits `d` before it reaches the store: a
+    /// remote store's round trip. Under tokio's paused clock a run's elapsed
+    /// time is then its sequential round trips times `d`, measured without
+    /// waiting it (the bench's daily pass).
+    pub fn set_latency(&self, d: std::time::Duration) {
+        self.lock().latency = d;
     }
 
     /// The log of calls so far.
@@ -247,6 +256,10 @@ impl<S: Store + Clone> FaultyStore<S> {
         // Let calls started together (join) overlap, so the log can tell
         // parallel requests from sequential ones.
         tokio::task::yield_now().await;
+        let latency = self.lock().latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
         // A call still on its way when the process died never reaches S3.
         let fault = if self.crashed() {
             Some(Fault::CrashBefore)
@@ -319,6 +332,24 @@ impl<S: Store + Clone> Store for FaultyStore<S> {
 
     async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
         self.run(Op::Delete, key, self.inner.delete(key, if_match))
+            .await
+    }
+
+    /// Logged as a DELETE (it is one).
+    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), StoreError> {
+        self.run(Op::Delete, key, self.inner.delete_version(key, version_id))
+            .await
+    }
+
+    /// Logged as a LIST (it is one).
+    async fn list_versions(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        self.run(Op::List, prefix, self.inner.list_versions(prefix))
+            .await
+    }
+
+    /// Logged as a LIST (it is one).
+    async fn list_dirs(&self, prefix: &str, page: Option<String>) -> Result<DirPage, StoreError> {
+        self.run(Op::List, prefix, self.inner.list_dirs(prefix, page))
             .await
     }
 

@@ -9,6 +9,7 @@
 //! | [`Store::put`] with [`PutMode::Create`] | `If-None-Match: *` | [`StoreError::PreconditionFailed`]: the key exists |
 //! | [`Store::put`] with [`PutMode::Update`] | `If-Match: <etag>` | [`StoreError::PreconditionFailed`]: the object changed; [`StoreError::NotFound`]: it is gone |
 //! | [`Store::delete`] with an ETag | `If-Match: <etag>` | [`StoreError::PreconditionFailed`]: changed; [`StoreError::NotFound`]: gone |
+//! | [`Store::delete_version`] | the version id | none: that version, and only it, is gone (a newer one stays) |
 //! | [`Store::get`], [`Store::head`] | none | [`StoreError::NotFound`] |
 //! | [`Store::get_if_none_match`] | `If-None-Match: <etag>` | [`StoreError::NotModified`] (304): the object still has that ETag; [`StoreError::NotFound`]: there is none |
 //!
@@ -17,6 +18,13 @@
 //! retried. ETags are derived from content, as S3's are for single-part
 //! uploads: the same bytes written twice get the same ETag. (The protocol puts a
 //! fresh `write_id` into every record it writes for exactly that reason.)
+//!
+//! Other S3-compatible stores answer some of these differently (a 412 for
+//! `If-Match` on a missing key, `If-Match` ignored on DELETE, another listing
+//! order, no `StartAfter`, random ETags: the README's table of stores). The
+//! protocol relies only on what `idem doctor --probe` measures, and its
+//! settings (`CONDITIONAL_DELETE`, `LIST_ORDER`) say what it may not rely on;
+//! [`memory::Behaviour`] makes the in-memory store answer like each of them.
 
 use std::fmt;
 
@@ -37,7 +45,7 @@ pub mod s3_secret;
 
 #[cfg(feature = "testing")]
 pub use faulty::{Call, Fault, FaultyStore, Op};
-pub use memory::{MemoryStore, Version};
+pub use memory::{Behaviour, MemoryStore, Version};
 pub use s3::S3Store;
 
 /// An entity tag, as S3 returns it (quotes included).
@@ -57,7 +65,7 @@ impl fmt::Display for ETag {
 }
 
 /// What S3 says about an object: its ETag, when it was last written (S3's
-/// clock, whole seconds) and its size.
+/// clock, whole seconds), its size and, on a versioned bucket, its version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectMeta {
     /// The object's key.
@@ -68,6 +76,10 @@ pub struct ObjectMeta {
     pub last_modified: DateTime<Utc>,
     /// Its size in bytes.
     pub size: u64,
+    /// The version a GET or HEAD read, on a versioned bucket; `None` on an
+    /// unversioned one (or for the `null` version) and in listings, which
+    /// do not name versions.
+    pub version_id: Option<String>,
 }
 
 /// An object read whole.
@@ -95,13 +107,26 @@ pub enum PutMode {
 pub struct PutResult {
     /// The written object's entity tag.
     pub etag: ETag,
+    /// The version it made, on a versioned bucket (as [`ObjectMeta::version_id`]).
+    pub version_id: Option<String>,
 }
 
-/// One page of a listing, in the lexical order of keys.
+/// One page of a listing: in the byte order of keys on S3, in the store's
+/// own order elsewhere (the README's table of stores).
 #[derive(Debug, Clone, Default)]
 pub struct ListPage {
     /// The objects of this page.
     pub objects: Vec<ObjectMeta>,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<String>,
+}
+
+/// One page of the "folders" right under a prefix (ListObjectsV2 with
+/// `Delimiter: /`, its `CommonPrefixes`): each ends in `/`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DirPage {
+    /// The folders of this page, each `prefix + segment + "/"`.
+    pub prefixes: Vec<String>,
     /// Where the next page starts; `None` on the last page.
     pub next: Option<String>,
 }
@@ -189,7 +214,66 @@ pub trait Store: Send + Sync + 'static {
 
     /// Deletes an object; with `if_match`, only if it is still that one.
     /// Deleting a missing key without a condition succeeds, as in S3.
+    /// Some stores ignore `if_match` here and delete whatever is there
+    /// (`CONDITIONAL_DELETE=off`): the protocol then never relies on it.
     async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError>;
+
+    /// Deletes one version of an object on a versioned bucket (`DELETE
+    /// ?versionId=`): that version is gone for good, and no delete marker
+    /// is left. A newer version of the key is never touched, which is what
+    /// makes it safe where `If-Match` on DELETE is ignored. If it was the
+    /// current version, the one before it (if any) is current again.
+    /// Deleting a version that is gone already succeeds, as in S3.
+    ///
+    /// The default refuses: a store without versions has nothing to delete
+    /// this way.
+    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), StoreError> {
+        let _ = (key, version_id);
+        Err(StoreError::Fatal(
+            "this store cannot delete a version".into(),
+        ))
+    }
+
+    /// Every version of every key under `prefix`, delete markers included,
+    /// as `(key, version id)` (ListObjectVersions; on an unversioned bucket
+    /// each object's one version, `null`), for [`Store::delete_version`]:
+    /// how `idem doctor --probe` leaves nothing behind. The default lists
+    /// none: a store without versions has its objects only.
+    async fn list_versions(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let _ = prefix;
+        Ok(Vec::new())
+    }
+
+    /// The "folders" right under `prefix` (which ends in `/` or is empty):
+    /// every distinct `prefix + segment + "/"` that some key starts with, one
+    /// page at a time; `page` is the `next` of the previous page. Listing by
+    /// prefixes that end in `/` is what every store can do (S3 Express
+    /// allows no other), in whatever order it lists.
+    ///
+    /// The default lists every key under `prefix` and groups them, in one
+    /// page: right, and as costly as a full listing. S3 and the in-memory
+    /// store ask for the grouping (`Delimiter: /`).
+    async fn list_dirs(&self, prefix: &str, page: Option<String>) -> Result<DirPage, StoreError> {
+        let _ = page;
+        let mut found = std::collections::BTreeSet::new();
+        let mut token = None;
+        loop {
+            let p = self.list(prefix, None, token, 1000).await?;
+            for o in &p.objects {
+                if let Some((dir, _)) = o.key[prefix.len().min(o.key.len())..].split_once('/') {
+                    found.insert(format!("{prefix}{dir}/"));
+                }
+            }
+            match p.next {
+                Some(n) => token = Some(n),
+                None => break,
+            }
+        }
+        Ok(DirPage {
+            prefixes: found.into_iter().collect(),
+            next: None,
+        })
+    }
 
     /// Lists keys under `prefix` after `start_after`, one page, at most
     /// `limit` keys; `page` is the `next` of the previous page.
@@ -222,6 +306,15 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
         (**self).delete(key, if_match).await
+    }
+    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), StoreError> {
+        (**self).delete_version(key, version_id).await
+    }
+    async fn list_dirs(&self, prefix: &str, page: Option<String>) -> Result<DirPage, StoreError> {
+        (**self).list_dirs(prefix, page).await
+    }
+    async fn list_versions(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        (**self).list_versions(prefix).await
     }
     async fn list(
         &self,

@@ -20,7 +20,7 @@ use aws_sdk_s3::config::interceptors::{
 use aws_sdk_s3::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 
-use super::{ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError};
+use super::{DirPage, ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError};
 use crate::clock::{Offset, OffsetEstimate};
 
 /// A bucket on S3 (or anything that speaks its API).
@@ -312,6 +312,15 @@ fn to_chrono(t: Option<&aws_sdk_s3::primitives::DateTime>) -> Result<DateTime<Ut
         .ok_or_else(|| StoreError::Unavailable("S3's answer had no Last-Modified".into()))
 }
 
+/// `x-amz-version-id`. An unversioned bucket sends none, or `null` for an
+/// object written while versioning was off or suspended: not a version
+/// that can be deleted on its own (a DELETE of `null` on a suspended bucket
+/// removes whatever was written last), so it is no version here.
+fn version(v: Option<&str>) -> Option<String> {
+    v.filter(|v| !v.is_empty() && *v != "null")
+        .map(str::to_owned)
+}
+
 fn etag(e: Option<&str>) -> Result<ETag, StoreError> {
     e.filter(|e| !e.is_empty())
         .map(|e| ETag(e.to_owned()))
@@ -328,6 +337,7 @@ async fn object(
         etag: etag(out.e_tag())?,
         last_modified: to_chrono(out.last_modified())?,
         size: out.content_length().unwrap_or(0).max(0) as u64,
+        version_id: version(out.version_id()),
     };
     let body = out
         .body
@@ -383,6 +393,7 @@ impl Store for S3Store {
             etag: etag(out.e_tag())?,
             last_modified: to_chrono(out.last_modified())?,
             size: out.content_length().unwrap_or(0).max(0) as u64,
+            version_id: version(out.version_id()),
         })
     }
 
@@ -396,12 +407,18 @@ impl Store for S3Store {
             .body(ByteStream::from(body));
         match &mode {
             PutMode::Create => req = req.if_none_match("*"),
+            // SeaweedFS answers 412 where S3 answers 404 (If-Match on a
+            // missing key). Nothing here can tell that 412 from "changed"
+            // without another request, so it is left as it comes: the
+            // protocol treats both answers alike wherever it sends If-Match
+            // (docs/protocol.md, "Stores other than AWS S3").
             PutMode::Update(e) => req = req.if_match(&e.0),
             PutMode::Overwrite => {}
         }
         let out = req.send().await.map_err(map_err)?;
         Ok(PutResult {
             etag: etag(out.e_tag())?,
+            version_id: version(out.version_id()),
         })
     }
 
@@ -410,8 +427,85 @@ impl Store for S3Store {
         if let Some(e) = if_match {
             req = req.if_match(&e.0);
         }
+        // MinIO and LocalStack ignore If-Match here and delete anyway,
+        // answering 204 as if it held: nothing in the answer shows it. The
+        // protocol sends it only with CONDITIONAL_DELETE=on, for stores that
+        // `idem doctor --probe` found to honour it.
         req.send().await.map_err(map_err)?;
         Ok(())
+    }
+
+    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), StoreError> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .version_id(version_id)
+            .send()
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn list_versions(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let mut out = Vec::new();
+        let (mut key_marker, mut version_marker) = (None, None);
+        loop {
+            let page = self
+                .client
+                .list_object_versions()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .set_key_marker(key_marker)
+                .set_version_id_marker(version_marker)
+                .send()
+                .await
+                .map_err(map_err)?;
+            let versions = page.versions().iter().map(|v| (v.key(), v.version_id()));
+            let markers = page
+                .delete_markers()
+                .iter()
+                .map(|m| (m.key(), m.version_id()));
+            for (k, v) in versions.chain(markers) {
+                if let Some(k) = k {
+                    // An unversioned bucket names its objects' one version
+                    // `null` (or, on some stores, nothing).
+                    out.push((k.to_owned(), v.unwrap_or("null").to_owned()));
+                }
+            }
+            if !page.is_truncated().unwrap_or(false) {
+                return Ok(out);
+            }
+            key_marker = page.next_key_marker().map(str::to_owned);
+            version_marker = page.next_version_id_marker().map(str::to_owned);
+            if key_marker.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    async fn list_dirs(&self, prefix: &str, page: Option<String>) -> Result<DirPage, StoreError> {
+        let out = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .delimiter("/")
+            .set_continuation_token(page)
+            .send()
+            .await
+            .map_err(map_err)?;
+        let prefixes = out
+            .common_prefixes()
+            .iter()
+            .filter_map(|p| p.prefix().map(str::to_owned))
+            .collect();
+        let next = if out.is_truncated().unwrap_or(false) {
+            out.next_continuation_token().map(str::to_owned)
+        } else {
+            None
+        };
+        Ok(DirPage { prefixes, next })
     }
 
     async fn list(
@@ -441,6 +535,8 @@ impl Store for S3Store {
                     etag: etag(o.e_tag())?,
                     last_modified: to_chrono(o.last_modified())?,
                     size: o.size().unwrap_or(0).max(0) as u64,
+                    // ListObjectsV2 names no versions.
+                    version_id: None,
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use idempotent_submit::clock::Offset;
 use idempotent_submit::store::{
-    ETag, ListPage, Object, ObjectMeta, Op, PutMode, PutResult, Store, StoreError,
+    DirPage, ETag, ListPage, Object, ObjectMeta, Op, PutMode, PutResult, Store, StoreError,
 };
 
 /// One call of the store, as [`Hooks::before`] and [`Hooks::after`] see it.
@@ -55,6 +55,15 @@ pub trait Hooks: Send + Sync + 'static {
     }
     async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
         self.inner().delete(key, if_match).await
+    }
+    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), StoreError> {
+        self.inner().delete_version(key, version_id).await
+    }
+    async fn list_versions(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        self.inner().list_versions(prefix).await
+    }
+    async fn list_dirs(&self, prefix: &str, page: Option<String>) -> Result<DirPage, StoreError> {
+        self.inner().list_dirs(prefix, page).await
     }
     async fn list(
         &self,
@@ -124,6 +133,21 @@ impl<H: Hooks> Store for Wrapped<H> {
     }
     async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
         self.call(Self::on(Op::Delete, key), self.0.delete(key, if_match))
+            .await
+    }
+    /// A DELETE, as the fault injector logs it.
+    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), StoreError> {
+        let f = self.0.delete_version(key, version_id);
+        self.call(Self::on(Op::Delete, key), f).await
+    }
+    /// A LIST, as the fault injector logs it.
+    async fn list_versions(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        self.call(Self::on(Op::List, prefix), self.0.list_versions(prefix))
+            .await
+    }
+    /// A LIST, as the fault injector logs it.
+    async fn list_dirs(&self, prefix: &str, page: Option<String>) -> Result<DirPage, StoreError> {
+        self.call(Self::on(Op::List, prefix), self.0.list_dirs(prefix, page))
             .await
     }
     async fn list(

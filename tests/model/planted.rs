@@ -71,6 +71,11 @@ pub enum Bug {
     /// promise): the model's reset actor does it by hand, not through
     /// `Queue::reset_key`.
     ResetIgnoresPhase,
+    /// Trusts `If-Match` on DELETE where the store ignores it (MinIO,
+    /// LocalStack): the engine runs with `CONDITIONAL_DELETE=on` on such a
+    /// store, so the sweeper's delete of an expired record can delete the
+    /// live record that replaced it (breaks guarantee 1).
+    TrustDeleteIfMatch,
 }
 
 /// The settings a process's engine runs with when `bug` is planted; the
@@ -80,6 +85,7 @@ pub fn engine_settings(bug: Option<Bug>, checker: &Settings) -> Settings {
     match bug {
         Some(Bug::IgnoreFinishDeadline) => s.finish_window = Duration::days(3650),
         Some(Bug::MissingWithoutMargin) => s.late_write_margin = Duration::zero(),
+        Some(Bug::TrustDeleteIfMatch) => s.conditional_delete = true,
         _ => {}
     }
     s
@@ -186,6 +192,7 @@ impl<S: Store> Hooks for Planted<S> {
                 etag: ETag("\"d41d8cd98f00b204e9800998ecf8427e\"".into()),
                 last_modified: chrono::DateTime::UNIX_EPOCH,
                 size: 0,
+                version_id: None,
             });
         }
         self.inner.head(&self.key(key)).await
@@ -209,5 +216,9 @@ impl<S: Store> Hooks for Planted<S> {
 
     async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
         self.inner.delete(&self.key(key), if_match).await
+    }
+
+    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), StoreError> {
+        self.inner.delete_version(&self.key(key), version_id).await
     }
 }

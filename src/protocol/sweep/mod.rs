@@ -33,7 +33,18 @@
 //! and keeps the ranges still to list in `sweeper/checkpoint.json`; the next
 //! run goes on from there. A run claims the checkpoint by compare-and-swap
 //! before it works, so two runs never work one pass at the same time.
+//!
+//! That is `LIST_ORDER=bytes`: it relies on listings in byte order and on
+//! `StartAfter`. Under `LIST_ORDER=any` (stores that list in their own
+//! order, or without `StartAfter`, or only by prefixes that end in `/`: S3
+//! Express) the pass relies on neither: it finds the scopes as the folders
+//! right under `idempotency/` (`Delimiter: /`), lists each scope's folder
+//! page by page, folders side by side, and keeps each folder's place as the
+//! store's own continuation token (`folders.rs`). Every record is listed
+//! once per pass however the store orders them; the window, the thresholds,
+//! the deadline and the checkpoint are the same.
 
+mod folders;
 mod pass;
 mod payloads;
 mod ranges;
@@ -81,6 +92,11 @@ pub struct SweepSummary {
     /// marker) and the sweeper wrote it.
     pub finished: u64,
     pub expired_deleted: u64,
+    /// Expired records left for the lifecycle rule: `CONDITIONAL_DELETE=off`
+    /// on an unversioned bucket, where no DELETE can be made safe (an
+    /// expired record counts as absent whether or not it is deleted).
+    #[serde(skip)]
+    pub expired_kept: u64,
     /// Records that could not be handled: `creating` past the finish
     /// deadline, corrupt, or storage failures.
     pub errors: u64,
@@ -124,6 +140,7 @@ impl SweepSummary {
         self.scanned += o.scanned;
         self.finished += o.finished;
         self.expired_deleted += o.expired_deleted;
+        self.expired_kept += o.expired_kept;
         self.errors += o.errors;
         self.reads += o.reads;
         self.lists += o.lists;
@@ -144,8 +161,12 @@ pub enum RecordOutcome {
     /// A `creating` record whose task object or marker was missing: the
     /// sweeper wrote what was.
     Finished,
-    /// Past `expires_at`: deleted (If-Match).
+    /// Past `expires_at`: deleted (If-Match, or by the version that was
+    /// read under `CONDITIONAL_DELETE=off`).
     ExpiredDeleted,
+    /// Past `expires_at` and left for the lifecycle rule: no safe DELETE
+    /// (`CONDITIONAL_DELETE=off` on an unversioned bucket).
+    ExpiredKept,
     /// `creating` and younger than `STALE_CREATING_AFTER_SECONDS`: its event
     /// came early; try again later.
     Early,
@@ -176,6 +197,7 @@ impl RecordOutcome {
             RecordOutcome::Nothing => {}
             RecordOutcome::Finished => s.finished += 1,
             RecordOutcome::ExpiredDeleted => s.expired_deleted += 1,
+            RecordOutcome::ExpiredKept => s.expired_kept += 1,
             RecordOutcome::Early => s.early += 1,
             RecordOutcome::PastDeadline => {
                 s.past_deadline += 1;

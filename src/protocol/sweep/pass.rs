@@ -15,9 +15,10 @@ use super::{
     CHECKPOINT_KEY, PAGE, RANGES_AT_ONCE, READS_AT_ONCE, RECORDS_PREFIX, RecordOutcome,
     SweepOptions, SweepSummary,
 };
+use crate::config::ListOrder;
 use crate::protocol::engine::{Engine, Failure};
 use crate::protocol::error::SubmitError;
-use crate::store::{ETag, ObjectMeta, PutMode, StoreError};
+use crate::store::{ETag, ListPage, ObjectMeta, PutMode, StoreError};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Checkpoint {
@@ -39,12 +40,16 @@ struct Checkpoint {
 }
 
 impl Checkpoint {
-    fn new_pass(previous_pass: Option<DateTime<Utc>>, pass: DateTime<Utc>) -> Self {
+    fn new_pass(
+        previous_pass: Option<DateTime<Utc>>,
+        pass: DateTime<Utc>,
+        order: ListOrder,
+    ) -> Self {
         Checkpoint {
             previous_pass,
             pass,
             complete: false,
-            ranges: vec![Range::Scopes { after: None }],
+            ranges: vec![Range::first(order)],
             running_until: None,
         }
     }
@@ -59,12 +64,26 @@ impl Checkpoint {
 
 /// The pass a run works on: the unfinished one it finds (`true`: resumed),
 /// whose ranges and window it keeps, or a new one opening at `started`,
-/// whose window begins where the last complete pass did.
-fn open_pass(saved: Option<Checkpoint>, started: DateTime<Utc>) -> (Checkpoint, bool) {
+/// whose window begins where the last complete pass did. An unfinished pass
+/// begun under the other `LIST_ORDER` keeps its window and begins its
+/// ranges again, as `order` lists them.
+fn open_pass(
+    saved: Option<Checkpoint>,
+    started: DateTime<Utc>,
+    order: ListOrder,
+) -> (Checkpoint, bool) {
     match saved {
-        Some(c) if !c.complete => (c, true),
-        Some(c) => (Checkpoint::new_pass(Some(c.pass), started), false),
-        None => (Checkpoint::new_pass(None, started), false),
+        Some(mut c) if !c.complete => {
+            if !c.ranges.iter().all(|r| r.fits(order)) {
+                tracing::info!(
+                    "the pass was begun under the other LIST_ORDER: its ranges begin again"
+                );
+                c.ranges = vec![Range::first(order)];
+            }
+            (c, true)
+        }
+        Some(c) => (Checkpoint::new_pass(Some(c.pass), started, order), false),
+        None => (Checkpoint::new_pass(None, started, order), false),
     }
 }
 
@@ -75,18 +94,18 @@ fn page_limit(max_records: Option<usize>, scanned: u64) -> usize {
 }
 
 /// What one step of a pass (a page of one range) left behind.
-struct RangeStep {
-    tally: SweepSummary,
+pub(super) struct RangeStep {
+    pub tally: SweepSummary,
     /// The ranges to go on with in this run (none: the range is done).
-    next: Vec<Range>,
+    pub next: Vec<Range>,
     /// The ranges that wait for the next run (after a retryable failure).
-    wait: Vec<Range>,
+    pub wait: Vec<Range>,
 }
 
 impl Engine {
     /// Does the pass with window `(previous, pass]` read a record last
     /// written at `last_modified`? See the module docs.
-    fn due(
+    pub(super) fn due(
         &self,
         last_modified: DateTime<Utc>,
         previous: Option<DateTime<Utc>>,
@@ -121,7 +140,7 @@ impl Engine {
             summary.busy = true;
             return Ok(summary);
         }
-        let (mut cp, resumed) = open_pass(saved, started);
+        let (mut cp, resumed) = open_pass(saved, started, self.settings.list_order);
         summary.resumed = resumed;
         if !opts.dry_run {
             match self
@@ -205,7 +224,10 @@ impl Engine {
             .await
         {
             Ok(e) => Ok(Some(e)),
-            Err(Failure::Store(StoreError::PreconditionFailed)) => Ok(None),
+            // Changed since it was read, or gone (S3 answers 404 to If-Match
+            // on a missing key, SeaweedFS 412): either way another hand was
+            // on it, and this run leaves the pass; the next run reads it again.
+            Err(Failure::Store(StoreError::PreconditionFailed | StoreError::NotFound)) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
@@ -313,6 +335,8 @@ impl Engine {
                 };
                 self.list_keys(range, token, window, limit, opts).await
             }
+            Range::Dirs { token } => self.list_scope_dirs(token, opts).await,
+            Range::Dir { prefix, token } => self.list_dir(prefix, token, window, limit, opts).await,
         }
     }
 
@@ -352,17 +376,10 @@ impl Engine {
         limit: usize,
         opts: &SweepOptions,
     ) -> RangeStep {
-        let mut tally = SweepSummary {
-            lists: 1,
-            ..SweepSummary::default()
-        };
-        let page = match self
-            .with_retries(self.request_deadline(opts.deadline), || {
-                self.store
-                    .list(&range.prefix, range.after.as_deref(), token.clone(), limit)
-            })
-            .await
-        {
+        let (mut tally, page) = self
+            .list_records(&range.prefix, range.after.as_deref(), token, limit, opts)
+            .await;
+        let page = match page {
             Ok(p) => p,
             Err(e) => return self.range_failed(range.into_range(), e, tally),
         };
@@ -388,10 +405,32 @@ impl Engine {
         RangeStep { tally, next, wait }
     }
 
+    /// One page of records under `prefix` (either `LIST_ORDER`'s ranges),
+    /// through the retry loop; the tally counts the LIST.
+    pub(super) async fn list_records(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        token: Option<String>,
+        limit: usize,
+        opts: &SweepOptions,
+    ) -> (SweepSummary, Result<ListPage, Failure>) {
+        let tally = SweepSummary {
+            lists: 1,
+            ..SweepSummary::default()
+        };
+        let page = self
+            .with_retries(self.request_deadline(opts.deadline), || {
+                self.store.list(prefix, start_after, token.clone(), limit)
+            })
+            .await;
+        (tally, page)
+    }
+
     /// Reads the due records side by side, a chunk at a time, none started
     /// past the deadline; the key of the first one that has to be tried
     /// again, if any.
-    async fn read_due<'a>(
+    pub(super) async fn read_due<'a>(
         &self,
         due: &[&'a ObjectMeta],
         opts: &SweepOptions,
@@ -427,7 +466,7 @@ impl Engine {
         stop_at
     }
 
-    fn range_failed(&self, range: Range, e: Failure, tally: SweepSummary) -> RangeStep {
+    pub(super) fn range_failed(&self, range: Range, e: Failure, tally: SweepSummary) -> RangeStep {
         let e = SubmitError::from(e);
         tracing::warn!(error = %e, "sweep could not list a range; it goes on next run");
         let mut tally = tally;
@@ -450,12 +489,19 @@ mod tests {
 
     #[test]
     fn an_unfinished_pass_is_resumed_with_its_window_and_ranges() {
-        let mut cp =
-            Checkpoint::new_pass(Some(t("2026-01-01T00:00:00Z")), t("2026-01-02T00:00:00Z"));
+        let mut cp = Checkpoint::new_pass(
+            Some(t("2026-01-01T00:00:00Z")),
+            t("2026-01-02T00:00:00Z"),
+            ListOrder::Bytes,
+        );
         cp.ranges = vec![Range::Scopes {
             after: Some("idempotency/s/ab.json".into()),
         }];
-        let (open, resumed) = open_pass(Some(cp.clone()), t("2026-01-03T00:00:00Z"));
+        let (open, resumed) = open_pass(
+            Some(cp.clone()),
+            t("2026-01-03T00:00:00Z"),
+            ListOrder::Bytes,
+        );
         assert!(resumed);
         assert_eq!(open.previous_pass, cp.previous_pass);
         assert_eq!(open.pass, cp.pass);
@@ -464,24 +510,43 @@ mod tests {
 
     #[test]
     fn a_new_pass_opens_where_the_last_complete_one_began_or_at_the_beginning() {
-        let mut done = Checkpoint::new_pass(None, t("2026-01-02T00:00:00Z"));
+        let mut done = Checkpoint::new_pass(None, t("2026-01-02T00:00:00Z"), ListOrder::Bytes);
         done.complete = true;
         done.ranges.clear();
         let now = t("2026-01-03T00:00:00Z");
-        let (open, resumed) = open_pass(Some(done), now);
+        let (open, resumed) = open_pass(Some(done.clone()), now, ListOrder::Bytes);
         assert!(!resumed);
         assert_eq!(open.previous_pass, Some(t("2026-01-02T00:00:00Z")));
         assert_eq!(open.pass, now);
         assert_eq!(open.ranges, vec![Range::Scopes { after: None }]);
-        let (first, resumed) = open_pass(None, now);
+        let (any, _) = open_pass(Some(done), now, ListOrder::Any);
+        assert_eq!(any.ranges, vec![Range::Dirs { token: None }]);
+        let (first, resumed) = open_pass(None, now, ListOrder::Bytes);
         assert!(!resumed);
         assert_eq!((first.previous_pass, first.pass), (None, now));
     }
 
     #[test]
+    fn a_pass_begun_under_the_other_list_order_keeps_its_window_and_begins_its_ranges_again() {
+        let mut cp = Checkpoint::new_pass(
+            Some(t("2026-01-01T00:00:00Z")),
+            t("2026-01-02T00:00:00Z"),
+            ListOrder::Bytes,
+        );
+        cp.ranges = vec![Range::Scopes {
+            after: Some("idempotency/s/ab.json".into()),
+        }];
+        let (open, resumed) =
+            open_pass(Some(cp.clone()), t("2026-01-03T00:00:00Z"), ListOrder::Any);
+        assert!(resumed);
+        assert_eq!((open.previous_pass, open.pass), (cp.previous_pass, cp.pass));
+        assert_eq!(open.ranges, vec![Range::Dirs { token: None }]);
+    }
+
+    #[test]
     fn a_lease_holds_the_pass_until_it_runs_out() {
         let now = t("2026-01-03T00:00:00Z");
-        let mut cp = Checkpoint::new_pass(None, now);
+        let mut cp = Checkpoint::new_pass(None, now, ListOrder::Bytes);
         assert!(!cp.leased_at(now));
         cp.running_until = Some(now + Duration::seconds(1));
         assert!(cp.leased_at(now));

@@ -121,8 +121,13 @@ impl Engine {
         if opts.dry_run {
             return Ok(true);
         }
+        // If-Match what was listed, where the store honours it. Where it
+        // may not (CONDITIONAL_DELETE=off), nothing rests on it: the payload
+        // is older than any task write for it can land, no task names it,
+        // and its key is a task id no other submit uses.
+        let if_match = self.settings.conditional_delete.then_some(&o.etag);
         match self
-            .with_retries(deadline, || self.store.delete(&o.key, Some(&o.etag)))
+            .with_retries(deadline, || self.store.delete(&o.key, if_match))
             .await
         {
             Ok(()) | Err(Failure::Store(StoreError::NotFound)) => Ok(true),

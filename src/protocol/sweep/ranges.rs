@@ -1,10 +1,13 @@
 //! The key space of `idempotency/`, cut into ranges that a pass lists side
 //! by side: one per scope, and a full page splits by the next hex digit of
-//! the record hash. Pure planning, no requests.
+//! the record hash (`LIST_ORDER=bytes`); or one folder per scope, each
+//! listed page by page from the store's continuation token
+//! (`LIST_ORDER=any`). Pure planning, no requests.
 
 use serde::{Deserialize, Serialize};
 
 use super::{HEX, MAX_SPLIT_DIGITS, PAGE, RECORDS_PREFIX};
+use crate::config::ListOrder;
 
 /// A part of the key space still to list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,6 +30,56 @@ pub(super) enum Range {
         #[serde(skip)]
         token: Option<String>,
     },
+    /// `LIST_ORDER=any`: finding the scopes, a page of the folders right
+    /// under `idempotency/` (`Delimiter: /`) from `token`.
+    Dirs {
+        #[serde(default)]
+        token: Option<String>,
+    },
+    /// `LIST_ORDER=any`: the records of one scope's folder (`prefix` ends in
+    /// `/`), from the store's continuation `token` (`None`: from its
+    /// beginning). The token is kept across runs: it is the store's own
+    /// place in its own order, which nothing here relies on.
+    Dir {
+        prefix: String,
+        #[serde(default)]
+        token: Option<String>,
+    },
+}
+
+impl Range {
+    /// Whether a pass under `order` lists this range: a pass begun under
+    /// the other setting begins its ranges again.
+    pub fn fits(&self, order: ListOrder) -> bool {
+        match self {
+            Range::Scopes { .. } | Range::Keys { .. } => order == ListOrder::Bytes,
+            Range::Dirs { .. } | Range::Dir { .. } => order == ListOrder::Any,
+        }
+    }
+
+    /// Where a pass under `order` begins.
+    pub fn first(order: ListOrder) -> Range {
+        match order {
+            ListOrder::Bytes => Range::Scopes { after: None },
+            ListOrder::Any => Range::Dirs { token: None },
+        }
+    }
+}
+
+/// What to list after a page of the folders under `idempotency/`: each
+/// scope's folder, and the next page.
+pub(super) fn after_dirs_page(prefixes: Vec<String>, next: Option<String>) -> Vec<Range> {
+    let mut out: Vec<Range> = prefixes
+        .into_iter()
+        .map(|prefix| Range::Dir {
+            prefix,
+            token: None,
+        })
+        .collect();
+    if let Some(token) = next {
+        out.push(Range::Dirs { token: Some(token) });
+    }
+    out
 }
 
 /// The rest of a range after its full page ending at `last`: split by the
@@ -184,7 +237,7 @@ mod tests {
         r.iter()
             .map(|r| match r {
                 Range::Keys { prefix, after, .. } => (prefix.clone(), after.clone()),
-                Range::Scopes { .. } => panic!("a scope range"),
+                other => panic!("not a keys range: {other:?}"),
             })
             .collect()
     }
@@ -362,5 +415,47 @@ mod tests {
             "{wait:?}"
         );
         assert_eq!(next.len(), n);
+    }
+
+    #[test]
+    fn a_page_of_folders_gives_each_scope_its_range_and_the_rest_its_token() {
+        let r = after_dirs_page(
+            vec!["idempotency/a/".into(), "idempotency/a-b/".into()],
+            Some("tok".into()),
+        );
+        assert_eq!(
+            r,
+            vec![
+                Range::Dir {
+                    prefix: "idempotency/a/".into(),
+                    token: None
+                },
+                Range::Dir {
+                    prefix: "idempotency/a-b/".into(),
+                    token: None
+                },
+                Range::Dirs {
+                    token: Some("tok".into())
+                },
+            ]
+        );
+        assert!(after_dirs_page(vec![], None).is_empty());
+    }
+
+    #[test]
+    fn each_setting_lists_only_its_own_ranges_and_begins_with_its_own() {
+        for order in [ListOrder::Bytes, ListOrder::Any] {
+            assert!(Range::first(order).fits(order));
+        }
+        assert!(!Range::first(ListOrder::Bytes).fits(ListOrder::Any));
+        assert!(!Range::first(ListOrder::Any).fits(ListOrder::Bytes));
+        let dir = Range::Dir {
+            prefix: "idempotency/t/".into(),
+            token: Some("t".into()),
+        };
+        assert!(dir.fits(ListOrder::Any) && !dir.fits(ListOrder::Bytes));
+        // A folder's token is kept in the checkpoint, across runs.
+        let json = serde_json::to_string(&dir).unwrap();
+        assert_eq!(serde_json::from_str::<Range>(&json).unwrap(), dir);
     }
 }

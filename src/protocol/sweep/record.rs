@@ -11,6 +11,10 @@ use crate::protocol::finish::Start;
 use crate::protocol::record::{Record, RecordStatus};
 use crate::store::{ObjectMeta, StoreError};
 
+/// How many versions of one key an expiry deletes at most (under
+/// `CONDITIONAL_DELETE=off`, expired older versions that come back).
+const MAX_VERSIONS_DELETED: usize = 4;
+
 /// What the sweeper owes a record it read, by the record's current state
 /// (docs/protocol.md, "Record events").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,8 +139,11 @@ impl Engine {
         let now = self.now();
         let s3_now = (now + offset.low, now + offset.high);
         match owed(&rec, meta.last_modified, s3_now, &self.settings, tolerance) {
-            Owed::Deletion if dry_run => RecordOutcome::ExpiredDeleted,
-            Owed::Deletion => self.delete_expired(key, &meta, op_deadline).await,
+            Owed::Deletion if dry_run => self.deletion_owed(&meta),
+            Owed::Deletion if self.settings.conditional_delete => {
+                self.delete_expired(key, &meta, op_deadline).await
+            }
+            Owed::Deletion => self.delete_expired_version(key, meta, op_deadline).await,
             Owed::Nothing => RecordOutcome::Nothing,
             Owed::Settled => self.check_settled(key, &rec, op_deadline).await,
             Owed::Early => RecordOutcome::Early,
@@ -194,6 +201,75 @@ impl Engine {
             }
             Err(e) => self.failed(key, e.into()),
         }
+    }
+
+    /// What a deletion of the expired record read with `meta` comes to, as a
+    /// dry run reports it: deleted, unless no DELETE of it is safe.
+    fn deletion_owed(&self, meta: &ObjectMeta) -> RecordOutcome {
+        if self.settings.conditional_delete || meta.version_id.is_some() {
+            RecordOutcome::ExpiredDeleted
+        } else {
+            RecordOutcome::ExpiredKept
+        }
+    }
+
+    /// `CONDITIONAL_DELETE=off`: the store may ignore `If-Match` on DELETE,
+    /// so nothing is deleted on the strength of it. On a versioned bucket
+    /// the version that was read is deleted (`DELETE ?versionId=`): a record
+    /// that replaced it since is another version, never touched. If it was
+    /// current, the version before it is current again: a record that was
+    /// replaced only once it had expired (or a delete marker). A re-read
+    /// decides: an expired record that came back is deleted the same way, a
+    /// few times at most; anything else stays. On an unversioned bucket no
+    /// DELETE is safe: the record is left to the lifecycle rule and counted
+    /// (it counts as absent whether or not it is deleted).
+    async fn delete_expired_version(
+        &self,
+        key: &str,
+        meta: ObjectMeta,
+        op_deadline: DateTime<Utc>,
+    ) -> RecordOutcome {
+        let Some(mut version) = meta.version_id else {
+            tracing::info!(
+                record = key,
+                "an expired record is left for the lifecycle rule (CONDITIONAL_DELETE=off, unversioned)"
+            );
+            return RecordOutcome::ExpiredKept;
+        };
+        let mut deleted_at = meta.last_modified;
+        for _ in 0..MAX_VERSIONS_DELETED {
+            match self
+                .with_retries(op_deadline, || self.store.delete_version(key, &version))
+                .await
+            {
+                Ok(()) | Err(Failure::Store(StoreError::NotFound)) => {}
+                Err(e) => return self.failed(key, e.into()),
+            }
+            // What the key holds now: nothing, a newer record, or the one
+            // before the version just deleted.
+            let (rec, now_meta) = match self.read_swept(key, op_deadline).await {
+                Ok(Some(read)) => read,
+                Ok(None) | Err(RecordOutcome::Corrupt) => break,
+                Err(outcome) => return outcome,
+            };
+            let earliest = match self.s3_earliest() {
+                Ok(t) => t,
+                Err(e) => return self.failed(key, e),
+            };
+            let came_back = now_meta.last_modified <= deleted_at;
+            match now_meta.version_id {
+                Some(v) if came_back && rec.is_expired(earliest) => {
+                    tracing::info!(
+                        record = key,
+                        "an older expired version came back: deleted too"
+                    );
+                    version = v;
+                    deleted_at = now_meta.last_modified;
+                }
+                _ => break,
+            }
+        }
+        RecordOutcome::ExpiredDeleted
     }
 
     /// A record settled or settling: only a submit that never got its task
