@@ -92,7 +92,12 @@ async fn the_audit_reports_each_kind_of_damage_the_world_does_to_the_bucket() {
     for (i, d) in damage::ALL.into_iter().enumerate() {
         let mut cfg = world::WorldConfig::everything(seed() + 1 + i as u64, Duration::from_secs(6));
         cfg.damage = Some(d);
-        println!("[chaos] damage: {}", d.name());
+        println!(
+            "[chaos] damage: {} (run {i} of CHAOS_SEED={}: seed {})",
+            d.name(),
+            seed(),
+            cfg.seed
+        );
         let report = world::run(cfg).await;
         let (count, n) = d.count(&report.audit);
         let others: Vec<(&str, u64)> = report

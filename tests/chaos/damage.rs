@@ -125,7 +125,13 @@ impl Damage {
             let shard = id[..1].to_owned();
             task["id"] = json!(id);
             task["shard"] = json!(shard);
-            let minute = chrono::Utc::now().timestamp() / 60;
+            // In the minute of its available_at, where a worker that claims
+            // it deletes it.
+            let minute = task["available_at"]
+                .as_str()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .map_or_else(|| chrono::Utc::now().timestamp(), |t| t.timestamp())
+                / 60;
             s3.put(
                 &format!("tasks/{shard}/{id}.json"),
                 Bytes::from(task.to_string()),
