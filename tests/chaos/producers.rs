@@ -148,6 +148,8 @@ pub struct Ledger {
     pub last_send: Option<Instant>,
     /// Items whose every attempt ended without an answer.
     pub given_up: u64,
+    /// Items whose client gave up after a killed invocation.
+    pub abandoned: u64,
     /// The final replay of every key that has a record, after the windows.
     pub replays: Vec<(KeyId, Answer)>,
 }
@@ -489,13 +491,27 @@ const ATTEMPTS: usize = 8;
 impl Sender {
     pub async fn send(mut self, door: Door, ids: Vec<usize>) {
         let mut todo = ids;
+        let mut killed = false;
         for attempt in 0..ATTEMPTS {
             let receive_count = attempt + 1;
             if todo.is_empty() {
                 return;
             }
+            if killed && door != Door::Sqs && self.rng.bool() {
+                // A client that hears 502 may give up: its submit is the
+                // sweeper's to finish, or its key's next submit's.
+                self.ledger.lock().unwrap().abandoned += todo.len() as u64;
+                return;
+            }
             if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(self.rng.u64(200..800))).await;
+                // The event source mapping delivers a batch again once its
+                // visibility timeout is over: after the record's due message.
+                let wait = if killed && door == Door::Sqs {
+                    self.rng.u64(3000..6000)
+                } else {
+                    self.rng.u64(200..800)
+                };
+                tokio::time::sleep(Duration::from_millis(wait)).await;
             }
             let items: Vec<Item> = {
                 let mut l = self.ledger.lock().unwrap();
@@ -521,6 +537,7 @@ impl Sender {
             let started = Instant::now();
             let outcome = self.submit.invoke(event).await;
             let ms = started.elapsed().as_secs_f64() * 1000.0;
+            killed = matches!(outcome, Outcome::Killed(_) | Outcome::TimedOut);
             todo = self.settle(door, &todo, &items, outcome, ms);
         }
         if !todo.is_empty() {

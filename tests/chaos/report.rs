@@ -53,7 +53,8 @@ impl Report {
              {} `submit` and {} `sweep` environments ({}), {} producers, {} buquet workers; \
              faults on {}‰ of the functions' requests, latency spikes on {}‰ (up to {} ms); \
              windows: stale {} s, finish {} s (late writes {} s, due messages {} s late at most, \
-             operation deadline {} s).\n",
+             operation deadline {} s). The machine's load average was {} when the world started \
+             and {} when its producers stopped (2 cores).\n",
             c.seed,
             secs,
             self.total.as_secs_f64(),
@@ -75,6 +76,8 @@ impl Report {
             c.windows.late_write,
             c.windows.event_delivery,
             c.windows.operation,
+            self.load.0,
+            self.load.1,
         );
 
         // Keys, submits and doors.
@@ -126,7 +129,8 @@ impl Report {
             o,
             "{} submits sent ({:.1}/s); {} handled (answered 2xx or 4xx, or an SQS message taken): \
              **{:.1} submits/s held**, {} accepted ({:.1}/s); {} keys, {} records, {} tasks, {} runs; \
-             {} given up by their producer after 8 attempts; {} keys replayed once more at the end. \
+             {} given up by their producer after 8 attempts, {} after a killed invocation (half of the HTTP \
+             and batch clients that hear of a kill give up); {} keys replayed once more at the end. \
              The store served {:.0} requests/s while the producers ran \
              ({} requests: {} the functions', {} the workers', {} the due queue's), {} in all.\n",
             l.items.len(),
@@ -140,6 +144,7 @@ impl Report {
             a.tasks,
             a.runs,
             l.given_up,
+            l.abandoned,
             self.final_replays,
             self.store_requests_in_production as f64 / secs,
             self.store_requests_in_production,
@@ -148,6 +153,17 @@ impl Report {
             self.requests_by_client.2,
             self.store_requests_total,
         );
+
+        // Where the store's requests went.
+        let _ = writeln!(
+            o,
+            "| requests forwarded while the producers ran | client | count |"
+        );
+        let _ = writeln!(o, "| --- | --- | ---: |");
+        for ((client, kind), n) in &self.requests_by_kind {
+            let _ = writeln!(o, "| {kind} | {client} | {n} |");
+        }
+        let _ = writeln!(o);
 
         // Latency.
         let _ = writeln!(o, "| latency under faults (ms) | invocations | p50 | p99 |");
@@ -198,6 +214,17 @@ impl Report {
 
         // The due queue and the passes.
         let s = &self.sweep;
+        let _ = writeln!(
+            o,
+            "Interrupted submits finished: {} by `sweep` on their due message, {} by a scheduled pass, \
+             {} by a later submit of their key (`recovered`, as the HTTP and batch doors log it); the due path met {} records past their \
+             deadline and counted {} errors.\n",
+            self.finished_by_due,
+            self.finished_by_passes_logged,
+            self.recovered_by_submits,
+            self.due_past_deadline,
+            self.due_errors,
+        );
         let _ = writeln!(
             o,
             "Due queue: {} messages received, {} taken, {} handed back, {} in batches whose `sweep` \

@@ -139,7 +139,7 @@ impl WorldConfig {
             kills: true,
             kill_every_ms: (600, 2500),
             windows: Windows::SHORT,
-            pass_every: Duration::from_secs(5),
+            pass_every: Duration::from_secs(15),
             store: StoreSpec {
                 name: "moto".into(),
                 endpoint: crate::common::moto_endpoint(),
@@ -193,7 +193,20 @@ pub struct Report {
     pub store_requests_total: u64,
     /// Of those in production: the functions', the workers', the drainers'.
     pub requests_by_client: (u64, u64, u64),
+    /// Every request forwarded, by client, method and prefix.
+    pub requests_by_kind: Vec<((String, String), u64)>,
     pub sweep: SweepStats,
+    /// From the functions' logs: records the due path finished, its
+    /// errors and records it met past their deadline; the scheduled
+    /// passes' finishes; submits that finished an interrupted one.
+    pub finished_by_due: u64,
+    pub due_errors: u64,
+    pub due_past_deadline: u64,
+    pub finished_by_passes_logged: u64,
+    pub recovered_by_submits: u64,
+    /// The machine's load average (1, 5, 15 min) when the world started
+    /// and when its producers stopped.
+    pub load: (String, String),
     pub starts: u64,
     pub exits: u64,
     pub init_errors: u64,
@@ -544,9 +557,73 @@ fn reached(proxies: &[&ChaosProxy]) -> u64 {
         .sum()
 }
 
+/// `GET /bucket/tasks/a/x.json HTTP/1.1` → `GET tasks/`; a listing →
+/// `LIST tasks/` (its prefix's first segment).
+fn request_kind(line: &str) -> String {
+    let mut parts = line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or("?"), parts.next().unwrap_or(""));
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let mut segs = path.trim_start_matches('/').splitn(3, '/');
+    let _bucket = segs.next();
+    let first = segs.next().unwrap_or("");
+    if first.is_empty() && method == "GET" {
+        let prefix = query
+            .split('&')
+            .find_map(|q| q.strip_prefix("prefix="))
+            .unwrap_or("")
+            .replace("%2F", "/");
+        let top = prefix.split('/').next().unwrap_or("");
+        return format!("LIST {top}/");
+    }
+    if first.is_empty() {
+        return format!("{method} (bucket)");
+    }
+    format!("{method} {first}/")
+}
+
+fn kinds_of(
+    client: &str,
+    proxies: &[&ChaosProxy],
+    into: &mut std::collections::BTreeMap<(String, String), u64>,
+) {
+    for p in proxies {
+        for line in p.counts.requests.lock().unwrap().iter() {
+            *into
+                .entry((client.to_owned(), request_kind(line)))
+                .or_default() += 1;
+        }
+    }
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Sums `field` over the log lines of `logs` whose message is `message`.
+fn sum_logged(logs: &[PathBuf], message: &str, field: &str) -> u64 {
+    let mut n = 0;
+    for f in logs {
+        for line in std::fs::read_to_string(f).unwrap_or_default().lines() {
+            let Ok(v) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            if v["fields"]["message"] == message {
+                n += match &v["fields"][field] {
+                    Value::Bool(b) => u64::from(*b),
+                    other => other.as_u64().unwrap_or(0),
+                };
+            }
+        }
+    }
+    n
+}
+
 /// Runs the world `cfg` and audits it.
 pub async fn run(cfg: WorldConfig) -> Report {
     let begun = Instant::now();
+    let load_at_start = loadavg();
     let _ = std::fs::remove_dir_all(&cfg.dir);
     std::fs::create_dir_all(&cfg.dir).unwrap();
     println!(
@@ -694,9 +771,19 @@ pub async fn run(cfg: WorldConfig) -> Report {
         p.await.expect("a producer panicked");
     }
     let produced_for = started.elapsed();
+    let load_at_stop = loadavg();
     let store_requests_in_production =
         all_proxies(&worker_link) + stats.sqs_requests.load(Ordering::SeqCst);
     let workers_requests = reached(&[&worker_link]);
+    let mut by_kind = std::collections::BTreeMap::new();
+    kinds_of(
+        "submit",
+        &submit.proxies().collect::<Vec<_>>(),
+        &mut by_kind,
+    );
+    kinds_of("sweep", &sweep.proxies().collect::<Vec<_>>(), &mut by_kind);
+    kinds_of("workers", &[&worker_link], &mut by_kind);
+    let requests_by_kind: Vec<((String, String), u64)> = by_kind.into_iter().collect();
     let due_requests = stats.sqs_requests.load(Ordering::SeqCst);
     let requests_by_client = (
         store_requests_in_production - workers_requests - due_requests,
@@ -793,6 +880,7 @@ pub async fn run(cfg: WorldConfig) -> Report {
         spikes += p.counts.spikes.load(Ordering::SeqCst);
         spike_ms += p.counts.spike_ms.load(Ordering::SeqCst);
     }
+    let (sweep_logs, submit_logs) = (sweep.logs(), submit.logs());
     let mut kills = submit.kills();
     kills.extend(sweep.kills());
     let mut rss = submit.rss();
@@ -809,6 +897,14 @@ pub async fn run(cfg: WorldConfig) -> Report {
         store_requests_in_production,
         store_requests_total,
         requests_by_client,
+        requests_by_kind,
+        finished_by_due: sum_logged(&sweep_logs, "due batch summary", "finished"),
+        due_errors: sum_logged(&sweep_logs, "due batch summary", "errors"),
+        due_past_deadline: sum_logged(&sweep_logs, "due batch summary", "past_deadline"),
+        finished_by_passes_logged: sum_logged(&sweep_logs, "sweep summary", "finished"),
+        recovered_by_submits: sum_logged(&submit_logs, "submitted", "recovered")
+            + sum_logged(&submit_logs, "batch item submitted", "recovered"),
+        load: (load_at_start, load_at_stop),
         starts: submit.starts.load(Ordering::SeqCst) + sweep.starts.load(Ordering::SeqCst),
         exits: submit.exits.load(Ordering::SeqCst) + sweep.exits.load(Ordering::SeqCst),
         init_errors: submit.init_errors.load(Ordering::SeqCst)
