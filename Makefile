@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR ?= never
 VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz build run clean soak fuzz bench mutants
+.PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz build run clean soak fuzz bench mutants chaos chaos-damage
 
 # The suite twice: with the testing feature (fault injection: every test),
 # then on the feature set that ships (the tests that need no fault injection;
@@ -73,6 +73,28 @@ run:
 SOAK_SCHEDULES ?= 50000
 soak:
 	MODEL_SCHEDULES=$(SOAK_SCHEDULES) MODEL_BASE_SEED=$$(date +%s) $(CARGO) test --release --locked --features testing --test model -- --nocapture
+
+# The chaos world at length (tests/chaos.rs, docs/reliability.md): the
+# release binaries (profile chaos: release's, into target/chaos/, with the
+# testing feature, which lets them take a test world's operating conditions
+# and adds the fault injector they never build; target/chaos/ so that no
+# such binary lands in target/release/), one world
+# for CHAOS_SECONDS of producing with its progress printed, then the five
+# runs in which the world damages the bucket. make test runs the world for
+# 20 s on the debug binaries it builds anyway. Figures: target/chaos-report/.
+CHAOS_SECONDS ?= 300
+CHAOS_SEED ?= $(shell date +%s)
+CHAOS_BINS := --profile chaos --locked --features testing --bin submit --bin sweep
+chaos: tools
+	$(CARGO) build $(CHAOS_BINS)
+	CHAOS_BIN_DIR=$(CURDIR)/target/chaos CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_SEED=$(CHAOS_SEED) \
+	  CHAOS_REPORT=$(CURDIR)/target/chaos-report ./scripts/with-moto.sh \
+	  $(CARGO) test --locked --features testing --test chaos -- --nocapture --include-ignored --test-threads 1
+
+# The five damage runs alone, on the debug binaries.
+chaos-damage: tools
+	CHAOS_REPORT=$(CURDIR)/target/chaos-report ./scripts/with-moto.sh \
+	  $(CARGO) test --locked --features testing --test chaos -- --nocapture --ignored --test-threads 1
 
 # The event fuzzer at length (CI runs 10,000 inputs).
 FUZZ_ITERATIONS ?= 2000000
