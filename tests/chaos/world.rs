@@ -81,11 +81,31 @@ pub enum Events {
     Submitter,
 }
 
-/// The store the world's bucket is on.
+/// The store the world's bucket is on, and the key pair it takes (moto
+/// takes any). The functions and the workers sign with it; the due queue
+/// is moto's SQS whatever the store.
 #[derive(Debug, Clone)]
 pub struct StoreSpec {
     pub name: String,
     pub endpoint: String,
+    pub key_pair: (String, String),
+}
+
+impl StoreSpec {
+    pub fn moto() -> Self {
+        StoreSpec {
+            name: "moto".into(),
+            endpoint: crate::common::moto_endpoint(),
+            key_pair: ("test".into(), "test".into()),
+        }
+    }
+
+    /// A client of `bucket` on this store. (A store that checks signatures,
+    /// as SeaweedFS does, needs `S3Store::for_endpoint_as` with the key
+    /// pair: issue 27's harness has it.)
+    fn store(&self, bucket: &str) -> S3Store {
+        S3Store::for_endpoint(&self.endpoint, bucket)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +128,8 @@ pub struct WorldConfig {
     pub pass_every: Duration,
     pub store: StoreSpec,
     pub events: Events,
+    /// More settings for the functions (a store's: `LIST_ORDER=any`...).
+    pub extra_env: Vec<(String, String)>,
     pub damage: Option<Damage>,
     pub submit_bin: PathBuf,
     pub sweep_bin: PathBuf,
@@ -140,10 +162,8 @@ impl WorldConfig {
             kill_every_ms: (600, 2500),
             windows: Windows::SHORT,
             pass_every: Duration::from_secs(15),
-            store: StoreSpec {
-                name: "moto".into(),
-                endpoint: crate::common::moto_endpoint(),
-            },
+            store: StoreSpec::moto(),
+            extra_env: vec![],
             events: Events::Bucket,
             damage: None,
             submit_bin: bin("submit", env!("CARGO_BIN_EXE_submit")),
@@ -217,7 +237,7 @@ pub struct Report {
 /// A bucket on `store`, versioned, and its client.
 async fn bucket(store: &StoreSpec, seed: u64) -> S3Store {
     let name = format!("chaos-{seed}-{}", std::process::id());
-    let s3 = S3Store::for_endpoint(&store.endpoint, &name);
+    let s3 = store.store(&name);
     s3.client()
         .create_bucket()
         .bucket(&name)
@@ -530,8 +550,8 @@ fn worker(
         .env_remove("BUQUET_ALLOW_NO_VERSIONING")
         .env("BUQUET_ENDPOINT", endpoint)
         .env("BUQUET_BUCKET", bucket)
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_ACCESS_KEY_ID", &cfg.store.key_pair.0)
+        .env("AWS_SECRET_ACCESS_KEY", &cfg.store.key_pair.1)
         .env("AWS_REGION", "us-east-1")
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone().unwrap())
@@ -640,6 +660,9 @@ pub async fn run(cfg: WorldConfig) -> Report {
 
     let mut env = cfg.windows.env();
     env.push(("BUCKET_NAME".into(), bucket_name.clone()));
+    env.push(("AWS_ACCESS_KEY_ID".into(), cfg.store.key_pair.0.clone()));
+    env.push(("AWS_SECRET_ACCESS_KEY".into(), cfg.store.key_pair.1.clone()));
+    env.extend(cfg.extra_env.iter().cloned());
     if cfg.events == Events::Submitter {
         env.push(("RECORD_EVENTS".into(), "submitter".into()));
         env.push(("DUE_QUEUE_URL".into(), due_url.clone()));
