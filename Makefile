@@ -1,4 +1,5 @@
-# make test: everything CI runs (format, lints, every test against moto).
+# make test: everything CI runs (format, lints, every test against moto, and
+# the SeaweedFS ones against SeaweedFS).
 # make run:  the service locally (see README).
 
 CARGO ?= cargo
@@ -13,8 +14,8 @@ export PATH := $(VENV)/bin:$(PATH)
 # then on the feature set that ships (the tests that need no fault injection;
 # those that do declare required-features = ["testing"] in Cargo.toml).
 test: tools fmt-check clippy lib-only openapi sam-validate
-	./scripts/with-moto.sh $(CARGO) test --all-targets --locked --features testing
-	./scripts/with-moto.sh $(CARGO) test --all-targets --locked
+	./scripts/with-moto.sh ./scripts/with-seaweedfs.sh $(CARGO) test --all-targets --locked --features testing
+	./scripts/with-moto.sh ./scripts/with-seaweedfs.sh $(CARGO) test --all-targets --locked
 	./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1
 
 # Schemathesis at length against the built submit function (make test runs
@@ -66,6 +67,8 @@ deploy-check:
 lib-only:
 	$(CARGO) build --lib --locked --no-default-features
 
+# make run RECORD_EVENTS=submitter: a bucket that sends no events (the
+# submit function sends each record's due message itself).
 run:
 	./scripts/run.sh
 

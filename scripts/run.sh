@@ -8,6 +8,10 @@
 # would (`idem sweep --due-queue`, every DUE_POLL_SECONDS), so that an
 # interrupted submit is finished STALE_CREATING_AFTER_SECONDS later (30 s
 # here, 600 deployed) with nothing to do by hand.
+# RECORD_EVENTS=submitter (make run RECORD_EVENTS=submitter) runs a bucket
+# that sends no events, as another provider's does: no notification is
+# configured, and the submit function sends each record's due message to
+# the same due queue itself (DUE_QUEUE_URL); the drain is the same.
 # Uses the pinned Python tools (.venv/, scripts/tools.sh); installs
 # cargo-lambda with pip (into .venv/) where it is missing.
 # Ctrl-C stops everything.
@@ -20,6 +24,11 @@ BUCKET="${BUCKET_NAME:-local-queue}"
 # Short locally, so that an interrupted submit is seen finished soon.
 STALE="${STALE_CREATING_AFTER_SECONDS:-30}"
 DUE_POLL="${DUE_POLL_SECONDS:-5}"
+RECORD_EVENTS="${RECORD_EVENTS:-bucket}"
+case "$RECORD_EVENTS" in
+  bucket|submitter) ;;
+  *) echo "RECORD_EVENTS=$RECORD_EVENTS: must be bucket or submitter" >&2; exit 2 ;;
+esac
 
 # moto on MOTO_PORT, started and stopped as the tests start it
 # (scripts/with-moto.sh, which also puts the pinned tools first on PATH):
@@ -37,9 +46,9 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-due_url=$(python3 - "$MOTO_PORT" "$BUCKET" "$STALE" <<'PY'
+due_url=$(python3 - "$MOTO_PORT" "$BUCKET" "$STALE" "$RECORD_EVENTS" <<'PY'
 import sys, time, boto3
-port, bucket, stale = sys.argv[1], sys.argv[2], sys.argv[3]
+port, bucket, stale, record_events = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 kw = dict(endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
           aws_access_key_id="test", aws_secret_access_key="test")
 s3 = boto3.client("s3", **kw)
@@ -71,12 +80,15 @@ s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Ru
 # The due queue: every record write, STALE_CREATING_AFTER_SECONDS later.
 url = sqs.create_queue(QueueName=f"{bucket}-due", Attributes={"DelaySeconds": stale})["QueueUrl"]
 arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+# The bucket's notification of record writes, or (submitter) none at all: a
+# bucket that sends no events.
+queues = [] if record_events == "submitter" else [{
+    "QueueArn": arn,
+    "Events": ["s3:ObjectCreated:*"],
+    "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": "idempotency/"}]}},
+}]
 s3.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration={
-    "QueueConfigurations": [{
-        "QueueArn": arn,
-        "Events": ["s3:ObjectCreated:*"],
-        "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": "idempotency/"}]}},
-    }]})
+    "QueueConfigurations": queues})
 print(url)
 PY
 )
@@ -92,14 +104,22 @@ AWS_ACCESS_KEY_ID=test
 AWS_SECRET_ACCESS_KEY=test
 AWS_REGION=us-east-1
 RUST_LOG=${RUST_LOG:-info}
+RECORD_EVENTS=$RECORD_EVENTS
+DUE_QUEUE_URL=$due_url
 ENV
+if [ "$RECORD_EVENTS" = submitter ]; then
+  sent_by="each record's due message sent by the submit function itself (RECORD_EVENTS=submitter; the bucket sends no events)"
+else
+  sent_by="the bucket's record events"
+fi
 
 url="http://127.0.0.1:$INVOKE_PORT/lambda-url/submit"
 cat <<MSG
 
   S3 (moto):  http://127.0.0.1:$MOTO_PORT  bucket $BUCKET
   due queue:  $due_url
-              record events, STALE_CREATING_AFTER_SECONDS=${STALE} s later; drained every ${DUE_POLL} s
+              $sent_by,
+              STALE_CREATING_AFTER_SECONDS=${STALE} s later; drained every ${DUE_POLL} s
               (an interrupted submit is finished about ${STALE} s after its record)
   submit:     $url/tasks
 
@@ -114,9 +134,10 @@ cat <<MSG
   cargo lambda invoke submit --data-file events/sqs-standard-batch.json
   cargo lambda invoke sweep --data-file events/sweep-dry-run.json
 
-  # What the bucket has and lacks (versioning, notification, lifecycle):
+  # What the bucket has and lacks (versioning, notification or due queue, lifecycle):
   BUCKET_NAME=$BUCKET AWS_ENDPOINT_URL=http://127.0.0.1:$MOTO_PORT S3_FORCE_PATH_STYLE=true \\
     AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 \\
+    RECORD_EVENTS=$RECORD_EVENTS DUE_QUEUE_URL=$due_url STALE_CREATING_AFTER_SECONDS=$STALE \\
     target/debug/idem doctor
 
   Ctrl-C stops everything.

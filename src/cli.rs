@@ -317,7 +317,12 @@ pub fn config(cli: &Cli) -> Result<Config, Outcome> {
         }
         std::env::var(k).ok()
     })
-    .map_err(|e| error(exit::INVALID, "invalid_configuration", e))
+    .map_err(|e| invalid_configuration(&e))
+}
+
+/// A configuration that cannot be used (a variable, or what it names).
+pub fn invalid_configuration(e: &crate::ConfigError) -> Outcome {
+    error(exit::INVALID, "invalid_configuration", e)
 }
 
 /// `idem key`: the record of a key (without `pending_task`), with how a
@@ -500,8 +505,9 @@ async fn release(sqs: &aws_sdk_sqs::Client, url: &str, handles: &[String]) -> Re
     Ok(())
 }
 
-/// Runs one command against `queue` in `bucket`.
-pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
+/// Runs one command against `queue` in the bucket that `config` names.
+pub async fn run(command: Command, queue: &Queue, config: &Config) -> Outcome {
+    let bucket = config.bucket.as_str();
     match command {
         Command::Submit {
             batch: Some(path), ..
@@ -555,7 +561,7 @@ pub async fn run(command: Command, queue: &Queue, bucket: &str) -> Outcome {
             }
         }
         Command::Sweep { dry_run, .. } => sweep_pass(queue, dry_run).await,
-        Command::Doctor { due_queue_arn } => doctor(queue, bucket, due_queue_arn).await,
+        Command::Doctor { due_queue_arn } => doctor(queue, config, due_queue_arn).await,
         Command::Task { task_id } => task(queue, &task_id).await,
     }
 }
@@ -620,20 +626,46 @@ async fn sweep_pass(queue: &Queue, dry_run: bool) -> Outcome {
     }
 }
 
+/// The due queue's `DelaySeconds`, or why it cannot be read.
+async fn due_queue_delay(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<u64, String> {
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::DelaySeconds)
+        .send()
+        .await
+        .map_err(sqs_error)?;
+    out.attributes()
+        .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::DelaySeconds))
+        .and_then(|d| d.parse().ok())
+        .ok_or_else(|| "no DelaySeconds in its attributes".to_owned())
+}
+
 /// `idem doctor`: the bucket's configuration against what the guarantees
 /// need; exit 5 when one depends on something missing.
-async fn doctor(queue: &Queue, bucket: &str, due_queue_arn: Option<String>) -> Outcome {
-    // The same client settings as the store's (S3_FORCE_PATH_STYLE).
-    let path_style = std::env::var("S3_FORCE_PATH_STYLE").is_ok_and(|v| {
-        matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "true" | "on" | "1" | "yes"
-        )
-    });
-    let client = crate::store::s3::client_from_env(path_style).await;
+async fn doctor(queue: &Queue, config: &Config, due_queue_arn: Option<String>) -> Outcome {
+    let bucket = config.bucket.as_str();
+    // The store's own client: its endpoint, path style and key pair
+    // (S3_CREDENTIALS_SECRET, read again here).
+    let client = match crate::store::S3Store::for_config(config).await {
+        Ok(s) => s.client().clone(),
+        Err(e) => return invalid_configuration(&e),
+    };
+    let submitter = match (&config.record_events, &config.due_queue_url) {
+        (crate::RecordEvents::Submitter, Some(url)) => {
+            let sqs = sqs_client_from_env().await;
+            Some(crate::doctor::DueQueueSeen {
+                url: url.clone(),
+                delay_seconds: due_queue_delay(&sqs, url).await,
+                stale_seconds: queue.settings().stale_creating_after.num_seconds() as u64,
+            })
+        }
+        _ => None,
+    };
     let expect = crate::doctor::Expectations {
         max_ttl_days: queue.settings().max_ttl.num_days(),
         due_queue_arn,
+        submitter,
     };
     let report = crate::doctor::examine(&client, bucket, &expect).await;
     Outcome {

@@ -299,6 +299,31 @@ impl Settings {
     }
 }
 
+/// Who sends a record's due message, the message that hands the record to
+/// the sweeper `STALE_CREATING_AFTER_SECONDS` after its write
+/// (`RECORD_EVENTS`; docs/protocol.md, "The sweeper").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecordEvents {
+    /// The bucket: an S3 event notification of every record write to the
+    /// due queue (AWS S3 only).
+    #[default]
+    Bucket,
+    /// The submitter: every submit that writes a record sends its message to
+    /// `DUE_QUEUE_URL` itself, beside the record's PUT (buckets that send no
+    /// events: other providers, S3 Express, a bucket whose notification
+    /// belongs to someone else).
+    Submitter,
+}
+
+impl RecordEvents {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RecordEvents::Bucket => "bucket",
+            RecordEvents::Submitter => "submitter",
+        }
+    }
+}
+
 /// Everything the functions and the CLI read from the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -306,6 +331,16 @@ pub struct Config {
     pub force_path_style: bool,
     pub tenant_isolation: bool,
     pub settings: Settings,
+    /// `RECORD_EVENTS`.
+    pub record_events: RecordEvents,
+    /// `DUE_QUEUE_URL`: the due queue; required with
+    /// [`RecordEvents::Submitter`].
+    pub due_queue_url: Option<String>,
+    /// `S3_CREDENTIALS_SECRET`: a Secrets Manager secret (name or ARN) with
+    /// the bucket's key pair, for a bucket at another provider; only the S3
+    /// client signs with it. Unset: the S3 client takes the credentials the
+    /// SDK finds (the role's).
+    pub s3_credentials_secret: Option<String>,
 }
 
 fn parse_num<T: std::str::FromStr>(
@@ -453,11 +488,39 @@ impl Config {
             ..d
         };
         settings.check_under(&world)?;
+        let nonempty = |var: &str| {
+            get(var)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let record_events = match get("RECORD_EVENTS")
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("" | "bucket") => RecordEvents::Bucket,
+            Some("submitter") => RecordEvents::Submitter,
+            Some(v) => {
+                return Err(err(
+                    "RECORD_EVENTS",
+                    format!("{v:?} is not one of bucket/submitter"),
+                ));
+            }
+        };
+        let due_queue_url = nonempty("DUE_QUEUE_URL");
+        if record_events == RecordEvents::Submitter && due_queue_url.is_none() {
+            return Err(err(
+                "DUE_QUEUE_URL",
+                "is required with RECORD_EVENTS=submitter (the due queue the submitter sends each record's due message to)",
+            ));
+        }
         Ok(Config {
             bucket,
             force_path_style: parse_bool("S3_FORCE_PATH_STYLE", &get, false)?,
             tenant_isolation: parse_bool("TENANT_ISOLATION", &get, false)?,
             settings,
+            record_events,
+            due_queue_url,
+            s3_credentials_secret: nonempty("S3_CREDENTIALS_SECRET"),
         })
     }
 }
@@ -618,6 +681,38 @@ mod tests {
             cfg(&[("BUCKET_NAME", "b")]).unwrap().settings,
             Settings::default()
         );
+    }
+
+    #[test]
+    fn record_events_come_from_the_bucket_by_default_and_the_submitter_needs_the_due_queue() {
+        let c = cfg(&[("BUCKET_NAME", "b")]).unwrap();
+        assert_eq!(
+            (c.record_events, c.due_queue_url, c.s3_credentials_secret),
+            (RecordEvents::Bucket, None, None)
+        );
+        let url = "https://sqs.us-east-1.amazonaws.com/1/due";
+        let c = cfg(&[
+            ("BUCKET_NAME", "b"),
+            ("RECORD_EVENTS", " Submitter "),
+            ("DUE_QUEUE_URL", url),
+            ("S3_CREDENTIALS_SECRET", "store-keys"),
+        ])
+        .unwrap();
+        assert_eq!(c.record_events, RecordEvents::Submitter);
+        assert_eq!(c.due_queue_url.as_deref(), Some(url));
+        assert_eq!(c.s3_credentials_secret.as_deref(), Some("store-keys"));
+        for (vars, var) in [
+            (&[("RECORD_EVENTS", "submitter")][..], "DUE_QUEUE_URL"),
+            (
+                &[("RECORD_EVENTS", "submitter"), ("DUE_QUEUE_URL", " ")][..],
+                "DUE_QUEUE_URL",
+            ),
+            (&[("RECORD_EVENTS", "s3")][..], "RECORD_EVENTS"),
+        ] {
+            let mut all = vec![("BUCKET_NAME", "b")];
+            all.extend_from_slice(vars);
+            assert_eq!(cfg(&all).unwrap_err().var, var, "{vars:?}");
+        }
     }
 
     #[test]

@@ -4,9 +4,11 @@
 //!
 //! Each finding is `ok`, a `warning` (hygiene: growth, the queue's workers,
 //! encryption) or an `error`: a guarantee of the protocol depends on it. The
-//! notification of record writes is what finishes interrupted submits
-//! (guarantee 4); an `idempotency/` expiry shorter than the longest record
-//! life deletes live records (guarantee 1). Nothing else is an error.
+//! notification of record writes (or, under `RECORD_EVENTS=submitter`, a
+//! reachable due queue whose delay is the stale age) is what finishes
+//! interrupted submits (guarantee 4); an `idempotency/` expiry shorter than
+//! the longest record life deletes live records (guarantee 1). Nothing else
+//! is an error.
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::error::ProvideErrorMetadata;
@@ -26,6 +28,61 @@ pub struct Expectations {
     pub max_ttl_days: i64,
     /// The due queue the record events must reach; any queue when `None`.
     pub due_queue_arn: Option<String>,
+    /// `RECORD_EVENTS=submitter`: the submitter sends each record's due
+    /// message, so no notification is needed; the due queue is checked
+    /// instead (what the CLI found of it).
+    pub submitter: Option<DueQueueSeen>,
+}
+
+/// The due queue at `DUE_QUEUE_URL`, as the CLI read it
+/// (`GetQueueAttributes`), against `STALE_CREATING_AFTER_SECONDS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueQueueSeen {
+    pub url: String,
+    /// Its `DelaySeconds`, or why it could not be read.
+    pub delay_seconds: Result<u64, String>,
+    /// `STALE_CREATING_AFTER_SECONDS`.
+    pub stale_seconds: u64,
+}
+
+/// Under `RECORD_EVENTS=submitter`: the due queue is reachable, and its
+/// delay is the stale age (each message is due when its record is stale).
+pub fn due_queue_check(q: &DueQueueSeen) -> Check {
+    match &q.delay_seconds {
+        Ok(d) if *d == q.stale_seconds => check(
+            "due_queue",
+            Status::Ok,
+            format!(
+                "{}: reachable, its delay {d} s is STALE_CREATING_AFTER_SECONDS",
+                q.url
+            ),
+        ),
+        Ok(d) => check(
+            "due_queue",
+            Status::Error,
+            format!(
+                "{}: its delay is {d} s, not STALE_CREATING_AFTER_SECONDS ({} s): record \
+                 messages reach the sweeper {}",
+                q.url,
+                q.stale_seconds,
+                if *d < q.stale_seconds {
+                    "early and come back a visibility timeout later"
+                } else {
+                    "late, closer to the finish deadline than the operating conditions allow"
+                }
+            ),
+        ),
+        Err(e) => check(
+            "due_queue",
+            Status::Error,
+            format!(
+                "{} cannot be read ({e}): the submit function cannot send the records' due \
+                 messages, and interrupted submits are finished only by the next submit of \
+                 their key",
+                q.url
+            ),
+        ),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -92,17 +149,28 @@ pub async fn examine(client: &Client, bucket: &str, expect: &Expectations) -> Re
     let mut checks = Vec::new();
     let (versioned, versioning) = versioning_check(&versioning);
     checks.push(versioning);
-    checks.push(match &notification {
-        Ok(n) => notification_check(n.queue_configurations(), n, expect),
-        Err(e) => check(
-            "notification",
-            Status::Error,
-            format!(
-                "cannot read it ({}): interrupted submits are finished only if record writes reach the due queue",
-                sdk_error(e)
+    match &expect.submitter {
+        None => checks.push(match &notification {
+            Ok(n) => notification_check(n.queue_configurations(), n, expect),
+            Err(e) => check(
+                "notification",
+                Status::Error,
+                format!(
+                    "cannot read it ({}): interrupted submits are finished only if record writes reach the due queue",
+                    sdk_error(e)
+                ),
             ),
-        ),
-    });
+        }),
+        Some(due) => {
+            let sends = notification.as_ref().is_ok_and(|n| {
+                n.queue_configurations()
+                    .iter()
+                    .any(sends_record_writes)
+            });
+            checks.push(submitter_notification_check(sends));
+            checks.push(due_queue_check(due));
+        }
+    }
     match &lifecycle {
         Ok(l) => checks.extend(lifecycle_checks(l.rules(), versioned, expect)),
         Err(e) if e.code() == Some("NoSuchLifecycleConfiguration") => {
@@ -269,6 +337,27 @@ fn notification_check(
              interrupted submits are finished only by the next submit of their key (README, \
              \"An existing bucket\")",
         ),
+    }
+}
+
+/// Under `RECORD_EVENTS=submitter` no notification is needed (stores other
+/// than AWS S3 have none, and cannot show one); one that sends record
+/// writes as well doubles every record's messages.
+fn submitter_notification_check(sends_record_writes: bool) -> Check {
+    if sends_record_writes {
+        check(
+            "notification",
+            Status::Warning,
+            "RECORD_EVENTS=submitter, and the bucket also sends record writes to a queue: \
+             every record gets two due messages (the sweeper reads it twice); drop one",
+        )
+    } else {
+        check(
+            "notification",
+            Status::Ok,
+            "none needed: RECORD_EVENTS=submitter, the submit function sends each record's \
+             due message itself",
+        )
     }
 }
 

@@ -43,6 +43,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod doctor;
+pub mod due_sender;
 #[cfg(feature = "lambda")]
 pub mod lambda;
 pub mod protocol;
@@ -50,7 +51,8 @@ pub mod queue;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{ClockCheck, Config, ConfigError, RetryPolicy, Settings};
+pub use config::{ClockCheck, Config, ConfigError, RecordEvents, RetryPolicy, Settings};
+pub use due_sender::{DueSender, MemoryDueQueue};
 pub use protocol::{
     ConflictKind, IdempotencyKey, Scope, SubmitError, Submitted, TaskOptions, TaskRetryPolicy,
     TaskType, Tenant, ValidationError,

@@ -10,12 +10,13 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::clock::{Clock, SystemClock};
-use crate::config::{Config, Settings};
+use crate::config::{Config, ConfigError, RecordEvents, Settings};
+use crate::due_sender::DueSender;
 use crate::protocol::hash;
 use crate::protocol::record::{TaskLocation, record_key};
 use crate::protocol::{
-    Engine, IdempotencyKey, Input, KeySpec, Record, Scope, SubmitError, SubmitRequest, Submitted,
-    TaskOptions, TaskRetryPolicy, TaskType, Tenant, Ttl, ValidationError,
+    DueMessages, Engine, IdempotencyKey, Input, KeySpec, Record, Scope, SubmitError, SubmitRequest,
+    Submitted, TaskOptions, TaskRetryPolicy, TaskType, Tenant, Ttl, ValidationError,
 };
 use crate::store::{ObjectMeta, S3Store, Store, StoreError};
 
@@ -44,11 +45,41 @@ impl Queue {
         }
     }
 
-    /// The queue in S3 that `config` names, with a client built from the
-    /// environment.
-    pub async fn from_config(config: &Config) -> Self {
-        let store = S3Store::from_env(config.bucket.clone(), config.force_path_style).await;
-        Self::new(store, config.settings.clone())
+    /// The queue in S3 that `config` names, with clients built from the
+    /// environment: the bucket's (with the key pair of
+    /// `S3_CREDENTIALS_SECRET` when it is set, read once here) and, under
+    /// `RECORD_EVENTS=submitter`, the due queue's at `DUE_QUEUE_URL`. An
+    /// error names the variable it comes from; it never carries a secret.
+    pub async fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        let store = S3Store::for_config(config).await?;
+        let queue = Self::new(store, config.settings.clone());
+        match (&config.record_events, &config.due_queue_url) {
+            (RecordEvents::Bucket, _) => Ok(queue),
+            #[cfg(feature = "sqs")]
+            (RecordEvents::Submitter, Some(url)) => {
+                let sender = crate::due_sender::SqsDueSender::from_env(url.clone()).await;
+                Ok(queue.with_due_sender(sender, config.bucket.clone()))
+            }
+            (RecordEvents::Submitter, _) => Err(ConfigError {
+                var: "RECORD_EVENTS",
+                reason: if cfg!(feature = "sqs") {
+                    "submitter needs DUE_QUEUE_URL".into()
+                } else {
+                    "submitter needs the `sqs` feature of the library (or a DueSender of your own: Queue::with_due_sender)".into()
+                },
+            }),
+        }
+    }
+
+    /// This queue, sending every record's due message itself through
+    /// `sender` (`RECORD_EVENTS=submitter`, for buckets that send no S3
+    /// events: docs/protocol.md, "Due messages from the submitter"); the
+    /// messages name `bucket`, the bucket of this queue's store.
+    pub fn with_due_sender(self, sender: impl DueSender, bucket: impl Into<String>) -> Self {
+        let due = DueMessages::new(Arc::new(sender), bucket);
+        Queue {
+            engine: self.engine.with_due_messages(due),
+        }
     }
 
     pub fn engine(&self) -> &Engine {
@@ -118,9 +149,14 @@ impl Queue {
         items: impl IntoIterator<Item = SubmitBuilder<'q>>,
     ) -> Vec<Result<Submitted, SubmitError>> {
         use futures::StreamExt;
+        // Under RECORD_EVENTS=submitter the items' due messages go ten to a
+        // request (src/protocol/due.rs). Each item joins the batch when its
+        // submit is made, and `buffered` makes the first BATCH_FAN_OUT before
+        // it runs any: every item that runs at once is counted.
+        let due = self.engine.due_batch();
         // `buffered` keeps the items' order and runs up to the fan-out at once.
         futures::stream::iter(items)
-            .map(SubmitBuilder::send)
+            .map(|b| b.send_on(self.engine.in_batch(&due)))
             .buffered(BATCH_FAN_OUT)
             .collect()
             .await
@@ -368,7 +404,18 @@ impl<'q> SubmitBuilder<'q> {
     /// Sends the submit.
     pub async fn send(self) -> Result<Submitted, SubmitError> {
         let engine = self.queue.engine.clone();
-        let req = self.parse()?;
+        self.send_on(engine).await
+    }
+
+    /// Sends the submit through `engine` (one item of a batch).
+    async fn send_on(self, engine: Engine) -> Result<Submitted, SubmitError> {
+        let req = match self.parse() {
+            Ok(r) => r,
+            Err(e) => {
+                engine.send_no_due();
+                return Err(e);
+            }
+        };
         engine.submit(&req).await
     }
 }

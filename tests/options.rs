@@ -597,6 +597,9 @@ fn app(w: &World) -> App {
         force_path_style: true,
         tenant_isolation: false,
         settings: common::settings(),
+        record_events: idempotent_submit::RecordEvents::Bucket,
+        due_queue_url: None,
+        s3_credentials_secret: None,
     };
     App::new(w.process(), &cfg, Metrics::collecting("submit"))
 }

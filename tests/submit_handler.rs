@@ -21,6 +21,9 @@ fn config(tenants: bool) -> Config {
         force_path_style: true,
         tenant_isolation: tenants,
         settings: common::settings(),
+        record_events: idempotent_submit::RecordEvents::Bucket,
+        due_queue_url: None,
+        s3_credentials_secret: None,
     }
 }
 

@@ -16,10 +16,21 @@ struct Templates {
     out: Value,
 }
 
+/// The template as SAM translates it, its conditions decided for the
+/// parameters' defaults.
 fn templates() -> Templates {
+    templates_with(&[])
+}
+
+/// The template as SAM translates it with `params` (the rest at their
+/// defaults), and then as CloudFormation would create it with them: every
+/// `Fn::If` decided, `AWS::NoValue` dropped, and resources whose condition
+/// is false gone.
+fn templates_with(params: &[(&str, &str)]) -> Templates {
     let o = Command::new("python3")
         .arg(format!("{}/scripts/translate_template.py", root()))
         .arg(format!("{}/template.yaml", root()))
+        .args(params.iter().map(|(k, v)| format!("{k}={v}")))
         .output()
         .expect("python3 runs");
     assert!(
@@ -28,9 +39,96 @@ fn templates() -> Templates {
         String::from_utf8_lossy(&o.stderr)
     );
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut out = v["translated"].clone();
+    let values = Conditions::new(&out, params);
+    let resources = out["Resources"].as_object_mut().unwrap();
+    resources.retain(|_, r| r["Condition"].as_str().is_none_or(|c| values.condition(c)));
+    let out = values.decide(&out).unwrap_or(Value::Null);
     Templates {
         source: v["source"].clone(),
-        out: v["translated"].clone(),
+        out,
+    }
+}
+
+/// A template's parameters and conditions, for one set of values.
+struct Conditions {
+    params: serde_json::Map<String, Value>,
+    conditions: Value,
+}
+
+impl Conditions {
+    fn new(template: &Value, given: &[(&str, &str)]) -> Self {
+        let mut params = serde_json::Map::new();
+        for (name, p) in template["Parameters"].as_object().unwrap() {
+            if let Some(d) = p.get("Default") {
+                let d = d.as_str().map_or_else(|| d.to_string(), str::to_owned);
+                params.insert(name.clone(), Value::String(d));
+            }
+        }
+        for (k, v) in given {
+            assert!(template["Parameters"][*k].is_object(), "no parameter {k}");
+            params.insert((*k).to_owned(), Value::String((*v).to_owned()));
+        }
+        Conditions {
+            params,
+            conditions: template["Conditions"].clone(),
+        }
+    }
+
+    /// A parameter reference or a literal, as a string.
+    fn value(&self, v: &Value) -> String {
+        match v.get("Ref").and_then(Value::as_str) {
+            Some(p) => self.params[p].as_str().unwrap().to_owned(),
+            None => v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+        }
+    }
+
+    fn holds(&self, c: &Value) -> bool {
+        if let Some(name) = c.get("Condition").and_then(Value::as_str) {
+            return self.condition(name);
+        }
+        let (op, args) = c.as_object().unwrap().iter().next().unwrap();
+        let args = args.as_array().unwrap();
+        match op.as_str() {
+            "Fn::Equals" => self.value(&args[0]) == self.value(&args[1]),
+            "Fn::Not" => !self.holds(&args[0]),
+            "Fn::And" => args.iter().all(|a| self.holds(a)),
+            "Fn::Or" => args.iter().any(|a| self.holds(a)),
+            other => panic!("condition function {other}"),
+        }
+    }
+
+    fn condition(&self, name: &str) -> bool {
+        self.holds(&self.conditions[name])
+    }
+
+    /// `v` with every `Fn::If` decided; `None` for `AWS::NoValue`.
+    fn decide(&self, v: &Value) -> Option<Value> {
+        match v {
+            Value::Object(o) if o.len() == 1 && o.contains_key("Fn::If") => {
+                let args = o["Fn::If"].as_array().unwrap();
+                let pick = if self.condition(args[0].as_str().unwrap()) {
+                    &args[1]
+                } else {
+                    &args[2]
+                };
+                self.decide(pick)
+            }
+            Value::Object(o)
+                if o.len() == 1 && o.get("Ref") == Some(&Value::from("AWS::NoValue")) =>
+            {
+                None
+            }
+            Value::Object(o) => Some(Value::Object(
+                o.iter()
+                    .filter_map(|(k, v)| self.decide(v).map(|v| (k.clone(), v)))
+                    .collect(),
+            )),
+            Value::Array(a) => Some(Value::Array(
+                a.iter().filter_map(|v| self.decide(v)).collect(),
+            )),
+            other => Some(other.clone()),
+        }
     }
 }
 
@@ -625,10 +723,14 @@ fn an_exposed_api_is_bounded_throttled_logged_and_traced() {
     }
     assert!(t.res("ApiAccessLogGroup")["Properties"]["RetentionInDays"].is_object());
     // submit: reserved concurrency from a parameter (0 turns it off).
-    let submit = &t.res("SubmitFunction")["Properties"];
+    let submit = &t.source["Resources"]["SubmitFunction"]["Properties"];
     let reserved = &submit["ReservedConcurrentExecutions"]["Fn::If"];
     assert_eq!(reserved[0], "ReserveSubmitConcurrency");
     assert_eq!(reserved[1]["Ref"], "SubmitReservedConcurrency");
+    assert_eq!(
+        t.res("SubmitFunction")["Properties"]["ReservedConcurrentExecutions"]["Ref"],
+        "SubmitReservedConcurrency"
+    );
     assert_eq!(t.param_default("SubmitReservedConcurrency"), 50);
     // Both functions traced.
     for f in ["SubmitFunction", "SweepFunction"] {
@@ -762,4 +864,147 @@ fn both_functions_only_create_payloads_with_if_none_match_and_may_delete_them() 
             "{role}: nothing else on payloads/: {actions:?}"
         );
     }
+}
+
+/// The actions a role's statements grant on the due queue.
+fn due_queue_actions(t: &Templates, role: &str) -> Vec<String> {
+    t.role_statements(role)
+        .iter()
+        .filter(|s| {
+            as_list(&s["Resource"])
+                .iter()
+                .any(|r| r["Fn::GetAtt"][0] == "DueQueue")
+        })
+        .flat_map(|s| as_list(&s["Action"]))
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn record_events_come_from_the_bucket_by_default_and_from_the_submitter_when_told() {
+    let bucket = templates();
+    assert_eq!(bucket.param_default("RecordEvents"), "bucket");
+    assert_eq!(
+        bucket.out["Parameters"]["RecordEvents"]["AllowedValues"],
+        serde_json::json!(["bucket", "submitter"])
+    );
+    let submitter = templates_with(&[("RecordEvents", "submitter")]);
+    for (t, notified) in [(&bucket, true), (&submitter, false)] {
+        let b = &t.res("QueueBucket")["Properties"];
+        assert_eq!(
+            b["NotificationConfiguration"].is_object(),
+            notified,
+            "{}",
+            b["NotificationConfiguration"]
+        );
+        let env = &t.res("SubmitFunction")["Properties"]["Environment"]["Variables"];
+        assert_eq!(env["RECORD_EVENTS"]["Ref"], "RecordEvents");
+        assert_eq!(env["DUE_QUEUE_URL"]["Ref"], "DueQueue");
+        // The sweeper sends nothing: it is never told to.
+        let sweep_env = &t.res("SweepFunction")["Properties"]["Environment"]["Variables"];
+        assert!(sweep_env["RECORD_EVENTS"].is_null() && sweep_env["DUE_QUEUE_URL"].is_null());
+        assert!(!due_queue_actions(t, "SweepFunctionRole").contains(&"sqs:SendMessage".to_owned()));
+        // The queue, its delay and its consumer are the same either way.
+        assert_eq!(
+            t.res("DueQueue")["Properties"]["DelaySeconds"]["Ref"],
+            "StaleCreatingAfterSeconds"
+        );
+        assert_eq!(
+            t.res("SweepDueMapping")["Properties"]["EventSourceArn"]["Fn::GetAtt"][0],
+            "DueQueue"
+        );
+    }
+    // Under submitter, the submit role may send to the due queue, and do
+    // nothing else with it; under bucket, it may not touch it.
+    assert!(due_queue_actions(&bucket, "SubmitFunctionRole").is_empty());
+    assert_eq!(
+        due_queue_actions(&submitter, "SubmitFunctionRole"),
+        ["sqs:SendMessage"]
+    );
+}
+
+#[test]
+fn a_bucket_at_another_provider_has_an_endpoint_and_a_key_pair_only_the_s3_client_reads() {
+    let secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:store-keys-AbCdEf";
+    let aws = templates();
+    let other = templates_with(&[
+        ("S3Endpoint", "https://account.r2.cloudflarestorage.com"),
+        ("S3CredentialsSecret", secret),
+        ("S3ForcePathStyle", "true"),
+        ("CreateBucket", "false"),
+        ("RecordEvents", "submitter"),
+    ]);
+    for p in ["S3Endpoint", "S3CredentialsSecret", "S3ForcePathStyle"] {
+        assert!(aws.out["Parameters"][p].is_object(), "parameter {p}");
+    }
+    assert_eq!(aws.param_default("S3Endpoint"), "");
+    assert_eq!(aws.param_default("S3CredentialsSecret"), "");
+    let secret_grants = |t: &Templates, role: &str| -> Vec<Value> {
+        t.role_statements(role)
+            .into_iter()
+            .filter(|s| s["Action"].to_string().contains("secretsmanager:"))
+            .collect()
+    };
+    for name in ["SubmitFunction", "SweepFunction"] {
+        let role = format!("{name}Role");
+        let env = |t: &Templates| t.res(name)["Properties"]["Environment"]["Variables"].clone();
+        // AWS S3: the SDK's own endpoint and the role's credentials.
+        let e = env(&aws);
+        assert!(e["AWS_ENDPOINT_URL_S3"].is_null() && e["S3_CREDENTIALS_SECRET"].is_null());
+        assert!(secret_grants(&aws, &role).is_empty(), "{role}");
+        // Another provider: the S3 client's endpoint only (not SQS's, nor
+        // every client's), and the secret read with the role.
+        let e = env(&other);
+        assert_eq!(e["AWS_ENDPOINT_URL_S3"]["Ref"], "S3Endpoint");
+        assert_eq!(e["S3_CREDENTIALS_SECRET"]["Ref"], "S3CredentialsSecret");
+        assert_eq!(e["S3_FORCE_PATH_STYLE"]["Ref"], "S3ForcePathStyle");
+        assert!(e["AWS_ENDPOINT_URL"].is_null() && e["AWS_ENDPOINT_URL_SQS"].is_null());
+        let g = secret_grants(&other, &role);
+        assert_eq!(g.len(), 1, "{role}: {g:?}");
+        assert_eq!(g[0]["Action"], "secretsmanager:GetSecretValue");
+        assert_eq!(g[0]["Resource"]["Ref"], "S3CredentialsSecret");
+    }
+    // The stack creates no bucket elsewhere, and expects no S3 events from one.
+    let rule = &aws.source["Rules"]["AnotherProvidersBucket"];
+    assert_eq!(
+        rule["RuleCondition"],
+        serde_json::json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "S3Endpoint"}, ""]}]})
+    );
+    let asserted: Vec<&Value> = rule["Assertions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| &a["Assert"]["Fn::Equals"])
+        .collect();
+    assert_eq!(
+        asserted,
+        [
+            &serde_json::json!([{"Ref": "CreateBucket"}, "false"]),
+            &serde_json::json!([{"Ref": "RecordEvents"}, "submitter"])
+        ]
+    );
+    assert!(other.out["Resources"]["QueueBucket"].is_null());
+}
+
+#[test]
+fn cfn_lint_is_clean_in_submitter_mode_at_another_provider() {
+    let o = Command::new("cfn-lint")
+        .arg(format!("{}/template.yaml", root()))
+        .args([
+            "--parameters",
+            "BucketName=my-queue",
+            "RecordEvents=submitter",
+            "CreateBucket=false",
+            "S3Endpoint=https://account.r2.cloudflarestorage.com",
+            "S3ForcePathStyle=true",
+            "S3CredentialsSecret=arn:aws:secretsmanager:us-east-1:123456789012:secret:store-keys-AbCdEf",
+        ])
+        .output()
+        .expect("cfn-lint is installed (make test installs it)");
+    assert!(
+        o.status.success(),
+        "cfn-lint: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

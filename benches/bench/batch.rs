@@ -105,6 +105,12 @@ impl Store for Delayed {
     }
 }
 
+/// The in-memory store behind `delay` each way on every request (the
+/// submitter's section measures its batch on it too).
+pub(crate) fn delayed(delay: Duration) -> impl Store + Clone {
+    Delayed::new(delay)
+}
+
 /// A release binary where `make bench` built one, else the debug build (its
 /// memory is an upper bound of the release's).
 fn built(name: &str) -> (String, &'static str) {

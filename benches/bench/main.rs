@@ -28,6 +28,7 @@ mod options;
 mod report;
 mod requests;
 mod schemas;
+mod submitter;
 mod sweeper;
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -172,6 +173,20 @@ fn main() {
         splice_section(&ours, "## Batch submit", true);
         return;
     }
+    // BENCH_ONLY=submitter: the figures of due messages sent by the
+    // submitter (RECORD_EVENTS=submitter), printed and put in place of
+    // their section (before the targets).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("submitter") {
+        let mut r = Report::new();
+        rt.block_on(submitter::submitter(&mut r));
+        assess(&mut r);
+        let ours = r.0.replace(
+            "\n## Against the targets\n",
+            "\nIts figures against their targets (a full run puts them in the table below):\n",
+        );
+        splice_section(&ours, "## Due messages from the submitter", true);
+        return;
+    }
     rt.block_on(async {
         let mut r = Report::new();
         r.line("# Benchmarks\n");
@@ -189,6 +204,7 @@ fn main() {
         batch::batch(&mut r).await;
         options::options(&mut r).await;
         schemas::schemas(&mut r).await;
+        submitter::submitter(&mut r).await;
         assess(&mut r);
         let mut out = r.0;
         let _ = writeln!(out);

@@ -8,10 +8,10 @@ use idempotent_submit::cli::{self, Cli};
 async fn main() {
     let cli = Cli::parse();
     let outcome = match cli::config(&cli) {
-        Ok(config) => {
-            let queue = Queue::from_config(&config).await;
-            cli::run(cli.command, &queue, &config.bucket).await
-        }
+        Ok(config) => match Queue::from_config(&config).await {
+            Ok(queue) => cli::run(cli.command, &queue, &config).await,
+            Err(e) => cli::invalid_configuration(&e),
+        },
         Err(o) => o,
     };
     println!("{}", outcome.render());

@@ -12,7 +12,9 @@ async fn main() -> Result<(), Error> {
     lambda::init_logging();
     let config =
         Config::from_env().inspect_err(|e| tracing::error!(error = %e, "invalid configuration"))?;
-    let queue = Queue::from_config(&config).await;
+    let queue = Queue::from_config(&config)
+        .await
+        .inspect_err(|e| tracing::error!(error = %e, "cannot start"))?;
     let app = App::new(queue, &config, Metrics::for_function("submit"));
     let app = &app;
     run(service_fn(move |event: LambdaEvent<Value>| async move {

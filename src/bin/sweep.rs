@@ -14,8 +14,11 @@ async fn main() -> Result<(), Error> {
         tracing::error!(error = %e, "invalid configuration");
         e
     })?;
+    let queue = Queue::from_config(&config)
+        .await
+        .inspect_err(|e| tracing::error!(error = %e, "cannot start"))?;
     let sweeper = &Sweeper {
-        queue: Queue::from_config(&config).await,
+        queue,
         bucket: config.bucket.clone(),
         metrics: Metrics::for_function("sweep"),
     };

@@ -1,7 +1,9 @@
 //! The due queue (docs/protocol.md, "The sweeper"): S3 event notifications of record
-//! writes, which SQS hands to `sweep` `STALE_CREATING_AFTER_SECONDS` after
-//! each write. Shared by the function (an SQS event) and `idem sweep
-//! --due-queue` (messages it receives itself).
+//! writes, or the due messages that submitters send beside their records'
+//! PUTs (`RECORD_EVENTS=submitter`), which SQS hands to `sweep`
+//! `STALE_CREATING_AFTER_SECONDS` after each write. Both are read by one
+//! parser and handled alike. Shared by the function (an SQS event) and
+//! `idem sweep --due-queue` (messages it receives itself).
 //!
 //! Per message: an S3 notification names records; each named record is read
 //! once (a batch that names one record twice reads it once) and handled by
@@ -9,8 +11,9 @@
 //! for retry) when one of its records came early or failed retryably. S3's
 //! `s3:TestEvent`, keys outside `idempotency/`, other buckets and removals
 //! (`ObjectRemoved:*`, e.g. the `DeleteMarkerCreated` of a versioned bucket,
-//! should a notification ever include them) are acknowledged without a read; a body that is not an S3 notification is
-//! logged, counted and acknowledged, so that it is never retried forever.
+//! should a notification ever include them) are acknowledged without a read; a body that is neither an S3 notification nor a due message, or a due
+//! message that names no record of this bucket, is logged (never its body),
+//! counted and acknowledged, so that it is never retried forever.
 
 use std::collections::HashMap;
 
@@ -23,7 +26,7 @@ use serde_json::Value;
 use crate::protocol::sweep::{READS_AT_ONCE, RECORDS_PREFIX, RecordOutcome};
 use crate::protocol::{Engine, SweepSummary};
 
-/// One record write that an S3 notification names.
+/// One record write that a due message names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordWrite {
     pub bucket: String,
@@ -32,6 +35,10 @@ pub struct RecordWrite {
     /// An `ObjectRemoved:*` event (a delete, or a delete marker created on a
     /// versioned bucket): nothing is left to finish, so it names no work.
     pub removed: bool,
+    /// Sent by a submitter (`RECORD_EVENTS=submitter`), not by S3: it must
+    /// name a record of this bucket, or it is unrecognized (S3's own events
+    /// of other objects are only ignored).
+    pub from_submitter: bool,
 }
 
 /// What a message body is.
@@ -45,12 +52,26 @@ pub enum S3Notification {
     Unrecognized(String),
 }
 
-/// Reads an SQS message body as an S3 notification.
+/// Reads a due queue's message body: an S3 notification, or a submitter's
+/// due message (`crate::due_sender::RecordDue`), which names one record as
+/// an S3 event of its write would. The one parser of the due queue.
 pub fn parse(body: &str) -> S3Notification {
     let v: Value = match serde_json::from_str(body) {
         Ok(v) => v,
         Err(e) => return S3Notification::Unrecognized(format!("not JSON: {e}")),
     };
+    match crate::due_sender::RecordDue::from_json(&v) {
+        Some(Ok(m)) => {
+            return S3Notification::Objects(vec![RecordWrite {
+                bucket: m.bucket,
+                key: m.key,
+                removed: false,
+                from_submitter: true,
+            }]);
+        }
+        Some(Err(why)) => return S3Notification::Unrecognized(why),
+        None => {}
+    }
     if v.get("Event").and_then(Value::as_str) == Some("s3:TestEvent") {
         return S3Notification::Test;
     }
@@ -85,9 +106,31 @@ pub fn parse(body: &str) -> S3Notification {
             bucket: bucket.to_owned(),
             key,
             removed,
+            from_submitter: false,
         });
     }
     S3Notification::Objects(out)
+}
+
+/// Whether `key` is where this service keeps a record:
+/// `idempotency/{scope}/{64 hex}.json`.
+fn is_record_key(key: &str) -> bool {
+    let Some(rest) = key
+        .strip_prefix(RECORDS_PREFIX)
+        .and_then(|r| r.strip_suffix(".json"))
+    else {
+        return false;
+    };
+    match rest.split_once('/') {
+        Some((scope, hex)) => {
+            crate::protocol::Scope::parse(Some(scope)).is_ok()
+                && hex.len() == 64
+                && hex
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        }
+        None => false,
+    }
 }
 
 /// S3 notifications carry keys URL-encoded as in a form (`+` for a space).
@@ -151,6 +194,17 @@ fn records_named(bucket: &str, messages: &[DueMessage], summary: &mut SweepSumma
             }
             S3Notification::Objects(objects) => {
                 for o in objects {
+                    if o.from_submitter && (o.bucket != bucket || !is_record_key(&o.key)) {
+                        // Ours, but of no record of this bucket: a
+                        // misrouted queue, or a message made by hand.
+                        tracing::warn!(
+                            message_id = %m.id,
+                            reason = if o.bucket == bucket { "not a record's key" } else { "another bucket's" },
+                            "a due message that names no record of this bucket; acknowledged"
+                        );
+                        summary.unrecognized += 1;
+                        continue;
+                    }
                     if o.bucket != bucket || !o.key.starts_with(RECORDS_PREFIX) || o.removed {
                         summary.ignored += 1;
                         continue;
@@ -186,7 +240,7 @@ pub async fn handle_messages(
     summary.scanned = keys.len() as u64;
     let mut outcomes: Vec<Option<RecordOutcome>> = vec![None; keys.len()];
     let done: Vec<(usize, RecordOutcome)> = futures::stream::iter(keys.iter().enumerate())
-        .map(|(k, key)| async move { (k, engine.sweep_record(key, dry_run, deadline).await) })
+        .map(|(k, key)| async move { (k, engine.sweep_due_record(key, dry_run, deadline).await) })
         .buffer_unordered(READS_AT_ONCE)
         .collect()
         .await;
@@ -299,6 +353,53 @@ mod tests {
     }
 
     #[test]
+    fn a_submitters_due_message_names_its_record_as_an_s3_event_would() {
+        let key = format!("idempotency/charge_customer/{}.json", "0f".repeat(32));
+        let m = crate::due_sender::RecordDue::new("b", key.clone());
+        assert_eq!(
+            parse(&m.to_body()),
+            S3Notification::Objects(vec![RecordWrite {
+                bucket: "b".into(),
+                key: key.clone(),
+                removed: false,
+                from_submitter: true,
+            }])
+        );
+        assert!(matches!(
+            parse(r#"{"source":"idempotent-submit","event":"x"}"#),
+            S3Notification::Unrecognized(_)
+        ));
+        // Read and deduplicated with S3's events of the same record.
+        let s3 = message("1", &[("b", &key)]);
+        let ours = DueMessage {
+            id: "2".into(),
+            body: m.to_body(),
+        };
+        let mut summary = SweepSummary::default();
+        let named = records_named("b", &[s3, ours], &mut summary);
+        assert_eq!(named.keys, [key]);
+        assert_eq!(named.by_message, [vec![0], vec![0]]);
+    }
+
+    #[test]
+    fn only_keys_where_records_live_are_record_keys() {
+        let hex = "a0".repeat(32);
+        assert!(is_record_key(&format!("idempotency/t/{hex}.json")));
+        assert!(is_record_key(&format!("idempotency/queue/{hex}.json")));
+        for bad in [
+            format!("idempotency/{hex}.json"),
+            format!("idempotency/t/{hex}"),
+            format!("idempotency/t/{}.json", "A0".repeat(32)),
+            format!("idempotency/t/{}.json", &hex[..62]),
+            format!("idempotency/t/x/{hex}.json"),
+            format!("idempotency/.t/{hex}.json"),
+            format!("tasks/t/{hex}.json"),
+        ] {
+            assert!(!is_record_key(&bad), "{bad}");
+        }
+    }
+
+    #[test]
     fn keys_are_decoded_as_s3_encodes_them() {
         assert_eq!(
             decode_key("idempotency%2Fcharge_customer%2Fab12.json").as_deref(),
@@ -325,6 +426,7 @@ mod tests {
                 bucket: "b".into(),
                 key: "idempotency/t/ab.json".into(),
                 removed: false,
+                from_submitter: false,
             }])
         );
         let marker = body.replace("ObjectCreated:Put", "ObjectRemoved:DeleteMarkerCreated");
@@ -334,6 +436,7 @@ mod tests {
                 bucket: "b".into(),
                 key: "idempotency/t/ab.json".into(),
                 removed: true,
+                from_submitter: false,
             }])
         );
         for bad in [

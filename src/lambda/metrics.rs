@@ -124,6 +124,17 @@ impl Metrics {
         }
     }
 
+    /// Due messages of records (`RECORD_EVENTS=submitter`) that could not be
+    /// sent, retries included, since the last line: `DueMessageUnsent`, when
+    /// there were any. Each is a record that only the next submit of its key
+    /// finishes if its submit's process also died before its task was
+    /// written.
+    pub fn unsent_due_messages(&self, messages: u64) {
+        if messages > 0 {
+            self.emit(&[("DueMessageUnsent", messages)]);
+        }
+    }
+
     /// An SQS message written to `rejected/`.
     pub fn rejected(&self) {
         self.emit(&[("Rejected", 1)]);
@@ -229,6 +240,16 @@ mod tests {
         assert_eq!(lines.len(), 2, "no line for no unusable schema");
         assert_eq!(lines[0]["InputInvalid"], 1);
         assert_eq!(lines[1]["InvalidSchema"], 2);
+    }
+
+    #[test]
+    fn unsent_due_messages_have_a_line_only_when_there_were_some() {
+        let m = Metrics::collecting("submit");
+        m.unsent_due_messages(0);
+        m.unsent_due_messages(3);
+        let lines = m.lines();
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0]["DueMessageUnsent"], 3);
     }
 
     #[test]

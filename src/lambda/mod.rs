@@ -102,6 +102,9 @@ pub async fn handle_submit(
     // invocation at a time per process, so it is this invocation's).
     app.metrics
         .invalid_schemas(app.queue.engine().take_unusable_schemas());
+    // Likewise the due messages that could not be sent (RECORD_EVENTS=submitter).
+    app.metrics
+        .unsent_due_messages(app.queue.engine().take_unsent_due_messages());
     Ok(answer)
 }
 

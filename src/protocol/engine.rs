@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
+use super::due::{DueMessages, Route};
 use super::error::SubmitError;
 use super::record::task_status;
 use super::schema::SchemaCache;
@@ -22,6 +23,11 @@ pub struct Engine {
     pub(crate) settings: Settings,
     /// The task types' schemas this process has read (shared by clones).
     pub(crate) schemas: Arc<SchemaCache>,
+    /// Where records' due messages go (`RECORD_EVENTS=submitter`); `None`:
+    /// the bucket's S3 events bring them.
+    pub(crate) due: Option<Arc<DueMessages>>,
+    /// How the first due message goes: alone, or with its batch's.
+    pub(crate) due_route: Route,
 }
 
 impl Engine {
@@ -31,7 +37,16 @@ impl Engine {
             clock,
             settings,
             schemas: Arc::default(),
+            due: None,
+            due_route: Route::Alone,
         }
+    }
+
+    /// This engine, sending every record's due message itself through `due`
+    /// (`RECORD_EVENTS=submitter`: for buckets that send no S3 events).
+    pub fn with_due_messages(mut self, due: DueMessages) -> Self {
+        self.due = Some(Arc::new(due));
+        self
     }
 
     pub fn settings(&self) -> &Settings {

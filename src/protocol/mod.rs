@@ -1,6 +1,7 @@
 //! The idempotency-key protocol: names and hashes, the objects of the bucket
 //! layout, the submit state machine, and the sweep.
 
+mod due;
 pub mod engine;
 pub mod error;
 mod finish;
@@ -13,6 +14,7 @@ pub mod schema;
 pub mod submit;
 pub mod sweep;
 
+pub use due::DueMessages;
 pub use engine::Engine;
 pub use error::{ConflictKind, ErrorKind, SubmitError};
 pub use names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};

@@ -241,13 +241,23 @@ impl Engine {
     pub async fn submit(&self, req: &SubmitRequest) -> Result<Submitted, SubmitError> {
         let op_deadline = self.now() + self.settings.operation_timeout;
         // Before anything is written (src/protocol/schema.rs).
-        if let Err(e) = self.check_input(req, op_deadline).await {
-            return self.answer_refused(req, e, op_deadline).await;
-        }
-        match &req.idempotency {
-            None => self.submit_plain(req, op_deadline).await,
-            Some(k) => self.submit_keyed(req, k, op_deadline).await,
-        }
+        let answer = match self.check_input(req, op_deadline).await {
+            Err(e) => {
+                self.send_no_due();
+                self.answer_refused(req, e, op_deadline).await
+            }
+            Ok(()) => match &req.idempotency {
+                None => {
+                    // No record, so no due message (src/protocol/due.rs).
+                    self.send_no_due();
+                    self.submit_plain(req, op_deadline).await
+                }
+                Some(k) => self.submit_keyed(req, k, op_deadline).await,
+            },
+        };
+        // A keyed submit refused before its claim sent nothing either.
+        self.send_no_due();
+        answer
     }
 
     /// A submit without a key: the task and its marker, in parallel (and
@@ -337,7 +347,25 @@ impl Engine {
         let rkey = record_key(&scope, &key_hash);
         self.refuse_if_clock_known_off(&rkey, op_deadline).await?;
         let mine = self.new_claim(req, k, scope, key_hash, rkey)?;
+        // Under RECORD_EVENTS=submitter the record's due message goes out
+        // beside the first claim's PUT, never after it: a process that dies
+        // once its record has landed has sent it already. It names the
+        // record, so it covers a claim retried or replacing an expired
+        // record too. It is sent before the submit knows whether the key is
+        // taken: a replay or a conflict sends one as well.
+        let (answer, ()) = tokio::join!(
+            self.claim_rounds(&mine, op_deadline),
+            self.send_due(&mine.rkey, op_deadline)
+        );
+        answer
+    }
 
+    /// Steps 1 to 3, over again while the record changes under the claim.
+    async fn claim_rounds(
+        &self,
+        mine: &Claim<'_>,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Submitted, SubmitError> {
         // What the next claim writes over: nothing (If-None-Match), or the
         // expired record just read (If-Match its ETag).
         let mut replace: Option<ETag> = None;
@@ -347,7 +375,7 @@ impl Engine {
             // 1. Claim the key: create the record, or replace the expired one.
             let replacing = replace.is_some();
             let mode = replace.take().map_or(PutMode::Create, PutMode::Update);
-            if let Some(done) = self.claim(&mine, mode, &mut payload, op_deadline).await? {
+            if let Some(done) = self.claim(mine, mode, &mut payload, op_deadline).await? {
                 return Ok(done);
             }
             if replacing {
@@ -357,14 +385,14 @@ impl Engine {
             rounds += 1;
 
             // 2. The key is taken: read what holds it.
-            match self.read_held(&mine, op_deadline).await? {
+            match self.read_held(mine, op_deadline).await? {
                 // Deleted since (it had expired): claim it again.
                 Held::Gone => continue,
                 // Our own write: its answer was lost, and a retry met it.
                 Held::Ours { last_modified } => {
                     let written = Written::LastModified(last_modified);
                     return self
-                        .finish_own(&mine, &mut payload, written, op_deadline)
+                        .finish_own(mine, &mut payload, written, op_deadline)
                         .await;
                 }
                 // Counts as absent: replaced, if it is still the one we read.
@@ -373,7 +401,7 @@ impl Engine {
                 Held::Other { record, meta } => {
                     let sent = payload != Payload::Unsent;
                     return self
-                        .replay_or_conflict(&mine, &record, &meta, sent, op_deadline)
+                        .replay_or_conflict(mine, &record, &meta, sent, op_deadline)
                         .await;
                 }
             }

