@@ -8,7 +8,7 @@ export CARGO_TERM_COLOR ?= never
 VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz build run clean soak fuzz bench mutants chaos chaos-damage
+.PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz build run clean soak fuzz bench mutants chaos chaos-damage chaos-seaweedfs
 
 # The suite twice: with the testing feature (fault injection: every test),
 # then on the feature set that ships (the tests that need no fault injection;
@@ -82,8 +82,9 @@ soak:
 # testing feature, which lets them take a test world's operating conditions
 # and adds the fault injector they never build; target/chaos/ so that no
 # such binary lands in target/release/), one world
-# for CHAOS_SECONDS of producing with its progress printed, then the five
-# runs in which the world damages the bucket. make test runs the world for
+# for CHAOS_SECONDS of producing with its progress printed, the same on
+# SeaweedFS with RECORD_EVENTS=submitter, then the five runs in which the
+# world damages the bucket. make test runs the world for
 # 20 s on the debug binaries it builds anyway. Figures: target/chaos-report/.
 CHAOS_SECONDS ?= 300
 CHAOS_SEED ?= $(shell date +%s)
@@ -91,13 +92,18 @@ CHAOS_BINS := --profile chaos --locked --features testing --bin submit --bin swe
 chaos: tools
 	$(CARGO) build $(CHAOS_BINS)
 	CHAOS_BIN_DIR=$(CURDIR)/target/chaos CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_SEED=$(CHAOS_SEED) \
-	  CHAOS_REPORT=$(CURDIR)/target/chaos-report ./scripts/with-moto.sh \
+	  CHAOS_REPORT=$(CURDIR)/target/chaos-report ./scripts/with-moto.sh ./scripts/with-seaweedfs.sh \
 	  $(CARGO) test --locked --features testing --test chaos -- --nocapture --include-ignored --test-threads 1
 
 # The five damage runs alone, on the debug binaries.
 chaos-damage: tools
 	CHAOS_REPORT=$(CURDIR)/target/chaos-report ./scripts/with-moto.sh \
-	  $(CARGO) test --locked --features testing --test chaos -- --nocapture --ignored --test-threads 1
+	  $(CARGO) test --locked --features testing --test chaos the_audit_reports -- --nocapture --ignored
+
+# The world on SeaweedFS (RECORD_EVENTS=submitter) alone, on the debug binaries.
+chaos-seaweedfs: tools
+	CHAOS_REPORT=$(CURDIR)/target/chaos-report ./scripts/with-moto.sh ./scripts/with-seaweedfs.sh \
+	  $(CARGO) test --locked --features testing --test chaos seaweedfs -- --nocapture --ignored
 
 # The event fuzzer at length (CI runs 10,000 inputs).
 FUZZ_ITERATIONS ?= 2000000

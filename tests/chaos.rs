@@ -85,6 +85,40 @@ async fn a_world_with_everything_failing_at_once_loses_and_doubles_nothing() {
     );
 }
 
+/// The same world on SeaweedFS, which sends no S3 events: the `submit`
+/// function sends each record's due message itself
+/// (`RECORD_EVENTS=submitter`) to moto's SQS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a second world of a minute and a half: make chaos runs it (make chaos-seaweedfs alone)"]
+async fn a_world_on_seaweedfs_with_the_submitters_due_messages_loses_and_doubles_nothing() {
+    let mut cfg = world::WorldConfig::everything(seed(), seconds(20));
+    cfg.store = world::StoreSpec::seaweedfs();
+    cfg.events = world::Events::Submitter;
+    cfg.dir = cfg
+        .dir
+        .with_file_name(format!("chaos-seaweedfs-{}", cfg.seed));
+    let report = world::run(cfg).await;
+    let md = report.markdown();
+    println!("{md}");
+    for e in &report.audit.examples {
+        println!("[chaos] {e}");
+    }
+    keep("seaweedfs.md", &md);
+    let (handled, _) = report.handled_and_accepted();
+    assert!(handled > 30, "only {handled} submits were handled");
+    assert!(
+        report.kills.len() > 5,
+        "{} processes killed",
+        report.kills.len()
+    );
+    assert_eq!(
+        report.audit.nonzero(),
+        vec![],
+        "the audit found these on SeaweedFS (seed {}; examples above)",
+        report.config.seed
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "five worlds of about a minute each: make chaos-damage (and make chaos) runs them"]
 async fn the_audit_reports_each_kind_of_damage_the_world_does_to_the_bucket() {

@@ -278,6 +278,7 @@ impl Producer {
             ledger: self.ledger.clone(),
             submit: self.submit.clone(),
             rng: fastrand::Rng::with_seed(self.rng.u64(..)),
+            retry_until: self.until + RETRY_AFTER_THE_END,
         }
     }
 
@@ -483,7 +484,13 @@ pub struct Sender {
     pub ledger: SharedLedger,
     pub submit: Arc<Pool>,
     pub rng: fastrand::Rng,
+    /// No attempt after this but the first: the producers' end, and a
+    /// little more for the retries of what was in flight.
+    pub retry_until: Instant,
 }
+
+/// How long after the producers' end an item already sent may be retried.
+const RETRY_AFTER_THE_END: Duration = Duration::from_secs(10);
 
 /// How many times an item is sent before the producer gives up on it.
 const ATTEMPTS: usize = 8;
@@ -501,6 +508,10 @@ impl Sender {
                 // A client that hears 502 may give up: its submit is the
                 // sweeper's to finish, or its key's next submit's.
                 self.ledger.lock().unwrap().abandoned += todo.len() as u64;
+                return;
+            }
+            if attempt > 0 && Instant::now() > self.retry_until {
+                self.ledger.lock().unwrap().given_up += todo.len() as u64;
                 return;
             }
             if attempt > 0 {

@@ -129,7 +129,7 @@ impl Report {
             o,
             "{} submits sent ({:.1}/s); {} handled (answered 2xx or 4xx, or an SQS message taken): \
              **{:.1} submits/s held**, {} accepted ({:.1}/s); {} keys, {} records, {} tasks, {} runs; \
-             {} given up by their producer after 8 attempts, {} after a killed invocation (half of the HTTP \
+             {} given up by their producer (after 8 attempts, or 10 s after the producers' end), {} after a killed invocation (half of the HTTP \
              and batch clients that hear of a kill give up); {} keys replayed once more at the end. \
              The store served {:.0} requests/s while the producers ran \
              ({} requests: {} the functions', {} the workers', {} the due queue's), {} in all.\n",

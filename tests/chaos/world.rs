@@ -100,11 +100,20 @@ impl StoreSpec {
         }
     }
 
-    /// A client of `bucket` on this store. (A store that checks signatures,
-    /// as SeaweedFS does, needs `S3Store::for_endpoint_as` with the key
-    /// pair: issue 27's harness has it.)
+    /// The SeaweedFS server of this test run (tests/common/seaweedfs.rs),
+    /// which checks signatures with its own key pair.
+    pub fn seaweedfs() -> Self {
+        let s = crate::common::seaweedfs();
+        StoreSpec {
+            name: "SeaweedFS".into(),
+            endpoint: s.endpoint.clone(),
+            key_pair: (s.access_key_id.clone(), s.secret_access_key.clone()),
+        }
+    }
+
+    /// A client of `bucket` on this store, signing with its key pair.
     fn store(&self, bucket: &str) -> S3Store {
-        S3Store::for_endpoint(&self.endpoint, bucket)
+        S3Store::for_endpoint_as(&self.endpoint, bucket, &self.key_pair.0, &self.key_pair.1)
     }
 }
 
