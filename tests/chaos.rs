@@ -50,19 +50,18 @@ fn keep(name: &str, markdown: &str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_world_with_everything_failing_at_once_loses_and_doubles_nothing() {
-    let cfg = world::WorldConfig::everything(seed(), seconds(20));
+/// Runs `cfg`, prints and keeps its figures as `name`, and judges it: a
+/// world in which nothing got through, or nothing failed, proves nothing;
+/// then every count of the audit is zero.
+async fn judge(cfg: world::WorldConfig, name: &str) {
     let report = world::run(cfg).await;
     let md = report.markdown();
     println!("{md}");
     for e in &report.audit.examples {
         println!("[chaos] {e}");
     }
-    keep("world.md", &md);
+    keep(name, &md);
     let (handled, _) = report.handled_and_accepted();
-    // A world in which nothing got through, or nothing failed, proves
-    // nothing.
     assert!(handled > 30, "only {handled} submits were handled");
     assert!(
         report.kills.len() > 5,
@@ -80,9 +79,19 @@ async fn a_world_with_everything_failing_at_once_loses_and_doubles_nothing() {
     assert_eq!(
         report.audit.nonzero(),
         vec![],
-        "the audit found these (seed {}; examples above)",
+        "the audit found these on {} (seed {}; examples above)",
+        report.config.store.name,
         report.config.seed
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_world_with_everything_failing_at_once_loses_and_doubles_nothing() {
+    judge(
+        world::WorldConfig::everything(seed(), seconds(20)),
+        "world.md",
+    )
+    .await;
 }
 
 /// The same world on SeaweedFS, which sends no S3 events: the `submit`
@@ -97,26 +106,7 @@ async fn a_world_on_seaweedfs_with_the_submitters_due_messages_loses_and_doubles
     cfg.dir = cfg
         .dir
         .with_file_name(format!("chaos-seaweedfs-{}", cfg.seed));
-    let report = world::run(cfg).await;
-    let md = report.markdown();
-    println!("{md}");
-    for e in &report.audit.examples {
-        println!("[chaos] {e}");
-    }
-    keep("seaweedfs.md", &md);
-    let (handled, _) = report.handled_and_accepted();
-    assert!(handled > 30, "only {handled} submits were handled");
-    assert!(
-        report.kills.len() > 5,
-        "{} processes killed",
-        report.kills.len()
-    );
-    assert_eq!(
-        report.audit.nonzero(),
-        vec![],
-        "the audit found these on SeaweedFS (seed {}; examples above)",
-        report.config.seed
-    );
+    judge(cfg, "seaweedfs.md").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -89,6 +89,7 @@ pub struct StoreSpec {
     pub name: String,
     pub endpoint: String,
     pub key_pair: (String, String),
+    seaweedfs: bool,
 }
 
 impl StoreSpec {
@@ -97,6 +98,7 @@ impl StoreSpec {
             name: "moto".into(),
             endpoint: crate::common::moto_endpoint(),
             key_pair: ("test".into(), "test".into()),
+            seaweedfs: false,
         }
     }
 
@@ -108,12 +110,17 @@ impl StoreSpec {
             name: "SeaweedFS".into(),
             endpoint: s.endpoint.clone(),
             key_pair: (s.access_key_id.clone(), s.secret_access_key.clone()),
+            seaweedfs: true,
         }
     }
 
-    /// A client of `bucket` on this store, signing with its key pair.
-    fn store(&self, bucket: &str) -> S3Store {
-        S3Store::for_endpoint_as(&self.endpoint, bucket, &self.key_pair.0, &self.key_pair.1)
+    /// A new versioned bucket on this store, and its client.
+    async fn bucket(&self) -> S3Store {
+        if self.seaweedfs {
+            crate::common::seaweedfs_store_versioned().await
+        } else {
+            crate::common::moto_store_versioned().await
+        }
     }
 }
 
@@ -241,30 +248,6 @@ pub struct Report {
     pub init_errors: u64,
     pub audit: Audit,
     pub final_replays: u64,
-}
-
-/// A bucket on `store`, versioned, and its client.
-async fn bucket(store: &StoreSpec, seed: u64) -> S3Store {
-    let name = format!("chaos-{seed}-{}", std::process::id());
-    let s3 = store.store(&name);
-    s3.client()
-        .create_bucket()
-        .bucket(&name)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("creating bucket {name} on {}: {e:?}", store.name));
-    s3.client()
-        .put_bucket_versioning()
-        .bucket(&name)
-        .versioning_configuration(
-            aws_sdk_s3::types::VersioningConfiguration::builder()
-                .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("versioning bucket {name}: {e:?}"));
-    s3
 }
 
 /// The due queue, with `delay` as its DelaySeconds; with bucket events,
@@ -663,7 +646,7 @@ pub async fn run(cfg: WorldConfig) -> Report {
         cfg.store.name,
         cfg.dir.display()
     );
-    let s3 = bucket(&cfg.store, cfg.seed).await;
+    let s3 = cfg.store.bucket().await;
     let bucket_name = s3.bucket().to_owned();
     let (due_url, due_arn) = due_queue(&s3, cfg.windows.stale, cfg.events).await;
 

@@ -21,11 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
 use super::chaos_proxy::{ChaosProxy, Landing};
+use super::runtime_api::read_http;
 
 /// What became of one invocation.
 #[derive(Debug, Clone)]
@@ -563,35 +564,6 @@ impl Pool {
         drop(st);
         let _ = self.free_tx.send(env.index);
     }
-}
-
-/// One HTTP request: method, path and body.
-async fn read_http<R: AsyncBufReadExt + Unpin>(r: &mut R) -> Option<(String, String, Vec<u8>)> {
-    let mut line = String::new();
-    if r.read_line(&mut line).await.ok()? == 0 {
-        return None;
-    }
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next()?.to_owned(), parts.next()?.to_owned());
-    let mut len = 0usize;
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h).await.ok()? == 0 {
-            return None;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':')
-            && k.eq_ignore_ascii_case("content-length")
-        {
-            len = v.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).await.ok()?;
-    Some((method, path, body))
 }
 
 /// How many of each kill moment, by function.
