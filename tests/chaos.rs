@@ -76,6 +76,14 @@ async fn judge(cfg: world::WorldConfig, name: &str) {
         report.faults_by_kind
     );
     assert!(report.audit.runs > 0 && report.audit.tasks > 0);
+    // The world keeps its own promise to the functions (its operating
+    // conditions), or the audit would judge the code by a broken world.
+    let promise = Duration::from_secs(report.config.windows.event_delivery);
+    let (_, _, _, latest, over) = report.sweep.lateness(promise);
+    assert_eq!(
+        over, 0,
+        "due messages came later than the world promises (the latest {latest:.0} ms after its delay)"
+    );
     assert_eq!(
         report.audit.nonzero(),
         vec![],
@@ -313,6 +321,46 @@ mod the_audit {
         let mut e = clean();
         e.runs[0].input["t"] = json!("e");
         assert_eq!(audit(&e).nonzero(), vec![("inputs changed", 1)]);
+    }
+
+    #[test]
+    fn a_keyless_task_never_run_counts_only_if_its_submit_was_answered() {
+        let keyless = |id: &str| Obj {
+            key: format!("tasks/{}/{id}.json", &id[..1]),
+            body: format!(r#"{{"id":"{id}","status":"pending","input":{{"u":"u-1"}}}}"#)
+                .into_bytes(),
+            last_modified: Utc::now(),
+        };
+        let mut e = clean();
+        let mut it = item("x");
+        (it.key, it.input) = (None, Some(json!({"u": "u-1"})));
+        e.items.push(it);
+        e.tasks.push(keyless("c9"));
+        let a = audit(&e);
+        assert_eq!(
+            (a.nonzero(), a.unanswered_keyless_tasks_never_run),
+            (vec![], 1)
+        );
+        e.answers.push(answered(1, "c9"));
+        assert_eq!(audit(&e).nonzero(), vec![("unrun tasks", 1)]);
+    }
+
+    #[test]
+    fn a_marker_of_no_task_and_no_record_is_a_keyless_submits_and_reported() {
+        let mut e = clean();
+        e.markers
+            .push("ready/f/0000000001/f0f0f0f0-0000-4000-8000-000000000000".into());
+        let a = audit(&e);
+        assert_eq!(
+            (a.nonzero(), a.markers_of_keyless_tasks_never_written),
+            (vec![], 1)
+        );
+        // One whose record names it is a keyed submit's: stale.
+        e.records
+            .push(record("k9", "f0f0f0f0-0000-4000-8000-000000000000"));
+        e.task_history
+            .insert("f0f0f0f0-0000-4000-8000-000000000000".into());
+        assert!(audit(&e).nonzero().contains(&("stale markers", 1)));
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub struct Evidence {
     /// with no task is its to delete.
     pub last_pass: Option<DateTime<Utc>>,
     pub orphan_after: chrono::Duration,
+    /// When a due message first named each record (for the examples).
+    pub due_named: HashMap<String, DateTime<Utc>>,
 }
 
 /// Every count of the audit. All must be zero but `tasks_run_twice` and
@@ -87,6 +89,14 @@ pub struct Audit {
     pub tasks_run_twice: u64,
     /// Reported: payloads the last pass was too early to delete.
     pub young_orphan_payloads: u64,
+    /// Reported: keyless tasks no worker ran whose submit was never
+    /// answered 201 (killed, or answered 503, between its task and its
+    /// marker): nothing finishes a submit without a record, so the task
+    /// stays out of the ready index.
+    pub unanswered_keyless_tasks_never_run: u64,
+    /// Reported: markers naming no task that no record names: a keyless
+    /// submit's whose task never landed (its marker did).
+    pub markers_of_keyless_tasks_never_written: u64,
     /// Reported: inputs whose doubles a worker moved by one unit in the
     /// last place when it rewrote the task (buquet 0.1 parses JSON without
     /// serde_json's `float_roundtrip`), the first version being exact.
@@ -314,6 +324,7 @@ pub fn audit(e: &Evidence) -> Audit {
 
     // The tasks, tied to their submits through their inputs.
     let mut task_ids: HashSet<String> = HashSet::new();
+    let mut keyless_ids: HashSet<String> = HashSet::new();
     let mut tasks_of_key: HashMap<KeyId, BTreeSet<String>> = HashMap::new();
     let mut tasks_of_mark: HashMap<String, BTreeSet<String>> = HashMap::new();
     for t in &e.tasks {
@@ -348,6 +359,7 @@ pub fn audit(e: &Evidence) -> Audit {
                 input_of_key.get(&k).copied()
             }
             Tie::Keyless(u) => {
+                keyless_ids.insert(id.clone());
                 tasks_of_mark
                     .entry(u.clone())
                     .or_default()
@@ -426,6 +438,7 @@ pub fn audit(e: &Evidence) -> Audit {
         .collect();
     let mut ids_of_key: HashMap<KeyId, BTreeSet<String>> = tasks_of_key.clone();
     let mut acknowledged: HashSet<KeyId> = HashSet::new();
+    let mut answered_keyless: HashSet<String> = HashSet::new();
     for ans in &e.answers {
         let it = &e.items[ans.item];
         if ans.status >= 500 && !(ans.status == 503 && ans.retry_after) {
@@ -463,6 +476,7 @@ pub fn audit(e: &Evidence) -> Audit {
                 acknowledged.insert(k.clone());
             }
             None => {
+                answered_keyless.insert(id.clone());
                 if !task_ids.contains(id) {
                     a.lost_submits += 1;
                     ex(
@@ -554,10 +568,19 @@ pub fn audit(e: &Evidence) -> Audit {
         let past = r.last_modified + e.finish_window + e.late_write <= e.now;
         if !task_ids.contains(id) && !e.task_history.contains(id) && past {
             a.records_in_flight_after_their_windows += 1;
+            let due = e.due_named.get(&r.key).map_or_else(
+                || "no due message ever named it".to_owned(),
+                |t| {
+                    format!(
+                        "its first due message came {:.1} s after it was written",
+                        (*t - r.last_modified).num_milliseconds() as f64 / 1000.0
+                    )
+                },
+            );
             ex(
                 &mut a,
                 "records in flight",
-                format!("{k:?} names {id}, never written"),
+                format!("{k:?} names {id}, never written; {due}"),
             );
         } else if !task_ids.contains(id) && e.task_history.contains(id) && !acknowledged.contains(k)
         {
@@ -604,6 +627,9 @@ pub fn audit(e: &Evidence) -> Audit {
     a.runs = e.runs.len() as u64;
     for id in &task_ids {
         match runs_of.get(id.as_str()) {
+            None if keyless_ids.contains(id) && !answered_keyless.contains(id) => {
+                a.unanswered_keyless_tasks_never_run += 1;
+            }
             None => {
                 a.unrun_tasks += 1;
                 ex(&mut a, "unrun tasks", id.clone());
@@ -620,9 +646,18 @@ pub fn audit(e: &Evidence) -> Audit {
     }
 
     // Markers, payloads, rejected messages.
-    a.stale_markers = e.markers.len() as u64;
-    for m in e.markers.iter().take(5) {
-        ex(&mut a, "stale markers", m.clone());
+    // A marker naming no task that no record names either can only be a
+    // keyless submit's whose task never landed: reported. Any other marker
+    // left once the workers are idle is stale.
+    let recorded_ids: HashSet<&str> = recorded.values().map(|(id, _)| id.as_str()).collect();
+    for m in &e.markers {
+        let id = m.rsplit('/').next().unwrap_or("");
+        if !task_ids.contains(id) && !recorded_ids.contains(id) {
+            a.markers_of_keyless_tasks_never_written += 1;
+        } else {
+            a.stale_markers += 1;
+            ex(&mut a, "stale markers", m.clone());
+        }
     }
     for (id, p) in &payloads {
         if task_ids.contains(id) {

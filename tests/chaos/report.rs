@@ -241,6 +241,18 @@ impl Report {
             s.payloads_deleted.load(Ordering::SeqCst),
         );
 
+        let promise = std::time::Duration::from_secs(c.windows.event_delivery);
+        let (n, p50, p99, max, over) = s.lateness(promise);
+        let _ = writeln!(
+            o,
+            "Due messages taken by `sweep`, after their delay: {n}, p50 {:.1} s, p99 {:.1} s, \
+             at most {:.1} s; **{over} later than the world promises ({} s)**.\n",
+            p50 / 1000.0,
+            p99 / 1000.0,
+            max / 1000.0,
+            c.windows.event_delivery
+        );
+
         // The audit.
         let _ = writeln!(o, "| audit | count |");
         let _ = writeln!(o, "| --- | ---: |");
@@ -256,6 +268,16 @@ impl Report {
             o,
             "| payloads without a task, too young for the last pass (reported) | {} |",
             a.young_orphan_payloads
+        );
+        let _ = writeln!(
+            o,
+            "| keyless tasks of submits never answered 201, left out of the ready index (reported) | {} |",
+            a.unanswered_keyless_tasks_never_run
+        );
+        let _ = writeln!(
+            o,
+            "| markers of keyless submits whose task never landed (reported) | {} |",
+            a.markers_of_keyless_tasks_never_written
         );
         let _ = writeln!(
             o,

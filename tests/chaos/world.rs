@@ -132,6 +132,8 @@ pub struct WorldConfig {
     pub producers: usize,
     pub submit_envs: usize,
     pub sweep_envs: usize,
+    /// The due queue's pollers (the event source mapping's concurrency).
+    pub drainers: usize,
     /// Faults on the functions' links (per mille), latency spikes (per
     /// mille, longest ms).
     pub fault_per_mille: u64,
@@ -171,7 +173,8 @@ impl WorldConfig {
             produce,
             producers: 6,
             submit_envs: 4,
-            sweep_envs: 2,
+            sweep_envs: 4,
+            drainers: 3,
             fault_per_mille: 100,
             spikes: (50, 1500),
             kills: true,
@@ -208,7 +211,37 @@ pub struct SweepStats {
     pub passes_failed: AtomicU64,
     /// What the functions said they finished: due batches' and passes'.
     pub finished_by_passes: AtomicU64,
+    /// For each due message `sweep` took: how long after its delay (ms),
+    /// from the queue's SentTimestamp to the answer that took it.
+    pub lateness_ms: Mutex<Vec<f64>>,
+    /// When a due message first named each record (received).
+    pub first_named: Mutex<std::collections::HashMap<String, chrono::DateTime<chrono::Utc>>>,
     pub payloads_deleted: AtomicU64,
+}
+
+impl SweepStats {
+    /// Due messages `sweep` took: how many, p50, p99 and the most (ms
+    /// after their delay), and how many later than `promise`.
+    pub fn lateness(&self, promise: Duration) -> (usize, f64, f64, f64, usize) {
+        let mut v = self.lateness_ms.lock().unwrap().clone();
+        v.sort_by(|a, b| a.total_cmp(b));
+        let q = |p: f64| {
+            v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let over = v
+            .iter()
+            .filter(|l| **l > promise.as_millis() as f64)
+            .count();
+        (
+            v.len(),
+            q(0.5),
+            q(0.99),
+            v.last().copied().unwrap_or(0.0),
+            over,
+        )
+    }
 }
 
 /// Everything a run measured and the audit's counts.
@@ -301,6 +334,7 @@ const DUE_VISIBILITY: i32 = 3;
 async fn drain(
     url: String,
     arn: String,
+    delay_ms: f64,
     sweep: Arc<Pool>,
     stats: Arc<SweepStats>,
     stop: Arc<AtomicBool>,
@@ -315,6 +349,9 @@ async fn drain(
             .max_number_of_messages(10)
             .wait_time_seconds(0)
             .visibility_timeout(DUE_VISIBILITY)
+            .message_system_attribute_names(
+                aws_sdk_sqs::types::MessageSystemAttributeName::SentTimestamp,
+            )
             .send()
             .await;
         let mut msgs = match got {
@@ -328,6 +365,15 @@ async fn drain(
         stats
             .received
             .fetch_add(msgs.len() as u64, Ordering::SeqCst);
+        {
+            let now = chrono::Utc::now();
+            let mut named = stats.first_named.lock().unwrap();
+            for m in &msgs {
+                for key in records_named(m.body().unwrap_or("")) {
+                    named.entry(key).or_insert(now);
+                }
+            }
+        }
         // The world's damage: a record whose event is lost.
         let lost = drop_record.lock().unwrap().clone();
         if let Some(lost) = lost {
@@ -395,6 +441,24 @@ async fn drain(
                     .expect("an entry")
             })
             .collect();
+        let now_ms = chrono::Utc::now().timestamp_millis() as f64;
+        {
+            let mut late = stats.lateness_ms.lock().unwrap();
+            for m in msgs
+                .iter()
+                .filter(|m| !listed.iter().any(|l| Some(l.as_str()) == m.message_id()))
+            {
+                let sent = m
+                    .attributes()
+                    .and_then(|a| {
+                        a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::SentTimestamp)
+                    })
+                    .and_then(|t| t.parse::<f64>().ok());
+                if let Some(sent) = sent {
+                    late.push(now_ms - sent - delay_ms);
+                }
+            }
+        }
         stats
             .handed_back
             .fetch_add(listed.len() as u64, Ordering::SeqCst);
@@ -411,6 +475,25 @@ async fn drain(
                 .await;
         }
     }
+}
+
+/// The record keys a due message's body names: an S3 notification's
+/// (URL-encoded) or the submitter's.
+fn records_named(body: &str) -> Vec<String> {
+    let body = body.replace("%2F", "/");
+    let mut out = vec![];
+    let mut rest = body.as_str();
+    while let Some(i) = rest.find("idempotency/") {
+        let tail = &rest[i..];
+        match tail.find(".json") {
+            Some(j) => {
+                out.push(tail[..j + 5].to_owned());
+                rest = &tail[j + 5..];
+            }
+            None => break,
+        }
+    }
+    out
 }
 
 /// The schedule: a scheduled pass every `every`, unless held.
@@ -700,10 +783,11 @@ pub async fn run(cfg: WorldConfig) -> Report {
     let drop_record: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
     let hold_passes: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
     let mut background = vec![];
-    for _ in 0..cfg.sweep_envs {
+    for _ in 0..cfg.drainers {
         background.push(tokio::spawn(drain(
             due_url.clone(),
             due_arn.clone(),
+            (cfg.windows.stale * 1000) as f64,
             sweep.clone(),
             stats.clone(),
             stop_sweep.clone(),
@@ -831,10 +915,12 @@ pub async fn run(cfg: WorldConfig) -> Report {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut last_pass = None;
     let mut last_pass_at = None;
-    for _ in 0..5 {
+    // Until one completes (a run stops before its deadline keeping its
+    // place; another holds the pass for its lease).
+    for _ in 0..20 {
         last_pass_at = Some(chrono::Utc::now());
         last_pass = pass(&sweep, &stats).await;
-        if last_pass.as_ref().is_some_and(|v| v["busy"] != true) {
+        if last_pass.as_ref().is_some_and(|v| v["complete"] == true) {
             break;
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -883,7 +969,9 @@ pub async fn run(cfg: WorldConfig) -> Report {
     let ledger = Arc::try_unwrap(ledger)
         .map(|m| m.into_inner().unwrap())
         .unwrap_or_else(|_| panic!("the ledger is still shared"));
-    let evidence = Evidence::collect(&s3, &ledger, &runs, &logs, &cfg.windows, last_pass_at).await;
+    let mut evidence =
+        Evidence::collect(&s3, &ledger, &runs, &logs, &cfg.windows, last_pass_at).await;
+    evidence.due_named = stats.first_named.lock().unwrap().clone();
     let audit = audit::audit(&evidence);
 
     let mut faults_by_kind: Vec<(String, u64)> = KINDS.iter().map(|k| (k.to_string(), 0)).collect();
