@@ -7,16 +7,21 @@ export CARGO_TERM_COLOR ?= never
 # The pinned Python tools (make tools), first on PATH for every command.
 VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
+# The pinned npm tools of tests/clients (make tools).
+NODE_TOOLS := $(CURDIR)/tests/clients/node_modules
 
-.PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz build run clean soak fuzz bench mutants chaos chaos-damage chaos-seaweedfs
+.PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz clients build run clean soak fuzz bench mutants chaos chaos-damage chaos-seaweedfs
 
-# The suite twice: with the testing feature (fault injection: every test),
-# then on the feature set that ships (the tests that need no fault injection;
-# those that do declare required-features = ["testing"] in Cargo.toml).
+# Every test once, with the testing feature (fault injection; it turns on
+# `schemas` too): the unit tests, the one integration-test crate
+# (tests/suite.rs), the bench in test mode, and the documentation's examples.
+# The features only add (docs/decisions.md), so the feature set that ships
+# is built and linted by `clippy` and `lib-only`, not run again.
 test: tools fmt-check clippy lib-only openapi sam-validate
 	./scripts/with-moto.sh ./scripts/with-seaweedfs.sh $(CARGO) test --all-targets --locked --features testing
-	./scripts/with-moto.sh ./scripts/with-seaweedfs.sh $(CARGO) test --all-targets --locked
+	$(CARGO) test --doc --locked --features testing
 	./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1
+	$(CLIENTS_TEST)
 
 # Schemathesis at length against the built submit function (make test runs
 # 15 examples per operation, deterministically).
@@ -25,13 +30,24 @@ api-fuzz: tools
 	$(CARGO) build --locked --bin submit
 	./scripts/with-moto.sh ./scripts/api-fuzz.sh $(API_FUZZ_EXAMPLES) random
 
+# Clients generated from docs/openapi.yaml (openapi-python-client,
+# openapi-generator's python generator, openapi-typescript with
+# openapi-fetch), into temporary directories, driven against the built
+# submit function over moto (tests/clients/; docs/testing.md). make test
+# runs it on the submit function its cargo test built.
+CLIENTS_TEST = ./scripts/with-moto.sh python3 -m pytest -p no:cacheprovider -q tests/clients
+clients: tools
+	$(CARGO) build --locked --bin submit
+	$(CLIENTS_TEST)
+
 # The Python tools the tests use (moto, cfn-lint and the SAM translator and
 # CLI, buquet, Schemathesis, awscli, ...), every version pinned in
 # requirements-test.txt, in a virtual environment of their own, .venv/: made
 # where missing and made again when requirements-test.txt changes (pip, from
 # PyPI). The system Python is not touched. Everything make runs, cargo test
-# and its tests included, finds .venv/bin first on PATH (VENV, above).
-tools: $(VENV)/.installed
+# and its tests included, finds .venv/bin first on PATH (VENV, above). And
+# the npm tools of tests/clients (below).
+tools: $(VENV)/.installed $(NODE_TOOLS)/.installed
 
 # Made afresh, so that it holds what the file says and nothing else.
 $(VENV)/.installed: requirements-test.txt
@@ -40,12 +56,23 @@ $(VENV)/.installed: requirements-test.txt
 	$(VENV)/bin/python3 -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
 	touch $@
 
+# The npm tools tests/clients uses (openapi-typescript, openapi-fetch,
+# TypeScript), pinned in its package.json and package-lock.json, installed
+# from the lock file (npm ci) into tests/clients/node_modules/, again when
+# either file changes.
+$(NODE_TOOLS)/.installed: tests/clients/package.json tests/clients/package-lock.json
+	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 fmt-check:
 	$(CARGO) fmt --all -- --check
 
+# The shipped feature set (the library and the three binaries), the library
+# alone, the CLI without the Lambda runtime, and everything with the tests.
 clippy:
 	$(CARGO) clippy --all-targets --locked -- -D warnings
 	$(CARGO) clippy --lib --locked --no-default-features -- -D warnings
+	$(CARGO) clippy --bin idem --locked --no-default-features --features cli -- -D warnings
 	$(CARGO) clippy --all-targets --locked --features testing -- -D warnings
 
 # docs/openapi.yaml is valid OpenAPI 3.1 and its examples match their
@@ -60,8 +87,12 @@ sam-validate:
 # sam build (x86_64) and each built bootstrap run against moto under a
 # runtime API stand-in: one submit, one replay, one sweep. Not part of make
 # test (a release build of both functions); README has its result.
+# `make deploy-check SCHEMAS=on` builds them with the `schemas` feature
+# (CARGO_LAMBDA_CONTEXT=schemas) and checks a published schema refusing an
+# input; without it, that VALIDATE_INPUT_SCHEMAS=on stops the function.
+SCHEMAS ?= off
 deploy-check:
-	./scripts/with-moto.sh ./scripts/deploy-check.sh
+	SCHEMAS=$(SCHEMAS) ./scripts/with-moto.sh ./scripts/deploy-check.sh
 
 # The library alone, for users of the Rust API: no Lambda runtime, no CLI.
 lib-only:
@@ -75,40 +106,40 @@ run:
 # The model-based randomized test at length (CI runs 1,000 schedules).
 SOAK_SCHEDULES ?= 50000
 soak:
-	MODEL_SCHEDULES=$(SOAK_SCHEDULES) MODEL_BASE_SEED=$$(date +%s) $(CARGO) test --release --locked --features testing --test model -- --nocapture
+	MODEL_SCHEDULES=$(SOAK_SCHEDULES) MODEL_BASE_SEED=$$(date +%s) $(CARGO) test --release --locked --features testing --test suite -- model:: --nocapture
 
-# The chaos world at length (tests/chaos.rs, docs/reliability.md): the
-# release binaries (profile chaos: release's, into target/chaos/, with the
-# testing feature, which lets them take a test world's operating conditions
-# and adds the fault injector they never build; target/chaos/ so that no
-# such binary lands in target/release/), one world
-# for CHAOS_SECONDS of producing with its progress printed, the same on
-# SeaweedFS with RECORD_EVENTS=submitter, then the five runs in which the
-# world damages the bucket. make test runs the world for
-# 20 s on the debug binaries it builds anyway. Figures: target/chaos-report/.
+# The chaos world at length (tests/chaos.rs, a module of the suite;
+# docs/reliability.md): the release binaries (profile chaos: release's, into
+# target/chaos/, with the testing feature, which lets them take a test
+# world's operating conditions and adds the fault injector they never
+# build; target/chaos/ so that no such binary lands in target/release/),
+# one world for CHAOS_SECONDS of producing with its progress printed, the
+# same on SeaweedFS with RECORD_EVENTS=submitter, then the five runs in
+# which the world damages the bucket; only the chaos module's tests, one at
+# a time. make test runs the world for 20 s on the debug binaries it builds
+# anyway. Figures: target/chaos-report/.
 CHAOS_SECONDS ?= 300
 CHAOS_SEED ?= $(shell date +%s)
 CHAOS_BINS := --profile chaos --locked --features testing --bin submit --bin sweep
+CHAOS_TEST = CHAOS_REPORT=$(CURDIR)/target/chaos-report ./scripts/with-moto.sh ./scripts/with-seaweedfs.sh \
+  $(CARGO) test --locked --features testing --test suite -- --nocapture --test-threads 1
 chaos: tools
 	$(CARGO) build $(CHAOS_BINS)
 	CHAOS_BIN_DIR=$(CURDIR)/target/chaos CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_SEED=$(CHAOS_SEED) \
-	  CHAOS_REPORT=$(CURDIR)/target/chaos-report ./scripts/with-moto.sh ./scripts/with-seaweedfs.sh \
-	  $(CARGO) test --locked --features testing --test chaos -- --nocapture --include-ignored --test-threads 1
+	  $(CHAOS_TEST) --include-ignored chaos::
 
 # The five damage runs alone, on the debug binaries.
 chaos-damage: tools
-	CHAOS_REPORT=$(CURDIR)/target/chaos-report ./scripts/with-moto.sh \
-	  $(CARGO) test --locked --features testing --test chaos the_audit_reports -- --nocapture --ignored
+	$(CHAOS_TEST) --ignored chaos::the_audit_reports
 
 # The world on SeaweedFS (RECORD_EVENTS=submitter) alone, on the debug binaries.
 chaos-seaweedfs: tools
-	CHAOS_REPORT=$(CURDIR)/target/chaos-report ./scripts/with-moto.sh ./scripts/with-seaweedfs.sh \
-	  $(CARGO) test --locked --features testing --test chaos seaweedfs -- --nocapture --ignored
+	$(CHAOS_TEST) --ignored chaos::a_world_on_seaweedfs
 
 # The event fuzzer at length (CI runs 10,000 inputs).
 FUZZ_ITERATIONS ?= 2000000
 fuzz:
-	FUZZ_ITERATIONS=$(FUZZ_ITERATIONS) FUZZ_SEED=$$(date +%s) $(CARGO) test --release --locked --test fuzz -- --nocapture
+	FUZZ_ITERATIONS=$(FUZZ_ITERATIONS) FUZZ_SEED=$$(date +%s) $(CARGO) test --release --locked --features testing --test suite -- fuzz:: --nocapture
 
 # Mutation testing of the protocol and the S3 adapter with cargo-mutants
 # (installed where missing), against the tests that cover those files; the
@@ -120,20 +151,28 @@ fuzz:
 # build and link). Results: mutants.out/; docs/testing.md says how to run a
 # narrow first pass, then --iterate with the whole set on what it missed.
 MUTANTS_FILES ?= -f "src/protocol/*.rs" -f "src/protocol/sweep/*.rs" -f src/store/s3.rs
-MUTANTS_TESTS ?= --lib --test=s3_status --test=recovery --test=protocol --test=model --test=due_events \
-  --test=sweep --test=submit_handler --test=clock --test=options --test=schemas --test=phase
+# The tests are the unit tests and the one integration-test crate; MUTANTS_SUITE
+# names the test modules to run, by path (a file of tests/, `recovery::`; a
+# module of the library, `protocol::`): a test runs when its path holds one of
+# them. Empty: every test.
+MUTANTS_TESTS ?= --lib --test=suite
+MUTANTS_SUITE ?= protocol:: intake:: lambda:: config:: store:: s3_status:: recovery:: \
+  model:: due_events:: sweep:: submit_handler:: clock:: options:: schemas:: phase::
 mutants: tools
 	@command -v cargo-mutants >/dev/null || $(CARGO) install --locked cargo-mutants
 	CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_TEST_DEBUG=0 MODEL_SCHEDULES=200 \
 	  ./scripts/with-moto.sh $(CARGO) mutants --features testing --timeout 300 \
-	  $(MUTANTS_FILES) $(addprefix -C=,$(MUTANTS_TESTS)) $(MUTANTS_ARGS)
+	  $(MUTANTS_FILES) $(addprefix -C=,$(MUTANTS_TESTS)) $(MUTANTS_ARGS) -- -- $(MUTANTS_SUITE)
 
 # Figures for docs/benchmarks.md (not part of make test).
 bench: tools build
 	./scripts/with-moto.sh $(CARGO) bench --locked --features testing --bench bench -- --bench
 
+# The release binaries; `make build FEATURES=schemas` with input schemas
+# (VALIDATE_INPUT_SCHEMAS needs them).
+FEATURES ?=
 build:
-	$(CARGO) build --release --locked --bins
+	$(CARGO) build --release --locked --bins $(if $(FEATURES),--features $(FEATURES))
 
 clean:
 	$(CARGO) clean

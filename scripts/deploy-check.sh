@@ -7,7 +7,13 @@
 # each built bootstrap from .aws-sam/build/ as Lambda would, under a runtime
 # API stand-in (scripts/api_front.py), against the moto S3 of with-moto.sh:
 # one submit, its replay, one sweep. Run it through scripts/with-moto.sh.
+# SCHEMAS=on: the functions built with the `schemas` feature
+# (CARGO_LAMBDA_CONTEXT=schemas, CargoLambda.toml) and run with
+# VALIDATE_INPUT_SCHEMAS=on, a published schema refusing an input; otherwise
+# the default build, whose submit function stops at start when
+# VALIDATE_INPUT_SCHEMAS=on, saying how to build it.
 set -euo pipefail
+SCHEMAS=${SCHEMAS:-off}
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 
@@ -20,7 +26,8 @@ export SAM_CLI_TELEMETRY=0
 echo "== sam validate --lint"
 sam validate --lint --template template.yaml
 
-echo "== sam build (x86_64)"
+echo "== sam build (x86_64, schemas $SCHEMAS)"
+if [ "$SCHEMAS" = on ]; then export CARGO_LAMBDA_CONTEXT=schemas; fi
 sam build --template template.yaml --beta-features \
   --parameter-overrides Architecture=x86_64 --build-dir .aws-sam/build
 for f in SubmitFunction SweepFunction; do
@@ -36,9 +43,20 @@ boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL_S3"], region_name="
 PY
 
 run_front() { # binary port log
-  BUCKET_NAME="$bucket" S3_FORCE_PATH_STYLE=true python3 scripts/api_front.py "$1" "$2" >"$3" 2>&1 &
+  BUCKET_NAME="$bucket" S3_FORCE_PATH_STYLE=true VALIDATE_INPUT_SCHEMAS="$SCHEMAS" \
+    python3 scripts/api_front.py "$1" "$2" >"$3" 2>&1 &
   echo $!
 }
+
+if [ "$SCHEMAS" != on ]; then
+  # A build without the validator refuses VALIDATE_INPUT_SCHEMAS=on at start.
+  if out=$(env -i PATH="$PATH" BUCKET_NAME="$bucket" VALIDATE_INPUT_SCHEMAS=on \
+      AWS_LAMBDA_RUNTIME_API=127.0.0.1:9 .aws-sam/build/SubmitFunction/bootstrap 2>&1); then
+    echo "submit started with VALIDATE_INPUT_SCHEMAS=on and no validator" >&2; exit 1
+  fi
+  grep -q -- "--features schemas" <<<"$out" || { echo "no build hint in: $out" >&2; exit 1; }
+  echo "submit without the schemas feature, VALIDATE_INPUT_SCHEMAS=on: stopped at start, saying how to build it"
+fi
 wait_front() { # log pid
   for _ in $(seq 1 100); do
     grep -q "submit on" "$1" && return 0
@@ -55,8 +73,8 @@ pid2=$(run_front .aws-sam/build/SweepFunction/bootstrap "$p2" "$l2")
 trap 'kill $pid1 $pid2 2>/dev/null || true; rm -f "$l1" "$l2"' EXIT INT TERM
 wait_front "$l1" "$pid1"; wait_front "$l2" "$pid2"
 
-python3 - "$p1" "$p2" <<'PY'
-import json, sys, urllib.request
+SCHEMAS="$SCHEMAS" BUCKET="$bucket" python3 - "$p1" "$p2" <<'PY'
+import json, os, sys, urllib.request
 submit, sweep = (f"http://127.0.0.1:{p}" for p in sys.argv[1:3])
 def call(url, body, headers):
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
@@ -72,6 +90,20 @@ assert s1 == 201, (s1, b1)
 s2, h2, b2 = call(f"{submit}/tasks", body, h)
 assert s2 == 200 and b2["task_id"] == b1["task_id"] and h2.get("idempotent-replayed") == "true", (s2, h2, b2)
 print(f"submit: 201 {b1['task_id']}; replay: 200, the same task")
+if os.environ.get("SCHEMAS") == "on":
+    import boto3
+    boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL_S3"], region_name="us-east-1",
+                 aws_access_key_id="test", aws_secret_access_key="test").put_object(
+        Bucket=os.environ["BUCKET"], Key="schemas/send_email.json",
+        Body=json.dumps({"input": {"type": "object", "required": ["to"],
+                                   "properties": {"to": {"type": "string"}}}}))
+    s4, _, b4 = call(f"{submit}/tasks", {"task_type": "send_email", "input": {"to": 5}},
+                     {"content-type": "application/json"})
+    assert s4 == 400 and b4.get("code") == "input_invalid", (s4, b4)
+    s5, _, b5 = call(f"{submit}/tasks", {"task_type": "send_email", "input": {"to": "a@b.c"}},
+                     {"content-type": "application/json"})
+    assert s5 == 201, (s5, b5)
+    print("schemas: an input its published schema refuses is 400 input_invalid; a valid one 201")
 s3, _, summary = call(f"{sweep}/__invoke", {}, {"content-type": "application/json"})
 assert s3 == 200 and summary.get("complete") is True and summary.get("errors") == 0, (s3, summary)
 print(f"sweep: {json.dumps(summary, sort_keys=True)}")

@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::protocol::names::Principal;
+use crate::protocol::options::{Kind, TaskOption};
 use crate::protocol::{ErrorKind, Scope, SubmitError, TaskOptions, Tenant, Ttl, ValidationError};
 use crate::queue::Queue;
 
@@ -99,87 +100,82 @@ pub enum Command {
     },
 }
 
-/// The task options of `idem submit`, one flag each, checked as the HTTP
-/// body's fields are (README lists the bounds).
-#[derive(Debug, Clone, Default, clap::Args)]
-#[group(id = "task_options", multiple = true, required = false)]
+/// The task options of `idem submit`: one flag each, made from the options'
+/// table ([`TaskOption`]), as the body fields their flags name; checked as
+/// a `POST /tasks` body's fields are (README lists the bounds).
+#[derive(Debug, Clone, Default)]
 pub struct TaskOptionArgs {
-    /// `timeout_seconds`: how long a worker may run the task (default 300).
-    #[arg(long)]
-    pub timeout_seconds: Option<u64>,
-    /// `max_retries` (default 3).
-    #[arg(long)]
-    pub max_retries: Option<u32>,
-    /// `retry_policy`, as JSON: `{"initial_interval_ms":..,
-    /// "max_interval_ms":.., "multiplier":.., "jitter_percent":..}`.
-    #[arg(long)]
-    pub retry_policy: Option<String>,
-    /// `schedule_at`: RFC 3339; the task is not claimed before it.
-    #[arg(long)]
-    pub schedule_at: Option<String>,
-    /// `delay_seconds`: from S3's time at the submit.
-    #[arg(long)]
-    pub delay_seconds: Option<u64>,
-    /// `max_reschedules`.
-    #[arg(long)]
-    pub max_reschedules: Option<u32>,
-    /// `ttl_seconds`: the task's own expiry, from the submit (not the key's
-    /// life: that is `--ttl-seconds`).
-    #[arg(long)]
-    pub task_ttl_seconds: Option<u64>,
-    /// `expires_at`: the task's own expiry, RFC 3339.
-    #[arg(long)]
-    pub task_expires_at: Option<String>,
-    /// `use_payload_refs`: offload an input over the threshold to
-    /// `payloads/{task_id}/input.json`.
-    #[arg(long)]
-    pub use_payload_refs: bool,
-    /// `payload_ref_threshold_bytes` (default 262144), with
-    /// `--use-payload-refs`.
-    #[arg(long)]
-    pub payload_ref_threshold_bytes: Option<u64>,
+    /// The flags given, as a body's fields (`retry_policy` still its text).
+    given: Vec<(TaskOption, Value)>,
 }
 
 impl TaskOptionArgs {
     /// The options, through the same checks as a `POST /tasks` body.
     pub fn parse(&self) -> Result<TaskOptions, ValidationError> {
         let mut m = serde_json::Map::new();
-        let mut put = |k: &str, v: Value| {
-            m.insert(k.to_owned(), v);
-        };
-        if let Some(v) = self.timeout_seconds {
-            put("timeout_seconds", v.into());
-        }
-        if let Some(v) = self.max_retries {
-            put("max_retries", v.into());
-        }
-        if let Some(v) = &self.retry_policy {
-            let p: Value = serde_json::from_str(v)
-                .map_err(|e| ValidationError::field("retry_policy", format!("is not JSON: {e}")))?;
-            put("retry_policy", p);
-        }
-        if let Some(v) = &self.schedule_at {
-            put("schedule_at", v.clone().into());
-        }
-        if let Some(v) = self.delay_seconds {
-            put("delay_seconds", v.into());
-        }
-        if let Some(v) = self.max_reschedules {
-            put("max_reschedules", v.into());
-        }
-        if let Some(v) = self.task_ttl_seconds {
-            put("ttl_seconds", v.into());
-        }
-        if let Some(v) = &self.task_expires_at {
-            put("expires_at", v.clone().into());
-        }
-        if self.use_payload_refs {
-            put("use_payload_refs", true.into());
-        }
-        if let Some(v) = self.payload_ref_threshold_bytes {
-            put("payload_ref_threshold_bytes", v.into());
+        for (option, v) in &self.given {
+            let v = match (option, v) {
+                (TaskOption::RetryPolicy, Value::String(text)) => {
+                    serde_json::from_str(text.as_str()).map_err(|e| {
+                        ValidationError::field("retry_policy", format!("is not JSON: {e}"))
+                    })?
+                }
+                (_, v) => v.clone(),
+            };
+            m.insert(option.name().to_owned(), v);
         }
         TaskOptions::from_body(&m)
+    }
+}
+
+impl clap::Args for TaskOptionArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        let mut cmd = cmd;
+        for option in TaskOption::ALL {
+            let spec = option.spec();
+            let arg = clap::Arg::new(spec.flag).long(spec.flag).help(spec.help);
+            cmd = cmd.arg(match spec.kind {
+                Kind::Flag => arg.action(clap::ArgAction::SetTrue),
+                Kind::Whole { .. } => arg.value_parser(clap::value_parser!(u64)),
+                Kind::Time | Kind::Policy => arg,
+            });
+        }
+        cmd.group(
+            clap::ArgGroup::new("task_options")
+                .multiple(true)
+                .required(false)
+                .args(TaskOption::ALL.map(|o| o.spec().flag)),
+        )
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl clap::FromArgMatches for TaskOptionArgs {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut args = Self::default();
+        args.update_from_arg_matches(m)?;
+        Ok(args)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        for option in TaskOption::ALL {
+            let spec = option.spec();
+            let v = match spec.kind {
+                Kind::Flag => m.get_flag(spec.flag).then_some(Value::Bool(true)),
+                Kind::Whole { .. } => m.get_one::<u64>(spec.flag).map(|n| Value::from(*n)),
+                Kind::Time | Kind::Policy => m
+                    .get_one::<String>(spec.flag)
+                    .map(|s| Value::String(s.clone())),
+            };
+            if let Some(v) = v {
+                self.given.retain(|(o, _)| *o != option);
+                self.given.push((option, v));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -219,8 +215,8 @@ impl Outcome {
 /// `submit --batch`: every line of `path` submitted as a batch item, the
 /// settings' `max_batch_tasks` at a time.
 async fn submit_batch(queue: &Queue, path: &std::path::Path) -> Outcome {
-    use crate::lambda::batch::{item_result, prepare, submit_prepared};
-    use crate::lambda::request::SubmitBody;
+    use crate::intake::SubmitBody;
+    use crate::intake::batch::{item_result, prepare, submit_prepared};
     let text = match read_lines_file(path) {
         Ok(t) => t,
         Err(e) => return error(exit::INVALID, "invalid_request", e),
@@ -375,7 +371,7 @@ async fn drain_due_queue(
     dry_run: bool,
     wait_seconds: i32,
 ) -> Result<Value, String> {
-    use crate::lambda::due::{DueMessage, handle_messages};
+    use crate::intake::due::{DueMessage, handle_messages};
     let mut summary = crate::protocol::SweepSummary {
         dry_run,
         complete: true,
@@ -644,7 +640,6 @@ async fn due_queue_delay(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<u64, St
 /// `idem doctor`: the bucket's configuration against what the guarantees
 /// need; exit 5 when one depends on something missing.
 async fn doctor(queue: &Queue, config: &Config, due_queue_arn: Option<String>) -> Outcome {
-    let bucket = config.bucket.as_str();
     // The store's own client: its endpoint, path style and key pair
     // (S3_CREDENTIALS_SECRET, read again here).
     let client = match crate::store::S3Store::for_config(config).await {
@@ -667,7 +662,7 @@ async fn doctor(queue: &Queue, config: &Config, due_queue_arn: Option<String>) -
         due_queue_arn,
         submitter,
     };
-    let report = crate::doctor::examine(&client, bucket, &expect).await;
+    let report = crate::doctor::examine(&client, &config.bucket, &expect).await;
     Outcome {
         exit: if report.ok { exit::OK } else { exit::UNHEALTHY },
         output: serde_json::to_value(&report).unwrap_or(Value::Null),

@@ -7,6 +7,7 @@ use chrono::{DateTime, Duration, Utc};
 
 /// The source of "now" for the protocol and the in-memory store.
 pub trait Clock: Send + Sync + 'static {
+    /// The current time.
     fn now(&self) -> DateTime<Utc>;
 }
 
@@ -25,6 +26,7 @@ impl Clock for SystemClock {
 pub struct ManualClock(Arc<Mutex<DateTime<Utc>>>);
 
 impl ManualClock {
+    /// A clock standing at `start`.
     pub fn new(start: DateTime<Utc>) -> Self {
         ManualClock(Arc::new(Mutex::new(start)))
     }
@@ -34,10 +36,12 @@ impl ManualClock {
         Self::new(DateTime::from_timestamp(1_769_515_200, 0).unwrap_or_default())
     }
 
+    /// Sets the time to `t`.
     pub fn set(&self, t: DateTime<Utc>) {
         *self.lock() = t;
     }
 
+    /// Moves the time on by `by`.
     pub fn advance(&self, by: Duration) {
         let mut t = self.lock();
         *t += by;
@@ -59,7 +63,9 @@ impl Clock for ManualClock {
 /// lies in `[low, high]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Offset {
+    /// The least the offset can be, given the answers' round trips.
     pub low: Duration,
+    /// The most the offset can be.
     pub high: Duration,
 }
 
@@ -96,6 +102,8 @@ impl std::fmt::Display for Offset {
 pub struct OffsetEstimate(Mutex<Option<Offset>>);
 
 impl OffsetEstimate {
+    /// Takes in one answer: sent at `sent`, received at `received` (local
+    /// times), dated `date` by the storage.
     pub fn observe(&self, sent: DateTime<Utc>, received: DateTime<Utc>, date: DateTime<Utc>) {
         let sample = Offset {
             low: date - received,

@@ -11,7 +11,9 @@ use chrono::Duration;
 pub struct RetryPolicy {
     /// Attempts per request, the first included.
     pub max_attempts: u32,
+    /// The first backoff.
     pub base_delay: StdDuration,
+    /// The longest backoff.
     pub max_delay: StdDuration,
     /// One attempt is abandoned (and its request dropped) after this long.
     pub attempt_timeout: StdDuration,
@@ -56,22 +58,30 @@ pub const LATE_WRITE_MARGIN: Duration = Duration::minutes(15);
 /// The protocol's knobs. `Default` is the documented defaults (the README, "Configuration").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
+    /// How long a key is remembered when the submit says nothing
+    /// (`IDEMPOTENCY_TTL_DAYS`).
     pub default_ttl: Duration,
+    /// The longest a submit may ask (`IDEMPOTENCY_MAX_TTL_DAYS`).
     pub max_ttl: Duration,
     /// A record's task may only be written before `LastModified + finish_window`.
     pub finish_window: Duration,
     /// The sweeper finishes `creating` records older than this.
     pub stale_creating_after: Duration,
+    /// How many hex digits of a task id name its shard
+    /// (`TASK_SHARD_PREFIX_LEN`).
     pub shard_prefix_len: usize,
+    /// The largest input, as canonical JSON (`MAX_INPUT_BYTES`).
     pub max_input_bytes: usize,
     /// Most items in one `POST /tasks/batch` (`MAX_BATCH_TASKS`).
     pub max_batch_tasks: usize,
+    /// Refuse a submit without a key (`REQUIRE_IDEMPOTENCY_KEY`).
     pub require_key: bool,
     /// Every submit, all its attempts included, ends within this: 25 s, well
     /// under API Gateway's integration limit (29 s for REST APIs, 30 s for
     /// HTTP APIs), so that a slow S3 is answered as our 503 with
     /// `Retry-After`, not as API Gateway's bare 503.
     pub operation_timeout: Duration,
+    /// How each store request is retried.
     pub retry: RetryPolicy,
     /// Whose clock the deadlines are judged by.
     pub clock_check: ClockCheck,
@@ -83,7 +93,10 @@ pub struct Settings {
     pub late_write_margin: Duration,
     /// Check every input against the JSON Schema published for its task
     /// type at `schemas/{task_type}.json`, before anything is written
-    /// (`VALIDATE_INPUT_SCHEMAS`; off by default).
+    /// (`VALIDATE_INPUT_SCHEMAS`; off by default). Needs a build with the
+    /// `schemas` feature: without it, [`Settings::check`] refuses it, and a
+    /// queue built on it anyway refuses every submit (nothing is ever let
+    /// through unchecked).
     pub validate_input_schemas: bool,
     /// How long a process trusts the schema it read for a task type (or its
     /// absence) before the next submit of that type revalidates it with a
@@ -149,8 +162,11 @@ pub const EVENT_DELIVERY_MARGIN: Duration = Duration::minutes(15);
 /// queue it controls; a build without it refuses that variable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conditions {
+    /// How late a signed request can still land at the store.
     pub late_write: Duration,
+    /// How late a record's due message can reach the sweeper after its delay.
     pub event_delivery: Duration,
+    /// The deadline every submit's operation ends within.
     pub operation_timeout: Duration,
 }
 
@@ -180,7 +196,9 @@ pub const MAX_SCHEMA_CACHE: Duration = Duration::seconds(3600);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{var}: {reason}")]
 pub struct ConfigError {
+    /// The variable (or setting) that is wrong.
     pub var: &'static str,
+    /// What is wrong with it.
     pub reason: String,
 }
 
@@ -203,7 +221,17 @@ impl Settings {
     pub fn check_under(&self, world: &Conditions) -> Result<(), ConfigError> {
         self.check_record_life()?;
         self.check_windows(world)?;
-        self.check_limits()
+        self.check_limits()?;
+        self.check_build(cfg!(feature = "schemas"))
+    }
+
+    /// What the build can do: input schemas need a JSON Schema validator,
+    /// which only a build with the `schemas` feature has (`schemas_built`).
+    fn check_build(&self, schemas_built: bool) -> Result<(), ConfigError> {
+        if self.validate_input_schemas && !schemas_built {
+            return Err(err("VALIDATE_INPUT_SCHEMAS", NO_SCHEMAS_BUILD));
+        }
+        Ok(())
     }
 
     /// A record lives at least an hour, and no default outlives the longest.
@@ -316,6 +344,7 @@ pub enum RecordEvents {
 }
 
 impl RecordEvents {
+    /// The value of `RECORD_EVENTS` that names it.
     pub fn as_str(&self) -> &'static str {
         match self {
             RecordEvents::Bucket => "bucket",
@@ -324,12 +353,23 @@ impl RecordEvents {
     }
 }
 
+/// Why `VALIDATE_INPUT_SCHEMAS=on` stops a build without the `schemas`
+/// feature at start, and how to build one with it (the README, "Input
+/// schemas").
+pub const NO_SCHEMAS_BUILD: &str = "is on, but this build has no JSON Schema validator: build with the `schemas` feature \
+     (`cargo build --release --features schemas`; for `sam build`, `CARGO_LAMBDA_CONTEXT=schemas sam build --beta-features`), \
+     or turn VALIDATE_INPUT_SCHEMAS off";
+
 /// Everything the functions and the CLI read from the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
+    /// The queue's bucket (`BUCKET_NAME`).
     pub bucket: String,
+    /// Path-style S3 URLs (`S3_FORCE_PATH_STYLE`), for a local S3.
     pub force_path_style: bool,
+    /// Fold the caller's principal into keys (`TENANT_ISOLATION`).
     pub tenant_isolation: bool,
+    /// The protocol's settings.
     pub settings: Settings,
     /// `RECORD_EVENTS`.
     pub record_events: RecordEvents,
@@ -736,10 +776,30 @@ mod tests {
             ("BUCKET_NAME", "b"),
             ("VALIDATE_INPUT_SCHEMAS", "on"),
             ("SCHEMA_CACHE_SECONDS", "0"),
-        ])
-        .unwrap()
-        .settings;
-        assert!(on.validate_input_schemas);
-        assert_eq!(on.schema_cache_ttl, Duration::zero());
+        ]);
+        if cfg!(feature = "schemas") {
+            let on = on.unwrap().settings;
+            assert!(on.validate_input_schemas);
+            assert_eq!(on.schema_cache_ttl, Duration::zero());
+        } else {
+            assert_eq!(on.unwrap_err().var, "VALIDATE_INPUT_SCHEMAS");
+        }
+    }
+
+    #[test]
+    fn input_schemas_in_a_build_without_a_validator_stop_at_start_saying_how_to_build_one() {
+        let on = Settings {
+            validate_input_schemas: true,
+            ..Settings::default()
+        };
+        let e = on.check_build(false).unwrap_err();
+        assert_eq!(e.var, "VALIDATE_INPUT_SCHEMAS");
+        assert!(e.to_string().contains("--features schemas"), "{e}");
+        assert!(
+            e.to_string().contains("CARGO_LAMBDA_CONTEXT=schemas"),
+            "{e}"
+        );
+        assert!(on.check_build(true).is_ok());
+        assert!(Settings::default().check_build(false).is_ok());
     }
 }

@@ -3,14 +3,36 @@
 //! The front door of a task queue that lives in one S3 bucket: submits that
 //! producers can retry safely, on S3 conditional writes.
 //!
-//! ```no_run
-//! # async fn demo(queue: idempotent_submit::Queue) -> Result<(), idempotent_submit::SubmitError> {
+//! ```
+//! use idempotent_submit::{MemoryStore, Queue, Settings, SubmitError};
+//! use serde_json::json;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), SubmitError> {
+//! // A queue over a bucket in memory; `Queue::from_config` (or
+//! // `S3Store::from_env`) puts one over S3.
+//! let queue = Queue::new(MemoryStore::default(), Settings::default());
 //! let task = queue
-//!     .submit("charge_customer", serde_json::json!({"order": "ORD-123"}))
+//!     .submit("charge_customer", json!({"order": "ORD-123"}))
 //!     .idempotency_key("charge-ORD-123")
 //!     .idempotency_ttl(chrono::Duration::days(30))
 //!     .await?;
-//! println!("{} replayed={}", task.task_id, task.replayed);
+//! assert!(task.created());
+//!
+//! // A retry of the key gets the same task, and writes nothing.
+//! let retry = queue
+//!     .submit("charge_customer", json!({"order": "ORD-123"}))
+//!     .idempotency_key("charge-ORD-123")
+//!     .await?;
+//! assert!(retry.replayed);
+//! assert_eq!(retry.task_id, task.task_id);
+//!
+//! // The key with another input is a conflict: nothing is written.
+//! let other = queue
+//!     .submit("charge_customer", json!({"order": "ORD-999"}))
+//!     .idempotency_key("charge-ORD-123")
+//!     .await;
+//! assert!(matches!(other, Err(SubmitError::Conflict { .. })));
 //! # Ok(()) }
 //! ```
 //!
@@ -37,25 +59,48 @@
 //! - A replay reads the record and the task: 3 requests. A conflict: 2.
 //!
 //! docs/protocol.md has every step, with its failure cases.
+//!
+//! ## Features
+//!
+//! - `lambda` and `cli` (default): the Lambda adapters and the binaries
+//!   `submit`, `sweep` and `idem`; the library alone builds without them.
+//! - `schemas`: inputs checked against their task type's published JSON
+//!   Schema (`VALIDATE_INPUT_SCHEMAS`); without it that setting is refused.
+//! - `testing`: test machinery (fault injection); never in a release build.
 
-#[cfg(feature = "cli")]
-pub mod cli;
+#![warn(missing_docs)]
+
+// The public API: the queue and its builder, what a submit answers, the
+// stores, the configuration and the clocks. The rest is the service's own
+// (the protocol's engine, the doors, the CLI): public only so that the
+// binaries and the tests reach it, and hidden from the documentation.
 pub mod clock;
 pub mod config;
-pub mod doctor;
 pub mod due_sender;
+pub mod store;
+
+mod queue;
+
+#[doc(hidden)]
+#[cfg(feature = "cli")]
+pub mod cli;
+#[cfg(feature = "cli")]
+mod doctor;
+#[doc(hidden)]
+#[cfg(any(feature = "lambda", feature = "cli"))]
+pub mod intake;
+#[doc(hidden)]
 #[cfg(feature = "lambda")]
 pub mod lambda;
+#[doc(hidden)]
 pub mod protocol;
-pub mod queue;
-pub mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ClockCheck, Config, ConfigError, RecordEvents, RetryPolicy, Settings};
 pub use due_sender::{DueSender, MemoryDueQueue};
 pub use protocol::{
-    ConflictKind, IdempotencyKey, Scope, SubmitError, Submitted, TaskOptions, TaskRetryPolicy,
-    TaskType, Tenant, ValidationError,
+    ConflictKind, ErrorKind, IdempotencyInfo, InputError, Scope, ScopeName, SubmitError, Submitted,
+    TaskRetryPolicy, ValidationError,
 };
-pub use queue::{Queue, SubmitBuilder};
+pub use queue::{BATCH_FAN_OUT, Queue, SubmitBuilder};
 pub use store::{MemoryStore, S3Store, Store, StoreError};

@@ -13,10 +13,11 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigError, RecordEvents, Settings};
 use crate::due_sender::DueSender;
 use crate::protocol::hash;
+use crate::protocol::options::{OptionValue, TaskOption};
 use crate::protocol::record::{TaskLocation, record_key};
 use crate::protocol::{
-    DueMessages, Engine, IdempotencyKey, Input, KeySpec, Record, Scope, SubmitError, SubmitRequest,
-    Submitted, TaskOptions, TaskRetryPolicy, TaskType, Tenant, Ttl, ValidationError,
+    DueMessages, Engine, IdempotencyKey, Input, KeySpec, Record, Scope, ScopeName, SubmitError,
+    SubmitRequest, Submitted, TaskOptions, TaskRetryPolicy, TaskType, Tenant, Ttl, ValidationError,
 };
 use crate::store::{ObjectMeta, S3Store, Store, StoreError};
 
@@ -82,10 +83,14 @@ impl Queue {
         }
     }
 
+    /// The protocol's engine under the queue (the sweeper's passes, the
+    /// CLI's record reads, the tests).
+    #[doc(hidden)]
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
+    /// The settings the queue runs with.
     pub fn settings(&self) -> &Settings {
         self.engine.settings()
     }
@@ -176,17 +181,16 @@ impl Queue {
 
     /// Reads the record of `key` in the scope named `scope` (a task type,
     /// `queue`, or a custom name); `None` if there is none.
+    #[doc(hidden)]
     pub async fn record(
         &self,
         scope: &str,
         key: &str,
         tenant: Option<&Tenant>,
     ) -> Result<Option<(Record, ObjectMeta)>, SubmitError> {
-        // The scope argument names the namespace directly.
-        let name = match Scope::parse(Some(scope))? {
-            Scope::Custom(n) => n,
-            _ => scope.to_owned(),
-        };
+        // The scope argument names the namespace directly (a task type,
+        // `queue`, a custom name: one charset).
+        let name = ScopeName::parse(scope)?.as_str().to_owned();
         let key = IdempotencyKey::parse(key)?;
         let rkey = record_key(&name, &hash::key_hash(&name, &key, tenant));
         match self.get_optional(&rkey).await? {
@@ -230,13 +234,17 @@ pub struct SubmitBuilder<'q> {
     options: Result<TaskOptions, ValidationError>,
 }
 
-/// Whole seconds of `d`, or the field named.
-fn whole_seconds(d: Duration, field: &'static str) -> Result<u64, ValidationError> {
+/// Whole seconds of `d`, as `option` holds them, or the option named.
+fn whole_seconds(d: Duration, option: TaskOption) -> Result<OptionValue, ValidationError> {
     if d.subsec_nanos() != 0 {
-        return Err(ValidationError::field(field, "must be whole seconds"));
+        return Err(ValidationError::field(
+            option.name(),
+            "must be whole seconds",
+        ));
     }
     u64::try_from(d.num_seconds())
-        .map_err(|_| ValidationError::field(field, "must not be negative"))
+        .map(OptionValue::Whole)
+        .map_err(|_| ValidationError::field(option.name(), "must not be negative"))
 }
 
 impl<'q> SubmitBuilder<'q> {
@@ -259,9 +267,12 @@ impl<'q> SubmitBuilder<'q> {
         self
     }
 
-    fn option(mut self, set: impl FnOnce(&mut TaskOptions) -> Result<(), ValidationError>) -> Self {
+    /// Sets one task option (its bounds are checked here, once: the
+    /// options' table, src/protocol/options.rs); the first one refused is
+    /// kept to report.
+    fn option(mut self, option: TaskOption, value: Result<OptionValue, ValidationError>) -> Self {
         if let Ok(o) = &mut self.options
-            && let Err(e) = set(o)
+            && let Err(e) = value.and_then(|v| o.set(option, v))
         {
             self.options = Err(e);
         }
@@ -269,7 +280,8 @@ impl<'q> SubmitBuilder<'q> {
     }
 
     /// Every task option at once (what the HTTP and SQS bodies carry).
-    pub fn options(mut self, options: TaskOptions) -> Self {
+    #[cfg(any(feature = "lambda", feature = "cli"))]
+    pub(crate) fn options(mut self, options: TaskOptions) -> Self {
         self.options = Ok(options);
         self
     }
@@ -278,81 +290,61 @@ impl<'q> SubmitBuilder<'q> {
     /// (buquet's `timeout_seconds`, default 300 s; whole seconds, 1 s to a
     /// day).
     pub fn timeout(self, timeout: Duration) -> Self {
-        self.option(|o| {
-            o.timeout_seconds = Some(whole_seconds(timeout, "timeout_seconds")?);
-            Ok(())
-        })
+        let option = TaskOption::TimeoutSeconds;
+        self.option(option, whole_seconds(timeout, option))
     }
 
     /// How many times a failed task is retried (default 3; up to 100).
     pub fn max_retries(self, n: u32) -> Self {
-        self.option(|o| {
-            o.max_retries = Some(n);
-            Ok(())
-        })
+        self.option(TaskOption::MaxRetries, Ok(OptionValue::Whole(n.into())))
     }
 
     /// The backoff between retries.
     pub fn retry_policy(self, policy: TaskRetryPolicy) -> Self {
-        self.option(|o| {
-            o.retry_policy = Some(policy);
-            Ok(())
-        })
+        self.option(TaskOption::RetryPolicy, Ok(OptionValue::Policy(policy)))
     }
 
     /// The task becomes available (is claimed no earlier than) at `at`.
     pub fn schedule_at(self, at: chrono::DateTime<chrono::Utc>) -> Self {
-        self.option(|o| {
-            o.schedule_at = Some(at);
-            Ok(())
-        })
+        self.option(TaskOption::ScheduleAt, Ok(OptionValue::Time(at)))
     }
 
     /// The task becomes available `delay` after the submit, in S3's time
     /// (`delay_seconds`; whole seconds).
     pub fn delay(self, delay: Duration) -> Self {
-        self.option(|o| {
-            o.delay_seconds = Some(whole_seconds(delay, "delay_seconds")?);
-            Ok(())
-        })
+        let option = TaskOption::DelaySeconds;
+        self.option(option, whole_seconds(delay, option))
     }
 
-    /// How many times a handler may reschedule the task before it fails.
+    /// How many times a handler may reschedule the task before it fails
+    /// (up to 10 000).
     pub fn max_reschedules(self, n: u32) -> Self {
-        self.option(|o| {
-            o.max_reschedules = Some(n);
-            Ok(())
-        })
+        self.option(TaskOption::MaxReschedules, Ok(OptionValue::Whole(n.into())))
     }
 
     /// The task expires (is not run) once `ttl` has passed since the submit
     /// (buquet's `ttl_seconds`; not the key's life, which is
     /// [`SubmitBuilder::idempotency_ttl`]).
     pub fn task_ttl(self, ttl: Duration) -> Self {
-        self.option(|o| {
-            o.ttl_seconds = Some(whole_seconds(ttl, "ttl_seconds")?);
-            Ok(())
-        })
+        let option = TaskOption::TtlSeconds;
+        self.option(option, whole_seconds(ttl, option))
     }
 
     /// The task expires (is not run) at `at` (buquet's `expires_at`).
     pub fn task_expires_at(self, at: chrono::DateTime<chrono::Utc>) -> Self {
-        self.option(|o| {
-            o.expires_at = Some(at);
-            Ok(())
-        })
+        self.option(TaskOption::ExpiresAt, Ok(OptionValue::Time(at)))
     }
 
     /// Offloads an input whose compact JSON is longer than `threshold`
     /// bytes to `payloads/{task_id}/input.json`, as buquet's
-    /// `use_payload_refs` does (its default threshold is
-    /// [`crate::protocol::options::DEFAULT_PAYLOAD_REF_THRESHOLD_BYTES`]).
+    /// `use_payload_refs` does (its default threshold is 256 KiB).
     pub fn payload_refs(self, threshold: usize) -> Self {
-        self.option(|o| {
-            o.use_payload_refs = Some(true);
-            o.payload_ref_threshold_bytes = Some(u64::try_from(threshold).unwrap_or(u64::MAX));
-            Ok(())
-        })
+        let threshold = u64::try_from(threshold).unwrap_or(u64::MAX);
+        self.option(TaskOption::UsePayloadRefs, Ok(OptionValue::Flag(true)))
+            .option(
+                TaskOption::PayloadRefThresholdBytes,
+                Ok(OptionValue::Whole(threshold)),
+            )
     }
 
     /// Keeps this principal's keys apart from everyone else's.
@@ -362,23 +354,22 @@ impl<'q> SubmitBuilder<'q> {
     }
 
     /// Parses the request without sending it.
-    pub fn parse(self) -> Result<SubmitRequest, SubmitError> {
+    pub(crate) fn parse(self) -> Result<SubmitRequest, SubmitError> {
         let settings = self.queue.settings();
         let task_type = TaskType::parse(self.task_type)?;
         let value = self
             .input
             .map_err(|e| ValidationError::field("input", format!("cannot be serialized: {e}")))?;
         let input = Input::new(&value, settings.max_input_bytes)?;
+        // Each option's bounds were checked where it was set; what is left is
+        // the contradictions between them.
         let options = self.options?;
         options.check()?;
         let idempotency = match self.key {
             None if settings.require_key => return Err(ValidationError::KeyRequired.into()),
             None => None,
             Some(k) => {
-                let scope = match self.scope {
-                    Scope::Custom(n) => Scope::parse(Some(&n))?,
-                    s => s,
-                };
+                let scope = self.scope;
                 let ttl = Ttl::new(self.ttl.unwrap_or(settings.default_ttl), settings.max_ttl)?;
                 Some(KeySpec {
                     key: IdempotencyKey::parse(k)?,

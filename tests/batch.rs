@@ -4,15 +4,15 @@
 //! item failed retryably is a 503; tenants; metrics; and a batch whose
 //! process died halfway, finished by the sweeper's events or by a retry.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::event;
-use common::handler::{Harness, Resp};
+use crate::common::event;
+use crate::common::handler::{Harness, Resp};
 use idempotent_submit::protocol::RecordOutcome;
-use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, Store, StoreError};
+use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, StoreError};
 use idempotent_submit::{ManualClock, Queue, Settings, SubmitError};
 use serde_json::{Value, json};
 
@@ -384,51 +384,36 @@ struct Overlap {
     most: Arc<AtomicUsize>,
 }
 
+impl Overlap {
+    fn counts(call: &common::Call<'_>) -> bool {
+        call.body.is_some() && call.key.starts_with("idempotency/")
+    }
+}
+
 #[async_trait::async_trait]
-impl Store for Overlap {
-    fn clock_offset(&self) -> Option<idempotent_submit::clock::Offset> {
-        self.inner.clock_offset()
+impl common::Hooks for Overlap {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
     }
-    async fn get(&self, key: &str) -> Result<idempotent_submit::store::Object, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn head(&self, key: &str) -> Result<idempotent_submit::store::ObjectMeta, StoreError> {
-        self.inner.head(key).await
-    }
-    async fn put(
-        &self,
-        key: &str,
-        body: bytes::Bytes,
-        mode: idempotent_submit::store::PutMode,
-    ) -> Result<idempotent_submit::store::PutResult, StoreError> {
-        if !key.starts_with("idempotency/") {
-            return self.inner.put(key, body, mode).await;
+
+    async fn before(&self, call: &common::Call<'_>) -> Result<(), StoreError> {
+        if Self::counts(call) {
+            let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(n, Ordering::SeqCst);
+            // Give every other started submit its turn before this one answers.
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
         }
-        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most.fetch_max(n, Ordering::SeqCst);
-        // Give every other started submit its turn before this one answers.
-        for _ in 0..4 {
-            tokio::task::yield_now().await;
+        Ok(())
+    }
+
+    async fn after(&self, call: &common::Call<'_>, _ok: bool) {
+        if Self::counts(call) {
+            self.now.fetch_sub(1, Ordering::SeqCst);
         }
-        let r = self.inner.put(key, body, mode).await;
-        self.now.fetch_sub(1, Ordering::SeqCst);
-        r
-    }
-    async fn delete(
-        &self,
-        key: &str,
-        m: Option<&idempotent_submit::store::ETag>,
-    ) -> Result<(), StoreError> {
-        self.inner.delete(key, m).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-        start_after: Option<&str>,
-        page: Option<String>,
-        limit: usize,
-    ) -> Result<idempotent_submit::store::ListPage, StoreError> {
-        self.inner.list(prefix, start_after, page, limit).await
     }
 }
 
@@ -440,7 +425,11 @@ async fn submit_many_sends_every_item_of_a_full_batch_at_once_each_as_a_single_s
         now: Arc::default(),
         most: Arc::default(),
     };
-    let q = Queue::with_clock(store.clone(), Arc::new(clock.clone()), common::settings());
+    let q = Queue::with_clock(
+        common::Wrapped(store.clone()),
+        Arc::new(clock.clone()),
+        common::settings(),
+    );
     let n = Settings::default().max_batch_tasks;
     let results = q
         .submit_many((0..n).map(|i| {

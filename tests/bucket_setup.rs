@@ -3,7 +3,7 @@
 //! what they leave. Needs `aws` (make tools installs awscli) and `jq`; fails
 //! without them.
 
-mod common;
+use crate::common;
 
 use aws_sdk_s3::types::{
     BucketLifecycleConfiguration, Event, ExpirationStatus, FilterRule, FilterRuleName,

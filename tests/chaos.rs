@@ -12,9 +12,9 @@
 //! release binaries, then the five runs in which the world damages the
 //! bucket, which the audit must report.
 
+use crate::common;
 #[path = "chaos/audit.rs"]
 mod audit;
-mod common;
 #[path = "chaos/damage.rs"]
 mod damage;
 #[path = "chaos/producers.rs"]

@@ -1,6 +1,6 @@
 //! The `idem` binary against moto: each command and its exit codes.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 

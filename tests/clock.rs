@@ -5,12 +5,12 @@
 //! clock is set minutes ahead of and behind the machine's with
 //! `MemoryStore::set_skew`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
+use crate::common::World;
 use chrono::Duration;
-use common::World;
 use idempotent_submit::lambda::handle_submit;
 use idempotent_submit::protocol::{RecordOutcome, SweepOptions};
 use idempotent_submit::store::{Fault, Op};
@@ -20,15 +20,9 @@ use serde_json::{Value, json};
 
 impl World {
     /// A submit of `key` whose process died right after writing its record.
-    async fn interrupted(&self, key: &str) {
-        self.submit_dying_at(
-            key,
-            json!({"n": 1}),
-            Op::PutCreate,
-            "idempotency/",
-            Fault::CrashAfter,
-        )
-        .await;
+    async fn died_after_its_record(&self, key: &str) {
+        self.interrupted_after_its_record(key, json!({"n": 1}))
+            .await;
         assert_eq!(self.count("idempotency/"), 1);
         assert_eq!(self.count("tasks/"), 0);
     }
@@ -63,7 +57,7 @@ impl World {
         use std::sync::atomic::{AtomicBool, Ordering};
         let clock = self.clock.clone();
         let stalled = Arc::new(AtomicBool::new(false));
-        let store = common::Intercept {
+        let store = common::Wrapped(common::Intercept {
             inner: self.bucket.clone(),
             hook: move |op: Op, key: &str| {
                 if op == Op::PutCreate
@@ -75,7 +69,7 @@ impl World {
                 }
                 None
             },
-        };
+        });
         let settings = idempotent_submit::Settings {
             operation_timeout: Duration::hours(2),
             ..common::settings()
@@ -140,7 +134,7 @@ async fn within_60_s_a_deadline_passed_by_s3s_clock_is_passed_though_ours_is_sho
     // S3 is 50 s ahead: by our clock the deadline is 40 s away, by S3's it
     // passed 10 s ago. No task is written for the record.
     let w = World::skewed(Duration::seconds(50));
-    w.interrupted("k").await;
+    w.died_after_its_record("k").await;
     w.clock.advance(Duration::seconds(2400 + 10));
     let before = w.bucket.snapshot();
     match submit(&w.queue(), "k").await.unwrap_err() {
@@ -171,7 +165,7 @@ async fn within_60_s_a_deadline_still_ahead_by_s3s_clock_is_still_ahead_though_o
     // S3 is 50 s behind: by our clock the deadline passed 10 s ago, by S3's
     // it is 40 s away. The submit finishes the task.
     let w = World::skewed(Duration::seconds(-50));
-    w.interrupted("k").await;
+    w.died_after_its_record("k").await;
     w.clock.advance(Duration::seconds(2400 - 40));
     let r = submit(&w.queue(), "k").await.unwrap();
     assert!(r.recovered);
@@ -184,7 +178,7 @@ async fn a_clock_ahead_does_not_answer_missing_before_a_late_write_could_still_l
     // until 20 s ago; by S3's it can for 30 s more: undetermined, not
     // `missing`.
     let w = World::skewed(Duration::seconds(-50));
-    w.interrupted("k").await;
+    w.died_after_its_record("k").await;
     w.clock.advance(Duration::seconds(2400 + 15 * 60 - 30));
     match submit(&w.queue(), "k").await.unwrap_err() {
         SubmitError::Undetermined { retry_after, .. } => assert_eq!(retry_after.as_secs(), 30),
@@ -200,7 +194,7 @@ async fn a_clock_ahead_does_not_answer_missing_before_a_late_write_could_still_l
 #[tokio::test]
 async fn a_sweeper_whose_clock_is_off_leaves_records_and_its_checkpoint_alone() {
     let w = World::skewed(Duration::zero());
-    w.interrupted("k").await;
+    w.died_after_its_record("k").await;
     w.clock.advance(Duration::seconds(600));
     w.bucket.set_skew(Duration::minutes(-3));
     let rkey = w
@@ -331,7 +325,7 @@ async fn a_write_refused_at_the_deadline_waits_out_the_late_writes_by_s3s_earlie
     // 200 s and the retry finds S3's deadline passed: undetermined until 15
     // minutes after the deadline, counted from S3's earliest time now.
     let w = World::skewed(Duration::seconds(50));
-    w.interrupted("k").await;
+    w.died_after_its_record("k").await;
     w.clock.advance(Duration::seconds(2300));
     let q = w.queue_stalling_the_first_task_write(Duration::seconds(200));
     match submit(&q, "k").await.unwrap_err() {

@@ -2,15 +2,13 @@
 //! What each record state leads to, what a batch answers, and requests per
 //! record write that do not grow with the bucket.
 
-mod common;
-
 use std::collections::BTreeMap;
 
+use crate::common::World;
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use bytes::Bytes;
 use chrono::Duration;
-use common::World;
-use idempotent_submit::lambda::due::{DueMessage, handle_messages};
+use idempotent_submit::intake::due::{DueMessage, handle_messages};
 use idempotent_submit::lambda::{Metrics, Sweeper, handle_sweep};
 use idempotent_submit::protocol::RecordStatus;
 use idempotent_submit::store::{Fault, FaultyStore, Op, PutMode, Store};
@@ -20,20 +18,6 @@ use serde_json::{Value, json};
 const BUCKET: &str = "queue-bucket";
 
 impl World {
-    /// A submit of `key` that died right after writing its record; the
-    /// record's key.
-    async fn interrupted(&self, key: &str) -> String {
-        self.submit_dying_at(
-            key,
-            json!({"k": key}),
-            Op::PutCreate,
-            "idempotency/",
-            Fault::CrashAfter,
-        )
-        .await;
-        self.record_key(key)
-    }
-
     /// A submit of `key` that answered: its record is `creating`, its task
     /// and marker are in place.
     async fn answered(&self, key: &str, ttl: Duration) -> String {
@@ -67,17 +51,8 @@ impl World {
         rkey
     }
 
-    fn record_key(&self, key: &str) -> String {
-        let hash = idempotent_submit::protocol::hash::key_hash(
-            "t",
-            &idempotent_submit::IdempotencyKey::parse(key).unwrap(),
-            None,
-        );
-        format!("idempotency/t/{}.json", hash.trim_start_matches("sha256:"))
-    }
-
     /// Hands `messages` to the sweeper over this bucket.
-    async fn deliver(&self, messages: &[DueMessage]) -> idempotent_submit::lambda::due::DueBatch {
+    async fn deliver(&self, messages: &[DueMessage]) -> idempotent_submit::intake::due::DueBatch {
         let q = self.queue_over(self.bucket.clone());
         handle_messages(q.engine(), BUCKET, messages, false, None).await
     }
@@ -123,7 +98,7 @@ fn msg(id: &str, body: String) -> DueMessage {
 #[tokio::test]
 async fn a_stale_interrupted_submit_is_finished_by_its_event_and_its_record_left_as_written() {
     let w = World::new();
-    let rkey = w.interrupted("a").await;
+    let rkey = w.interrupted_after_its_record("a", json!({"k": "a"})).await;
     let written = w.etag(&rkey).await;
     w.clock.advance(Duration::seconds(600));
     let b = w.deliver(&[msg("m1", notification(BUCKET, &rkey))]).await;
@@ -222,8 +197,9 @@ async fn a_record_whose_marker_is_missing_keeps_its_message_until_the_marker_is_
 #[tokio::test]
 async fn an_early_event_goes_back_to_the_queue_and_changes_nothing() {
     let w = World::new();
-    let rkey = w.interrupted("a").await;
-    w.clock.advance(Duration::seconds(599));
+    let rkey = w.interrupted_after_its_record("a", json!({"k": "a"})).await;
+    // Early by more than the due path's tolerance (DUE_EARLY_TOLERANCE, 2 s).
+    w.clock.advance(Duration::seconds(597));
     let before = w.bucket.keys();
     let b = w.deliver(&[msg("m1", notification(BUCKET, &rkey))]).await;
     assert_eq!(b.retry, ["m1"]);
@@ -235,7 +211,7 @@ async fn an_early_event_goes_back_to_the_queue_and_changes_nothing() {
 #[tokio::test]
 async fn an_event_past_the_finish_deadline_is_counted_and_acknowledged() {
     let w = World::new();
-    let rkey = w.interrupted("a").await;
+    let rkey = w.interrupted_after_its_record("a", json!({"k": "a"})).await;
     w.clock.advance(Duration::seconds(2400));
     let b = w.deliver(&[msg("m1", notification(BUCKET, &rkey))]).await;
     assert!(b.retry.is_empty());
@@ -257,7 +233,7 @@ async fn an_expired_record_named_by_an_event_is_deleted() {
 #[tokio::test]
 async fn a_storage_failure_sends_the_message_back_and_the_redelivery_finishes_it() {
     let w = World::new();
-    let rkey = w.interrupted("a").await;
+    let rkey = w.interrupted_after_its_record("a", json!({"k": "a"})).await;
     w.clock.advance(Duration::seconds(700));
     let f = FaultyStore::new(w.bucket.clone());
     f.inject(
@@ -282,7 +258,7 @@ async fn a_storage_failure_sends_the_message_back_and_the_redelivery_finishes_it
 #[tokio::test]
 async fn test_events_foreign_keys_other_buckets_and_junk_are_acknowledged_without_a_read() {
     let w = World::new();
-    let rkey = w.interrupted("a").await;
+    let rkey = w.interrupted_after_its_record("a", json!({"k": "a"})).await;
     w.clock.advance(Duration::seconds(700));
     let f = FaultyStore::new(w.bucket.clone());
     let q = w.queue_over(f.clone());
@@ -313,7 +289,7 @@ async fn a_record_named_twice_in_a_batch_is_read_once_and_both_messages_are_answ
     let w = World::new();
     let stale = w.answered("r", Duration::days(30)).await;
     w.clock.advance(Duration::seconds(300));
-    let early = w.interrupted("e").await;
+    let early = w.interrupted_after_its_record("e", json!({"k": "e"})).await;
     w.clock.advance(Duration::seconds(300));
     let f = FaultyStore::new(w.bucket.clone());
     let q = w.queue_over(f.clone());
@@ -360,7 +336,9 @@ async fn requests_for_events(size: usize) -> BTreeMap<String, usize> {
             .await
             .unwrap();
     }
-    let interrupted = w.interrupted("probe-interrupted").await;
+    let interrupted = w
+        .interrupted_after_its_record("probe-interrupted", json!({"k": "probe-interrupted"}))
+        .await;
     let answered = w.answered("probe-answered", Duration::days(30)).await;
     w.clock.advance(Duration::seconds(600));
     let f = FaultyStore::new(w.bucket.clone());
@@ -423,9 +401,9 @@ fn sqs_event(messages: &[(&str, String)]) -> Value {
 #[tokio::test]
 async fn the_function_tells_a_due_batch_from_the_schedule_by_event_source() {
     let w = World::new();
-    let stale = w.interrupted("s").await;
+    let stale = w.interrupted_after_its_record("s", json!({"k": "s"})).await;
     w.clock.advance(Duration::seconds(300));
-    let early = w.interrupted("e").await;
+    let early = w.interrupted_after_its_record("e", json!({"k": "e"})).await;
     w.clock.advance(Duration::seconds(300));
     let sweeper = Sweeper {
         queue: w.queue_over(w.bucket.clone()),

@@ -2,7 +2,7 @@
 //! event notification received from moto's SQS, handed to the `sweep`
 //! handler as an SQS event, and drained by `idem sweep --due-queue`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

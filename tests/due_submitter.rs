@@ -4,7 +4,7 @@
 //! queue, with its faults) and on moto (its SQS, its real delays), with the
 //! crash points of a first submit after its record in both modes.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +17,7 @@ use common::World;
 use common::due::{BuquetAt, CrashPoint, Mode};
 use idempotent_submit::due_sender::memory::Queued;
 use idempotent_submit::due_sender::{DueFault, MemoryDueQueue, RecordDue, SendError};
-use idempotent_submit::lambda::due::{DueBatch, DueMessage, handle_messages};
+use idempotent_submit::intake::due::{DueBatch, DueMessage, handle_messages};
 use idempotent_submit::protocol::Record;
 use idempotent_submit::store::{
     ETag, ListPage, MemoryStore, Object, ObjectMeta, PutMode, PutResult, StoreError,
@@ -92,18 +92,28 @@ impl Due {
     }
 }
 
-/// A bucket whose record PUTs wait, up to two seconds, until the due queue
-/// holds their record's message: a submit that sent its message after its
-/// PUT (or not at all) makes its PUT wait the whole time, and is counted.
+/// What a bucket does before each record PUT, for the tests below.
 #[derive(Clone)]
-struct AwaitsItsMessage {
+enum BeforeRecordPut {
+    /// Wait, up to two seconds, until the due queue holds the record's
+    /// message: a submit that sent its message after its PUT (or not at
+    /// all) makes its PUT wait the whole time, and is counted.
+    AwaitItsMessage(MemoryDueQueue, Arc<AtomicUsize>),
+    /// Let the message beside it go first, then fly `flight` (the clock
+    /// moves) before landing: as when SQS takes the message before S3
+    /// stamps the record.
+    Fly(idempotent_submit::ManualClock, Duration),
+}
+
+/// A bucket whose record PUTs do [`BeforeRecordPut`] first.
+#[derive(Clone)]
+struct RecordPuts {
     inner: MemoryStore,
-    due: MemoryDueQueue,
-    waited_in_vain: Arc<AtomicUsize>,
+    before: BeforeRecordPut,
 }
 
 #[async_trait]
-impl Store for AwaitsItsMessage {
+impl Store for RecordPuts {
     fn clock_offset(&self) -> Option<idempotent_submit::clock::Offset> {
         self.inner.clock_offset()
     }
@@ -115,13 +125,21 @@ impl Store for AwaitsItsMessage {
     }
     async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
         if key.starts_with("idempotency/") {
-            let end = Instant::now() + StdDuration::from_secs(2);
-            while !self.due.queued().iter().any(|q| q.message.key == key) {
-                if Instant::now() >= end {
-                    self.waited_in_vain.fetch_add(1, Ordering::SeqCst);
-                    break;
+            match &self.before {
+                BeforeRecordPut::AwaitItsMessage(due, waited_in_vain) => {
+                    let end = Instant::now() + StdDuration::from_secs(2);
+                    while !due.queued().iter().any(|q| q.message.key == key) {
+                        if Instant::now() >= end {
+                            waited_in_vain.fetch_add(1, Ordering::SeqCst);
+                            break;
+                        }
+                        tokio::time::sleep(StdDuration::from_millis(1)).await;
+                    }
                 }
-                tokio::time::sleep(StdDuration::from_millis(1)).await;
+                BeforeRecordPut::Fly(clock, flight) => {
+                    tokio::task::yield_now().await;
+                    clock.advance(*flight);
+                }
             }
         }
         self.inner.put(key, body, mode).await
@@ -143,10 +161,9 @@ impl Store for AwaitsItsMessage {
 impl Due {
     fn awaiting(&self) -> (Queue, Arc<AtomicUsize>) {
         let waited = Arc::new(AtomicUsize::new(0));
-        let store = AwaitsItsMessage {
+        let store = RecordPuts {
             inner: self.w.bucket.clone(),
-            due: self.due.clone(),
-            waited_in_vain: waited.clone(),
+            before: BeforeRecordPut::AwaitItsMessage(self.due.clone(), waited.clone()),
         };
         (self.queue_over(store), waited)
     }
@@ -256,58 +273,14 @@ async fn a_submit_whose_task_put_was_lost_gets_its_task_from_its_own_due_message
     finished_by_its_own_message(CrashPoint::TaskLost).await;
 }
 
-/// A bucket whose record PUTs land `flight` after they were sent (the
-/// clock moves while they fly): after the due message sent beside them, as
-/// when SQS takes the message before S3 stamps the record.
-#[derive(Clone)]
-struct SlowRecordPuts {
-    inner: MemoryStore,
-    clock: idempotent_submit::ManualClock,
-    flight: Duration,
-}
-
-#[async_trait]
-impl Store for SlowRecordPuts {
-    fn clock_offset(&self) -> Option<idempotent_submit::clock::Offset> {
-        self.inner.clock_offset()
-    }
-    async fn get(&self, key: &str) -> Result<Object, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
-        self.inner.head(key).await
-    }
-    async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
-        if key.starts_with("idempotency/") {
-            // The message beside it goes first.
-            tokio::task::yield_now().await;
-            self.clock.advance(self.flight);
-        }
-        self.inner.put(key, body, mode).await
-    }
-    async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
-        self.inner.delete(key, if_match).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-        start_after: Option<&str>,
-        page: Option<String>,
-        limit: usize,
-    ) -> Result<ListPage, StoreError> {
-        self.inner.list(prefix, start_after, page, limit).await
-    }
-}
-
 /// A submit that dies after its record, sent at 0.990 s past a second
 /// with a record PUT that lands `flight` later; the sweeper's batch when its
 /// message is handed over, at the very instant its delay ends.
 async fn delivered_on_time(d: &Due, flight: Duration) -> (DueBatch, Vec<Queued>) {
     d.w.clock.advance(Duration::milliseconds(990));
-    let slow = SlowRecordPuts {
+    let slow = RecordPuts {
         inner: d.w.bucket.clone(),
-        clock: d.w.clock.clone(),
-        flight,
+        before: BeforeRecordPut::Fly(d.w.clock.clone(), flight),
     };
     d.queue_over(CrashPoint::AfterRecord.in_front_of(slow))
         .submit("t", json!(1))

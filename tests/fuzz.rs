@@ -12,14 +12,14 @@
 //! `FUZZ_ITERATIONS` sets the length (make fuzz runs long), `FUZZ_SEED` the
 //! start. A failure prints the seed and the input.
 
-mod common;
+use crate::common;
 
 use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
 use idempotent_submit::ManualClock;
+use idempotent_submit::intake::SubmitBody;
 use idempotent_submit::lambda::http::parse_key_header;
-use idempotent_submit::lambda::request::SubmitBody;
 use idempotent_submit::lambda::{App, handle_submit};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Map, Value, json};

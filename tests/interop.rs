@@ -1,13 +1,13 @@
 //! Interop with the queue's own clients: buquet 0.1 from PyPI (its Python
 //! client and worker) against the same moto bucket as our handler.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::sync::Arc;
 
+use crate::common::chaos_proxy::ChaosProxy;
 use chrono::{Duration, SubsecRound, Utc};
-use common::chaos_proxy::ChaosProxy;
 use idempotent_submit::lambda::{App, Metrics, Sweeper, handle_submit, handle_sweep};
 use idempotent_submit::store::{PutMode, Store};
 use idempotent_submit::{ManualClock, Queue, Settings};

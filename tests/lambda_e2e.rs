@@ -1,10 +1,10 @@
 //! The built `submit` and `sweep` binaries through a Lambda runtime API
 //! stand-in, against moto.
 
-mod common;
+use crate::common;
 
-use common::event;
-use common::runtime_api::RuntimeApi;
+use crate::common::event;
+use crate::common::runtime_api::RuntimeApi;
 use serde_json::{Value, json};
 
 fn function(bin: &str, api: &RuntimeApi, bucket: &str) -> tokio::process::Child {

@@ -23,7 +23,7 @@
 //! replays one schedule. A failure prints its seed and a shrunk schedule.
 //! `MODEL_SCHEDULES` sets how many run (make soak runs many).
 
-mod common;
+use crate::common;
 #[path = "model/planted.rs"]
 mod planted;
 
@@ -35,15 +35,14 @@ use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
 use idempotent_submit::protocol::TaskLocation;
 use idempotent_submit::protocol::hash::{canonical_json, input_hash, key_hash};
-use idempotent_submit::protocol::record::{marker_minute, rfc3339};
+use idempotent_submit::protocol::record::marker_minute;
+use idempotent_submit::protocol::rfc3339;
+use idempotent_submit::protocol::{IdempotencyKey, Tenant};
 use idempotent_submit::protocol::{Record, RecordOutcome, RecordStatus, SweepOptions};
 use idempotent_submit::store::{
-    ETag, Fault, FaultyStore, ListPage, MemoryStore, Object, ObjectMeta, Op, PutMode, PutResult,
-    Store, StoreError,
+    ETag, Fault, FaultyStore, MemoryStore, Object, ObjectMeta, Op, PutMode, Store, StoreError,
 };
-use idempotent_submit::{
-    Clock, IdempotencyKey, ManualClock, Queue, Scope, Settings, SubmitError, Tenant,
-};
+use idempotent_submit::{Clock, ManualClock, Queue, Scope, Settings, SubmitError};
 use serde_json::{Value, json};
 
 use planted::{Bug, Planted};
@@ -633,49 +632,35 @@ struct Recorder {
     stale: Duration,
 }
 
+/// The recorder as a store.
+type Recorded = common::Wrapped<Recorder>;
+
 #[async_trait]
-impl Store for Recorder {
-    fn clock_offset(&self) -> Option<idempotent_submit::clock::Offset> {
-        self.inner.clock_offset()
+impl common::Hooks for Recorder {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
     }
-    async fn get(&self, key: &str) -> Result<Object, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
-        self.inner.head(key).await
-    }
-    async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
-        let create = mode == PutMode::Create;
-        let r = self.inner.put(key, body.clone(), mode).await;
-        if r.is_ok() {
-            let at = self.clock.now();
-            if key.starts_with("idempotency/") {
-                let lag = Duration::seconds(self.delay.lock().unwrap().i64(0..=900));
-                self.events.lock().unwrap().push(Event {
-                    key: key.to_owned(),
-                    due: at + self.stale + lag,
-                });
-            }
-            self.writes.lock().unwrap().push(Write {
+
+    async fn after(&self, call: &common::Call<'_>, ok: bool) {
+        let Some(body) = call.body.filter(|_| ok) else {
+            return;
+        };
+        let (key, at) = (call.key, self.clock.now());
+        if key.starts_with("idempotency/") {
+            let lag = Duration::seconds(self.delay.lock().unwrap().i64(0..=900));
+            self.events.lock().unwrap().push(Event {
                 key: key.to_owned(),
-                body,
-                create,
-                at,
+                due: at + self.stale + lag,
             });
         }
-        r
-    }
-    async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
-        self.inner.delete(key, if_match).await
-    }
-    async fn list(
-        &self,
-        p: &str,
-        s: Option<&str>,
-        pg: Option<String>,
-        l: usize,
-    ) -> Result<ListPage, StoreError> {
-        self.inner.list(p, s, pg, l).await
+        self.writes.lock().unwrap().push(Write {
+            key: key.to_owned(),
+            body: body.clone(),
+            create: call.op == Op::PutCreate,
+            at,
+        });
     }
 }
 
@@ -692,7 +677,7 @@ struct Sends {
 /// deadline check.
 #[derive(Clone)]
 struct Slow {
-    inner: FaultyStore<Recorder>,
+    inner: FaultyStore<Recorded>,
     clock: ManualClock,
     rng: Arc<Mutex<fastrand::Rng>>,
     per_mille: u32,
@@ -705,14 +690,15 @@ struct Slow {
 }
 
 impl Slow {
-    async fn answer<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+    /// Beside a worker, an answer takes a random number of turns to come
+    /// back.
+    async fn answer(&self) {
         if let Some(rng) = &self.turns {
             let n = rng.lock().unwrap().u32(0..6);
             for _ in 0..n {
                 tokio::task::yield_now().await;
             }
         }
-        r
     }
 
     /// Maybe lets time pass; then maybe the request is lost on the way (it
@@ -730,46 +716,32 @@ impl Slow {
 }
 
 #[async_trait]
-impl Store for Slow {
-    fn clock_offset(&self) -> Option<idempotent_submit::clock::Offset> {
-        self.inner.clock_offset()
+impl common::Hooks for Slow {
+    type Inner = FaultyStore<Recorded>;
+
+    fn inner(&self) -> &FaultyStore<Recorded> {
+        &self.inner
     }
-    async fn get(&self, key: &str) -> Result<Object, StoreError> {
-        self.lag()?;
-        self.answer(self.inner.get(key).await).await
-    }
-    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
-        self.lag()?;
-        self.answer(self.inner.head(key).await).await
-    }
-    async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
-        {
+
+    /// Notes a task's, a marker's or a record's send first, at the time it
+    /// is sent; then maybe lags.
+    async fn before(&self, call: &common::Call<'_>) -> Result<(), StoreError> {
+        if let Some(body) = call.body {
             let mut sends = self.sends.lock().unwrap();
             let now = self.clock.now();
-            if key.starts_with("tasks/") || key.starts_with("ready/") {
-                sends.writes.push((key.to_owned(), now));
-            } else if key.starts_with("idempotency/")
-                && let Ok(r) = Record::parse(&body)
+            if call.key.starts_with("tasks/") || call.key.starts_with("ready/") {
+                sends.writes.push((call.key.to_owned(), now));
+            } else if call.key.starts_with("idempotency/")
+                && let Ok(r) = Record::parse(body)
             {
                 sends.record_first_sent.entry(r.task_id).or_insert(now);
             }
         }
-        self.lag()?;
-        self.answer(self.inner.put(key, body, mode).await).await
+        self.lag()
     }
-    async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
-        self.lag()?;
-        self.answer(self.inner.delete(key, if_match).await).await
-    }
-    async fn list(
-        &self,
-        p: &str,
-        s: Option<&str>,
-        pg: Option<String>,
-        l: usize,
-    ) -> Result<ListPage, StoreError> {
-        self.lag()?;
-        self.answer(self.inner.list(p, s, pg, l).await).await
+
+    async fn after(&self, _call: &common::Call<'_>, _ok: bool) {
+        self.answer().await
     }
 }
 
@@ -987,8 +959,8 @@ impl World {
         }
     }
 
-    fn process(&self, f: &Faults, beside_a_worker: bool) -> (Queue, FaultyStore<Recorder>) {
-        let store = FaultyStore::new(self.recorder.clone());
+    fn process(&self, f: &Faults, beside_a_worker: bool) -> (Queue, FaultyStore<Recorded>) {
+        let store = FaultyStore::new(common::Wrapped(self.recorder.clone()));
         if let Some((n, after)) = f.crash_at {
             store.at_call(
                 n,
@@ -1021,13 +993,13 @@ impl World {
                 .then(|| Arc::new(Mutex::new(fastrand::Rng::with_seed(f.seed ^ 0x7u64)))),
         };
         let planted = Planted {
-            inner: slow,
+            inner: common::Wrapped(slow),
             bug: self.bug,
             writes: self.recorder.writes.clone(),
             armed: Arc::default(),
         };
         let q = Queue::with_clock(
-            planted,
+            common::Wrapped(planted),
             Arc::new(self.machine.clone()),
             planted::engine_settings(self.bug, &self.settings),
         );
@@ -1226,7 +1198,7 @@ impl World {
         if beside_a_worker && steps.len() > 1 {
             self.stats.beside_a_worker += 1;
         }
-        let procs: Vec<Option<(Queue, FaultyStore<Recorder>)>> = steps
+        let procs: Vec<Option<(Queue, FaultyStore<Recorded>)>> = steps
             .iter()
             .map(|s| match s {
                 Step::Submit { faults, .. } | Step::Sweep { faults, .. } => {
@@ -1408,7 +1380,7 @@ impl World {
     /// not end cleanly (crashed, or failed) may have died between its
     /// marker landing and its re-read of the task: such a marker is not
     /// vouched for until a later finisher of its record checks it.
-    fn note_markers(&mut self, store: &FaultyStore<Recorder>, clean: bool) {
+    fn note_markers(&mut self, store: &FaultyStore<Recorded>, clean: bool) {
         for c in store.calls() {
             if !c.key.starts_with("ready/") {
                 continue;

@@ -5,7 +5,7 @@
 //! in the last place off, and the input hash disagreed with buquet's clients
 //! (tests/interop.rs shows that side).
 
-mod common;
+use crate::common;
 
 use idempotent_submit::lambda::{App, handle_submit};
 use idempotent_submit::store::Store;

@@ -3,89 +3,18 @@
 //! an offloaded submit, with the fault-injecting store and the injectable
 //! clock (buquet's own worker meets them in tests/interop.rs).
 
-mod common;
+use crate::common;
+use crate::common::World;
 
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use idempotent_submit::lambda::{App, Metrics, handle_submit};
-use idempotent_submit::protocol::{Record, RecordOutcome, TaskRetryPolicy, hash};
-use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, PutMode, Store};
-use idempotent_submit::{
-    Clock, Config, ConflictKind, ManualClock, Queue, SubmitError, ValidationError,
-};
+use idempotent_submit::protocol::{RecordOutcome, TaskRetryPolicy, hash};
+use idempotent_submit::store::{Fault, FaultyStore, Op, PutMode, Store};
+use idempotent_submit::{Clock, Config, ConflictKind, Queue, SubmitError, ValidationError};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
-
-struct World {
-    clock: ManualClock,
-    faulty: FaultyStore<MemoryStore>,
-}
-
-impl World {
-    fn new() -> Self {
-        let clock = ManualClock::at_epoch();
-        let faulty = common::faulty(&clock);
-        World { clock, faulty }
-    }
-
-    fn process(&self) -> Queue {
-        Queue::with_clock(
-            self.faulty.clone(),
-            Arc::new(self.clock.clone()),
-            common::settings(),
-        )
-    }
-
-    fn restarted(&self) -> Queue {
-        Queue::with_clock(
-            self.faulty.inner().clone(),
-            Arc::new(self.clock.clone()),
-            common::settings(),
-        )
-    }
-
-    fn bucket(&self) -> &MemoryStore {
-        self.faulty.inner()
-    }
-
-    fn keys(&self, prefix: &str) -> Vec<String> {
-        self.bucket()
-            .keys()
-            .into_iter()
-            .filter(|k| k.starts_with(prefix))
-            .collect()
-    }
-
-    async fn json(&self, key: &str) -> Value {
-        serde_json::from_slice(&self.bucket().get(key).await.unwrap().body).unwrap()
-    }
-
-    async fn record(&self, key: &str) -> Record {
-        self.restarted()
-            .record("t", key, None)
-            .await
-            .unwrap()
-            .unwrap()
-            .0
-    }
-
-    async fn task(&self, key: &str) -> Value {
-        self.json(&self.record(key).await.task_key).await
-    }
-
-    fn record_key(&self) -> String {
-        self.keys("idempotency/").pop().expect("a record")
-    }
-
-    async fn sweep_event(&self) -> RecordOutcome {
-        self.clock.advance(common::settings().stale_creating_after);
-        self.restarted()
-            .engine()
-            .sweep_record(&self.record_key(), false, None)
-            .await
-    }
-}
 
 fn at(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
@@ -125,7 +54,7 @@ async fn a_task_carries_its_options_as_buquets_submit_sets_them_and_its_marker_i
         .task_ttl(Duration::hours(1))
         .await
         .unwrap();
-    let task = w.task("k").await;
+    let task = w.task("k").await.0;
     assert_eq!(task["id"], s.task_id.to_string());
     assert_eq!(task["timeout_seconds"], 1800);
     assert_eq!(task["max_retries"], 10);
@@ -161,7 +90,7 @@ async fn a_task_without_options_keeps_buquets_defaults_and_its_record_has_no_opt
         .idempotency_key("k")
         .await
         .unwrap();
-    let task = w.task("k").await;
+    let task = w.task("k").await.0;
     assert_eq!(task["timeout_seconds"], 300);
     assert_eq!(task["max_retries"], 3);
     for absent in ["max_reschedules", "expires_at", "input_ref"] {
@@ -190,7 +119,7 @@ async fn a_retry_with_the_same_relative_delay_replays_and_other_options_are_a_co
         .await
         .unwrap();
     assert_eq!((again.task_id, again.replayed), (first.task_id, true));
-    let before = w.bucket().keys();
+    let before = w.bucket.keys();
     for other in [
         q.submit("t", json!({"n": 1}))
             .idempotency_key("k")
@@ -219,7 +148,7 @@ async fn a_retry_with_the_same_relative_delay_replays_and_other_options_are_a_co
         SubmitError::Conflict { kind, .. } => assert_eq!(kind, ConflictKind::Input),
         e => panic!("{e:?}"),
     }
-    assert_eq!(w.bucket().keys(), before, "a conflict writes nothing");
+    assert_eq!(w.bucket.keys(), before, "a conflict writes nothing");
 }
 
 #[tokio::test]
@@ -252,7 +181,7 @@ async fn a_record_of_buquets_clients_is_compared_on_task_type_and_input_only() {
         .await
         .unwrap();
     // As buquet's clients write records: no write_id, status or options.
-    let key = w.record_key();
+    let key = w.record_key("k");
     let mut rec = w.json(&key).await;
     for f in [
         "write_id",
@@ -263,7 +192,7 @@ async fn a_record_of_buquets_clients_is_compared_on_task_type_and_input_only() {
     ] {
         rec.as_object_mut().unwrap().remove(f);
     }
-    w.bucket()
+    w.bucket
         .put(
             &key,
             serde_json::to_vec(&rec).unwrap().into(),
@@ -337,7 +266,7 @@ async fn a_schedule_beyond_the_records_life_and_an_expiry_before_availability_ar
     for (b, field) in cases {
         assert_eq!(field_of(b.await.unwrap_err()), field);
     }
-    assert!(w.bucket().keys().is_empty());
+    assert!(w.bucket.keys().is_empty());
     assert_eq!(w.faulty.call_count(), 0, "refused before any request");
 }
 
@@ -353,7 +282,7 @@ async fn an_offloaded_input_is_in_its_payload_the_task_names_it_and_the_hash_is_
         .payload_refs(100 * 1024)
         .await
         .unwrap();
-    let task = w.task("k").await;
+    let task = w.task("k").await.0;
     let payload = format!("payloads/{}/input.json", s.task_id);
     assert_eq!(task["input"], Value::Null);
     assert_eq!(task["input_ref"], payload);
@@ -387,7 +316,7 @@ async fn an_offloaded_input_is_in_its_payload_the_task_names_it_and_the_hash_is_
         .payload_refs(256 * 1024)
         .await
         .unwrap();
-    assert!(w.task("small").await.get("input_ref").is_none());
+    assert!(w.task("small").await.0.get("input_ref").is_none());
     assert_eq!(w.keys("payloads/").len(), 1);
 }
 
@@ -437,7 +366,7 @@ async fn a_submit_that_died_before_its_payload_landed_is_finished_by_the_sweeper
     assert!(w.keys("payloads/").is_empty());
     assert!(w.keys("tasks/").is_empty());
     // The sweeper has no producer to ask: the record holds the input.
-    let outcome = w.sweep_event().await;
+    let outcome = w.sweep_event("k").await;
     assert_eq!(outcome, RecordOutcome::Finished, "{outcome:?}");
     let rec = w.record("k").await;
     assert_eq!(
@@ -445,7 +374,7 @@ async fn a_submit_that_died_before_its_payload_landed_is_finished_by_the_sweeper
             .await,
         input
     );
-    let task = w.task("k").await;
+    let task = w.task("k").await.0;
     assert_eq!(
         task["input_ref"],
         format!("payloads/{}/input.json", rec.task_id)
@@ -514,14 +443,14 @@ async fn a_finisher_that_finds_the_task_writes_only_the_marker_not_the_payload_a
     assert_eq!((w.keys("tasks/").len(), w.keys("payloads/").len()), (1, 1));
     assert!(w.keys("ready/").is_empty());
     w.clock.advance(common::settings().stale_creating_after);
-    let sweeper = FaultyStore::new(w.bucket().clone());
+    let sweeper = FaultyStore::new(w.bucket.clone());
     let outcome = Queue::with_clock(
         sweeper.clone(),
         Arc::new(w.clock.clone()),
         common::settings(),
     )
     .engine()
-    .sweep_record(&w.record_key(), false, None)
+    .sweep_record(&w.record_key("k"), false, None)
     .await;
     assert_eq!(outcome, RecordOutcome::Finished, "{outcome:?}");
     assert_eq!(w.keys("ready/").len(), 1);
@@ -665,7 +594,7 @@ async fn each_bad_option_is_a_400_naming_the_field_and_writes_nothing() {
         let detail = problem["detail"].as_str().unwrap();
         assert!(detail.starts_with(&format!("{field}:")), "{body}: {detail}");
     }
-    assert!(w.bucket().keys().is_empty());
+    assert!(w.bucket.keys().is_empty());
 }
 
 #[tokio::test]
@@ -677,7 +606,7 @@ async fn options_through_the_http_body_reach_the_task_and_other_options_are_a_42
         "max_reschedules": 2, "expires_at": "2026-01-27T13:00:00.5Z"});
     let (status, created) = post(&app, body.clone()).await;
     assert_eq!(status, 201, "{created}");
-    let task = w.task("k").await;
+    let task = w.task("k").await.0;
     assert_eq!(task["available_at"], "2026-01-27T12:05:00Z");
     assert_eq!(task["expires_at"], "2026-01-27T13:00:00.500Z");
     assert_eq!(task["timeout_seconds"], 1800);
@@ -731,7 +660,7 @@ async fn the_scheduled_pass_deletes_a_payload_no_task_names_once_no_task_can_be_
         ),
         (format!("payloads/{other}/input.json"), b"1".to_vec()),
     ] {
-        w.bucket()
+        w.bucket
             .put(&key, body.into(), PutMode::Create)
             .await
             .unwrap();
@@ -770,7 +699,7 @@ async fn the_scheduled_pass_deletes_a_payload_no_task_names_once_no_task_can_be_
 /// bucket at the clock's time, under a new task id.
 async fn orphan_payload(w: &World) -> String {
     let key = format!("payloads/{}/input.json", uuid::Uuid::new_v4());
-    w.bucket()
+    w.bucket
         .put(&key, b"1".to_vec().into(), PutMode::Create)
         .await
         .unwrap();
@@ -790,7 +719,7 @@ async fn a_payload_whose_task_cannot_be_checked_is_counted_as_an_error_and_kept(
     let w = World::new();
     let key = orphan_payload(&w).await;
     w.clock.advance(Duration::hours(2));
-    let f = FaultyStore::new(w.bucket().clone());
+    let f = FaultyStore::new(w.bucket.clone());
     f.inject(
         Some(Op::Head),
         "tasks/",
@@ -822,7 +751,7 @@ async fn a_payload_is_looked_at_for_a_week_after_it_became_an_orphan_and_not_aft
     w.clock.advance(
         Duration::minutes(55) + Duration::seconds(25) + Duration::days(7) - Duration::seconds(1),
     );
-    let s = payload_pass(w.bucket().clone(), &w).await;
+    let s = payload_pass(w.bucket.clone(), &w).await;
     assert_eq!(s.payloads_deleted, 1, "{s:?}");
     assert_eq!(w.keys("payloads/"), vec![old]);
 }

@@ -1,7 +1,7 @@
 //! A record as a reader judges it (`Engine::phase`, `idem key`): by its age
 //! in S3's time and its task object, never by a later write of the record.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -1,12 +1,12 @@
 //! Crashes, lost answers, retries and the finish deadline, with the
 //! fault-injecting store and the injectable clock; and request counts.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
+use crate::common::World;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
-use common::World;
 use futures::FutureExt;
 use idempotent_submit::protocol::{Record, RecordOutcome, RecordStatus, TaskLocation};
 use idempotent_submit::store::{Fault, FaultyStore, ObjectMeta, Op, PutMode, Store, StoreError};
@@ -14,29 +14,11 @@ use idempotent_submit::{Clock, Queue, SubmitError};
 use serde_json::{Value, json};
 
 impl World {
-    /// A fresh process after a crash: straight to the bucket.
-    fn restarted(&self) -> Queue {
-        self.queue()
-    }
-
-    async fn record(&self) -> Record {
-        self.record_meta().await.0
-    }
-
-    /// The record and its metadata (its ETag tells one write from another).
-    async fn record_meta(&self) -> (Record, ObjectMeta) {
-        self.restarted()
-            .record("t", "k", None)
-            .await
-            .unwrap()
-            .unwrap()
-    }
-
     /// The record is still the one write its submit made (`creating`, with
     /// its `pending_task`, the same write_id and ETag), and its task and
     /// marker are both in the bucket.
     async fn assert_written_once(&self, written: &(Record, ObjectMeta)) {
-        let (rec, meta) = self.record_meta().await;
+        let (rec, meta) = self.record_meta("k").await;
         assert_eq!(rec.status, Some(RecordStatus::Creating));
         assert!(
             rec.pending_task.is_some(),
@@ -48,35 +30,17 @@ impl World {
         assert_eq!((self.count("tasks/"), self.count("ready/")), (1, 1));
     }
 
-    fn markers(&self) -> Vec<String> {
-        self.bucket
-            .keys()
-            .into_iter()
-            .filter(|k| k.starts_with("ready/"))
-            .collect()
-    }
-
-    /// The task object as it is in the bucket, and its ETag.
-    async fn task(&self) -> (Value, idempotent_submit::store::ETag) {
-        let o = self
-            .bucket
-            .get(&self.record().await.task_key)
-            .await
-            .unwrap();
-        (serde_json::from_slice(&o.body).unwrap(), o.meta.etag)
-    }
-
     /// What buquet's worker does when it claims the task: a compare-and-swap
     /// of the task object from `pending` to `running`, then it deletes the
     /// task's marker.
     async fn worker_claims(&self) {
-        let rec = self.record().await;
-        let (task, etag) = self.task().await;
+        let rec = self.record("k").await;
+        let (task, etag) = self.task("k").await;
         self.bucket
             .put(&rec.task_key, claimed(&task), PutMode::Update(etag))
             .await
             .unwrap();
-        for m in self.markers() {
+        for m in self.keys("ready/") {
             self.bucket.delete(&m, None).await.unwrap();
         }
     }
@@ -85,8 +49,8 @@ impl World {
     /// the task is `pending` again, available three minutes later, with a
     /// new marker in that minute. The new marker's key.
     async fn worker_retries(&self) -> String {
-        let rec = self.record().await;
-        let (mut task, etag) = self.task().await;
+        let rec = self.record("k").await;
+        let (mut task, etag) = self.task("k").await;
         let at: DateTime<Utc> = task["available_at"].as_str().unwrap().parse().unwrap();
         let later = at + Duration::minutes(3);
         task["status"] = json!("pending");
@@ -110,33 +74,6 @@ impl World {
             .await
             .unwrap();
         marker
-    }
-
-    fn record_key(&self) -> String {
-        self.bucket
-            .keys()
-            .into_iter()
-            .find(|k| k.starts_with("idempotency/"))
-            .expect("a record")
-    }
-
-    /// The sweeper handles the record's S3 event, as the due queue delivers
-    /// it: `STALE_CREATING_AFTER_SECONDS` after the write.
-    async fn sweep_event(&self) -> RecordOutcome {
-        self.clock.advance(common::settings().stale_creating_after);
-        self.restarted()
-            .engine()
-            .sweep_record(&self.record_key(), false, None)
-            .await
-    }
-
-    /// The same, with the sweeper's calls logged.
-    async fn logged_sweep_event(&self) -> RecordOutcome {
-        self.clock.advance(common::settings().stale_creating_after);
-        self.process()
-            .engine()
-            .sweep_record(&self.record_key(), false, None)
-            .await
     }
 }
 
@@ -191,7 +128,7 @@ async fn next_submit_recovers(w: &World) {
     let crashed = submit(&w.process()).await.unwrap_err();
     assert_eq!(crashed, SubmitError::Storage(StoreError::Crashed));
     assert!(w.faulty.crashed());
-    let written = w.record_meta().await;
+    let written = w.record_meta("k").await;
     let pending = written.0.clone();
     assert_eq!(pending.status, Some(RecordStatus::Creating));
     assert!(pending.pending_task.is_some());
@@ -205,7 +142,7 @@ async fn next_submit_recovers(w: &World) {
     w.assert_written_once(&written).await;
     // The record's event: both are there and the task untouched, so the
     // sweeper writes nothing.
-    assert_eq!(w.sweep_event().await, RecordOutcome::Nothing);
+    assert_eq!(w.sweep_event("k").await, RecordOutcome::Nothing);
     w.assert_written_once(&written).await;
     // And a third submit is a plain replay.
     let third = submit(&w.restarted()).await.unwrap();
@@ -226,7 +163,7 @@ async fn a_crash_after_the_task_before_the_marker_is_finished_by_the_next_submit
     // The marker's first attempt fails, so the task lands first, then the
     // process dies before the marker's retry.
     let w = died_before_the_marker().await;
-    let written = w.record_meta().await;
+    let written = w.record_meta("k").await;
     let next = submit(&w.process()).await.unwrap();
     assert_eq!(next.task_id, written.0.task_id);
     assert!(next.recovered, "it wrote the missing marker");
@@ -248,7 +185,7 @@ async fn a_crash_after_the_task_before_the_marker_is_finished_by_the_next_submit
         .position(|o| *o == (Op::Put, "ready".into()))
         .expect("the marker written");
     assert_eq!(ops[put + 1..], [(Op::Get, "tasks".into())], "{ops:?}");
-    assert_eq!(w.sweep_event().await, RecordOutcome::Nothing);
+    assert_eq!(w.sweep_event("k").await, RecordOutcome::Nothing);
     w.assert_written_once(&written).await;
 }
 
@@ -259,11 +196,11 @@ async fn a_crash_before_the_marker_is_finished_by_the_sweeper_event_alone() {
         .inject(Some(Op::Put), "ready/", 1, 1, Fault::CrashBefore);
     submit(&w.process()).await.unwrap_err();
     assert_eq!(w.count("ready/"), 0);
-    let written = w.record_meta().await;
+    let written = w.record_meta("k").await;
     // Nobody submits the key again: the sweeper writes what is missing (the
     // marker for certain; the task may or may not have landed before the
     // crash), and leaves the record as it is.
-    assert_eq!(w.sweep_event().await, RecordOutcome::Finished);
+    assert_eq!(w.sweep_event("k").await, RecordOutcome::Finished);
     w.assert_written_once(&written).await;
 }
 
@@ -275,7 +212,7 @@ async fn a_submit_that_answered_leaves_the_record_creating_with_task_and_marker_
     assert_eq!(r.status, "pending");
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
-    let rec = w.record().await;
+    let rec = w.record("k").await;
     assert_eq!(rec.status, Some(RecordStatus::Creating));
     assert_eq!(rec.task_id, r.task_id);
     // No write of the record after the claim.
@@ -325,7 +262,7 @@ async fn a_lost_answer_to_our_own_record_write_is_recognized_by_write_id() {
     assert!(r.created(), "our own write, retried, is still our 201");
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
-    assert_eq!(w.record().await.task_id, r.task_id);
+    assert_eq!(w.record("k").await.task_id, r.task_id);
 }
 
 #[tokio::test]
@@ -350,7 +287,7 @@ async fn a_lost_answer_to_the_task_write_still_creates_one_task() {
 #[tokio::test]
 async fn a_lost_answer_to_the_sweepers_marker_write_is_retried_and_the_record_is_never_written() {
     let w = died_before_the_marker().await;
-    let written = w.record_meta().await;
+    let written = w.record_meta("k").await;
     w.faulty.inject(
         Some(Op::Put),
         "ready/",
@@ -362,7 +299,7 @@ async fn a_lost_answer_to_the_sweepers_marker_write_is_retried_and_the_record_is
     let outcome = w
         .process()
         .engine()
-        .sweep_record(&w.record_key(), false, None)
+        .sweep_record(&w.record_key("k"), false, None)
         .await;
     assert_eq!(outcome, RecordOutcome::Finished);
     w.assert_written_once(&written).await;
@@ -480,7 +417,7 @@ async fn interrupted(w: &World) -> idempotent_submit::protocol::Record {
     w.faulty
         .inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
     submit(&w.process()).await.unwrap_err();
-    w.record().await
+    w.record("k").await
 }
 
 #[tokio::test]
@@ -498,13 +435,13 @@ async fn a_marker_that_landed_without_its_task_gets_its_task_from_the_next_submi
         Fault::Fail(StoreError::Fatal("403".into())),
     );
     submit(&w.process()).await.unwrap_err();
-    assert_eq!((w.count("tasks/"), w.markers().len()), (0, 1));
-    let rec = w.record().await;
+    assert_eq!((w.count("tasks/"), w.keys("ready/").len()), (0, 1));
+    let rec = w.record("k").await;
     let before = w.faulty.calls().len();
     let r = submit(&w.process()).await.unwrap();
     assert_eq!(r.task_id, rec.task_id);
     assert_eq!(w.count("tasks/"), 1);
-    assert_eq!(w.task().await.0["status"], "pending");
+    assert_eq!(w.task("k").await.0["status"], "pending");
     let puts = |op: Op, prefix: &str| {
         w.faulty.calls()[before..]
             .iter()
@@ -622,7 +559,7 @@ async fn long_after_the_deadline_a_taskless_creating_record_answers_missing_and_
     assert!(r.replayed);
     assert_eq!(w.bucket.keys(), before);
     assert_eq!(
-        w.record().await.status,
+        w.record("k").await.status,
         Some(RecordStatus::Creating),
         "left as it is until it expires"
     );
@@ -644,7 +581,7 @@ async fn past_the_deadline_a_creating_record_whose_task_exists_answers_its_statu
 async fn a_task_deleted_after_the_deadline_is_never_written_again() {
     let w = World::new();
     submit(&w.process()).await.unwrap();
-    let rec = w.record().await;
+    let rec = w.record("k").await;
     w.clock.advance(Duration::hours(1));
     w.bucket.delete(&rec.task_key, None).await.unwrap();
     let r = submit(&w.restarted()).await.unwrap();
@@ -674,7 +611,7 @@ async fn submit_with_slow_writes(
     by: Duration,
 ) -> (SubmitError, usize) {
     let clock = w.clock.clone();
-    let slow = FaultyStore::new(common::Intercept {
+    let slow = FaultyStore::new(common::Wrapped(common::Intercept {
         inner: w.bucket.clone(),
         hook: move |o: Op, key: &str| {
             (o == op && key.starts_with(prefix)).then(|| {
@@ -682,7 +619,7 @@ async fn submit_with_slow_writes(
                 StoreError::Unavailable("503 SlowDown".into())
             })
         },
-    });
+    }));
     let q = Queue::with_clock(
         slow.clone(),
         Arc::new(w.clock.clone()) as Arc<dyn Clock>,
@@ -702,7 +639,7 @@ async fn submit_with_slow_writes(
 /// so a retry would go after the deadline. Checks that it is refused: one
 /// attempt only, undetermined until the deadline + 15 minutes.
 async fn refused_at_the_deadline(w: &World, op: Op, prefix: &'static str) {
-    let rec = w.record().await;
+    let rec = w.record("k").await;
     w.clock.advance(Duration::seconds(2400 - 10));
     let (e, writes) = submit_with_slow_writes(w, op, prefix, Duration::seconds(20)).await;
     // Refused 10 s past the deadline: undetermined until a late write can no
@@ -713,7 +650,7 @@ async fn refused_at_the_deadline(w: &World, op: Op, prefix: &'static str) {
         "{e:?}"
     );
     assert_eq!(writes, 1, "no retry after the deadline");
-    assert_eq!(w.record().await.status, Some(RecordStatus::Creating));
+    assert_eq!(w.record("k").await.status, Some(RecordStatus::Creating));
 }
 
 #[tokio::test]
@@ -730,7 +667,7 @@ async fn a_finish_cut_short_by_the_operations_own_deadline_is_retryable_not_unde
     assert!(matches!(e, SubmitError::DeadlineExceeded), "{e:?}");
     assert!(e.is_retryable());
     assert_eq!(writes, 1, "no retry after the operation's deadline");
-    let now = w.record().await;
+    let now = w.record("k").await;
     assert_eq!(
         (now.status, now.task_id),
         (Some(RecordStatus::Creating), rec.task_id)
@@ -772,7 +709,7 @@ async fn a_replay_of_a_key_whose_task_a_worker_has_claimed_writes_no_marker_and_
     let w = World::new();
     let first = submit(&w.restarted()).await.unwrap();
     w.worker_claims().await;
-    assert!(w.markers().is_empty());
+    assert!(w.keys("ready/").is_empty());
     let before = w.bucket.snapshot();
     let r = submit(&w.process()).await.unwrap();
     assert_eq!(r.task_id, first.task_id);
@@ -786,7 +723,7 @@ async fn a_replay_of_a_key_whose_task_a_worker_has_claimed_writes_no_marker_and_
     assert_eq!(w.faulty.calls().len(), 4);
 
     // Run to completion: a replay answers that, and writes nothing either.
-    let (mut task, etag) = w.task().await;
+    let (mut task, etag) = w.task("k").await;
     task["status"] = json!("completed");
     w.bucket
         .put(
@@ -808,16 +745,16 @@ async fn a_replay_of_a_key_whose_task_a_worker_has_claimed_writes_no_marker_and_
 async fn the_sweepers_event_for_a_record_whose_task_a_worker_has_claimed_writes_nothing() {
     let w = World::new();
     submit(&w.restarted()).await.unwrap();
-    let written = w.record_meta().await;
+    let written = w.record_meta("k").await;
     w.worker_claims().await;
     let before = w.bucket.snapshot();
-    assert_eq!(w.logged_sweep_event().await, RecordOutcome::Nothing);
+    assert_eq!(w.logged_sweep_event("k").await, RecordOutcome::Nothing);
     assert_eq!(queue_writes(&w.faulty), []);
     assert_eq!(w.bucket.snapshot(), before, "byte for byte");
     // GET record, GET task + HEAD marker.
     assert_eq!(w.faulty.calls().len(), 3);
-    assert!(w.markers().is_empty());
-    assert_eq!(w.record_meta().await.1.etag, written.1.etag);
+    assert!(w.keys("ready/").is_empty());
+    assert_eq!(w.record_meta("k").await.1.etag, written.1.etag);
 }
 
 /// A store whose first marker PUT reaches the bucket just after a worker has
@@ -833,7 +770,7 @@ fn racing_a_worker(
     let bucket = w.bucket.clone();
     let task_key = task_key.to_owned();
     let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    FaultyStore::new(common::Intercept {
+    FaultyStore::new(common::Wrapped(common::Intercept {
         inner: w.bucket.clone(),
         hook: move |op: Op, key: &str| {
             if op == Op::Put
@@ -852,15 +789,15 @@ fn racing_a_worker(
             }
             None
         },
-    })
+    }))
 }
 
 #[tokio::test]
 async fn a_finisher_whose_marker_lands_after_a_worker_claimed_the_task_removes_its_marker() {
     for finisher in ["a replay", "the sweeper"] {
         let w = died_before_the_marker().await;
-        let written = w.record_meta().await;
-        let (task, _) = w.task().await;
+        let written = w.record_meta("k").await;
+        let (task, _) = w.task("k").await;
         let f = racing_a_worker(&w, &written.0.task_key, claimed(&task));
         let q = Queue::with_clock(f.clone(), Arc::new(w.clock.clone()), common::settings());
         if finisher == "a replay" {
@@ -868,18 +805,25 @@ async fn a_finisher_whose_marker_lands_after_a_worker_claimed_the_task_removes_i
             assert_eq!(r.status, "running", "the status read after the marker");
         } else {
             w.clock.advance(common::settings().stale_creating_after);
-            let outcome = q.engine().sweep_record(&w.record_key(), false, None).await;
+            let outcome = q
+                .engine()
+                .sweep_record(&w.record_key("k"), false, None)
+                .await;
             assert_eq!(outcome, RecordOutcome::Finished);
         }
-        assert_eq!(w.task().await.0["status"], "running", "{finisher}");
+        assert_eq!(w.task("k").await.0["status"], "running", "{finisher}");
         // Its marker landed, the task read again was no longer pending, and
         // the marker went: no marker names a task that cannot be claimed.
-        assert!(w.markers().is_empty(), "{finisher}: {:?}", w.markers());
+        assert!(
+            w.keys("ready/").is_empty(),
+            "{finisher}: {:?}",
+            w.keys("ready/")
+        );
         let writes = queue_writes(&f);
         assert_eq!(writes.len(), 2, "{finisher}: {writes:?}");
         assert_eq!((writes[0].0, writes[1].0), (Op::Put, Op::Delete));
         assert_eq!(writes[0].1, writes[1].1, "{finisher}: {writes:?}");
-        let (rec, meta) = w.record_meta().await;
+        let (rec, meta) = w.record_meta("k").await;
         assert_eq!(rec.status, Some(RecordStatus::Creating));
         assert_eq!(
             meta.etag, written.1.etag,
@@ -892,7 +836,7 @@ async fn a_finisher_whose_marker_lands_after_a_worker_claimed_the_task_removes_i
 async fn a_retried_task_gets_no_marker_of_ours_in_its_old_minute() {
     let w = World::new();
     submit(&w.restarted()).await.unwrap();
-    let first = w.markers();
+    let first = w.keys("ready/");
     w.worker_claims().await;
     let retried = w.worker_retries().await;
     assert_eq!(first.len(), 1);
@@ -900,9 +844,9 @@ async fn a_retried_task_gets_no_marker_of_ours_in_its_old_minute() {
     let before = w.bucket.snapshot();
     let r = submit(&w.process()).await.unwrap();
     assert_eq!(r.status, "pending");
-    assert_eq!(w.markers(), std::slice::from_ref(&retried));
-    assert_eq!(w.logged_sweep_event().await, RecordOutcome::Nothing);
-    assert_eq!(w.markers(), [retried]);
+    assert_eq!(w.keys("ready/"), std::slice::from_ref(&retried));
+    assert_eq!(w.logged_sweep_event("k").await, RecordOutcome::Nothing);
+    assert_eq!(w.keys("ready/"), [retried]);
     assert_eq!(queue_writes(&w.faulty), []);
     assert_eq!(w.bucket.snapshot(), before, "byte for byte");
 }
@@ -911,7 +855,7 @@ async fn a_retried_task_gets_no_marker_of_ours_in_its_old_minute() {
 async fn a_marker_left_for_a_task_a_worker_has_claimed_is_removed_by_the_next_finisher() {
     let w = World::new();
     submit(&w.restarted()).await.unwrap();
-    let marker = w.markers().pop().unwrap();
+    let marker = w.keys("ready/").pop().unwrap();
     w.worker_claims().await;
     // Left by an earlier version of this service, which wrote a marker
     // whenever its HEAD found none, or by a finisher that died before it
@@ -922,7 +866,7 @@ async fn a_marker_left_for_a_task_a_worker_has_claimed_is_removed_by_the_next_fi
         .unwrap();
     let r = submit(&w.process()).await.unwrap();
     assert_eq!(r.status, "running");
-    assert!(w.markers().is_empty());
+    assert!(w.keys("ready/").is_empty());
     assert_eq!(queue_writes(&w.faulty), [(Op::Delete, marker)]);
 }
 
@@ -968,14 +912,14 @@ async fn a_replay_of_a_record_an_earlier_version_turned_ready_is_three_requests(
     submit(&w.restarted()).await.unwrap();
     // What the sweeper of an earlier version wrote once it had seen both
     // objects: `ready`, without `pending_task`, under a new write_id.
-    let (rec, meta) = w.record_meta().await;
+    let (rec, meta) = w.record_meta("k").await;
     let mut v: Value = serde_json::to_value(&rec).unwrap();
     v["status"] = json!("ready");
     v["write_id"] = json!(uuid::Uuid::new_v4());
     v.as_object_mut().unwrap().remove("pending_task");
     w.bucket
         .put(
-            &w.record_key(),
+            &w.record_key("k"),
             serde_json::to_vec(&v).unwrap().into(),
             PutMode::Update(meta.etag),
         )
@@ -1025,13 +969,13 @@ async fn a_replay_that_finishes_an_interrupted_submit_writes_only_what_is_missin
 async fn an_answered_submits_event_checks_both_objects_in_three_requests_and_writes_nothing() {
     let w = World::new();
     submit(&w.restarted()).await.unwrap();
-    let written = w.record_meta().await;
+    let written = w.record_meta("k").await;
     let before = w.bucket.snapshot();
     w.clock.advance(common::settings().stale_creating_after);
     let outcome = w
         .process()
         .engine()
-        .sweep_record(&w.record_key(), false, None)
+        .sweep_record(&w.record_key("k"), false, None)
         .await;
     assert_eq!(outcome, RecordOutcome::Nothing);
     // GET record, then GET task + HEAD marker in parallel: 3 requests in 2
@@ -1050,12 +994,12 @@ async fn an_interrupted_submits_event_writes_both_objects_in_five_requests_and_n
     let crashed = World::new();
     interrupted(&crashed).await;
     let w = crashed.next_process();
-    let written = w.record_meta().await;
+    let written = w.record_meta("k").await;
     w.clock.advance(common::settings().stale_creating_after);
     let outcome = w
         .process()
         .engine()
-        .sweep_record(&w.record_key(), false, None)
+        .sweep_record(&w.record_key("k"), false, None)
         .await;
     assert_eq!(outcome, RecordOutcome::Finished);
     // GET record, GET task + HEAD marker (both 404), PUT task + PUT marker:

@@ -6,12 +6,12 @@
 //! changed; and every door: the Rust API, `POST /tasks`, `POST
 //! /tasks/batch`, SQS (`rejected/`) and `idem submit`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
+use crate::common::handler::Harness;
 use bytes::Bytes;
-use common::handler::Harness;
 use idempotent_submit::protocol::{ErrorKind, InputError};
 use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, PutMode, Store, StoreError};
 use idempotent_submit::{ManualClock, Queue, Settings, SubmitError};

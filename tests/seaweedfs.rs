@@ -1,7 +1,7 @@
 //! The stack on a second S3 store, SeaweedFS (tests/common/seaweedfs.rs):
 //! what the harness gives, and what the protocol needs of the store.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use idempotent_submit::store::{PutMode, S3Store, Store, StoreError};

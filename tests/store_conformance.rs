@@ -2,7 +2,7 @@
 //! unversioned and versioned: every
 //! conditional outcome (writes, deletes, the conditional GET), and races that assert exact counts.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

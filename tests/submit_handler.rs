@@ -2,16 +2,17 @@
 //! table of bad inputs across REST, HTTP API and SQS, SQS batches, tenants,
 //! and storage failures (with the fault-injecting store).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
-use common::event;
-use common::handler::{Harness, Resp};
+use crate::common::event;
+use crate::common::handler::{Harness, Resp};
 use idempotent_submit::lambda::{App, Metrics, handle_submit};
+use idempotent_submit::protocol::IdempotencyKey;
 use idempotent_submit::protocol::hash;
 use idempotent_submit::store::{Fault, FaultyStore, Op, Store, StoreError};
-use idempotent_submit::{Config, IdempotencyKey, ManualClock, Queue};
+use idempotent_submit::{Config, ManualClock, Queue};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
@@ -328,7 +329,7 @@ async fn with_tenant_isolation_get_answers_only_the_tenants_own_tasks() {
     let shared = Harness::over(store, Some(&clock), false)
         .http(event("http-v2-post-no-key.json"))
         .await;
-    let alice_tenant = idempotent_submit::Tenant::from_principal("lambda:alice")
+    let alice_tenant = idempotent_submit::protocol::Tenant::from_principal("lambda:alice")
         .unwrap()
         .id();
     for id in [&keyed.body["task_id"], &keyless.body["task_id"]] {

@@ -2,13 +2,13 @@
 //! expiry, dry runs, keeping its place, races, and reads per record that do
 //! not grow with how often it runs.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::common::World;
 use chrono::Duration;
-use common::World;
 use futures::FutureExt;
 use idempotent_submit::protocol::sweep::RecordOutcome;
 use idempotent_submit::protocol::{RecordStatus, SweepOptions, SweepSummary};
@@ -31,30 +31,20 @@ fn fail_until_healed(f: &FaultyStore<MemoryStore>, op: Op, prefix: &str) {
 impl World {
     /// A submit of `key` that dies at `fault` (on the first call matching
     /// `op` and `prefix`).
-    async fn interrupted(&self, key: &str, op: Op, prefix: &str, fault: Fault) -> uuid::Uuid {
+    async fn interrupted_at(&self, key: &str, op: Op, prefix: &str, fault: Fault) -> uuid::Uuid {
         self.submit_dying_at(key, json!({"k": key}), op, prefix, fault)
             .await;
         self.record(key).await.task_id
     }
 
-    async fn record(&self, key: &str) -> idempotent_submit::protocol::Record {
-        self.record_meta(key).await.0
-    }
-
-    async fn record_meta(
-        &self,
-        key: &str,
-    ) -> (
-        idempotent_submit::protocol::Record,
-        idempotent_submit::store::ObjectMeta,
-    ) {
-        self.queue().record("t", key, None).await.unwrap().unwrap()
-    }
-
     /// The record of `key` is still the one write its submit made:
     /// `creating`, with its `pending_task`, under the ETag it was written
     /// with.
-    async fn assert_written_once(&self, key: &str, written: &idempotent_submit::store::ETag) {
+    async fn assert_still_its_first_write(
+        &self,
+        key: &str,
+        written: &idempotent_submit::store::ETag,
+    ) {
         let (rec, meta) = self.record_meta(key).await;
         assert_eq!(rec.status, Some(RecordStatus::Creating), "{key}");
         assert!(rec.pending_task.is_some(), "{key}");
@@ -86,7 +76,7 @@ impl World {
 async fn a_stale_creating_record_is_finished_with_its_task_and_marker() {
     let w = World::new();
     let id = w
-        .interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        .interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     let written = w.record_meta("a").await.1.etag;
     w.clock.advance(Duration::minutes(11));
@@ -95,7 +85,7 @@ async fn a_stale_creating_record_is_finished_with_its_task_and_marker() {
         (s.scanned, s.finished, s.errors, s.complete),
         (1, 1, 0, true)
     );
-    w.assert_written_once("a", &written).await;
+    w.assert_still_its_first_write("a", &written).await;
     assert_eq!(w.record("a").await.task_id, id);
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
@@ -129,7 +119,7 @@ async fn a_stale_record_whose_task_and_marker_are_there_is_read_and_left_as_writ
     w.clock.advance(Duration::minutes(11));
     let s = w.sweep(false).await;
     assert_eq!((s.scanned, s.reads, s.finished, s.errors), (1, 1, 0, 0));
-    w.assert_written_once("a", &written).await;
+    w.assert_still_its_first_write("a", &written).await;
     assert_eq!(outside_the_sweepers_place(&w), before, "byte for byte");
     assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
 }
@@ -137,7 +127,7 @@ async fn a_stale_record_whose_task_and_marker_are_there_is_read_and_left_as_writ
 #[tokio::test]
 async fn a_young_creating_record_is_left_to_its_submit() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.clock.advance(Duration::minutes(5));
     let s = w.sweep(false).await;
@@ -149,7 +139,7 @@ async fn a_young_creating_record_is_left_to_its_submit() {
 #[tokio::test]
 async fn a_creating_record_past_its_deadline_is_counted_and_left_alone() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     let before = w.bucket.keys();
     w.clock.advance(Duration::seconds(2400));
@@ -196,7 +186,7 @@ async fn expired_records_are_deleted_whatever_their_status() {
         .await
         .unwrap();
     assert_eq!(w.record("ready").await.status, Some(RecordStatus::Ready));
-    w.interrupted("creating", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("creating", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.queue()
         .submit("t", json!(1))
@@ -227,7 +217,7 @@ async fn expired_records_are_deleted_whatever_their_status() {
 #[tokio::test]
 async fn a_dry_run_reports_and_changes_nothing() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.queue()
         .submit("t", json!(1))
@@ -236,7 +226,7 @@ async fn a_dry_run_reports_and_changes_nothing() {
         .await
         .unwrap();
     w.clock.advance(Duration::days(31));
-    w.interrupted("c", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("c", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.clock.advance(Duration::minutes(11));
     let before = w.bucket.keys();
@@ -256,7 +246,7 @@ async fn a_dry_run_reports_and_changes_nothing() {
 async fn a_sweep_that_runs_out_of_time_keeps_its_place() {
     let w = World::new();
     for k in ["a", "b", "c", "d", "e"] {
-        w.interrupted(k, Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        w.interrupted_at(k, Op::PutCreate, "idempotency/", Fault::CrashAfter)
             .await;
     }
     w.clock.advance(Duration::minutes(11));
@@ -292,7 +282,7 @@ async fn a_sweep_that_runs_out_of_time_keeps_its_place() {
 #[tokio::test]
 async fn a_sweep_stops_at_a_storage_failure_and_the_next_run_retries_that_record() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.clock.advance(Duration::minutes(11));
     let f = FaultyStore::new(w.bucket.clone());
@@ -317,7 +307,7 @@ async fn a_record_replaced_between_the_sweepers_read_and_its_delete_survives() {
     // A new submit (after expiry) replaces the record just before the
     // sweeper's conditional delete reaches the bucket.
     let bucket = w.bucket.clone();
-    let q = w.queue_over(common::Intercept {
+    let q = w.queue_over(common::Wrapped(common::Intercept {
         inner: w.bucket.clone(),
         hook: move |op: Op, key: &str| {
             if op == Op::Delete {
@@ -333,7 +323,7 @@ async fn a_record_replaced_between_the_sweepers_read_and_its_delete_survives() {
             }
             None
         },
-    });
+    }));
     let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
     assert_eq!(s.expired_deleted, 0);
     assert_eq!(w.count("idempotency/"), 1);
@@ -345,7 +335,7 @@ async fn a_sweeper_and_a_late_submit_finishing_together_leave_one_task_its_marke
     for _ in 0..20 {
         let w = World::new();
         let id = w
-            .interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+            .interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
             .await;
         let written = w.record_meta("a").await.1.etag;
         w.clock.advance(Duration::minutes(11));
@@ -367,7 +357,7 @@ async fn a_sweeper_and_a_late_submit_finishing_together_leave_one_task_its_marke
         assert_eq!(s.errors, 0);
         assert_eq!(w.count("tasks/"), 1);
         assert_eq!(w.count("ready/"), 1);
-        w.assert_written_once("a", &written).await;
+        w.assert_still_its_first_write("a", &written).await;
     }
 }
 
@@ -384,7 +374,7 @@ async fn reads_per_record(every: Duration, span: Duration) -> HashMap<String, us
     for i in 0..24 {
         let key = format!("k{i}");
         if i % 4 == 0 {
-            w.interrupted(&key, Op::PutCreate, "idempotency/", Fault::CrashAfter)
+            w.interrupted_at(&key, Op::PutCreate, "idempotency/", Fault::CrashAfter)
                 .await;
         } else {
             w.queue()
@@ -455,7 +445,7 @@ async fn hourly_reads_of_a_long_lived_record(ttl: Duration, until: i64) -> (Vec<
     w.clock.advance(Duration::minutes(11));
     let s = w.sweep(false).await;
     assert_eq!((s.reads, s.finished), (1, 0), "{s:?}");
-    w.assert_written_once("long", &first.etag).await;
+    w.assert_still_its_first_write("long", &first.etag).await;
     let written = first.last_modified;
     let f = FaultyStore::new(w.bucket.clone());
     let q = w.queue_over(f.clone());
@@ -510,7 +500,7 @@ async fn a_record_kept_for_less_than_the_default_ttl_is_deleted_at_the_default_t
 async fn a_pass_reads_and_finishes_records_side_by_side() {
     let w = World::new();
     for i in 0..32 {
-        w.interrupted(
+        w.interrupted_at(
             &format!("k{i}"),
             Op::PutCreate,
             "idempotency/",
@@ -822,7 +812,7 @@ async fn a_failure_inside_a_split_page_waits_alone_and_its_rest_is_listed_and_re
 async fn a_listing_that_fails_is_counted_and_its_range_is_listed_next_run() {
     let w = World::new();
     for k in ["a", "b"] {
-        w.interrupted(k, Op::PutCreate, "idempotency/", Fault::CrashAfter)
+        w.interrupted_at(k, Op::PutCreate, "idempotency/", Fault::CrashAfter)
             .await;
     }
     w.clock.advance(Duration::minutes(11));
@@ -838,7 +828,7 @@ async fn a_listing_that_fails_is_counted_and_its_range_is_listed_next_run() {
 #[tokio::test]
 async fn a_payload_listing_that_fails_is_counted_and_leaves_the_records_pass_complete() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.clock.advance(Duration::minutes(11));
     let f = FaultyStore::new(w.bucket.clone());
@@ -855,7 +845,7 @@ async fn a_payload_listing_that_fails_is_counted_and_leaves_the_records_pass_com
 #[tokio::test]
 async fn a_run_that_finds_the_pass_claimed_by_another_does_nothing() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.clock.advance(Duration::minutes(11));
     // Another run claims the pass and is still working it.
@@ -889,31 +879,13 @@ struct EmptyFirstPages {
 }
 
 #[async_trait::async_trait]
-impl Store for EmptyFirstPages {
-    fn clock_offset(&self) -> Option<idempotent_submit::clock::Offset> {
-        self.inner.clock_offset()
+impl common::Hooks for EmptyFirstPages {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
     }
-    async fn get(&self, key: &str) -> Result<idempotent_submit::store::Object, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn head(&self, key: &str) -> Result<idempotent_submit::store::ObjectMeta, StoreError> {
-        self.inner.head(key).await
-    }
-    async fn put(
-        &self,
-        key: &str,
-        body: bytes::Bytes,
-        mode: PutMode,
-    ) -> Result<idempotent_submit::store::PutResult, StoreError> {
-        self.inner.put(key, body, mode).await
-    }
-    async fn delete(
-        &self,
-        key: &str,
-        if_match: Option<&idempotent_submit::store::ETag>,
-    ) -> Result<(), StoreError> {
-        self.inner.delete(key, if_match).await
-    }
+
     async fn list(
         &self,
         prefix: &str,
@@ -937,13 +909,13 @@ impl Store for EmptyFirstPages {
 #[tokio::test]
 async fn an_empty_page_with_a_continuation_token_is_not_the_end_of_a_range() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.clock.advance(Duration::minutes(11));
-    let q = w.queue_over(EmptyFirstPages {
+    let q = w.queue_over(common::Wrapped(EmptyFirstPages {
         inner: w.bucket.clone(),
         seen: Arc::default(),
-    });
+    }));
     let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
     assert_eq!((s.scanned, s.finished, s.complete), (1, 1, true), "{s:?}");
 }
@@ -951,7 +923,7 @@ async fn an_empty_page_with_a_continuation_token_is_not_the_end_of_a_range() {
 #[tokio::test]
 async fn a_run_that_died_holding_the_pass_keeps_it_for_its_lease_then_loses_it() {
     let w = World::new();
-    w.interrupted("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
+    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
         .await;
     w.clock.advance(Duration::minutes(11));
     // A run claims the pass (its lease: the run's 15 minutes plus one

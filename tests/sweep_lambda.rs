@@ -1,11 +1,11 @@
 //! The `sweep` handler on the sample events of events/.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
+use crate::common::event;
 use chrono::Duration;
-use common::event;
 use idempotent_submit::lambda::{Metrics, schedule};
 use idempotent_submit::store::{Fault, FaultyStore, Op};
 use idempotent_submit::{ManualClock, Queue};

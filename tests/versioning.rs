@@ -1,12 +1,12 @@
 //! The protocol on a versioned bucket (the README, "The bucket"), in memory and
 //! on moto: what a delete leaves behind, and that nothing of it is seen.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
 use chrono::Duration;
-use idempotent_submit::lambda::due::{DueMessage, handle_messages};
+use idempotent_submit::intake::due::{DueMessage, handle_messages};
 use idempotent_submit::protocol::SweepOptions;
 use idempotent_submit::store::{FaultyStore, MemoryStore, PutMode, S3Store, Store, Version};
 use idempotent_submit::{ClockCheck, ManualClock, Queue, Settings};

@@ -3,11 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use idempotent_submit::clock::{Offset, SystemClock};
-use idempotent_submit::store::{
-    ETag, ListPage, MemoryStore, Object, ObjectMeta, PutMode, PutResult, S3Store, Store, StoreError,
-};
+use idempotent_submit::clock::SystemClock;
+use idempotent_submit::store::{MemoryStore, S3Store, Store, StoreError};
 use idempotent_submit::{Queue, Settings};
 use serde_json::json;
 
@@ -17,6 +14,7 @@ use crate::link::{keep_busy, link, link_delay, moto_addr};
 use crate::moto::{moto_endpoint as endpoint, moto_store};
 use crate::report::{Report, median};
 use crate::runtime_api::RuntimeApi;
+use crate::wrap::{Call, Hooks, Wrapped};
 
 /// Items in the measured batch: the default (and largest) MAX_BATCH_TASKS.
 const BATCH: usize = 100;
@@ -60,48 +58,30 @@ struct Delayed {
 }
 
 impl Delayed {
-    fn new(delay: Duration) -> Self {
-        Delayed {
+    fn new(delay: Duration) -> Wrapped<Self> {
+        Wrapped(Delayed {
             inner: MemoryStore::new(Arc::new(SystemClock)),
             delay,
-        }
-    }
-
-    /// `call`, a delay after it is sent and a delay before its answer.
-    async fn carry<T>(&self, call: impl std::future::Future<Output = T>) -> T {
-        tokio::time::sleep(self.delay).await;
-        let answer = call.await;
-        tokio::time::sleep(self.delay).await;
-        answer
+        })
     }
 }
 
+/// Every call a delay after it is sent, and a delay before its answer.
 #[async_trait::async_trait]
-impl Store for Delayed {
-    fn clock_offset(&self) -> Option<Offset> {
-        self.inner.clock_offset()
+impl Hooks for Delayed {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
     }
-    async fn get(&self, key: &str) -> Result<Object, StoreError> {
-        self.carry(self.inner.get(key)).await
+
+    async fn before(&self, _call: &Call<'_>) -> Result<(), StoreError> {
+        tokio::time::sleep(self.delay).await;
+        Ok(())
     }
-    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
-        self.carry(self.inner.head(key)).await
-    }
-    async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
-        self.carry(self.inner.put(key, body, mode)).await
-    }
-    async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
-        self.carry(self.inner.delete(key, if_match)).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-        start_after: Option<&str>,
-        page: Option<String>,
-        limit: usize,
-    ) -> Result<ListPage, StoreError> {
-        self.carry(self.inner.list(prefix, start_after, page, limit))
-            .await
+
+    async fn after(&self, _call: &Call<'_>, _ok: bool) {
+        tokio::time::sleep(self.delay).await;
     }
 }
 

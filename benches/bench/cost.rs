@@ -44,7 +44,7 @@ fn priced(calls: &[idempotent_submit::store::Call]) -> (f64, f64) {
 }
 
 pub(crate) async fn cost(r: &mut Report) {
-    use idempotent_submit::lambda::due::{DueMessage, handle_messages};
+    use idempotent_submit::intake::due::{DueMessage, handle_messages};
     r.line("\n## What it costs: dollars per million keyed submits\n");
     let clock = ManualClock::at_epoch();
     let mem = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);

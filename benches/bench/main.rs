@@ -18,6 +18,9 @@ mod moto;
 #[path = "../../tests/common/runtime_api.rs"]
 #[allow(dead_code)]
 mod runtime_api;
+#[path = "../../tests/common/wrap.rs"]
+#[allow(dead_code)]
+mod wrap;
 
 mod batch;
 mod binaries;
@@ -119,6 +122,15 @@ fn main() {
         splice_section(&r.0, "## The protocol's CPU cost", false);
         return;
     }
+    // BENCH_ONLY=binaries: the functions' sizes, cold starts and memory,
+    // put in place of their section, and their rows of the targets table.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("binaries") {
+        let mut r = Report::new();
+        rt.block_on(binaries::binaries(&mut r));
+        splice_section(&r.0, "## The functions", false);
+        splice_targets(&r);
+        return;
+    }
     // BENCH_ONLY=requests: just the request counts, printed.
     if std::env::var("BENCH_ONLY").as_deref() == Ok("requests") {
         let mut r = Report::new();
@@ -214,6 +226,24 @@ fn main() {
         )
         .unwrap();
     });
+}
+
+/// Puts each target row of `r` in place of the row of docs/benchmarks.md's
+/// targets table with the same name (a new one goes at the table's end).
+fn splice_targets(r: &Report) {
+    let path = format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR"));
+    let mut doc = std::fs::read_to_string(&path).unwrap_or_default();
+    for row in r.target_rows() {
+        let name = row.split(" | ").next().unwrap_or_default().to_owned();
+        match doc
+            .lines()
+            .find(|l| l.split(" | ").next() == Some(name.as_str()))
+        {
+            Some(old) => doc = doc.replacen(&old.to_owned(), &row, 1),
+            None => doc = doc.trim_end().to_owned() + "\n" + &row + "\n",
+        }
+    }
+    std::fs::write(&path, doc).unwrap();
 }
 
 /// Puts `section` (a run's report, its heading first) in place of the

@@ -36,6 +36,22 @@ impl Report {
             met,
         });
     }
+
+    /// Each figure's row of the targets table.
+    pub(crate) fn target_rows(&self) -> Vec<String> {
+        self.1
+            .iter()
+            .map(|t| {
+                format!(
+                    "| {} | {} | {} | {} |",
+                    t.figure,
+                    t.measured,
+                    t.target,
+                    if t.met { "yes" } else { "**no**" }
+                )
+            })
+            .collect()
+    }
 }
 
 /// The median of `xs` (sorted in place); panics on an empty sample, so a
@@ -52,19 +68,7 @@ pub(crate) fn assess(r: &mut Report) {
     r.line("\n## Against the targets\n");
     r.line("| figure | measured | target | met |");
     r.line("| --- | --- | --- | --- |");
-    let rows: Vec<String> =
-        r.1.iter()
-            .map(|t| {
-                format!(
-                    "| {} | {} | {} | {} |",
-                    t.figure,
-                    t.measured,
-                    t.target,
-                    if t.met { "yes" } else { "**no**" }
-                )
-            })
-            .collect();
-    for row in rows {
+    for row in r.target_rows() {
         r.line(row);
     }
 }

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use idempotent_submit::due_sender::{
     DueSender, MemoryDueQueue, RecordDue, SendError, SqsDueSender,
 };
-use idempotent_submit::lambda::due::{DueMessage, handle_messages};
+use idempotent_submit::intake::due::{DueMessage, handle_messages};
 use idempotent_submit::store::{FaultyStore, Op, S3Store};
 use idempotent_submit::{Clock, ManualClock, MemoryStore, Queue, Settings, SystemClock};
 use serde_json::json;
@@ -246,7 +246,7 @@ pub(crate) async fn submitter(r: &mut Report) {
     r.line("| --- | --- | --- |");
     let (mut mem_b, mut mem_s) = (Vec::new(), Vec::new());
     for round in 0..3 {
-        let mut rt = |t1: f64, t2: f64| (t2 - t1) / (2.0 * b.as_secs_f64()) / n as f64;
+        let rt = |t1: f64, t2: f64| (t2 - t1) / (2.0 * b.as_secs_f64()) / n as f64;
         let bk = rt(
             singles(b, false, n, &format!("b{round}")).await,
             singles(2 * b, false, n, &format!("bb{round}")).await,

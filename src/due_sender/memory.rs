@@ -33,8 +33,11 @@ pub enum DueFault {
 pub struct Queued {
     /// Its message id: `m1`, `m2`, … in the order they were queued.
     pub id: String,
+    /// Its body, as an SQS consumer reads it.
     pub body: String,
+    /// The message, parsed back from its body.
     pub message: RecordDue,
+    /// When the queue took it (the queue's clock).
     pub sent_at: DateTime<Utc>,
     /// When the queue hands it out: `sent_at` plus the queue's delay.
     pub visible_at: DateTime<Utc>,
@@ -43,8 +46,11 @@ pub struct Queued {
 /// One request the queue was sent, as the log keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SentRequest {
+    /// The messages the request carried.
     pub messages: Vec<RecordDue>,
+    /// What it answered for each, in order.
     pub outcomes: Vec<Result<(), SendError>>,
+    /// When it was sent (the queue's clock).
     pub at: DateTime<Utc>,
 }
 

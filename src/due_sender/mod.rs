@@ -50,7 +50,9 @@ pub const EVENT: &str = "record_written";
 /// message sent with its first attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordDue {
+    /// The bucket the record is in.
     pub bucket: String,
+    /// The record's object key, `idempotency/{scope}/{hex}.json`.
     pub key: String,
 }
 
@@ -63,6 +65,7 @@ struct Body<'a> {
 }
 
 impl RecordDue {
+    /// The due message of the record at `key` in `bucket`.
     pub fn new(bucket: impl Into<String>, key: impl Into<String>) -> Self {
         RecordDue {
             bucket: bucket.into(),
@@ -115,6 +118,7 @@ pub enum SendError {
 }
 
 impl SendError {
+    /// Worth another attempt: the queue may take it then.
     pub fn is_retryable(&self) -> bool {
         matches!(self, SendError::Unavailable(_))
     }
@@ -137,6 +141,7 @@ impl SendError {
 /// - its errors never carry credentials.
 #[async_trait]
 pub trait DueSender: Send + Sync + 'static {
+    /// Queues `messages` in one request; one outcome per message, in order.
     async fn send(&self, messages: &[RecordDue]) -> Vec<Result<(), SendError>>;
 }
 

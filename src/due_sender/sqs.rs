@@ -21,6 +21,7 @@ pub struct SqsDueSender {
 }
 
 impl SqsDueSender {
+    /// Sends to the queue at `queue_url` through `client`.
     pub fn new(client: Client, queue_url: impl Into<String>) -> Self {
         SqsDueSender {
             client,
@@ -51,6 +52,7 @@ impl SqsDueSender {
         Self::new(Client::from_conf(conf.build()), queue_url)
     }
 
+    /// The queue's URL.
     pub fn queue_url(&self) -> &str {
         &self.queue_url
     }

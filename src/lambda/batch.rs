@@ -1,21 +1,18 @@
 //! `POST /tasks/batch` (docs/openapi.yaml): many `POST /tasks` bodies in
-//! one request, `{"tasks": [...]}`, each submitted as if alone and all at
-//! once ([`crate::Queue::submit_many`]), answered `{"results": [...]}` in
-//! the items' order.
+//! one request, `{"tasks": [...]}`, submitted as src/intake/batch.rs submits
+//! a batch, answered `{"results": [...]}` in the items' order.
 //!
 //! Only the envelope can fail the request (a 400 that writes nothing, a 413,
-//! a 415); an item's own failure is that item's result. No item is undone
-//! when another fails: each is idempotent on its own key, so a client may
-//! send the whole batch again, or only its failed items.
+//! a 415), or every item failing retryably (a 503); an item's own failure is
+//! that item's result.
 
 use serde_json::{Value, json};
 
 use super::App;
-use super::http::{HttpRequest, HttpResponse, is_json, response};
-use super::problem::Problem;
-use super::request::SubmitBody;
-use crate::protocol::{SubmitError, Submitted, ValidationError};
-use crate::queue::{Queue, SubmitBuilder};
+use super::http::{HttpRequest, HttpResponse, response};
+use crate::intake::batch::{item_result, prepare, submit_prepared};
+use crate::intake::{Problem, SubmitBody};
+use crate::protocol::{SubmitError, Submitted};
 
 /// The largest body taken: Lambda's payload limit for a synchronous
 /// invocation (6 MB), which no event that reached the function can pass;
@@ -56,11 +53,7 @@ pub async fn submit(
 /// whole batch (and writes nothing): a body that is not JSON, too large, or
 /// not an envelope, and the headers a batch cannot take.
 fn read_envelope(req: &HttpRequest, max_tasks: usize) -> Result<Vec<Value>, Problem> {
-    if let Some(ct) = req.header("content-type")
-        && !is_json(ct)
-    {
-        return Err(Problem::unsupported_media_type(ct));
-    }
+    req.require_json()?;
     // One header cannot be the key of many items, and applying it to one of
     // them would be a guess.
     if req.header("idempotency-key").is_some() {
@@ -73,74 +66,8 @@ fn read_envelope(req: &HttpRequest, max_tasks: usize) -> Result<Vec<Value>, Prob
             "the body is over the invocation payload limit of {BODY_LIMIT} bytes; send fewer tasks per batch"
         ))
     };
-    if req
-        .body
-        .as_ref()
-        .is_some_and(|b| b.len() > BODY_LIMIT * 4 / 3 + 4)
-    {
-        return Err(too_large());
-    }
-    let bytes = req.body_bytes()?;
-    if bytes.len() > BODY_LIMIT {
-        return Err(too_large());
-    }
+    let bytes = req.body_within(BODY_LIMIT, too_large)?;
     envelope(&bytes, max_tasks)
-}
-
-/// A batch item read as a `POST /tasks` body, with its own key: the submit,
-/// or the error that is the item's result.
-pub(crate) fn prepare(
-    queue: &Queue,
-    body: Result<SubmitBody, ValidationError>,
-    principal: Option<String>,
-) -> Result<SubmitBuilder<'_>, SubmitError> {
-    let body = body?;
-    let key = body.idempotency_key.clone();
-    Ok(body.into_submit(queue, key, principal)?)
-}
-
-/// Submits the items that could be read all at once ([`Queue::submit_many`]),
-/// each as if alone; one result per item, in order, an unread item's being
-/// its own error.
-pub(crate) async fn submit_prepared<'q>(
-    queue: &'q Queue,
-    prepared: Vec<Result<SubmitBuilder<'q>, SubmitError>>,
-) -> Vec<Result<Submitted, SubmitError>> {
-    let mut builders = Vec::with_capacity(prepared.len());
-    let mut unread: Vec<Option<SubmitError>> = Vec::with_capacity(prepared.len());
-    for item in prepared {
-        match item {
-            Ok(b) => {
-                builders.push(b);
-                unread.push(None);
-            }
-            Err(e) => unread.push(Some(e)),
-        }
-    }
-    let mut sent = queue.submit_many(builders).await.into_iter();
-    unread
-        .into_iter()
-        .map(|u| match u {
-            Some(e) => Err(e),
-            // submit_many answers once per builder; a missing answer would
-            // be a bug, reported as retryable rather than as a success.
-            None => sent.next().unwrap_or(Err(SubmitError::DeadlineExceeded)),
-        })
-        .collect()
-}
-
-/// One item's result as a batch answers it: the success body with its
-/// `status_code` (201, 200), or its problem (`instance`: the request's id,
-/// if it has one).
-pub(crate) fn item_result(r: &Result<Submitted, SubmitError>, instance: &str) -> Value {
-    match r {
-        Ok(s) => {
-            let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
-            v["status_code"] = json!(if s.created() { 201 } else { 200 });
-            v
-        }
-        Err(e) => Problem::from_submit(e).body_for(instance),
-    }
 }
 
 fn log_results(request_id: &str, results: &[Result<Submitted, SubmitError>]) {

@@ -1,6 +1,6 @@
-//! API Gateway REST (payload 1.0), HTTP API (2.0) and function URL events:
-//! `POST /tasks`, `POST /tasks/batch` (src/lambda/batch.rs),
-//! `GET /tasks/{task_id}` (docs/openapi.yaml).
+//! API Gateway REST (payload 1.0), HTTP API (2.0) and function URL events,
+//! read into one [`HttpRequest`], and the one answer shape all three take,
+//! [`HttpResponse`]. The routes are src/lambda/routes.rs's.
 //!
 //! Requests are read with a lenient struct of our own rather than the typed
 //! `aws_lambda_events` requests: one struct reads all three shapes, and odd
@@ -13,18 +13,10 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use uuid::Uuid;
 
-use super::App;
-use super::problem::Problem;
-use super::request::SubmitBody;
+use crate::intake::Problem;
+use crate::intake::problem::ACCEPT_POST;
 use crate::protocol::names::Principal;
-use crate::protocol::record::task_tenant;
-use crate::protocol::{Submitted, Tenant};
-
-/// How much larger than `MAX_INPUT_BYTES` a body may be (its other fields,
-/// whitespace) before it is refused unread.
-const BODY_OVERHEAD: usize = 64 * 1024;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -120,7 +112,7 @@ impl HttpRequest {
 
     /// The body's bytes: the text itself, unless it is base64 (an input may
     /// be most of the body, and it is parsed from here, never copied first).
-    pub(super) fn body_bytes(&self) -> Result<Cow<'_, [u8]>, Problem> {
+    fn body_bytes(&self) -> Result<Cow<'_, [u8]>, Problem> {
         match (&self.body, self.base64) {
             (None, _) => Ok(Cow::Borrowed(&[])),
             (Some(b), false) => Ok(Cow::Borrowed(b.as_bytes())),
@@ -129,6 +121,37 @@ impl HttpRequest {
                 .map(Cow::Owned)
                 .map_err(|e| Problem::invalid(format!("body: invalid base64: {e}"))),
         }
+    }
+
+    /// A POST's body must be JSON: a `Content-Type` that says otherwise is
+    /// refused (415) before the body is read; none at all is taken as JSON.
+    pub(super) fn require_json(&self) -> Result<(), Problem> {
+        match self.header("content-type") {
+            Some(ct) if !is_json(ct) => Err(Problem::unsupported_media_type(ct)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The body's bytes, when there are at most `max` of them; else
+    /// `too_large()`. A base64 body far over is refused before it is
+    /// decoded (`max` bytes take at most `max * 4 / 3 + 4` characters).
+    pub(super) fn body_within(
+        &self,
+        max: usize,
+        too_large: impl Fn() -> Problem,
+    ) -> Result<Cow<'_, [u8]>, Problem> {
+        if self
+            .body
+            .as_ref()
+            .is_some_and(|b| b.len() > max * 4 / 3 + 4)
+        {
+            return Err(too_large());
+        }
+        let bytes = self.body_bytes()?;
+        if bytes.len() > max {
+            return Err(too_large());
+        }
+        Ok(bytes)
     }
 }
 
@@ -191,33 +214,6 @@ pub fn parse_key_header(value: &str) -> Result<String, String> {
     Ok(out)
 }
 
-/// The routes, under any stage name and under a function URL's root.
-#[derive(Debug, PartialEq, Eq)]
-enum Route<'a> {
-    Tasks,
-    Batch,
-    Task(&'a str),
-    None,
-}
-
-fn route<'a>(path: &'a str, stage: Option<&str>) -> Route<'a> {
-    let mut segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    if let (Some(stage), Some(first)) = (stage, segs.first())
-        && stage != "$default"
-        && *first == stage
-        && segs.len() > 1
-    {
-        segs.remove(0);
-    }
-    match segs.as_slice() {
-        ["tasks"] | [_, "tasks"] => Route::Tasks,
-        // Before a task's route: `batch` is no task id.
-        ["tasks", "batch"] | [_, "tasks", "batch"] => Route::Batch,
-        ["tasks", id] | [_, "tasks", id] => Route::Task(id),
-        _ => Route::None,
-    }
-}
-
 /// An HTTP answer, in the shape all three event sources accept
 /// (`statusCode`, `headers`, `body`, `isBase64Encoded`; and `cookies` for
 /// an HTTP API's payload format 2.0).
@@ -254,7 +250,7 @@ pub(super) fn response(status: u16, headers: Vec<(&str, String)>, body: &Value) 
     }
 }
 
-fn problem_response(p: &Problem, request_id: &str) -> HttpResponse {
+pub(super) fn problem_response(p: &Problem, request_id: &str) -> HttpResponse {
     let mut headers = vec![("content-type", "application/problem+json".to_owned())];
     if let Some(d) = p.retry_after {
         headers.push(("retry-after", retry_after_secs(d).to_string()));
@@ -263,7 +259,7 @@ fn problem_response(p: &Problem, request_id: &str) -> HttpResponse {
         headers.push(("allow", allow.to_owned()));
     }
     if p.status == 415 {
-        headers.push(("accept-post", super::problem::ACCEPT_POST.to_owned()));
+        headers.push(("accept-post", ACCEPT_POST.to_owned()));
     }
     response(p.status, headers, &p.body_for(request_id))
 }
@@ -272,90 +268,8 @@ fn retry_after_secs(d: Duration) -> u64 {
     d.as_secs_f64().ceil().max(1.0) as u64
 }
 
-/// The new task's path as the caller addresses it: the path it posted to,
-/// stage included (`/prod/tasks` gets `/prod/tasks/{id}`).
-fn location(public_path: &str, task_id: Uuid) -> String {
-    let base = public_path.trim_end_matches('/');
-    let base = if base.ends_with("/tasks") || base == "tasks" {
-        base.to_owned()
-    } else {
-        "/tasks".to_owned()
-    };
-    format!("{base}/{task_id}")
-}
-
-fn success(s: &Submitted, public_path: &str) -> HttpResponse {
-    let mut headers = vec![("content-type", "application/json".to_owned())];
-    if s.created() {
-        headers.push(("location", location(public_path, s.task_id)));
-    }
-    if s.idempotency.is_some() {
-        headers.push(("idempotent-replayed", s.replayed.to_string()));
-    }
-    let body = serde_json::to_value(s).unwrap_or(Value::Null);
-    response(if s.created() { 201 } else { 200 }, headers, &body)
-}
-
-/// Handles one HTTP event; never fails (every failure is an answer). A
-/// request is named by API Gateway's request id, else by Lambda's
-/// (`lambda_request_id`: an event too malformed to carry one), else
-/// `unknown`: every problem has an `instance`.
-pub async fn handle(app: &App, event: Value, lambda_request_id: &str) -> Value {
-    let fallback = if lambda_request_id.is_empty() {
-        "unknown"
-    } else {
-        lambda_request_id
-    };
-    let mut req = match HttpRequest::from_event(event) {
-        Ok(r) => r,
-        Err(p) => {
-            tracing::info!(request_id = %fallback, status = p.status, detail = %p.detail, "http request");
-            return problem_response(&p, fallback).into_value();
-        }
-    };
-    if req.request_id.is_empty() {
-        req.request_id = fallback.to_owned();
-    }
-    let mut answer = match serve(app, &req).await {
-        Ok(r) => r,
-        Err(p) => problem_response(&p, &req.request_id),
-    };
-    let status = answer.status_code;
-    tracing::info!(
-        request_id = %req.request_id,
-        method = %req.method,
-        path = %req.path,
-        status,
-        "http request"
-    );
-    if req.v2 {
-        answer.cookies = Some(Vec::new());
-    }
-    answer.into_value()
-}
-
-async fn serve(app: &App, req: &HttpRequest) -> Result<HttpResponse, Problem> {
-    let route = route(&req.path, req.stage.as_deref());
-    // Under isolation every route answers only an authenticated caller: a
-    // request without a principal (no authorizer, a misconfigured one) must
-    // never fall back to the shared namespace.
-    let tenant = match (app.tenant_isolation, &req.principal, &route) {
-        (_, _, Route::None) | (false, _, _) => None,
-        (true, Some(p), _) => Some(p.as_str()),
-        (true, None, _) => return Err(Problem::unauthenticated()),
-    };
-    match route {
-        Route::Tasks if req.method == "POST" => submit(app, req, tenant).await,
-        Route::Tasks => Err(Problem::method_not_allowed("POST")),
-        Route::Batch if req.method == "POST" => super::batch::submit(app, req, tenant).await,
-        Route::Batch => Err(Problem::method_not_allowed("POST")),
-        Route::Task(id) if req.method == "GET" => get_task(app, id, tenant).await,
-        Route::Task(_) => Err(Problem::method_not_allowed("GET")),
-        Route::None => Err(Problem::not_found(format!("no route for {}", req.path))),
-    }
-}
-
-pub(super) fn is_json(content_type: &str) -> bool {
+/// Is this `Content-Type` JSON (`application/json`, or any `application/*+json`)?
+fn is_json(content_type: &str) -> bool {
     let mime = content_type
         .split(';')
         .next()
@@ -365,135 +279,10 @@ pub(super) fn is_json(content_type: &str) -> bool {
     mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
 }
 
-async fn submit(
-    app: &App,
-    req: &HttpRequest,
-    tenant: Option<&str>,
-) -> Result<HttpResponse, Problem> {
-    let limit = app.queue.settings().max_input_bytes;
-    if let Some(ct) = req.header("content-type")
-        && !is_json(ct)
-    {
-        return Err(Problem::unsupported_media_type(ct));
-    }
-    if req
-        .body
-        .as_ref()
-        .is_some_and(|b| b.len() > (limit + BODY_OVERHEAD) * 4 / 3 + 4)
-    {
-        return Err(Problem::too_large(format!(
-            "the body is far over the input limit of {limit} bytes"
-        )));
-    }
-    let bytes = req.body_bytes()?;
-    if bytes.len() > limit + BODY_OVERHEAD {
-        return Err(Problem::too_large(format!(
-            "the body is far over the input limit of {limit} bytes"
-        )));
-    }
-    let body = SubmitBody::parse(&bytes).map_err(|e| Problem::invalid(e.to_string()))?;
-    let header_key = match req.header("idempotency-key") {
-        None => None,
-        Some(h) => Some(
-            parse_key_header(h)
-                .map_err(|e| Problem::invalid(format!("Idempotency-Key header: {e}")))?,
-        ),
-    };
-    let key = match (header_key, body.idempotency_key.clone()) {
-        (Some(h), Some(b)) if h != b => {
-            return Err(Problem::invalid(
-                "the Idempotency-Key header and idempotency_key in the body disagree",
-            ));
-        }
-        (h, b) => h.or(b),
-    };
-    let builder = body
-        .into_submit(&app.queue, key, tenant.map(str::to_owned))
-        .map_err(|e| Problem::from_submit(&e.into()))?;
-    let result = builder.await;
-    app.metrics.submit(&result);
-    match result {
-        Ok(s) => {
-            tracing::info!(
-                request_id = %req.request_id,
-                task_id = %s.task_id,
-                replayed = s.replayed,
-                recovered = s.recovered,
-                "submitted"
-            );
-            Ok(success(&s, &req.public_path))
-        }
-        Err(e) => {
-            tracing::warn!(request_id = %req.request_id, code = e.code(), error = %e, "submit failed");
-            Err(Problem::from_submit(&e))
-        }
-    }
-}
-
-/// Is this task the tenant's? The task object's `idempotency.tenant` says,
-/// while the object is as we wrote it; once a buquet worker has rewritten it
-/// (and dropped `idempotency`), the seal in its id does.
-fn owns(tenant: &Tenant, id: Uuid, body: &[u8]) -> bool {
-    match task_tenant(body) {
-        Some(t) => t == tenant.id(),
-        None => tenant.sealed(id),
-    }
-}
-
-/// `GET /tasks/{id}`. Under isolation, another tenant's task (or one that
-/// names no tenant: submitted through SQS or the CLI) is answered exactly as
-/// a task that does not exist, so that ids cannot be probed.
-async fn get_task(app: &App, id: &str, tenant: Option<&str>) -> Result<HttpResponse, Problem> {
-    let Ok(id) = Uuid::parse_str(id) else {
-        return Err(Problem::not_found("no such task"));
-    };
-    let caller = tenant
-        .map(Tenant::from_principal)
-        .transpose()
-        .map_err(|e| Problem::invalid(e.to_string()))?;
-    match app.queue.task(id).await {
-        Ok(Some(body)) if caller.as_ref().is_some_and(|c| !owns(c, id, &body)) => {
-            Err(Problem::not_found("no such task"))
-        }
-        Ok(Some(body)) => {
-            let v: Value = serde_json::from_slice(&body).map_err(|e| {
-                tracing::error!(task_id = %id, error = %e, "the task object is not JSON");
-                Problem::internal()
-            })?;
-            Ok(response(
-                200,
-                vec![("content-type", "application/json".to_owned())],
-                &v,
-            ))
-        }
-        Ok(None) => Err(Problem::not_found("no such task")),
-        Err(e) => {
-            tracing::warn!(task_id = %id, code = e.code(), error = %e, "reading a task failed");
-            Err(Problem::from_submit(&e))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn routes_match_under_stages_and_function_url_roots() {
-        assert_eq!(route("/tasks", None), Route::Tasks);
-        assert_eq!(route("/tasks/", Some("$default")), Route::Tasks);
-        assert_eq!(route("/prod/tasks", Some("prod")), Route::Tasks);
-        assert_eq!(route("/v1/tasks/abc", None), Route::Task("abc"));
-        assert_eq!(route("/tasks/abc", Some("prod")), Route::Task("abc"));
-        assert_eq!(route("/tasks/batch", None), Route::Batch);
-        assert_eq!(route("/prod/tasks/batch", Some("prod")), Route::Batch);
-        assert_eq!(route("/v1/tasks/batch/", Some("$default")), Route::Batch);
-        assert_eq!(route("/tasks/batch/x", None), Route::None);
-        assert_eq!(route("/", None), Route::None);
-        assert_eq!(route("/a/b/tasks", None), Route::None);
-        assert_eq!(route("/tasks/a/b", None), Route::None);
-    }
 
     #[test]
     fn key_headers_are_sf_strings_or_bare_tokens() {

@@ -1,13 +1,14 @@
-//! Lambda event adapters: plain async functions over the library, tested
+//! Lambda event adapters: they read Lambda's events (API Gateway, function
+//! URLs, SQS, the schedule) and write Lambda's answers, over what every door
+//! shares (src/intake/). Plain async functions over the library, tested
 //! directly with `LambdaEvent::new(event, Context::default())`; the binaries
 //! in `src/bin/` only wire them to the runtime.
 
 pub mod batch;
-pub mod due;
+pub mod due_queue;
 pub mod http;
 pub mod metrics;
-pub mod problem;
-pub mod request;
+pub mod routes;
 pub mod schedule;
 pub mod sqs;
 
@@ -16,6 +17,7 @@ use serde_json::Value;
 use tracing_subscriber::filter::Targets;
 
 use crate::config::Config;
+use crate::protocol::SweepSummary;
 use crate::queue::Queue;
 
 pub use metrics::Metrics;
@@ -93,7 +95,7 @@ pub async fn handle_submit(
         let resp = sqs::handle(app, batch).await;
         serde_json::to_value(resp)?
     } else if http::HttpRequest::looks_like(&payload) {
-        http::handle(app, payload, &context.request_id).await
+        routes::handle(app, payload, &context.request_id).await
     } else {
         return Err(UnrecognizedEvent::Shape.into());
     };
@@ -138,7 +140,7 @@ pub async fn handle_sweep(
     if let Some(records) = payload.get("Records") {
         sqs_records(records).map_err(UnrecognizedSweepEvent)?;
         let batch: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(payload)?;
-        let resp = due::handle_sqs(
+        let resp = due_queue::handle(
             engine,
             &sweeper.metrics,
             &sweeper.bucket,
@@ -150,6 +152,42 @@ pub async fn handle_sweep(
     let summary =
         schedule::handle(engine, &sweeper.metrics, LambdaEvent::new(payload, context)).await?;
     Ok(serde_json::to_value(summary)?)
+}
+
+/// Logs and counts a sweep's summary, the scheduled pass's or a due
+/// batch's (`source`), the same way: one log line with every count, one
+/// metric line. `(messages, retried)`: the due batch's messages and those
+/// handed back to the queue (none for a pass).
+pub(crate) fn report_sweep(
+    metrics: &Metrics,
+    request_id: &str,
+    source: &'static str,
+    s: &SweepSummary,
+    (messages, retried): (usize, usize),
+) {
+    metrics.sweep(s);
+    tracing::info!(
+        request_id = %request_id,
+        source,
+        messages,
+        retried,
+        scanned = s.scanned,
+        reads = s.reads,
+        lists = s.lists,
+        finished = s.finished,
+        expired_deleted = s.expired_deleted,
+        payloads_deleted = s.payloads_deleted,
+        errors = s.errors,
+        past_deadline = s.past_deadline,
+        early = s.early,
+        ignored = s.ignored,
+        unrecognized = s.unrecognized,
+        complete = s.complete,
+        resumed = s.resumed,
+        busy = s.busy,
+        dry_run = s.dry_run,
+        "sweep summary"
+    );
 }
 
 /// JSON log lines through tracing, for every function, at the level of

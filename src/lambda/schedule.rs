@@ -33,23 +33,13 @@ pub async fn handle(
     };
     let summary = engine.sweep(&opts).await;
     match &summary {
-        Ok(s) => {
-            metrics.sweep(s);
-            tracing::info!(
-                request_id = %event.context.request_id,
-                scanned = s.scanned,
-                reads = s.reads,
-                lists = s.lists,
-                finished = s.finished,
-                expired_deleted = s.expired_deleted,
-                errors = s.errors,
-                complete = s.complete,
-                resumed = s.resumed,
-                busy = s.busy,
-                dry_run = s.dry_run,
-                "sweep summary"
-            )
-        }
+        Ok(s) => super::report_sweep(
+            metrics,
+            &event.context.request_id,
+            "scheduled pass",
+            s,
+            (0, 0),
+        ),
         Err(e) => {
             tracing::error!(request_id = %event.context.request_id, error = %e, "sweep failed")
         }

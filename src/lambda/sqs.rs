@@ -11,8 +11,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::App;
-use super::problem::Problem;
-use super::request::SubmitBody;
+use crate::intake::{Problem, SubmitBody};
 use crate::store::PutMode;
 
 /// What became of one message.
@@ -185,7 +184,7 @@ async fn reject(app: &App, m: &SqsMessage, p: &Problem) -> Outcome {
     let doc = json!({
         "message": m,
         "error": p.body(),
-        "rejected_at": crate::protocol::record::rfc3339::format(&now),
+        "rejected_at": crate::protocol::rfc3339::format(&now),
     });
     let body = Bytes::from(doc.to_string());
     let deadline = now + engine.settings().operation_timeout;

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use super::due::{DueMessages, Route};
 use super::error::SubmitError;
 use super::record::task_status;
+#[cfg(feature = "schemas")]
 use super::schema::SchemaCache;
 use crate::clock::Clock;
 use crate::config::Settings;
@@ -22,6 +23,7 @@ pub struct Engine {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) settings: Settings,
     /// The task types' schemas this process has read (shared by clones).
+    #[cfg(feature = "schemas")]
     pub(crate) schemas: Arc<SchemaCache>,
     /// Where records' due messages go (`RECORD_EVENTS=submitter`); `None`:
     /// the bucket's S3 events bring them.
@@ -31,11 +33,12 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, settings: Settings) -> Self {
+    pub(crate) fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, settings: Settings) -> Self {
         Engine {
             store,
             clock,
             settings,
+            #[cfg(feature = "schemas")]
             schemas: Arc::default(),
             due: None,
             due_route: Route::Alone,
@@ -47,6 +50,19 @@ impl Engine {
     pub fn with_due_messages(mut self, due: DueMessages) -> Self {
         self.due = Some(Arc::new(due));
         self
+    }
+
+    /// How many fetches found an unusable schema document since the last
+    /// call (for the `InvalidSchema` metric).
+    #[cfg(feature = "schemas")]
+    pub fn take_unusable_schemas(&self) -> u64 {
+        self.schemas.take_unusable()
+    }
+
+    /// None: a build without the `schemas` feature reads no schema.
+    #[cfg(not(feature = "schemas"))]
+    pub fn take_unusable_schemas(&self) -> u64 {
+        0
     }
 
     pub fn settings(&self) -> &Settings {

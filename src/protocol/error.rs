@@ -7,9 +7,30 @@ use std::time::Duration as StdDuration;
 use uuid::Uuid;
 
 use super::names::ValidationError;
-use super::schema::InputError;
 use crate::clock::Offset;
 use crate::store::StoreError;
+
+/// At most this many failures of an input are listed in an answer; the rest
+/// are counted.
+pub const MAX_LISTED_ERRORS: usize = 20;
+/// A listed failure's JSON pointer is cut to this many characters.
+pub const MAX_POINTER_CHARS: usize = 256;
+/// A listed failure's message is cut to this many characters.
+pub const MAX_DETAIL_CHARS: usize = 200;
+
+/// One way an input fails the JSON Schema published for its task type
+/// (`VALIDATE_INPUT_SCHEMAS`, src/protocol/schema.rs).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct InputError {
+    /// Where in the input, as a JSON pointer (RFC 6901; `""` is the whole
+    /// input), cut to [`MAX_POINTER_CHARS`].
+    pub pointer: String,
+    /// The JSON Schema keyword that failed (`type`, `required`, `minimum`...).
+    pub keyword: String,
+    /// What the rule asks, without the input's own values, cut to
+    /// [`MAX_DETAIL_CHARS`].
+    pub detail: String,
+}
 
 /// What differs between a replay and the record it met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +54,7 @@ pub enum SubmitError {
     InputTooLarge { size: usize, limit: usize },
     /// The input fails the JSON Schema published for its task type
     /// (`VALIDATE_INPUT_SCHEMAS`): `errors` lists the first failures (at
-    /// most [`super::schema::MAX_LISTED_ERRORS`]), `omitted` counts the rest.
+    /// most [`MAX_LISTED_ERRORS`]), `omitted` counts the rest.
     /// Nothing was written.
     #[error("the input does not match the schema published for task type {task_type}: {}",
         input_errors_summary(.errors, *.omitted))]

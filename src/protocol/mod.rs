@@ -9,17 +9,18 @@ pub mod hash;
 pub mod names;
 pub mod options;
 pub mod record;
+pub mod rfc3339;
 mod s3_time;
-pub mod schema;
+#[cfg(feature = "schemas")]
+mod schema;
 pub mod submit;
 pub mod sweep;
 
 pub use due::DueMessages;
 pub use engine::Engine;
-pub use error::{ConflictKind, ErrorKind, SubmitError};
-pub use names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
+pub use error::{ConflictKind, ErrorKind, InputError, SubmitError};
+pub use names::{IdempotencyKey, Scope, ScopeName, TaskType, Tenant, Ttl, ValidationError};
 pub use options::{TaskOptions, TaskRetryPolicy};
 pub use record::{Record, RecordStatus, TaskLocation};
-pub use schema::InputError;
 pub use submit::{IdempotencyInfo, Input, KeySpec, Phase, SubmitRequest, Submitted};
 pub use sweep::{RecordOutcome, SweepOptions, SweepSummary};

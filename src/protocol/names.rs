@@ -69,6 +69,26 @@ impl fmt::Display for TaskType {
     }
 }
 
+/// The name of a custom scope: 1 to 128 of `A-Z a-z 0-9 _ . -`, not
+/// starting with `.` (it becomes a path segment of the bucket). Valid by
+/// construction: [`ScopeName::parse`] is the only way to make one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ScopeName(String);
+
+impl ScopeName {
+    /// Checks `name` (the field `idempotency_scope` when it is not).
+    pub fn parse(name: impl Into<String>) -> Result<Self, ValidationError> {
+        let name = name.into();
+        check_name("idempotency_scope", &name)?;
+        Ok(ScopeName(name))
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// The namespace a key lives in.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub enum Scope {
@@ -78,7 +98,7 @@ pub enum Scope {
     /// One namespace for the whole queue.
     Queue,
     /// A named namespace shared by whoever names it.
-    Custom(String),
+    Custom(ScopeName),
 }
 
 impl Scope {
@@ -88,11 +108,13 @@ impl Scope {
         match s {
             None => Ok(Scope::TaskType),
             Some("queue") => Ok(Scope::Queue),
-            Some(name) => {
-                check_name("idempotency_scope", name)?;
-                Ok(Scope::Custom(name.to_owned()))
-            }
+            Some(name) => Self::custom(name),
         }
+    }
+
+    /// The custom scope `name`, checked.
+    pub fn custom(name: impl Into<String>) -> Result<Self, ValidationError> {
+        ScopeName::parse(name).map(Scope::Custom)
     }
 
     /// The scope's name in the bucket layout.
@@ -100,7 +122,7 @@ impl Scope {
         match self {
             Scope::TaskType => task_type.as_str(),
             Scope::Queue => "queue",
-            Scope::Custom(n) => n,
+            Scope::Custom(n) => n.as_str(),
         }
     }
 }

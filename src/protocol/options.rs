@@ -1,7 +1,13 @@
 //! Task options: the fields of buquet 0.1's `SubmitOptions` (timeouts,
 //! retries, schedules, the task's own expiry, payload refs), named as buquet
-//! names them, parsed field by field, bounded, hashed for the record, and
-//! applied to the task object exactly as buquet's submit applies them.
+//! names them, each spelled once, in [`TaskOption`]'s table: its name in a
+//! body, its flag of `idem submit`, its bounds. The body's parser, the
+//! options' hash, the CLI's flags and the builder's setters all read that
+//! table, and each bound is checked in one place: where a value is set
+//! ([`TaskOptions::set`]). What needs the submit's time (the horizon, an
+//! expiry after availability) is [`TaskOptions::resolve`]'s, once per
+//! submit; the contradictions between fields, [`TaskOptions::check`]'s, once
+//! per submit too.
 //!
 //! Bounds (README and docs/openapi.yaml list them):
 //!
@@ -13,9 +19,9 @@
 //! | `retry_policy.max_interval_ms` | `initial_interval_ms` to 86 400 000 |
 //! | `retry_policy.multiplier` | 1 to 100 |
 //! | `retry_policy.jitter_percent` | 0 to 1 |
-//! | `schedule_at` / `delay_seconds` | from 1970 / 0, to the horizon |
+//! | `schedule_at` / `delay_seconds` | from 1970 / 0 to 10 years, and before the horizon |
 //! | `max_reschedules` | 0 to 10 000 |
-//! | `ttl_seconds` / `expires_at` | 1 s to 10 years; after `available_at` |
+//! | `ttl_seconds` / `expires_at` | 1 s to 10 years / from 1970 to 10 years ahead; after `available_at` |
 //! | `payload_ref_threshold_bytes` | 0 to 16 777 216, with `use_payload_refs` |
 //!
 //! The horizon is `IDEMPOTENCY_MAX_TTL_DAYS` from now; with a key, a task
@@ -28,42 +34,301 @@ use serde_json::{Map, Value};
 
 use super::hash;
 use super::names::ValidationError;
+use super::rfc3339;
 
+/// The most `timeout_seconds` may say: a day.
 pub const MAX_TIMEOUT_SECONDS: u64 = 86_400;
+/// The most `max_retries` may say.
 pub const MAX_RETRIES: u32 = 100;
+/// The most a retry policy's intervals may say: a day.
 pub const MAX_INTERVAL_MS: u32 = 86_400_000;
+/// The most a retry policy's multiplier may say.
 pub const MAX_MULTIPLIER: f64 = 100.0;
+/// The most `max_reschedules` may say.
 pub const MAX_RESCHEDULES: u32 = 10_000;
 /// The most `delay_seconds` and `ttl_seconds` may say: ten years (a task
 /// must also become available within the horizon, and its expiry may be at
 /// most ten years ahead).
 pub const MAX_SECONDS_AHEAD: u64 = 315_360_000;
+/// The most `payload_ref_threshold_bytes` may say: 16 MiB.
 pub const MAX_PAYLOAD_REF_THRESHOLD_BYTES: u64 = 16 << 20;
 /// buquet's own default threshold (256 KiB): an input whose compact JSON is
 /// longer is offloaded when `use_payload_refs` is on.
 pub const DEFAULT_PAYLOAD_REF_THRESHOLD_BYTES: u64 = 256 * 1024;
 
+/// One task option. [`TaskOption::ALL`] is the order a body's options are
+/// read in (the first one wrong is the one an error names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskOption {
+    /// `timeout_seconds`: how long a worker may run the task.
+    TimeoutSeconds,
+    /// `max_retries`.
+    MaxRetries,
+    /// `retry_policy`: buquet's `RetryPolicy`.
+    RetryPolicy,
+    /// `schedule_at`: the task is not claimed before it.
+    ScheduleAt,
+    /// `delay_seconds`: from S3's time at the submit.
+    DelaySeconds,
+    /// `max_reschedules`.
+    MaxReschedules,
+    /// `ttl_seconds`: the task's own expiry, from the submit.
+    TtlSeconds,
+    /// `expires_at`: the task's own expiry.
+    ExpiresAt,
+    /// `use_payload_refs`: offload a large input to its payload object.
+    UsePayloadRefs,
+    /// `payload_ref_threshold_bytes`.
+    PayloadRefThresholdBytes,
+}
+
+/// What an option holds, and its bounds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kind {
+    /// A whole number in `min..=max`, written either way in JSON (`60` or
+    /// `60.0`).
+    Whole {
+        /// The least it may be.
+        min: u64,
+        /// The most it may be.
+        max: u64,
+    },
+    /// An RFC 3339 time, from 1970 on.
+    Time,
+    /// `true` or `false`.
+    Flag,
+    /// buquet's `RetryPolicy`, an object of its four fields.
+    Policy,
+}
+
+/// One row of the table: an option as every door spells it.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    /// Its field in a body, as buquet's submit names it.
+    pub name: &'static str,
+    /// Its flag of `idem submit`, without the dashes (`ttl_seconds` and
+    /// `expires_at` say `task-`: `--ttl-seconds` is the key's life).
+    pub flag: &'static str,
+    /// What it holds, and its bounds.
+    pub kind: Kind,
+    /// Its help, as `idem submit --help` shows it.
+    pub help: &'static str,
+}
+
+impl TaskOption {
+    /// Every option, in the order a body's are read.
+    pub const ALL: [TaskOption; 10] = [
+        TaskOption::TimeoutSeconds,
+        TaskOption::MaxRetries,
+        TaskOption::RetryPolicy,
+        TaskOption::ScheduleAt,
+        TaskOption::DelaySeconds,
+        TaskOption::MaxReschedules,
+        TaskOption::TtlSeconds,
+        TaskOption::ExpiresAt,
+        TaskOption::UsePayloadRefs,
+        TaskOption::PayloadRefThresholdBytes,
+    ];
+
+    /// The table.
+    pub const fn spec(self) -> Spec {
+        use Kind::*;
+        let (name, flag, kind, help) = match self {
+            TaskOption::TimeoutSeconds => (
+                "timeout_seconds",
+                "timeout-seconds",
+                Whole {
+                    min: 1,
+                    max: MAX_TIMEOUT_SECONDS,
+                },
+                "`timeout_seconds`: how long a worker may run the task (default 300)",
+            ),
+            TaskOption::MaxRetries => (
+                "max_retries",
+                "max-retries",
+                Whole {
+                    min: 0,
+                    max: MAX_RETRIES as u64,
+                },
+                "`max_retries` (default 3)",
+            ),
+            TaskOption::RetryPolicy => (
+                "retry_policy",
+                "retry-policy",
+                Policy,
+                "`retry_policy`, as JSON: `{\"initial_interval_ms\":.., \"max_interval_ms\":.., \"multiplier\":.., \"jitter_percent\":..}`",
+            ),
+            TaskOption::ScheduleAt => (
+                "schedule_at",
+                "schedule-at",
+                Time,
+                "`schedule_at`: RFC 3339; the task is not claimed before it",
+            ),
+            TaskOption::DelaySeconds => (
+                "delay_seconds",
+                "delay-seconds",
+                Whole {
+                    min: 0,
+                    max: MAX_SECONDS_AHEAD,
+                },
+                "`delay_seconds`: from S3's time at the submit",
+            ),
+            TaskOption::MaxReschedules => (
+                "max_reschedules",
+                "max-reschedules",
+                Whole {
+                    min: 0,
+                    max: MAX_RESCHEDULES as u64,
+                },
+                "`max_reschedules`",
+            ),
+            TaskOption::TtlSeconds => (
+                "ttl_seconds",
+                "task-ttl-seconds",
+                Whole {
+                    min: 1,
+                    max: MAX_SECONDS_AHEAD,
+                },
+                "`ttl_seconds`: the task's own expiry, from the submit (not the key's life: that is `--ttl-seconds`)",
+            ),
+            TaskOption::ExpiresAt => (
+                "expires_at",
+                "task-expires-at",
+                Time,
+                "`expires_at`: the task's own expiry, RFC 3339",
+            ),
+            TaskOption::UsePayloadRefs => (
+                "use_payload_refs",
+                "use-payload-refs",
+                Flag,
+                "`use_payload_refs`: offload an input over the threshold to `payloads/{task_id}/input.json`",
+            ),
+            TaskOption::PayloadRefThresholdBytes => (
+                "payload_ref_threshold_bytes",
+                "payload-ref-threshold-bytes",
+                Whole {
+                    min: 0,
+                    max: MAX_PAYLOAD_REF_THRESHOLD_BYTES,
+                },
+                "`payload_ref_threshold_bytes` (default 262144), with `--use-payload-refs`",
+            ),
+        };
+        Spec {
+            name,
+            flag,
+            kind,
+            help,
+        }
+    }
+
+    /// Its field in a body.
+    pub const fn name(self) -> &'static str {
+        self.spec().name
+    }
+
+    /// Its place in [`TaskOption::ALL`] (and in a [`TaskOptions`]).
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// The names of the option fields of a submit body.
-pub const FIELDS: [&str; 10] = [
-    "timeout_seconds",
-    "max_retries",
-    "retry_policy",
-    "schedule_at",
-    "delay_seconds",
-    "max_reschedules",
-    "ttl_seconds",
-    "expires_at",
-    "use_payload_refs",
-    "payload_ref_threshold_bytes",
-];
+pub const FIELDS: [&str; 10] = {
+    let mut names = [""; 10];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = TaskOption::ALL[i].name();
+        i += 1;
+    }
+    names
+};
+
+/// One option's value, within its bounds once it is in a [`TaskOptions`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OptionValue {
+    /// A whole number.
+    Whole(u64),
+    /// A time.
+    Time(DateTime<Utc>),
+    /// A flag.
+    Flag(bool),
+    /// A retry policy.
+    Policy(TaskRetryPolicy),
+}
+
+impl OptionValue {
+    /// The value of a body's field for `option`: its JSON type read (a
+    /// whole number written either way, a time parsed), not yet its bounds.
+    fn read(option: TaskOption, v: &Value) -> Result<Self, ValidationError> {
+        let spec = option.spec();
+        match spec.kind {
+            Kind::Whole { .. } => whole(v)
+                .map(OptionValue::Whole)
+                .ok_or_else(|| out_of(option)),
+            Kind::Time => {
+                let s = v.as_str().ok_or_else(|| {
+                    ValidationError::field(spec.name, "must be an RFC 3339 time (a string)")
+                })?;
+                let t = DateTime::parse_from_rfc3339(s).map_err(|e| {
+                    ValidationError::field(spec.name, format!("is not an RFC 3339 time: {e}"))
+                })?;
+                Ok(OptionValue::Time(t.with_timezone(&Utc)))
+            }
+            Kind::Flag => v
+                .as_bool()
+                .map(OptionValue::Flag)
+                .ok_or_else(|| ValidationError::field(spec.name, "must be a boolean")),
+            Kind::Policy => TaskRetryPolicy::read(v).map(OptionValue::Policy),
+        }
+    }
+
+    /// As `options_hash` and buquet write it: numbers, booleans, UTC times
+    /// keeping any fraction of a second, the policy's four fields.
+    fn to_json(self) -> Value {
+        match self {
+            OptionValue::Whole(n) => n.into(),
+            OptionValue::Time(t) => Value::String(rfc3339::format_precise(&t)),
+            OptionValue::Flag(b) => b.into(),
+            OptionValue::Policy(p) => serde_json::to_value(p).unwrap_or_default(),
+        }
+    }
+}
+
+/// The refusal of a whole number outside `option`'s bounds (or no whole
+/// number at all).
+fn out_of(option: TaskOption) -> ValidationError {
+    let spec = option.spec();
+    let Kind::Whole { min, max } = spec.kind else {
+        return ValidationError::field(spec.name, "is out of range");
+    };
+    ValidationError::field(spec.name, format!("must be a whole number, {min} to {max}"))
+}
+
+/// A whole number, written either way (`60` or `60.0`): JSON does not tell
+/// them apart, and neither does JSON Schema.
+fn whole(v: &Value) -> Option<u64> {
+    let Value::Number(n) = v else {
+        return None;
+    };
+    n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 9_007_199_254_740_992.0)
+            .map(|f| f as u64)
+    })
+}
 
 /// buquet's `RetryPolicy`; fields left out of a request take buquet's
 /// defaults, as its Python `RetryPolicy(...)` does.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct TaskRetryPolicy {
+    /// The first wait, in milliseconds (0 to 86 400 000; default 1000).
     pub initial_interval_ms: u32,
+    /// The longest wait, in milliseconds (`initial_interval_ms` to
+    /// 86 400 000; default 60 000).
     pub max_interval_ms: u32,
+    /// How much each wait grows (1 to 100; default 2).
     pub multiplier: f64,
+    /// The share of a wait that is random (0 to 1; default 0.25).
     pub jitter_percent: f64,
 }
 
@@ -78,19 +343,21 @@ impl Default for TaskRetryPolicy {
     }
 }
 
+/// The fields of a body's `retry_policy`.
+const POLICY: [&str; 4] = [
+    "initial_interval_ms",
+    "max_interval_ms",
+    "multiplier",
+    "jitter_percent",
+];
+
 impl TaskRetryPolicy {
     /// Reads a body's `retry_policy`: an object of its four fields, each
-    /// left out taking buquet's default, checked as a whole.
-    pub(crate) fn from_body(v: &Value) -> Result<Self, ValidationError> {
+    /// left out taking buquet's default; its bounds are [`Self::check`]'s.
+    fn read(v: &Value) -> Result<Self, ValidationError> {
         let Value::Object(p) = v else {
             return Err(ValidationError::field("retry_policy", "must be an object"));
         };
-        const POLICY: [&str; 4] = [
-            "initial_interval_ms",
-            "max_interval_ms",
-            "multiplier",
-            "jitter_percent",
-        ];
         if let Some(k) = p.keys().find(|k| !POLICY.contains(&k.as_str())) {
             return Err(ValidationError::field(
                 "retry_policy",
@@ -102,7 +369,11 @@ impl TaskRetryPolicy {
         }
         let mut r = TaskRetryPolicy::default();
         let get = |f: &str| p.get(f).filter(|v| !v.is_null());
-        let interval = |v, field| whole(v, field, 0, MAX_INTERVAL_MS.into()).map(u32_of);
+        let interval = |v, field| {
+            whole(v)
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+                .ok_or_else(|| interval_out_of(field))
+        };
         if let Some(v) = get("initial_interval_ms") {
             r.initial_interval_ms = interval(v, "retry_policy.initial_interval_ms")?;
         }
@@ -115,20 +386,18 @@ impl TaskRetryPolicy {
         if let Some(v) = get("jitter_percent") {
             r.jitter_percent = number(v, "retry_policy.jitter_percent")?;
         }
-        r.check()?;
         Ok(r)
     }
 
     /// Checks the bounds; names the first field out of them.
     pub fn check(&self) -> Result<(), ValidationError> {
         if self.initial_interval_ms > MAX_INTERVAL_MS {
-            return Err(ValidationError::field(
-                "retry_policy.initial_interval_ms",
-                format!("must be 0 to {MAX_INTERVAL_MS}"),
-            ));
+            return Err(interval_out_of("retry_policy.initial_interval_ms"));
         }
-        if self.max_interval_ms < self.initial_interval_ms || self.max_interval_ms > MAX_INTERVAL_MS
-        {
+        if self.max_interval_ms > MAX_INTERVAL_MS {
+            return Err(interval_out_of("retry_policy.max_interval_ms"));
+        }
+        if self.max_interval_ms < self.initial_interval_ms {
             return Err(ValidationError::field(
                 "retry_policy.max_interval_ms",
                 format!("must be initial_interval_ms to {MAX_INTERVAL_MS}"),
@@ -150,52 +419,11 @@ impl TaskRetryPolicy {
     }
 }
 
-/// The options of one submit, as sent: `None` for each field left out.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TaskOptions {
-    pub timeout_seconds: Option<u64>,
-    pub max_retries: Option<u32>,
-    pub retry_policy: Option<TaskRetryPolicy>,
-    pub schedule_at: Option<DateTime<Utc>>,
-    pub delay_seconds: Option<u64>,
-    pub max_reschedules: Option<u32>,
-    pub ttl_seconds: Option<u64>,
-    pub expires_at: Option<DateTime<Utc>>,
-    pub use_payload_refs: Option<bool>,
-    pub payload_ref_threshold_bytes: Option<u64>,
-}
-
-/// What the options make of a task object (buquet's submit, field by field).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TaskFields {
-    pub timeout_seconds: u64,
-    pub max_retries: u32,
-    pub retry_policy: TaskRetryPolicy,
-    pub available_at: DateTime<Utc>,
-    pub max_reschedules: Option<u32>,
-    pub expires_at: Option<DateTime<Utc>>,
-    /// `Some(threshold)`: inputs over it are offloaded.
-    pub offload_over: Option<u64>,
-}
-
-/// A whole number in `min..=max`, written either way (`60` or `60.0`).
-fn whole(v: &Value, field: &'static str, min: u64, max: u64) -> Result<u64, ValidationError> {
-    let range = || ValidationError::field(field, format!("must be a whole number, {min} to {max}"));
-    let Value::Number(n) = v else {
-        return Err(range());
-    };
-    let n = n
-        .as_u64()
-        .or_else(|| {
-            n.as_f64()
-                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 9_007_199_254_740_992.0)
-                .map(|f| f as u64)
-        })
-        .ok_or_else(range)?;
-    if n < min || n > max {
-        return Err(range());
-    }
-    Ok(n)
+fn interval_out_of(field: &'static str) -> ValidationError {
+    ValidationError::field(
+        field,
+        format!("must be a whole number, 0 to {MAX_INTERVAL_MS}"),
+    )
 }
 
 fn number(v: &Value, field: &'static str) -> Result<f64, ValidationError> {
@@ -204,17 +432,30 @@ fn number(v: &Value, field: &'static str) -> Result<f64, ValidationError> {
         .ok_or_else(|| ValidationError::field(field, "must be a number"))
 }
 
-fn time(v: &Value, field: &'static str) -> Result<DateTime<Utc>, ValidationError> {
-    let s = v
-        .as_str()
-        .ok_or_else(|| ValidationError::field(field, "must be an RFC 3339 time (a string)"))?;
-    let t = DateTime::parse_from_rfc3339(s)
-        .map_err(|e| ValidationError::field(field, format!("is not an RFC 3339 time: {e}")))?
-        .with_timezone(&Utc);
-    if t.timestamp() < 0 {
-        return Err(ValidationError::field(field, "must be after 1970-01-01"));
-    }
-    Ok(t)
+/// The options of one submit, as sent: each within its bounds (the only
+/// way in is [`TaskOptions::set`]), `None` for each left out.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskOptions {
+    values: [Option<OptionValue>; 10],
+}
+
+/// What the options make of a task object (buquet's submit, field by field).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskFields {
+    /// `timeout_seconds`.
+    pub timeout_seconds: u64,
+    /// `max_retries`.
+    pub max_retries: u32,
+    /// `retry_policy`.
+    pub retry_policy: TaskRetryPolicy,
+    /// When the task becomes available.
+    pub available_at: DateTime<Utc>,
+    /// `max_reschedules`, when sent.
+    pub max_reschedules: Option<u32>,
+    /// The task's own expiry, when it has one.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// `Some(threshold)`: inputs over it are offloaded.
+    pub offload_over: Option<u64>,
 }
 
 fn u32_of(n: u64) -> u32 {
@@ -224,101 +465,82 @@ fn u32_of(n: u64) -> u32 {
 impl TaskOptions {
     /// True when no option was sent.
     pub fn is_empty(&self) -> bool {
-        *self == TaskOptions::default()
+        self.values.iter().all(Option::is_none)
+    }
+
+    /// Sets `option` to `value`, within its bounds: the one place each
+    /// bound is checked. Refuses, naming the field, a value out of them (or
+    /// of another kind than the option holds).
+    pub fn set(&mut self, option: TaskOption, value: OptionValue) -> Result<(), ValidationError> {
+        let spec = option.spec();
+        match (spec.kind, value) {
+            (Kind::Whole { min, max }, OptionValue::Whole(n)) => {
+                if n < min || n > max {
+                    return Err(out_of(option));
+                }
+            }
+            (Kind::Time, OptionValue::Time(t)) => {
+                if t.timestamp() < 0 {
+                    return Err(ValidationError::field(
+                        spec.name,
+                        "must be after 1970-01-01",
+                    ));
+                }
+            }
+            (Kind::Flag, OptionValue::Flag(_)) => {}
+            (Kind::Policy, OptionValue::Policy(p)) => p.check()?,
+            _ => return Err(ValidationError::field(spec.name, "is of another kind")),
+        }
+        self.values[option.index()] = Some(value);
+        Ok(())
+    }
+
+    /// The value of `option`, if it was sent.
+    pub fn get(&self, option: TaskOption) -> Option<OptionValue> {
+        self.values[option.index()]
+    }
+
+    fn whole(&self, option: TaskOption) -> Option<u64> {
+        match self.get(option) {
+            Some(OptionValue::Whole(n)) => Some(n),
+            _ => None,
+        }
+    }
+
+    fn time(&self, option: TaskOption) -> Option<DateTime<Utc>> {
+        match self.get(option) {
+            Some(OptionValue::Time(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    fn sent(&self, option: TaskOption) -> bool {
+        self.get(option).is_some()
+    }
+
+    /// Whether the task is scheduled (`schedule_at` or `delay_seconds`).
+    pub fn schedules(&self) -> bool {
+        self.sent(TaskOption::ScheduleAt) || self.sent(TaskOption::DelaySeconds)
     }
 
     /// Reads the option fields of a submit body (fields sent as `null` count
-    /// as left out), checking each one's own bounds; the checks that need
-    /// the submit's time are [`TaskOptions::resolve`]'s.
+    /// as left out), in the table's order: each one's type, then its bounds.
+    /// The contradictions between fields are [`TaskOptions::check`]'s, and
+    /// the checks that need the submit's time [`TaskOptions::resolve`]'s.
     pub fn from_body(obj: &Map<String, Value>) -> Result<Self, ValidationError> {
-        let get = |f: &str| obj.get(f).filter(|v| !v.is_null());
         let mut o = TaskOptions::default();
-        if let Some(v) = get("timeout_seconds") {
-            o.timeout_seconds = Some(whole(v, "timeout_seconds", 1, MAX_TIMEOUT_SECONDS)?);
+        for option in TaskOption::ALL {
+            if let Some(v) = obj.get(option.name()).filter(|v| !v.is_null()) {
+                o.set(option, OptionValue::read(option, v)?)?;
+            }
         }
-        if let Some(v) = get("max_retries") {
-            o.max_retries = Some(u32_of(whole(v, "max_retries", 0, MAX_RETRIES.into())?));
-        }
-        if let Some(v) = get("retry_policy") {
-            o.retry_policy = Some(TaskRetryPolicy::from_body(v)?);
-        }
-        if let Some(v) = get("schedule_at") {
-            o.schedule_at = Some(time(v, "schedule_at")?);
-        }
-        if let Some(v) = get("delay_seconds") {
-            o.delay_seconds = Some(whole(v, "delay_seconds", 0, MAX_SECONDS_AHEAD)?);
-        }
-        if let Some(v) = get("max_reschedules") {
-            o.max_reschedules = Some(u32_of(whole(
-                v,
-                "max_reschedules",
-                0,
-                MAX_RESCHEDULES.into(),
-            )?));
-        }
-        if let Some(v) = get("ttl_seconds") {
-            o.ttl_seconds = Some(whole(v, "ttl_seconds", 1, MAX_SECONDS_AHEAD)?);
-        }
-        if let Some(v) = get("expires_at") {
-            o.expires_at = Some(time(v, "expires_at")?);
-        }
-        if let Some(v) = get("use_payload_refs") {
-            o.use_payload_refs =
-                Some(v.as_bool().ok_or_else(|| {
-                    ValidationError::field("use_payload_refs", "must be a boolean")
-                })?);
-        }
-        if let Some(v) = get("payload_ref_threshold_bytes") {
-            o.payload_ref_threshold_bytes = Some(whole(
-                v,
-                "payload_ref_threshold_bytes",
-                0,
-                MAX_PAYLOAD_REF_THRESHOLD_BYTES,
-            )?);
-        }
-        o.check()?;
         Ok(o)
     }
 
-    /// The checks that need no clock: each field's bounds (for options built
-    /// in Rust) and the contradictions between fields.
+    /// The contradictions between fields (each field's bounds are checked
+    /// where it is set).
     pub fn check(&self) -> Result<(), ValidationError> {
-        if let Some(t) = self.timeout_seconds
-            && !(1..=MAX_TIMEOUT_SECONDS).contains(&t)
-        {
-            return Err(ValidationError::field(
-                "timeout_seconds",
-                format!("must be 1 to {MAX_TIMEOUT_SECONDS}"),
-            ));
-        }
-        if self.max_retries.is_some_and(|r| r > MAX_RETRIES) {
-            return Err(ValidationError::field(
-                "max_retries",
-                format!("must be 0 to {MAX_RETRIES}"),
-            ));
-        }
-        if let Some(p) = &self.retry_policy {
-            p.check()?;
-        }
-        if self.max_reschedules.is_some_and(|r| r > MAX_RESCHEDULES) {
-            return Err(ValidationError::field(
-                "max_reschedules",
-                format!("must be 0 to {MAX_RESCHEDULES}"),
-            ));
-        }
-        if self.ttl_seconds == Some(0) {
-            return Err(ValidationError::field("ttl_seconds", "must be at least 1"));
-        }
-        if self
-            .payload_ref_threshold_bytes
-            .is_some_and(|t| t > MAX_PAYLOAD_REF_THRESHOLD_BYTES)
-        {
-            return Err(ValidationError::field(
-                "payload_ref_threshold_bytes",
-                format!("must be 0 to {MAX_PAYLOAD_REF_THRESHOLD_BYTES}"),
-            ));
-        }
-        if self.schedule_at.is_some() && self.delay_seconds.is_some() {
+        if self.sent(TaskOption::ScheduleAt) && self.sent(TaskOption::DelaySeconds) {
             return Err(ValidationError::field(
                 "delay_seconds",
                 "contradicts schedule_at: send one of them",
@@ -326,13 +548,15 @@ impl TaskOptions {
         }
         // buquet's submit takes `ttl_seconds` over `expires_at` silently; a
         // request that says both says two things, and is refused.
-        if self.ttl_seconds.is_some() && self.expires_at.is_some() {
+        if self.sent(TaskOption::TtlSeconds) && self.sent(TaskOption::ExpiresAt) {
             return Err(ValidationError::field(
                 "expires_at",
                 "contradicts ttl_seconds: send one of them",
             ));
         }
-        if self.payload_ref_threshold_bytes.is_some() && self.use_payload_refs != Some(true) {
+        if self.sent(TaskOption::PayloadRefThresholdBytes)
+            && self.get(TaskOption::UsePayloadRefs) != Some(OptionValue::Flag(true))
+        {
             return Err(ValidationError::field(
                 "payload_ref_threshold_bytes",
                 "applies only with use_payload_refs: true",
@@ -348,41 +572,10 @@ impl TaskOptions {
         if self.is_empty() {
             return None;
         }
-        let mut m = Map::new();
-        let mut put = |k: &str, v: Value| {
-            m.insert(k.to_owned(), v);
-        };
-        let t = |t: &DateTime<Utc>| Value::String(super::record::rfc3339::format_precise(t));
-        if let Some(v) = self.timeout_seconds {
-            put("timeout_seconds", v.into());
-        }
-        if let Some(v) = self.max_retries {
-            put("max_retries", v.into());
-        }
-        if let Some(p) = &self.retry_policy {
-            put("retry_policy", serde_json::to_value(p).unwrap_or_default());
-        }
-        if let Some(v) = &self.schedule_at {
-            put("schedule_at", t(v));
-        }
-        if let Some(v) = self.delay_seconds {
-            put("delay_seconds", v.into());
-        }
-        if let Some(v) = self.max_reschedules {
-            put("max_reschedules", v.into());
-        }
-        if let Some(v) = self.ttl_seconds {
-            put("ttl_seconds", v.into());
-        }
-        if let Some(v) = &self.expires_at {
-            put("expires_at", t(v));
-        }
-        if let Some(v) = self.use_payload_refs {
-            put("use_payload_refs", v.into());
-        }
-        if let Some(v) = self.payload_ref_threshold_bytes {
-            put("payload_ref_threshold_bytes", v.into());
-        }
+        let m: Map<String, Value> = TaskOption::ALL
+            .iter()
+            .filter_map(|o| Some((o.name().to_owned(), self.get(*o)?.to_json())))
+            .collect();
         Some(hash::input_hash(&hash::canonical_json(&Value::Object(m))))
     }
 
@@ -392,14 +585,13 @@ impl TaskOptions {
     /// Refuses, naming the field, a task that would become available after
     /// `horizon` (the longest record life, or this submit's record's
     /// `expires_at` with a key; `record_life` says which), or whose expiry is
-    /// at or before its `available_at`.
+    /// at or before its `available_at`, or more than ten years ahead.
     pub fn resolve(
         &self,
         s3_now: DateTime<Utc>,
         horizon: DateTime<Utc>,
         record_life: bool,
     ) -> Result<TaskFields, ValidationError> {
-        self.check()?;
         let beyond = |field: &'static str| {
             ValidationError::field(
                 field,
@@ -419,16 +611,21 @@ impl TaskOptions {
         };
         let available_at = self.available_at(s3_now, horizon, beyond, secs)?;
         let expires_at = self.expiry(s3_now, available_at, secs)?;
-        let offload_over = (self.use_payload_refs == Some(true)).then(|| {
-            self.payload_ref_threshold_bytes
-                .unwrap_or(DEFAULT_PAYLOAD_REF_THRESHOLD_BYTES)
-        });
+        let offload_over = (self.get(TaskOption::UsePayloadRefs) == Some(OptionValue::Flag(true)))
+            .then(|| {
+                self.whole(TaskOption::PayloadRefThresholdBytes)
+                    .unwrap_or(DEFAULT_PAYLOAD_REF_THRESHOLD_BYTES)
+            });
+        let retry_policy = match self.get(TaskOption::RetryPolicy) {
+            Some(OptionValue::Policy(p)) => p,
+            _ => TaskRetryPolicy::default(),
+        };
         Ok(TaskFields {
-            timeout_seconds: self.timeout_seconds.unwrap_or(300),
-            max_retries: self.max_retries.unwrap_or(3),
-            retry_policy: self.retry_policy.unwrap_or_default(),
+            timeout_seconds: self.whole(TaskOption::TimeoutSeconds).unwrap_or(300),
+            max_retries: self.whole(TaskOption::MaxRetries).map_or(3, u32_of),
+            retry_policy,
             available_at,
-            max_reschedules: self.max_reschedules,
+            max_reschedules: self.whole(TaskOption::MaxReschedules).map(u32_of),
             expires_at,
             offload_over,
         })
@@ -443,7 +640,8 @@ impl TaskOptions {
         beyond: impl Fn(&'static str) -> ValidationError,
         secs: impl Fn(&'static str, u64) -> Result<DateTime<Utc>, ValidationError>,
     ) -> Result<DateTime<Utc>, ValidationError> {
-        let (t, field) = match (self.schedule_at, self.delay_seconds) {
+        let delay = self.whole(TaskOption::DelaySeconds);
+        let (t, field) = match (self.time(TaskOption::ScheduleAt), delay) {
             (Some(t), _) => (t, "schedule_at"),
             (None, Some(d)) => (secs("delay_seconds", d)?, "delay_seconds"),
             (None, None) => return Ok(s3_now),
@@ -462,7 +660,8 @@ impl TaskOptions {
         available_at: DateTime<Utc>,
         secs: impl Fn(&'static str, u64) -> Result<DateTime<Utc>, ValidationError>,
     ) -> Result<Option<DateTime<Utc>>, ValidationError> {
-        let (e, field) = match (self.ttl_seconds, self.expires_at) {
+        let ttl = self.whole(TaskOption::TtlSeconds);
+        let (e, field) = match (ttl, self.time(TaskOption::ExpiresAt)) {
             (Some(ttl), _) => (secs("ttl_seconds", ttl)?, "ttl_seconds"),
             (None, Some(t)) => (t, "expires_at"),
             (None, None) => return Ok(None),
@@ -511,22 +710,37 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A body's options as a submit reads them: each field, then the
+    /// contradictions between them.
     fn parse(v: Value) -> Result<TaskOptions, ValidationError> {
-        match v {
-            Value::Object(m) => TaskOptions::from_body(&m),
-            _ => unreachable!(),
+        let Value::Object(m) = v else { unreachable!() };
+        let o = TaskOptions::from_body(&m)?;
+        o.check()?;
+        Ok(o)
+    }
+
+    fn named(r: Result<impl std::fmt::Debug, ValidationError>) -> &'static str {
+        match r {
+            Err(ValidationError::Field { field, .. }) => field,
+            other => panic!("expected a field refused, got {other:?}"),
         }
     }
 
     fn field_of(v: Value) -> &'static str {
-        match parse(v.clone()) {
-            Err(ValidationError::Field { field, .. }) => field,
-            other => panic!("{v}: {other:?}"),
-        }
+        named(parse(v))
     }
 
     fn t(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    /// Options set one by one, as the builder sets them.
+    fn options(set: &[(TaskOption, OptionValue)]) -> TaskOptions {
+        let mut o = TaskOptions::default();
+        for (option, value) in set {
+            o.set(*option, *value).unwrap();
+        }
+        o
     }
 
     #[test]
@@ -575,6 +789,116 @@ mod tests {
         );
     }
 
+    /// Every whole-number option of the table at both edges of its range:
+    /// the edge is taken, one past it is refused, naming the option, both
+    /// in a body and set as the builder sets it.
+    #[test]
+    fn every_whole_number_option_takes_its_edges_and_refuses_one_past_them() {
+        for option in TaskOption::ALL {
+            let Kind::Whole { min, max } = option.spec().kind else {
+                continue;
+            };
+            let body = |n: i128| {
+                let mut b = json!({ option.name(): n });
+                if option == TaskOption::PayloadRefThresholdBytes {
+                    b["use_payload_refs"] = json!(true);
+                }
+                parse(b)
+            };
+            for edge in [min, max] {
+                let o = body(edge.into()).unwrap();
+                assert_eq!(o.get(option), Some(OptionValue::Whole(edge)), "{option:?}");
+                assert!(
+                    TaskOptions::default()
+                        .set(option, OptionValue::Whole(edge))
+                        .is_ok()
+                );
+            }
+            assert_eq!(named(body(i128::from(min) - 1)), option.name());
+            assert_eq!(named(body(i128::from(max) + 1)), option.name());
+            let mut o = TaskOptions::default();
+            assert_eq!(
+                named(o.set(option, OptionValue::Whole(max + 1))),
+                option.name()
+            );
+            if let Some(below) = min.checked_sub(1) {
+                assert_eq!(
+                    named(o.set(option, OptionValue::Whole(below))),
+                    option.name()
+                );
+            }
+            assert!(o.is_empty(), "a refused value is not kept");
+        }
+    }
+
+    #[test]
+    fn a_retry_policys_bounds_take_their_edges_and_refuse_one_past_them() {
+        let policy = |p: Value| parse(json!({ "retry_policy": p }));
+        let max = MAX_INTERVAL_MS;
+        for ok in [
+            json!({"initial_interval_ms": 0, "max_interval_ms": 0}),
+            json!({"initial_interval_ms": max, "max_interval_ms": max}),
+            json!({"initial_interval_ms": 7, "max_interval_ms": 7}),
+            json!({"multiplier": 1.0}),
+            json!({"multiplier": MAX_MULTIPLIER}),
+            json!({"jitter_percent": 0.0}),
+            json!({"jitter_percent": 1.0}),
+        ] {
+            assert!(policy(ok.clone()).is_ok(), "{ok}");
+        }
+        for (bad, field) in [
+            (
+                json!({"initial_interval_ms": max + 1, "max_interval_ms": max}),
+                "retry_policy.initial_interval_ms",
+            ),
+            (
+                json!({"initial_interval_ms": -1}),
+                "retry_policy.initial_interval_ms",
+            ),
+            (
+                json!({"max_interval_ms": max + 1}),
+                "retry_policy.max_interval_ms",
+            ),
+            (
+                json!({"initial_interval_ms": 7, "max_interval_ms": 6}),
+                "retry_policy.max_interval_ms",
+            ),
+            (json!({"multiplier": 0.999_999}), "retry_policy.multiplier"),
+            (
+                json!({"multiplier": 100.000_001}),
+                "retry_policy.multiplier",
+            ),
+            (
+                json!({"jitter_percent": -0.000_001}),
+                "retry_policy.jitter_percent",
+            ),
+            (
+                json!({"jitter_percent": 1.000_001}),
+                "retry_policy.jitter_percent",
+            ),
+        ] {
+            assert_eq!(named(policy(bad.clone())), field, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_time_from_1970_on_is_taken_and_one_second_before_refused() {
+        for option in [TaskOption::ScheduleAt, TaskOption::ExpiresAt] {
+            let at = |s: &str| parse(json!({ option.name(): s }));
+            let o = at("1970-01-01T00:00:00Z").unwrap();
+            assert_eq!(
+                o.get(option),
+                Some(OptionValue::Time(t("1970-01-01T00:00:00Z")))
+            );
+            assert_eq!(named(at("1969-12-31T23:59:59Z")), option.name());
+            let before = OptionValue::Time(t("1969-12-31T23:59:59Z"));
+            assert_eq!(
+                named(TaskOptions::default().set(option, before)),
+                option.name()
+            );
+        }
+    }
+
     #[test]
     fn contradictory_options_are_named() {
         assert_eq!(
@@ -589,43 +913,70 @@ mod tests {
             field_of(json!({"payload_ref_threshold_bytes": 10})),
             "payload_ref_threshold_bytes"
         );
+        assert_eq!(
+            field_of(json!({"use_payload_refs": false, "payload_ref_threshold_bytes": 10})),
+            "payload_ref_threshold_bytes"
+        );
+        // Each alone is no contradiction.
+        for alone in [
+            json!({"schedule_at": "2030-01-01T00:00:00Z"}),
+            json!({"delay_seconds": 5}),
+            json!({"ttl_seconds": 5}),
+            json!({"expires_at": "2030-01-01T00:00:00Z"}),
+            json!({"use_payload_refs": true, "payload_ref_threshold_bytes": 10}),
+        ] {
+            assert!(parse(alone.clone()).is_ok(), "{alone}");
+        }
     }
 
     #[test]
     fn an_expiry_at_or_before_availability_and_a_schedule_past_the_horizon_are_refused() {
         let now = t("2026-01-27T12:00:00Z");
         let horizon = t("2026-02-26T12:00:00Z");
-        let named = |o: TaskOptions| match o.resolve(now, horizon, true) {
-            Err(ValidationError::Field { field, .. }) => field,
-            other => panic!("{other:?}"),
+        let resolved = |o: TaskOptions| o.resolve(now, horizon, true);
+        use OptionValue::{Time, Whole};
+        use TaskOption::*;
+        let o = options(&[(DelaySeconds, Whole(60)), (TtlSeconds, Whole(60))]);
+        assert_eq!(named(resolved(o)), "ttl_seconds");
+        let o = options(&[(DelaySeconds, Whole(60)), (TtlSeconds, Whole(61))]);
+        assert!(resolved(o).is_ok(), "one second after availability");
+        let o = options(&[
+            (ScheduleAt, Time(t("2026-01-28T00:00:00Z"))),
+            (ExpiresAt, Time(t("2026-01-27T23:00:00Z"))),
+        ]);
+        assert_eq!(named(resolved(o)), "expires_at");
+        let o = options(&[(ExpiresAt, Time(now))]);
+        assert_eq!(named(resolved(o)), "expires_at");
+        let o = options(&[(ExpiresAt, Time(now + Duration::seconds(1)))]);
+        assert!(resolved(o).is_ok(), "one second after now");
+        // The horizon itself is past it; a second before is within.
+        let o = options(&[(ScheduleAt, Time(horizon))]);
+        assert_eq!(named(resolved(o)), "schedule_at");
+        let o = options(&[(ScheduleAt, Time(horizon - Duration::seconds(1)))]);
+        assert!(resolved(o).is_ok());
+        let to_horizon = (horizon - now).num_seconds() as u64;
+        let o = options(&[(DelaySeconds, Whole(to_horizon))]);
+        assert_eq!(named(resolved(o)), "delay_seconds");
+        let o = options(&[(DelaySeconds, Whole(to_horizon - 1))]);
+        assert!(resolved(o).is_ok());
+        // Without a key the message names the setting, not the record.
+        let o = options(&[(DelaySeconds, Whole(31 * 86_400))]);
+        let Err(ValidationError::Field { reason, .. }) = o.resolve(now, horizon, false) else {
+            panic!("past the horizon");
         };
-        let o = TaskOptions {
-            delay_seconds: Some(60),
-            ttl_seconds: Some(60),
-            ..Default::default()
-        };
-        assert_eq!(named(o), "ttl_seconds");
-        let o = TaskOptions {
-            schedule_at: Some(t("2026-01-28T00:00:00Z")),
-            expires_at: Some(t("2026-01-27T23:00:00Z")),
-            ..Default::default()
-        };
-        assert_eq!(named(o), "expires_at");
-        let o = TaskOptions {
-            expires_at: Some(now),
-            ..Default::default()
-        };
-        assert_eq!(named(o), "expires_at");
-        let o = TaskOptions {
-            schedule_at: Some(horizon),
-            ..Default::default()
-        };
-        assert_eq!(named(o), "schedule_at");
-        let o = TaskOptions {
-            delay_seconds: Some(31 * 86_400),
-            ..Default::default()
-        };
-        assert_eq!(named(o), "delay_seconds");
+        assert!(reason.contains("IDEMPOTENCY_MAX_TTL_DAYS"), "{reason}");
+    }
+
+    #[test]
+    fn an_expiry_ten_years_ahead_is_taken_and_one_second_more_refused() {
+        let now = t("2026-01-27T12:00:00Z");
+        let ten_years = now + Duration::seconds(MAX_SECONDS_AHEAD as i64);
+        let at = |e| options(&[(TaskOption::ExpiresAt, OptionValue::Time(e))]);
+        assert!(at(ten_years).resolve(now, ten_years, false).is_ok());
+        assert_eq!(
+            named(at(ten_years + Duration::seconds(1)).resolve(now, ten_years, false)),
+            "expires_at"
+        );
     }
 
     #[test]
@@ -638,6 +989,7 @@ mod tests {
             "ttl_seconds": 3600, "use_payload_refs": true
         }))
         .unwrap();
+        assert!(o.schedules());
         let f = o.resolve(now, horizon, true).unwrap();
         assert_eq!(f.timeout_seconds, 1800);
         assert_eq!(f.max_retries, 10);
@@ -650,10 +1002,70 @@ mod tests {
         assert_eq!(f.offload_over, Some(DEFAULT_PAYLOAD_REF_THRESHOLD_BYTES));
         assert!(f.offloads(262_145));
         assert!(!f.offloads(262_144));
+        let own = parse(json!({"use_payload_refs": true, "payload_ref_threshold_bytes": 16}))
+            .unwrap()
+            .resolve(now, horizon, true)
+            .unwrap();
+        assert_eq!(own.offload_over, Some(16));
+        let off = parse(json!({"use_payload_refs": false})).unwrap();
+        assert_eq!(off.resolve(now, horizon, true).unwrap().offload_over, None);
+        assert!(!off.schedules());
         assert_eq!(
             TaskOptions::default().resolve(now, horizon, false).unwrap(),
             TaskFields::defaults(now)
         );
+    }
+
+    #[test]
+    fn the_table_names_every_option_once_with_a_flag_of_its_own() {
+        let names: std::collections::HashSet<_> = FIELDS.iter().collect();
+        let flags: std::collections::HashSet<_> =
+            TaskOption::ALL.iter().map(|o| o.spec().flag).collect();
+        assert_eq!((names.len(), flags.len()), (10, 10));
+        for (i, o) in TaskOption::ALL.iter().enumerate() {
+            assert_eq!(o.index(), i);
+            assert_eq!(FIELDS[i], o.name());
+        }
+        assert_eq!(TaskOption::TtlSeconds.spec().flag, "task-ttl-seconds");
+    }
+
+    /// `options_hash` is in records that outlive any release: a retry
+    /// compares its options' hash with the record's, so a hash that changed
+    /// would make every retry of a live key with options a conflict. These
+    /// are the hashes the code wrote before the options were spelled once.
+    #[test]
+    fn the_options_hash_is_the_one_existing_records_hold() {
+        let cases = [
+            (
+                json!({"timeout_seconds": 1800}),
+                "sha256:f0460a5f35e8da0ad87f4d489bede8f13d5948ba8b440dedcdb3f1dd580f982d",
+            ),
+            (
+                json!({"max_retries": 0}),
+                "sha256:244f8551a4751fb718e7a69bd570062cb1d578f1ae0d5e14cb62184992b416a1",
+            ),
+            (
+                json!({
+                    "timeout_seconds": 60, "max_retries": 5,
+                    "retry_policy": {"initial_interval_ms": 500, "max_interval_ms": 30000,
+                                     "multiplier": 3.0, "jitter_percent": 0.1},
+                    "delay_seconds": 90, "max_reschedules": 4, "ttl_seconds": 3600,
+                    "use_payload_refs": true, "payload_ref_threshold_bytes": 1024
+                }),
+                "sha256:0a163fa37835db34f1edc2e2fa20dbfd25f7527e12ae8d7669030e329560ca2c",
+            ),
+            (
+                json!({
+                    "schedule_at": "2030-01-01T00:00:00.5Z",
+                    "expires_at": "2030-01-02T00:00:00+01:00",
+                    "retry_policy": {}, "use_payload_refs": false
+                }),
+                "sha256:559d6fb37e546faac2b586d8fb33493f55b2d37cc29a2afc5ea0034458eb17af",
+            ),
+        ];
+        for (body, hash) in cases {
+            assert_eq!(parse(body.clone()).unwrap().hash().unwrap(), hash, "{body}");
+        }
     }
 
     #[test]

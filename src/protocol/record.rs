@@ -1,12 +1,13 @@
 //! The objects of the bucket layout: the idempotency record, the task object
 //! (buquet 0.1's schema) and the paths they live at.
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::options::{TaskFields, TaskRetryPolicy};
+use super::rfc3339;
 
 /// `status` of a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,71 +106,6 @@ impl Record {
 
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
         self.expires_at <= now
-    }
-}
-
-/// RFC 3339 UTC with whole seconds (`2026-01-27T12:00:00Z`) on writing; any
-/// RFC 3339 time on reading.
-pub mod rfc3339 {
-    use super::*;
-    use serde::{Deserializer, Serializer};
-
-    pub fn format(t: &DateTime<Utc>) -> String {
-        t.to_rfc3339_opts(SecondsFormat::Secs, true)
-    }
-
-    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&format(t))
-    }
-
-    /// RFC 3339 UTC keeping any fraction of a second (as buquet writes a
-    /// `schedule_at` or `expires_at` it was given); whole seconds print as
-    /// [`format`] does.
-    pub fn format_precise(t: &DateTime<Utc>) -> String {
-        t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
-    }
-
-    /// Serializes with [`format_precise`].
-    pub mod precise {
-        use super::*;
-
-        pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-            s.serialize_str(&format_precise(t))
-        }
-
-        pub mod option {
-            use super::*;
-
-            pub fn serialize<S: Serializer>(
-                t: &Option<DateTime<Utc>>,
-                s: S,
-            ) -> Result<S::Ok, S::Error> {
-                match t {
-                    Some(t) => s.serialize_str(&format_precise(t)),
-                    None => s.serialize_none(),
-                }
-            }
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        DateTime::parse_from_rfc3339(&s)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(serde::de::Error::custom)
-    }
-
-    /// An optional time: absent or null is `None`.
-    pub mod option {
-        use super::*;
-
-        pub fn deserialize<'de, D: Deserializer<'de>>(
-            d: D,
-        ) -> Result<Option<DateTime<Utc>>, D::Error> {
-            #[derive(Deserialize)]
-            struct W(#[serde(deserialize_with = "super::deserialize")] DateTime<Utc>);
-            Ok(Option::<W>::deserialize(d)?.map(|W(t)| t))
-        }
     }
 }
 

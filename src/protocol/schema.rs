@@ -25,26 +25,19 @@
 //! must not become an outage of its task type (the README, "Input schemas").
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 
-use super::engine::{Engine, Failure};
-use super::error::SubmitError;
-use super::hash;
+use super::error::{
+    Failure, InputError, MAX_DETAIL_CHARS, MAX_LISTED_ERRORS, MAX_POINTER_CHARS, SubmitError,
+};
 use super::names::{TaskType, ValidationError};
-use super::record::{Record, record_key};
-use super::submit::{SubmitRequest, Submitted, conflict_with};
-use crate::store::{ETag, StoreError};
-
-/// At most this many failures are listed in an answer; the rest are counted.
-pub const MAX_LISTED_ERRORS: usize = 20;
-/// A listed failure's JSON pointer is cut to this many characters.
-pub const MAX_POINTER_CHARS: usize = 256;
-/// A listed failure's message is cut to this many characters.
-pub const MAX_DETAIL_CHARS: usize = 200;
+use crate::clock::Clock;
+use crate::store::{ETag, Object, StoreError};
 /// At most this many task types are cached: task types are the caller's to
 /// name, and a process must not grow without bound however many it is sent.
 const MAX_CACHED_TYPES: usize = 1024;
@@ -52,19 +45,6 @@ const MAX_CACHED_TYPES: usize = 1024;
 /// Where buquet keeps a task type's schema document.
 pub fn schema_key(task_type: &str) -> String {
     format!("schemas/{task_type}.json")
-}
-
-/// One way an input fails its schema.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct InputError {
-    /// Where in the input, as a JSON pointer (RFC 6901; `""` is the whole
-    /// input), cut to [`MAX_POINTER_CHARS`].
-    pub pointer: String,
-    /// The JSON Schema keyword that failed (`type`, `required`, `minimum`...).
-    pub keyword: String,
-    /// What the rule asks, without the input's own values, cut to
-    /// [`MAX_DETAIL_CHARS`].
-    pub detail: String,
 }
 
 /// `s` cut to at most `max` characters (on a character boundary), with `…`
@@ -82,15 +62,14 @@ fn bounded(s: &str, max: usize) -> String {
     }
 }
 
-impl InputError {
-    fn of(e: &jsonschema::ValidationError<'_>) -> Self {
-        InputError {
-            pointer: bounded(&e.instance_path().to_string(), MAX_POINTER_CHARS),
-            keyword: bounded(e.kind().keyword(), MAX_POINTER_CHARS),
-            // Masked: the rule, with "value" where the input's value would be
-            // (an input's string can be as long as the input).
-            detail: bounded(&e.masked().to_string(), MAX_DETAIL_CHARS),
-        }
+/// A validator's failure as an answer lists it.
+fn input_error(e: &jsonschema::ValidationError<'_>) -> InputError {
+    InputError {
+        pointer: bounded(&e.instance_path().to_string(), MAX_POINTER_CHARS),
+        keyword: bounded(e.kind().keyword(), MAX_POINTER_CHARS),
+        // Masked: the rule, with "value" where the input's value would be
+        // (an input's string can be as long as the input).
+        detail: bounded(&e.masked().to_string(), MAX_DETAIL_CHARS),
     }
 }
 
@@ -161,7 +140,7 @@ struct Entry {
 type Slot = Arc<tokio::sync::Mutex<Option<Entry>>>;
 
 /// The process's schema documents, by task type. Shared by every clone of
-/// an [`Engine`].
+/// an engine.
 #[derive(Default)]
 pub(crate) struct SchemaCache {
     slots: Mutex<HashMap<String, Slot>>,
@@ -189,35 +168,38 @@ impl SchemaCache {
         }
         slots.entry(task_type.to_owned()).or_default().clone()
     }
-}
 
-impl Engine {
     /// How many fetches found an unusable schema document since the last
     /// call (for the `InvalidSchema` metric).
-    pub fn take_unusable_schemas(&self) -> u64 {
-        self.schemas.unusable.swap(0, Ordering::Relaxed)
+    pub(crate) fn take_unusable(&self) -> u64 {
+        self.unusable.swap(0, Ordering::Relaxed)
     }
 
-    /// Checks `req`'s input against its task type's published schema, when
-    /// `VALIDATE_INPUT_SCHEMAS` is on. Writes nothing. `InputInvalid` lists
-    /// the failures; a type without a (usable) schema passes; a document that
-    /// cannot be read is the storage failure it met (unless an earlier copy is
-    /// cached, which is then used).
-    pub(crate) async fn check_input(
+    /// Checks `input` (canonical JSON) against `task_type`'s published
+    /// schema, read with `read(key, etag)` (a GET, or with an ETag a
+    /// conditional GET) when the cached copy is older than `ttl` by `clock`.
+    /// Writes nothing. `InputInvalid` lists the failures; a type without a
+    /// (usable) schema passes; a document that cannot be read is the storage
+    /// failure it met (unless an earlier copy is cached, which is then used).
+    pub(crate) async fn check<R, Fut>(
         &self,
-        req: &SubmitRequest,
-        op_deadline: DateTime<Utc>,
-    ) -> Result<(), SubmitError> {
-        if !self.settings.validate_input_schemas {
-            return Ok(());
-        }
-        let Compiled::Input(validator) = self.input_schema(&req.task_type, op_deadline).await?
+        task_type: &TaskType,
+        input: &str,
+        clock: &dyn Clock,
+        ttl: Duration,
+        read: R,
+    ) -> Result<(), SubmitError>
+    where
+        R: FnOnce(String, Option<ETag>) -> Fut,
+        Fut: Future<Output = Result<Object, Failure>>,
+    {
+        let Compiled::Input(validator) = self.input_schema(task_type, clock, ttl, read).await?
         else {
             return Ok(());
         };
         // The canonical form is JSON by construction; the parse is only paid
         // for a type that has a schema.
-        let value: Value = serde_json::from_str(req.input.as_json())
+        let value: Value = serde_json::from_str(input)
             .map_err(|e| ValidationError::field("input", e.to_string()))?;
         if validator.is_valid(&value) {
             return Ok(());
@@ -226,97 +208,44 @@ impl Engine {
         let mut omitted = 0;
         for e in validator.iter_errors(&value) {
             if errors.len() < MAX_LISTED_ERRORS {
-                errors.push(InputError::of(&e));
+                errors.push(input_error(&e));
             } else {
                 omitted += 1;
             }
         }
         Err(SubmitError::InputInvalid {
-            task_type: req.task_type.to_string(),
+            task_type: task_type.to_string(),
             errors,
             omitted,
         })
     }
 
-    /// The answer to a submit whose check failed with `refusal`. Without a
-    /// key, or for anything but an invalid input, the refusal. With a key,
-    /// the key's promise comes first: the record of the key is read (one GET,
-    /// on this path only), and a live record is answered as the protocol
-    /// answers it (a replay of the same request, finished if it was
-    /// interrupted; a conflict with another request; a submit still
-    /// undetermined), because the input was accepted when the record was
-    /// written and the schema may have changed since. No record, or an
-    /// expired one (the protocol would write a new task with this input):
-    /// the refusal, and nothing is written.
-    pub(crate) async fn answer_refused(
-        &self,
-        req: &SubmitRequest,
-        refusal: SubmitError,
-        op_deadline: DateTime<Utc>,
-    ) -> Result<Submitted, SubmitError> {
-        let (SubmitError::InputInvalid { .. }, Some(k)) = (&refusal, &req.idempotency) else {
-            return Err(refusal);
-        };
-        let scope = k.scope.resolve(&req.task_type).to_owned();
-        let key_hash = hash::key_hash(&scope, &k.key, req.tenant.as_ref());
-        let rkey = record_key(&scope, &key_hash);
-        let obj = match self
-            .with_retries(op_deadline, || self.store.get(&rkey))
-            .await
-        {
-            Ok(o) => o,
-            Err(Failure::Store(StoreError::NotFound)) => return Err(refusal),
-            // Whether the key holds a record cannot be told: a retry can.
-            Err(e) => return Err(e.into()),
-        };
-        let mut existing = Record::parse(&obj.body).map_err(|e| SubmitError::Corrupt {
-            key: rkey.clone(),
-            reason: e.to_string(),
-        })?;
-        existing.scope.get_or_insert_with(|| scope.clone());
-        if existing.is_expired(self.s3_earliest()?) {
-            return Err(refusal);
-        }
-        if let Some(kind) = conflict_with(&existing, req, &req.options.hash()) {
-            return Err(SubmitError::Conflict {
-                kind,
-                task_id: existing.task_id,
-            });
-        }
-        // A task id of nobody's: this submit wrote nothing, so the answer is
-        // a replay.
-        self.answer_existing(&rkey, &existing, &obj.meta, uuid::Uuid::nil(), op_deadline)
-            .await
-    }
-
     /// The task type's document: from the cache while it is fresh, else read
     /// (a GET) or revalidated (a conditional GET, 304 while unchanged).
-    async fn input_schema(
+    async fn input_schema<R, Fut>(
         &self,
         task_type: &TaskType,
-        op_deadline: DateTime<Utc>,
-    ) -> Result<Compiled, SubmitError> {
-        let ttl = self.settings.schema_cache_ttl;
+        clock: &dyn Clock,
+        ttl: Duration,
+        read: R,
+    ) -> Result<Compiled, SubmitError>
+    where
+        R: FnOnce(String, Option<ETag>) -> Fut,
+        Fut: Future<Output = Result<Object, Failure>>,
+    {
         let fresh = |e: &Entry, now: DateTime<Utc>| e.checked_at <= now && now < e.checked_at + ttl;
-        let now = self.now();
-        let slot = self.schemas.slot(task_type.as_str(), |e| fresh(e, now));
+        let now = clock.now();
+        let slot = self.slot(task_type.as_str(), |e| fresh(e, now));
         let mut cached = slot.lock().await;
         // Another submit of the type may have fetched it while we waited.
-        let now = self.now();
+        let now = clock.now();
         if let Some(e) = cached.as_ref().filter(|e| fresh(e, now)) {
             return Ok(e.schema.clone());
         }
         let key = schema_key(task_type.as_str());
         let previous = cached.take();
         let etag = previous.as_ref().and_then(|e| e.etag.clone());
-        let read = self
-            .with_retries(op_deadline, || async {
-                match &etag {
-                    Some(etag) => self.store.get_if_none_match(&key, etag).await,
-                    None => self.store.get(&key).await,
-                }
-            })
-            .await;
+        let read = read(key.clone(), etag).await;
         let entry = match (read, previous) {
             (Ok(obj), _) => Entry {
                 checked_at: now,
@@ -348,7 +277,7 @@ impl Engine {
             (Err(e), None) => return Err(e.into()),
         };
         if let Compiled::Unusable(why) = &entry.schema {
-            self.schemas.unusable.fetch_add(1, Ordering::Relaxed);
+            self.unusable.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 schema = %key,
                 task_type = %task_type,

@@ -83,7 +83,7 @@ fn new_task_id(req: &SubmitRequest) -> Uuid {
 
 /// What differs between the record `existing` holds and the request `req`
 /// whose options hash to `options_hash`; `None`: the same request.
-pub(super) fn conflict_with(
+fn conflict_with(
     existing: &Record,
     req: &SubmitRequest,
     options_hash: &Option<String>,
@@ -105,23 +105,23 @@ pub(super) fn conflict_with(
 /// The idempotency part of a request.
 #[derive(Debug, Clone)]
 pub struct KeySpec {
-    pub key: IdempotencyKey,
-    pub scope: Scope,
-    pub ttl: Ttl,
+    pub(crate) key: IdempotencyKey,
+    pub(crate) scope: Scope,
+    pub(crate) ttl: Ttl,
 }
 
 /// A submit, parsed.
 #[derive(Debug, Clone)]
 pub struct SubmitRequest {
-    pub task_type: TaskType,
-    pub input: Input,
-    pub idempotency: Option<KeySpec>,
+    pub(crate) task_type: TaskType,
+    pub(crate) input: Input,
+    pub(crate) idempotency: Option<KeySpec>,
     /// The task options, as sent (checked for bounds; the checks that need
     /// the submit's time are made when it is sent).
-    pub options: TaskOptions,
+    pub(crate) options: TaskOptions,
     /// The caller's tenant under tenant isolation: folded into the key hash,
     /// stored in the record and in the task object's `idempotency`.
-    pub tenant: Option<Tenant>,
+    pub(crate) tenant: Option<Tenant>,
 }
 
 /// What a successful submit answers.
@@ -132,7 +132,7 @@ pub struct Submitted {
     pub task_type: String,
     /// The task object's current status; `missing` when it is gone.
     pub status: String,
-    #[serde(with = "super::record::rfc3339")]
+    #[serde(with = "super::rfc3339")]
     pub created_at: DateTime<Utc>,
     /// `false`: this submit created the task (201). `true`: an earlier submit
     /// of the key did (200).
@@ -168,7 +168,7 @@ pub struct IdempotencyInfo {
     pub key: String,
     pub scope: String,
     pub key_hash: String,
-    #[serde(with = "super::record::rfc3339")]
+    #[serde(with = "super::rfc3339")]
     pub expires_at: DateTime<Utc>,
 }
 
@@ -238,7 +238,7 @@ enum Written {
 impl Engine {
     /// Submits a task: a plain new task without a key, the idempotency
     /// protocol with one.
-    pub async fn submit(&self, req: &SubmitRequest) -> Result<Submitted, SubmitError> {
+    pub(crate) async fn submit(&self, req: &SubmitRequest) -> Result<Submitted, SubmitError> {
         let op_deadline = self.now() + self.settings.operation_timeout;
         // Before anything is written (src/protocol/schema.rs).
         let answer = match self.check_input(req, op_deadline).await {
@@ -776,7 +776,7 @@ impl Engine {
             (s3_now, s3_now + self.settings.max_ttl)
         });
         let mut fields = o.resolve(s3_now, horizon, keyed.is_some())?;
-        if o.schedule_at.is_none() && o.delay_seconds.is_none() {
+        if !o.schedules() {
             fields.available_at = now;
         }
         Ok(fields)
@@ -853,6 +853,118 @@ impl Engine {
             }),
             recovered,
         }
+    }
+}
+
+/// The input checked against its task type's published schema
+/// (`VALIDATE_INPUT_SCHEMAS`, src/protocol/schema.rs), before anything is
+/// written, and the answer to a submit that the check refused.
+impl Engine {
+    /// Checks `req`'s input against its task type's published schema, when
+    /// `VALIDATE_INPUT_SCHEMAS` is on. Writes nothing.
+    async fn check_input(
+        &self,
+        req: &SubmitRequest,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<(), SubmitError> {
+        if !self.settings.validate_input_schemas {
+            return Ok(());
+        }
+        self.check_schema(req, op_deadline).await
+    }
+
+    /// The check: the process's cache of schemas, read through the one retry
+    /// loop.
+    #[cfg(feature = "schemas")]
+    async fn check_schema(
+        &self,
+        req: &SubmitRequest,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<(), SubmitError> {
+        let read = |key: String, etag: Option<ETag>| async move {
+            self.with_retries(op_deadline, || async {
+                match &etag {
+                    Some(etag) => self.store.get_if_none_match(&key, etag).await,
+                    None => self.store.get(&key).await,
+                }
+            })
+            .await
+        };
+        self.schemas
+            .check(
+                &req.task_type,
+                req.input.as_json(),
+                self.clock.as_ref(),
+                self.settings.schema_cache_ttl,
+                read,
+            )
+            .await
+    }
+
+    /// A build without a validator checks nothing: the submit is refused,
+    /// never let through unchecked (`Config` refuses the setting at start
+    /// already; this is a queue built on settings that ask for it anyway).
+    #[cfg(not(feature = "schemas"))]
+    async fn check_schema(
+        &self,
+        _req: &SubmitRequest,
+        _op_deadline: DateTime<Utc>,
+    ) -> Result<(), SubmitError> {
+        Err(SubmitError::Storage(StoreError::Fatal(format!(
+            "VALIDATE_INPUT_SCHEMAS: {}",
+            crate::config::NO_SCHEMAS_BUILD
+        ))))
+    }
+
+    /// The answer to a submit whose check failed with `refusal`. Without a
+    /// key, or for anything but an invalid input, the refusal. With a key,
+    /// the key's promise comes first: the record of the key is read (one GET,
+    /// on this path only), and a live record is answered as the protocol
+    /// answers it (a replay of the same request, finished if it was
+    /// interrupted; a conflict with another request; a submit still
+    /// undetermined), because the input was accepted when the record was
+    /// written and the schema may have changed since. No record, or an
+    /// expired one (the protocol would write a new task with this input):
+    /// the refusal, and nothing is written.
+    async fn answer_refused(
+        &self,
+        req: &SubmitRequest,
+        refusal: SubmitError,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Submitted, SubmitError> {
+        let (SubmitError::InputInvalid { .. }, Some(k)) = (&refusal, &req.idempotency) else {
+            return Err(refusal);
+        };
+        let scope = k.scope.resolve(&req.task_type).to_owned();
+        let key_hash = hash::key_hash(&scope, &k.key, req.tenant.as_ref());
+        let rkey = record_key(&scope, &key_hash);
+        let obj = match self
+            .with_retries(op_deadline, || self.store.get(&rkey))
+            .await
+        {
+            Ok(o) => o,
+            Err(Failure::Store(StoreError::NotFound)) => return Err(refusal),
+            // Whether the key holds a record cannot be told: a retry can.
+            Err(e) => return Err(e.into()),
+        };
+        let mut existing = Record::parse(&obj.body).map_err(|e| SubmitError::Corrupt {
+            key: rkey.clone(),
+            reason: e.to_string(),
+        })?;
+        existing.scope.get_or_insert_with(|| scope.clone());
+        if existing.is_expired(self.s3_earliest()?) {
+            return Err(refusal);
+        }
+        if let Some(kind) = conflict_with(&existing, req, &req.options.hash()) {
+            return Err(SubmitError::Conflict {
+                kind,
+                task_id: existing.task_id,
+            });
+        }
+        // A task id of nobody's: this submit wrote nothing, so the answer is
+        // a replay.
+        self.answer_existing(&rkey, &existing, &obj.meta, uuid::Uuid::nil(), op_deadline)
+            .await
     }
 }
 

@@ -14,7 +14,9 @@ use super::{ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, Store
 /// The kind of a store call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
+    /// [`super::Store::get`] (and [`super::Store::get_if_none_match`]).
     Get,
+    /// [`super::Store::head`].
     Head,
     /// `PutMode::Create`
     PutCreate,
@@ -22,11 +24,14 @@ pub enum Op {
     PutUpdate,
     /// `PutMode::Overwrite`
     Put,
+    /// [`super::Store::delete`].
     Delete,
+    /// [`super::Store::list`].
     List,
 }
 
 impl Op {
+    /// A write (a put of any mode, or a delete).
     pub fn is_write(self) -> bool {
         matches!(self, Op::PutCreate | Op::PutUpdate | Op::Put | Op::Delete)
     }
@@ -51,7 +56,9 @@ pub enum Fault {
 /// One logged call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
+    /// The kind of call.
     pub op: Op,
+    /// Its key (a listing's prefix).
     pub key: String,
     /// The sequential round trip this call belongs to: calls that start while
     /// another is in flight share its round trip.
@@ -96,6 +103,7 @@ pub struct FaultyStore<S> {
 }
 
 impl<S: Store + Clone> FaultyStore<S> {
+    /// A wrapper of `inner` with no fault and an empty log.
     pub fn new(inner: S) -> Self {
         FaultyStore {
             inner,

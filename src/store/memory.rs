@@ -97,6 +97,7 @@ impl MemoryStore {
         }
     }
 
+    /// Does the bucket keep versions?
     pub fn is_versioned(&self) -> bool {
         self.versions.is_some()
     }
@@ -166,6 +167,7 @@ impl MemoryStore {
         self.lock().len()
     }
 
+    /// No object at all.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -60,16 +60,22 @@ impl fmt::Display for ETag {
 /// clock, whole seconds) and its size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectMeta {
+    /// The object's key.
     pub key: String,
+    /// Its entity tag.
     pub etag: ETag,
+    /// When it was last written, by the storage's clock (whole seconds).
     pub last_modified: DateTime<Utc>,
+    /// Its size in bytes.
     pub size: u64,
 }
 
 /// An object read whole.
 #[derive(Debug, Clone)]
 pub struct Object {
+    /// The object's bytes.
     pub body: Bytes,
+    /// What the storage says about it.
     pub meta: ObjectMeta,
 }
 
@@ -87,20 +93,26 @@ pub enum PutMode {
 /// The answer to a successful write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PutResult {
+    /// The written object's entity tag.
     pub etag: ETag,
 }
 
 /// One page of a listing, in the lexical order of keys.
 #[derive(Debug, Clone, Default)]
 pub struct ListPage {
+    /// The objects of this page.
     pub objects: Vec<ObjectMeta>,
     /// Where the next page starts; `None` on the last page.
     pub next: Option<String>,
 }
 
 /// Every outcome of a store call that is not a success, named for what it
-/// means to the protocol, not for its HTTP status.
+/// means to the protocol, not for its HTTP status. Non-exhaustive: a match
+/// outside this crate has a wildcard arm, so that a build with the
+/// `testing` feature (which adds [`StoreError::Crashed`]) compiles whatever
+/// compiled without it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// 404: no such object (for If-Match writes and deletes: it is gone).
     #[error("no such object")]

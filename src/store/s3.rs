@@ -71,7 +71,9 @@ impl S3Store {
     }
 
     /// A store on a local S3 endpoint (moto, MinIO) with static test
-    /// credentials and path-style URLs, for tests and benchmarks.
+    /// credentials and path-style URLs, for tests and benchmarks: the
+    /// `testing` feature only, never in what ships.
+    #[cfg(feature = "testing")]
     pub fn for_endpoint(endpoint: &str, bucket: impl Into<String>) -> Self {
         Self::for_endpoint_as(endpoint, bucket, "test", "test")
     }
@@ -105,10 +107,12 @@ impl S3Store {
         Self::new(Client::from_conf(conf), bucket)
     }
 
+    /// The S3 client, with its `Date` interceptor.
     pub fn client(&self) -> &Client {
         &self.client
     }
 
+    /// The bucket.
     pub fn bucket(&self) -> &str {
         &self.bucket
     }

@@ -85,21 +85,28 @@ pub enum Events {
 
 /// The store the world's bucket is on, and the key pair it takes (moto
 /// takes any). The functions and the workers sign with it; the due queue
-/// is moto's SQS whatever the store.
+/// is moto's SQS whatever the store: a moto server of the world's own
+/// (`sqs`), not the one the other tests share, which serves one request
+/// at a time (the world would starve their attempts, and they would break
+/// its promise of how late a request lands).
 #[derive(Debug, Clone)]
 pub struct StoreSpec {
     pub name: String,
     pub endpoint: String,
     pub key_pair: (String, String),
+    pub sqs: String,
     seaweedfs: bool,
 }
 
 impl StoreSpec {
+    /// The world's own moto server, for its bucket and its due queue.
     pub fn moto() -> Self {
+        let own = crate::common::moto::own_moto();
         StoreSpec {
             name: "moto".into(),
-            endpoint: crate::common::moto_endpoint(),
+            endpoint: own.clone(),
             key_pair: ("test".into(), "test".into()),
+            sqs: own,
             seaweedfs: false,
         }
     }
@@ -112,6 +119,7 @@ impl StoreSpec {
             name: "SeaweedFS".into(),
             endpoint: s.endpoint.clone(),
             key_pair: (s.access_key_id.clone(), s.secret_access_key.clone()),
+            sqs: crate::common::moto::own_moto(),
             seaweedfs: true,
         }
     }
@@ -121,7 +129,7 @@ impl StoreSpec {
         if self.seaweedfs {
             crate::common::seaweedfs_store_versioned().await
         } else {
-            crate::common::moto_store_versioned().await
+            crate::common::moto::moto_store_at(&self.endpoint, crate::common::Versioning::On).await
         }
     }
 }
@@ -285,34 +293,27 @@ pub struct Report {
     pub final_replays: u64,
 }
 
-/// The due queue, with `delay` as its DelaySeconds; with bucket events,
-/// the bucket's notification of every record write into it.
-async fn due_queue(s3: &S3Store, delay: u64, events: Events) -> (String, String) {
-    if events == Events::Bucket {
-        let url = crate::common::moto_due_queue(s3, delay as u32).await;
-        let arn = queue_arn(&url).await;
-        return (url, arn);
-    }
-    let url = crate::common::moto_sqs()
-        .create_queue()
-        .queue_name(format!("due-{}", s3.bucket()))
-        .attributes(
-            aws_sdk_sqs::types::QueueAttributeName::DelaySeconds,
-            delay.to_string(),
-        )
-        .send()
-        .await
-        .expect("creating the due queue")
-        .queue_url
-        .expect("a queue URL");
-    let arn = queue_arn(&url).await;
-    (url, arn)
+/// The world's due queue on its moto's SQS, and a client of it.
+#[derive(Clone)]
+struct DueQueue {
+    url: String,
+    arn: String,
+    sqs: aws_sdk_sqs::Client,
 }
 
-async fn queue_arn(url: &str) -> String {
-    crate::common::moto_sqs()
+/// The due queue, with `delay` as its DelaySeconds; with bucket events,
+/// the bucket's notification of every record write into it.
+async fn due_queue(store: &StoreSpec, s3: &S3Store, delay: u64, events: Events) -> DueQueue {
+    use crate::common::moto::{moto_due_queue_at, moto_queue_at, moto_sqs_at};
+    let url = if events == Events::Bucket {
+        moto_due_queue_at(&store.sqs, s3, delay as u32).await
+    } else {
+        moto_queue_at(&store.sqs, &format!("due-{}", s3.bucket()), delay as u32).await
+    };
+    let sqs = moto_sqs_at(&store.sqs);
+    let arn = sqs
         .get_queue_attributes()
-        .queue_url(url)
+        .queue_url(&url)
         .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
         .send()
         .await
@@ -322,7 +323,8 @@ async fn queue_arn(url: &str) -> String {
             a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
                 .cloned()
         })
-        .expect("a queue ARN")
+        .expect("a queue ARN");
+    DueQueue { url, arn, sqs }
 }
 
 /// How long a received due message stays invisible: a `sweep` killed with
@@ -334,15 +336,14 @@ const DUE_VISIBILITY: i32 = 3;
 /// with each batch, deletes what it took; what it hands back, or what a
 /// killed `sweep` held, comes back after the visibility timeout.
 async fn drain(
-    url: String,
-    arn: String,
+    due: DueQueue,
     delay_ms: f64,
     sweep: Arc<Pool>,
     stats: Arc<SweepStats>,
     stop: Arc<AtomicBool>,
     drop_record: Arc<Mutex<Option<String>>>,
 ) {
-    let sqs = crate::common::moto_sqs();
+    let DueQueue { url, arn, sqs } = due;
     while !stop.load(Ordering::SeqCst) {
         stats.sqs_requests.fetch_add(1, Ordering::SeqCst);
         let got = sqs
@@ -733,7 +734,7 @@ pub async fn run(cfg: WorldConfig) -> Report {
     );
     let s3 = cfg.store.bucket().await;
     let bucket_name = s3.bucket().to_owned();
-    let (due_url, due_arn) = due_queue(&s3, cfg.windows.stale, cfg.events).await;
+    let due = due_queue(&cfg.store, &s3, cfg.windows.stale, cfg.events).await;
 
     let mut env = cfg.windows.env();
     env.push(("BUCKET_NAME".into(), bucket_name.clone()));
@@ -742,11 +743,8 @@ pub async fn run(cfg: WorldConfig) -> Report {
     env.extend(cfg.extra_env.iter().cloned());
     if cfg.events == Events::Submitter {
         env.push(("RECORD_EVENTS".into(), "submitter".into()));
-        env.push(("DUE_QUEUE_URL".into(), due_url.clone()));
-        env.push((
-            "AWS_ENDPOINT_URL_SQS".into(),
-            crate::common::moto_endpoint(),
-        ));
+        env.push(("DUE_QUEUE_URL".into(), due.url.clone()));
+        env.push(("AWS_ENDPOINT_URL_SQS".into(), cfg.store.sqs.clone()));
     }
     let pool = |function: &str, bin: &Path, size: usize, timeout: u64, salt: u64| PoolConfig {
         function: function.into(),
@@ -787,8 +785,7 @@ pub async fn run(cfg: WorldConfig) -> Report {
     let mut background = vec![];
     for _ in 0..cfg.drainers {
         background.push(tokio::spawn(drain(
-            due_url.clone(),
-            due_arn.clone(),
+            due.clone(),
             (cfg.windows.stale * 1000) as f64,
             sweep.clone(),
             stats.clone(),

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use chrono::Duration;
 use idempotent_submit::due_sender::SqsDueSender;
-use idempotent_submit::lambda::due::{DueMessage, handle_messages};
+use idempotent_submit::intake::due::{DueMessage, handle_messages};
 use idempotent_submit::protocol::SweepSummary;
 use idempotent_submit::store::{Fault, FaultyStore, Op, S3Store, StoreError};
 use idempotent_submit::{Queue, RetryPolicy, Settings};

@@ -1,5 +1,6 @@
-//! Test harness, shared by the test files (`mod common;`) and, file by file,
-//! the bench: the moto server and its buckets (moto.rs), the in-memory twin
+//! Test harness, shared by the test files (a module of tests/suite.rs, and
+//! `mod common;` in the two crates of their own) and, file by file, the
+//! bench: the moto server and its buckets (moto.rs), the in-memory twin
 //! and its worlds (world.rs), clocks (clocks.rs), the sample events
 //! (events.rs), the Lambda side (lambda.rs, runtime_api.rs; lambda_pool.rs,
 //! many processes of a function that can be killed; handler.rs, the
@@ -11,6 +12,7 @@
 
 pub mod chaos_proxy;
 pub mod clocks;
+pub mod due;
 pub mod events;
 pub mod handler;
 pub mod lambda;
@@ -19,12 +21,10 @@ pub mod moto;
 pub mod openapi;
 pub mod runtime_api;
 pub mod seaweedfs;
-// Fault injection needs the testing feature.
-#[cfg(feature = "testing")]
-pub mod due;
-#[cfg(feature = "testing")]
 pub mod world;
+pub mod wrap;
 
+// A crate of its own (Cargo.toml) uses only some of these.
 #[allow(unused_imports)]
 pub use events::{event, sqs_event};
 #[allow(unused_imports)]
@@ -37,15 +37,15 @@ pub use seaweedfs::{
     SeaweedFs, seaweedfs, seaweedfs_bucket, seaweedfs_store, seaweedfs_store_versioned,
     seaweedfs_store_with,
 };
-
-#[cfg(feature = "testing")]
 #[allow(unused_imports)]
 pub use world::World;
+#[allow(unused_imports)]
+pub use wrap::{Call, Hooks, Wrapped};
 
 use std::sync::Arc;
 
-use idempotent_submit::store::MemoryStore;
-use idempotent_submit::{Clock, ManualClock, RetryPolicy, Settings};
+use idempotent_submit::store::{MemoryStore, Op};
+use idempotent_submit::{Clock, ManualClock, RetryPolicy, Settings, StoreError};
 
 pub fn memory_store(clock: &ManualClock) -> MemoryStore {
     MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>)
@@ -56,8 +56,6 @@ pub fn memory_store_versioned(clock: &ManualClock) -> MemoryStore {
     MemoryStore::versioned(Arc::new(clock.clone()) as Arc<dyn Clock>)
 }
 
-// Fault injection needs the testing feature.
-#[cfg(feature = "testing")]
 pub fn faulty(clock: &ManualClock) -> idempotent_submit::store::FaultyStore<MemoryStore> {
     idempotent_submit::store::FaultyStore::new(memory_store(clock))
 }
@@ -86,73 +84,29 @@ pub async fn all_keys(store: &dyn idempotent_submit::Store) -> Vec<String> {
 
 /// A bucket whose writes first pass through `hook(op, key)`: it can act on
 /// the bucket or the clock (another writer, a slow attempt), and fail the
-/// write by answering an error. Fault injection: the testing feature.
-#[cfg(feature = "testing")]
+/// write by answering an error. A store as [`Wrapped`]`(Intercept { .. })`.
 #[derive(Clone)]
 pub struct Intercept<F> {
     pub inner: MemoryStore,
     pub hook: F,
 }
 
-#[cfg(feature = "testing")]
-type HookResult = Option<idempotent_submit::StoreError>;
-
-#[cfg(feature = "testing")]
 #[async_trait::async_trait]
-impl<F> idempotent_submit::Store for Intercept<F>
+impl<F> Hooks for Intercept<F>
 where
-    F: Fn(idempotent_submit::store::Op, &str) -> HookResult + Clone + Send + Sync + 'static,
+    F: Fn(Op, &str) -> Option<StoreError> + Send + Sync + 'static,
 {
-    fn clock_offset(&self) -> Option<idempotent_submit::clock::Offset> {
-        self.inner.clock_offset()
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
     }
-    async fn get(
-        &self,
-        key: &str,
-    ) -> Result<idempotent_submit::store::Object, idempotent_submit::StoreError> {
-        self.inner.get(key).await
-    }
-    async fn head(
-        &self,
-        key: &str,
-    ) -> Result<idempotent_submit::store::ObjectMeta, idempotent_submit::StoreError> {
-        self.inner.head(key).await
-    }
-    async fn put(
-        &self,
-        key: &str,
-        body: bytes::Bytes,
-        mode: idempotent_submit::store::PutMode,
-    ) -> Result<idempotent_submit::store::PutResult, idempotent_submit::StoreError> {
-        use idempotent_submit::store::{Op, PutMode};
-        let op = match mode {
-            PutMode::Create => Op::PutCreate,
-            PutMode::Update(_) => Op::PutUpdate,
-            PutMode::Overwrite => Op::Put,
-        };
-        if let Some(e) = (self.hook)(op, key) {
-            return Err(e);
+
+    async fn before(&self, call: &Call<'_>) -> Result<(), StoreError> {
+        match call.op.is_write().then(|| (self.hook)(call.op, call.key)) {
+            Some(Some(e)) => Err(e),
+            _ => Ok(()),
         }
-        self.inner.put(key, body, mode).await
-    }
-    async fn delete(
-        &self,
-        key: &str,
-        if_match: Option<&idempotent_submit::store::ETag>,
-    ) -> Result<(), idempotent_submit::StoreError> {
-        if let Some(e) = (self.hook)(idempotent_submit::store::Op::Delete, key) {
-            return Err(e);
-        }
-        self.inner.delete(key, if_match).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-        start_after: Option<&str>,
-        page: Option<String>,
-        limit: usize,
-    ) -> Result<idempotent_submit::store::ListPage, idempotent_submit::StoreError> {
-        self.inner.list(prefix, start_after, page, limit).await
     }
 }
 

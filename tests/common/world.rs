@@ -1,11 +1,15 @@
 //! A world in memory: a manual clock, a bucket, and the bucket behind the
-//! fault injector; and submits that die part-way (a crash, a failure the
-//! process does not outlive). A test file adds its own helpers to `World` in
-//! an `impl World` block of its own.
+//! fault injector; submits that die part-way (a crash, a failure the process
+//! does not outlive); and what the tests read of it (the record of a key in
+//! scope `t`, its task, the sweeper's handling of its event). A test file
+//! adds the helpers only it needs in an `impl World` block of its own, under
+//! names no other file uses (all the blocks are of this one type).
 
 use std::sync::Arc;
 
-use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, Store};
+use idempotent_submit::protocol::IdempotencyKey;
+use idempotent_submit::protocol::{Record, RecordOutcome};
+use idempotent_submit::store::{ETag, Fault, FaultyStore, MemoryStore, ObjectMeta, Op, Store};
 use idempotent_submit::{ManualClock, Queue, SubmitError};
 use serde_json::Value;
 
@@ -82,13 +86,88 @@ impl World {
             .expect_err("the submit dies")
     }
 
-    /// How many keys of the bucket start with `prefix`.
-    pub fn count(&self, prefix: &str) -> usize {
+    /// A submit of `key` with `input` whose process died right after
+    /// writing its record; the record's key.
+    pub async fn interrupted_after_its_record(&self, key: &str, input: Value) -> String {
+        self.submit_dying_at(key, input, Op::PutCreate, "idempotency/", Fault::CrashAfter)
+            .await;
+        self.record_key(key)
+    }
+
+    /// A fresh process (after a crash): straight to the bucket.
+    pub fn restarted(&self) -> Queue {
+        self.queue()
+    }
+
+    /// The keys of the bucket that start with `prefix`.
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
         self.bucket
             .keys()
-            .iter()
+            .into_iter()
             .filter(|k| k.starts_with(prefix))
-            .count()
+            .collect()
+    }
+
+    /// How many keys of the bucket start with `prefix`.
+    pub fn count(&self, prefix: &str) -> usize {
+        self.keys(prefix).len()
+    }
+
+    /// The object at `key`, as JSON.
+    pub async fn json(&self, key: &str) -> Value {
+        serde_json::from_slice(&self.bucket.get(key).await.unwrap().body).unwrap()
+    }
+
+    /// Where the record of `key` (scope `t`, no tenant) is.
+    pub fn record_key(&self, key: &str) -> String {
+        let key = IdempotencyKey::parse(key).unwrap();
+        let hash = idempotent_submit::protocol::hash::key_hash("t", &key, None);
+        format!("idempotency/t/{}.json", hash.trim_start_matches("sha256:"))
+    }
+
+    /// The record of `key` and its metadata (its ETag tells one write from
+    /// another).
+    pub async fn record_meta(&self, key: &str) -> (Record, ObjectMeta) {
+        self.restarted()
+            .record("t", key, None)
+            .await
+            .unwrap()
+            .expect("a record")
+    }
+
+    /// The record of `key`.
+    pub async fn record(&self, key: &str) -> Record {
+        self.record_meta(key).await.0
+    }
+
+    /// The task object of `key`'s record as it is in the bucket, and its
+    /// ETag.
+    pub async fn task(&self, key: &str) -> (Value, ETag) {
+        let o = self
+            .bucket
+            .get(&self.record(key).await.task_key)
+            .await
+            .unwrap();
+        (serde_json::from_slice(&o.body).unwrap(), o.meta.etag)
+    }
+
+    /// The sweeper handles the S3 event of `key`'s record as the due queue
+    /// delivers it: `STALE_CREATING_AFTER_SECONDS` after the write.
+    pub async fn sweep_event(&self, key: &str) -> RecordOutcome {
+        self.clock.advance(settings().stale_creating_after);
+        self.restarted()
+            .engine()
+            .sweep_record(&self.record_key(key), false, None)
+            .await
+    }
+
+    /// The same, with the sweeper's calls logged by the fault injector.
+    pub async fn logged_sweep_event(&self, key: &str) -> RecordOutcome {
+        self.clock.advance(settings().stale_creating_after);
+        self.process()
+            .engine()
+            .sweep_record(&self.record_key(key), false, None)
+            .await
     }
 }
 

@@ -14,12 +14,11 @@ use bytes::Bytes;
 use chrono::Duration;
 use idempotent_submit::Settings;
 use idempotent_submit::clock::Offset;
-use idempotent_submit::store::{
-    ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError,
-};
+use idempotent_submit::store::{ETag, Object, ObjectMeta, PutMode, PutResult, Store, StoreError};
 use serde_json::Value;
 
 use super::Write;
+use crate::common::Hooks;
 
 /// One planted bug.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,8 +71,9 @@ pub fn engine_settings(bug: Option<Bug>, checker: &Settings) -> Settings {
     s
 }
 
-/// The store as a buggy protocol would see it and write it, over `inner`.
-/// Without a bug it passes every call through.
+/// The store as a buggy protocol would see it and write it, over `inner`
+/// (a store as `Wrapped(Planted { .. })`). Without a bug it passes every
+/// call through.
 #[derive(Clone)]
 pub struct Planted<S> {
     pub inner: S,
@@ -133,7 +133,13 @@ fn never_expiring(body: &Bytes) -> Bytes {
 }
 
 #[async_trait]
-impl<S: Store> Store for Planted<S> {
+impl<S: Store> Hooks for Planted<S> {
+    type Inner = S;
+
+    fn inner(&self) -> &S {
+        &self.inner
+    }
+
     fn clock_offset(&self) -> Option<Offset> {
         if self.is(Bug::TrustMachineClock) {
             let zero = Duration::zero();
@@ -189,15 +195,5 @@ impl<S: Store> Store for Planted<S> {
 
     async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
         self.inner.delete(&self.key(key), if_match).await
-    }
-
-    async fn list(
-        &self,
-        prefix: &str,
-        start_after: Option<&str>,
-        page: Option<String>,
-        limit: usize,
-    ) -> Result<ListPage, StoreError> {
-        self.inner.list(prefix, start_after, page, limit).await
     }
 }

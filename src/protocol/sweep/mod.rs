@@ -7,7 +7,7 @@
 //! `STALE_CREATING_AFTER_SECONDS` later. The sweeper reads that one record
 //! (one GET when there is nothing to do) and acts on its current state, so
 //! its work per record write is the same however many records the bucket
-//! holds. The message adapter is `lambda::due`.
+//! holds. The message handling is `intake::due`.
 //!
 //! **The scheduled pass, [`Engine::sweep`].** Hygiene and a safety net, once
 //! a day: it lists `idempotency/` and reads a record only in the pass during

@@ -2,8 +2,9 @@
 //! writes, or the due messages that submitters send beside their records'
 //! PUTs (`RECORD_EVENTS=submitter`), which SQS hands to `sweep`
 //! `STALE_CREATING_AFTER_SECONDS` after each write. Both are read by one
-//! parser and handled alike. Shared by the function (an SQS event) and
-//! `idem sweep --due-queue` (messages it receives itself).
+//! parser and handled alike. Shared by the function (an SQS event,
+//! src/lambda/due_queue.rs) and `idem sweep --due-queue` (messages it
+//! receives itself).
 //!
 //! Per message: an S3 notification names records; each named record is read
 //! once (a batch that names one record twice reads it once) and handled by
@@ -17,10 +18,8 @@
 
 use std::collections::HashMap;
 
-use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
 use crate::protocol::sweep::{READS_AT_ONCE, RECORDS_PREFIX, RecordOutcome};
@@ -261,50 +260,6 @@ pub async fn handle_messages(
         .map(|(m, _)| m.id.clone())
         .collect();
     DueBatch { summary, retry }
-}
-
-/// The `sweep` function on a batch of the due queue: the SQS partial batch
-/// response, its summary logged and counted.
-pub async fn handle_sqs(
-    engine: &Engine,
-    metrics: &super::Metrics,
-    bucket: &str,
-    event: LambdaEvent<SqsEvent>,
-) -> SqsBatchResponse {
-    let messages: Vec<DueMessage> = event
-        .payload
-        .records
-        .into_iter()
-        .map(|m| DueMessage {
-            id: m.message_id.unwrap_or_default(),
-            body: m.body.unwrap_or_default(),
-        })
-        .collect();
-    let deadline = super::schedule::stop_at(engine, event.context.deadline());
-    let batch = handle_messages(engine, bucket, &messages, false, deadline).await;
-    let s = &batch.summary;
-    metrics.sweep(s);
-    tracing::info!(
-        request_id = %event.context.request_id,
-        messages = messages.len(),
-        retried = batch.retry.len(),
-        scanned = s.scanned,
-        finished = s.finished,
-        expired_deleted = s.expired_deleted,
-        errors = s.errors,
-        past_deadline = s.past_deadline,
-        early = s.early,
-        ignored = s.ignored,
-        unrecognized = s.unrecognized,
-        "due batch summary"
-    );
-    let mut resp = SqsBatchResponse::default();
-    for id in batch.retry {
-        let mut f = BatchItemFailure::default();
-        f.item_identifier = id;
-        resp.batch_item_failures.push(f);
-    }
-    resp
 }
 
 #[cfg(test)]

@@ -1,0 +1,15 @@
+//! What the service takes in, whatever carried it: the `POST /tasks` body
+//! (which every SQS message and every line of `idem submit --batch` is too),
+//! a batch's items and their results, the due queue's messages, and the
+//! problems that answer a refusal. Shared by the Lambda adapters
+//! (`src/lambda/`: they read Lambda's events and write Lambda's answers) and
+//! the CLI, so that neither needs the other: the CLI builds without the
+//! Lambda runtime.
+
+pub mod batch;
+pub mod due;
+pub mod problem;
+pub mod request;
+
+pub use problem::Problem;
+pub use request::SubmitBody;
