@@ -304,26 +304,14 @@ struct DueQueue {
 /// The due queue, with `delay` as its DelaySeconds; with bucket events,
 /// the bucket's notification of every record write into it.
 async fn due_queue(store: &StoreSpec, s3: &S3Store, delay: u64, events: Events) -> DueQueue {
-    use crate::common::moto::{moto_due_queue_at, moto_queue_at, moto_sqs_at};
+    use crate::common::moto::{moto_due_queue_at, moto_queue_at, moto_sqs_at, queue_arn};
     let url = if events == Events::Bucket {
         moto_due_queue_at(&store.sqs, s3, delay as u32).await
     } else {
         moto_queue_at(&store.sqs, &format!("due-{}", s3.bucket()), delay as u32).await
     };
     let sqs = moto_sqs_at(&store.sqs);
-    let arn = sqs
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .expect("the due queue's ARN")
-        .attributes
-        .and_then(|a| {
-            a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-                .cloned()
-        })
-        .expect("a queue ARN");
+    let arn = queue_arn(&sqs, &url).await;
     DueQueue { url, arn, sqs }
 }
 

@@ -191,21 +191,8 @@ pub async fn moto_due_queue_at(endpoint: &str, store: &S3Store, delay_seconds: u
         Event, FilterRule, FilterRuleName, NotificationConfiguration,
         NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter,
     };
-    let sqs = moto_sqs_at(endpoint);
     let url = moto_queue_at(endpoint, &format!("due-{}", store.bucket()), delay_seconds).await;
-    let arn = sqs
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .expect("the due queue's ARN")
-        .attributes
-        .and_then(|a| {
-            a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-                .cloned()
-        })
-        .expect("a queue ARN");
+    let arn = queue_arn(&moto_sqs_at(endpoint), &url).await;
     let rule = FilterRule::builder()
         .name(FilterRuleName::Prefix)
         .value("idempotency/")
@@ -233,6 +220,23 @@ pub async fn moto_due_queue_at(endpoint: &str, store: &S3Store, delay_seconds: u
         .await
         .expect("the bucket's notification configuration");
     url
+}
+
+/// The ARN of the queue at `url` (what a bucket's notification and an SQS
+/// event name it by).
+pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> String {
+    sqs.get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("the due queue's ARN")
+        .attributes
+        .and_then(|a| {
+            a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+                .cloned()
+        })
+        .expect("a queue ARN")
 }
 
 /// A queue on moto's SQS named `name`, with the due queue's settings (its
