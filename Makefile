@@ -10,7 +10,7 @@ export PATH := $(VENV)/bin:$(PATH)
 # The pinned npm tools of tests/clients (make tools).
 NODE_TOOLS := $(CURDIR)/tests/clients/node_modules
 
-.PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz clients build run clean soak fuzz bench mutants
+.PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz clients build run clean soak fuzz bench mutants chaos chaos-damage chaos-seaweedfs
 
 # Every test once, with the testing feature (fault injection; it turns on
 # `schemas` too): the unit tests, the one integration-test crate
@@ -107,6 +107,34 @@ run:
 SOAK_SCHEDULES ?= 50000
 soak:
 	MODEL_SCHEDULES=$(SOAK_SCHEDULES) MODEL_BASE_SEED=$$(date +%s) $(CARGO) test --release --locked --features testing --test suite -- model:: --nocapture
+
+# The chaos world at length (tests/chaos.rs, a module of the suite;
+# docs/reliability.md): the release binaries (profile chaos: release's, into
+# target/chaos/, with the testing feature, which lets them take a test
+# world's operating conditions and adds the fault injector they never
+# build; target/chaos/ so that no such binary lands in target/release/),
+# one world for CHAOS_SECONDS of producing with its progress printed, the
+# same on SeaweedFS with RECORD_EVENTS=submitter, then the five runs in
+# which the world damages the bucket; only the chaos module's tests, one at
+# a time. make test runs the world for 20 s on the debug binaries it builds
+# anyway. Figures: target/chaos-report/.
+CHAOS_SECONDS ?= 300
+CHAOS_SEED ?= $(shell date +%s)
+CHAOS_BINS := --profile chaos --locked --features testing --bin submit --bin sweep
+CHAOS_TEST = CHAOS_REPORT=$(CURDIR)/target/chaos-report ./scripts/with-moto.sh ./scripts/with-seaweedfs.sh \
+  $(CARGO) test --locked --features testing --test suite -- --nocapture --test-threads 1
+chaos: tools
+	$(CARGO) build $(CHAOS_BINS)
+	CHAOS_BIN_DIR=$(CURDIR)/target/chaos CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_SEED=$(CHAOS_SEED) \
+	  $(CHAOS_TEST) --include-ignored chaos::
+
+# The five damage runs alone, on the debug binaries.
+chaos-damage: tools
+	$(CHAOS_TEST) --ignored chaos::the_audit_reports
+
+# The world on SeaweedFS (RECORD_EVENTS=submitter) alone, on the debug binaries.
+chaos-seaweedfs: tools
+	$(CHAOS_TEST) --ignored chaos::a_world_on_seaweedfs
 
 # The event fuzzer at length (CI runs 10,000 inputs).
 FUZZ_ITERATIONS ?= 2000000

@@ -177,6 +177,34 @@ pub const MAX_SQS_DELAY: Duration = Duration::seconds(900);
 /// event delivery and the due queue's redeliveries of a failed batch.
 pub const EVENT_DELIVERY_MARGIN: Duration = Duration::minutes(15);
 
+/// What the world around the functions promises (docs/protocol.md,
+/// "Guarantees"), which the settings are checked against: how late a signed
+/// request can still land at S3, how late a record's event can reach the
+/// sweeper after its delay, and the operation deadline every submit ends
+/// within. Every deployment runs under [`Conditions::AWS`]. Only a build
+/// with the `testing` feature can be told otherwise
+/// (`TESTING_OPERATING_CONDITIONS`), for a test world whose link and due
+/// queue it controls; a build without it refuses that variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conditions {
+    /// How late a signed request can still land at the store.
+    pub late_write: Duration,
+    /// How late a record's due message can reach the sweeper after its delay.
+    pub event_delivery: Duration,
+    /// The deadline every submit's operation ends within.
+    pub operation_timeout: Duration,
+}
+
+impl Conditions {
+    /// AWS's: [`LATE_WRITE_MARGIN`], [`EVENT_DELIVERY_MARGIN`], and 25 s of
+    /// operation deadline (under API Gateway's integration timeout).
+    pub const AWS: Conditions = Conditions {
+        late_write: LATE_WRITE_MARGIN,
+        event_delivery: EVENT_DELIVERY_MARGIN,
+        operation_timeout: Duration::seconds(25),
+    };
+}
+
 /// The largest `MAX_BATCH_TASKS`: a batch runs at most
 /// [`crate::queue::BATCH_FAN_OUT`] items at once (two S3 connections each,
 /// well under Lambda's 1,024 file descriptors), so that every item of a
@@ -210,8 +238,14 @@ impl Settings {
     /// The operating conditions of docs/protocol.md, "Guarantees" that configuration
     /// can break.
     pub fn check(&self) -> Result<(), ConfigError> {
+        self.check_under(&Conditions::AWS)
+    }
+
+    /// The same checks, against the promises of `world` instead of AWS's
+    /// (only a test world's, see [`Conditions`]).
+    pub fn check_under(&self, world: &Conditions) -> Result<(), ConfigError> {
         self.check_record_life()?;
-        self.check_windows()?;
+        self.check_windows(world)?;
         self.check_limits()?;
         self.check_build(cfg!(feature = "schemas"))
     }
@@ -242,7 +276,7 @@ impl Settings {
     /// The finish window fits the hour in which the queue keeps tasks, with
     /// room for late writes, the operation's retries and the due queue's
     /// delay and redeliveries.
-    fn check_windows(&self) -> Result<(), ConfigError> {
+    fn check_windows(&self, world: &Conditions) -> Result<(), ConfigError> {
         if self.finish_window >= Duration::seconds(2700) {
             return Err(err(
                 "FINISH_WINDOW_SECONDS",
@@ -251,10 +285,13 @@ impl Settings {
         }
         // Not read from the environment: only code can lower it, and no
         // deployment may (S3 can land a signed request up to 15 min late).
-        if self.late_write_margin < LATE_WRITE_MARGIN {
+        if self.late_write_margin < world.late_write {
             return Err(err(
                 "late_write_margin",
-                "must be at least 15 minutes (how late a signed request can still land at S3)",
+                format!(
+                    "must be at least {} s (how late a signed request can still land at S3)",
+                    world.late_write.num_seconds()
+                ),
             ));
         }
         if self.finish_window < self.operation_timeout * 2 {
@@ -277,12 +314,12 @@ impl Settings {
                 ),
             ));
         }
-        if self.stale_creating_after + EVENT_DELIVERY_MARGIN >= self.finish_window {
+        if self.stale_creating_after + world.event_delivery >= self.finish_window {
             return Err(err(
                 "STALE_CREATING_AFTER_SECONDS",
                 format!(
                     "plus {} s (event delivery and redeliveries) must stay below FINISH_WINDOW_SECONDS ({})",
-                    EVENT_DELIVERY_MARGIN.num_seconds(),
+                    world.event_delivery.num_seconds(),
                     self.finish_window.num_seconds()
                 ),
             ));
@@ -419,6 +456,66 @@ fn parse_list_order(get: &impl Fn(&str) -> Option<String>) -> Result<ListOrder, 
     }
 }
 
+/// The variable that sets a test world's [`Conditions`].
+pub const TESTING_CONDITIONS_VAR: &str = "TESTING_OPERATING_CONDITIONS";
+
+/// The conditions the functions run under: AWS's, whatever the environment
+/// says, in a build without the `testing` feature (which refuses the
+/// variable rather than ignore it).
+#[cfg(not(feature = "testing"))]
+fn operating_conditions(get: &impl Fn(&str) -> Option<String>) -> Result<Conditions, ConfigError> {
+    match get(TESTING_CONDITIONS_VAR) {
+        None => Ok(Conditions::AWS),
+        Some(_) => Err(err(
+            TESTING_CONDITIONS_VAR,
+            "is read only by a build with the testing feature; deployments run under AWS's conditions",
+        )),
+    }
+}
+
+/// The conditions the functions run under: AWS's, unless
+/// `TESTING_OPERATING_CONDITIONS` gives a test world's, as
+/// `late_write=S,event_delivery=S,operation_timeout=S` (seconds, each
+/// optional, AWS's where left out).
+#[cfg(feature = "testing")]
+fn operating_conditions(get: &impl Fn(&str) -> Option<String>) -> Result<Conditions, ConfigError> {
+    let Some(spec) = get(TESTING_CONDITIONS_VAR) else {
+        return Ok(Conditions::AWS);
+    };
+    let mut c = Conditions::AWS;
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || {
+            err(
+                TESTING_CONDITIONS_VAR,
+                format!("{part:?} is not NAME=SECONDS"),
+            )
+        };
+        let (name, secs) = part.split_once('=').ok_or_else(bad)?;
+        let secs: i64 = secs.trim().parse().map_err(|_| bad())?;
+        if !(1..=3600).contains(&secs) {
+            return Err(err(
+                TESTING_CONDITIONS_VAR,
+                format!("{name}: must be 1 to 3600 seconds"),
+            ));
+        }
+        let field = match name.trim() {
+            "late_write" => &mut c.late_write,
+            "event_delivery" => &mut c.event_delivery,
+            "operation_timeout" => &mut c.operation_timeout,
+            other => {
+                return Err(err(
+                    TESTING_CONDITIONS_VAR,
+                    format!(
+                        "unknown condition {other:?} (late_write, event_delivery, operation_timeout)"
+                    ),
+                ));
+            }
+        };
+        *field = Duration::seconds(secs);
+    }
+    Ok(c)
+}
+
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -431,7 +528,12 @@ impl Config {
         if bucket.is_empty() {
             return Err(err("BUCKET_NAME", "is required"));
         }
-        let d = Settings::default();
+        let world = operating_conditions(&get)?;
+        let d = Settings {
+            late_write_margin: world.late_write,
+            operation_timeout: world.operation_timeout,
+            ..Settings::default()
+        };
         let days = |var, default: i64| -> Result<Duration, ConfigError> {
             let n: i64 = parse_num(var, &get, default)?;
             if !(1..=36_500).contains(&n) {
@@ -468,7 +570,7 @@ impl Config {
             list_order: parse_list_order(&get)?,
             ..d
         };
-        settings.check()?;
+        settings.check_under(&world)?;
         let nonempty = |var: &str| {
             get(var)
                 .map(|v| v.trim().to_owned())
@@ -586,6 +688,85 @@ mod tests {
         assert_eq!(ok("901", "2699"), Err("STALE_CREATING_AFTER_SECONDS"));
         assert_eq!(ok("600", "2699"), Ok(()));
         assert_eq!(ok("600", "2700"), Err("FINISH_WINDOW_SECONDS"));
+    }
+
+    #[test]
+    fn aws_conditions_are_the_defaults_and_hold_every_window_to_them() {
+        let c = cfg(&[("BUCKET_NAME", "b")]).unwrap().settings;
+        assert_eq!(c.late_write_margin, Conditions::AWS.late_write);
+        assert_eq!(c.operation_timeout, Conditions::AWS.operation_timeout);
+        // What only a test world may ask for is refused under AWS's.
+        let short = cfg(&[
+            ("BUCKET_NAME", "b"),
+            ("STALE_CREATING_AFTER_SECONDS", "3"),
+            ("FINISH_WINDOW_SECONDS", "20"),
+        ]);
+        assert_eq!(short.unwrap_err().var, "FINISH_WINDOW_SECONDS");
+    }
+
+    #[cfg(not(feature = "testing"))]
+    #[test]
+    fn a_build_without_the_testing_feature_refuses_a_test_worlds_conditions() {
+        let e = cfg(&[
+            ("BUCKET_NAME", "b"),
+            (
+                TESTING_CONDITIONS_VAR,
+                "late_write=4,event_delivery=8,operation_timeout=8",
+            ),
+        ])
+        .unwrap_err();
+        assert_eq!(e.var, TESTING_CONDITIONS_VAR);
+    }
+
+    #[cfg(feature = "testing")]
+    #[test]
+    fn a_test_worlds_conditions_allow_short_windows_and_are_still_checked() {
+        let world = "late_write=4, event_delivery=8, operation_timeout=8";
+        let c = cfg(&[
+            ("BUCKET_NAME", "b"),
+            (TESTING_CONDITIONS_VAR, world),
+            ("STALE_CREATING_AFTER_SECONDS", "3"),
+            ("FINISH_WINDOW_SECONDS", "20"),
+        ])
+        .unwrap()
+        .settings;
+        assert_eq!(
+            (c.late_write_margin, c.operation_timeout, c.finish_window),
+            (
+                Duration::seconds(4),
+                Duration::seconds(8),
+                Duration::seconds(20)
+            )
+        );
+        // The same checks, against the world's promises.
+        let e = |vars: &[(&str, &str)]| {
+            let mut all = vec![("BUCKET_NAME", "b"), (TESTING_CONDITIONS_VAR, world)];
+            all.extend_from_slice(vars);
+            cfg(&all).map(|_| ()).map_err(|e| e.var)
+        };
+        assert_eq!(
+            e(&[
+                ("STALE_CREATING_AFTER_SECONDS", "12"),
+                ("FINISH_WINDOW_SECONDS", "20")
+            ]),
+            Err("STALE_CREATING_AFTER_SECONDS")
+        );
+        assert_eq!(
+            e(&[
+                ("STALE_CREATING_AFTER_SECONDS", "3"),
+                ("FINISH_WINDOW_SECONDS", "15")
+            ]),
+            Err("FINISH_WINDOW_SECONDS")
+        );
+        for bad in ["late_write", "late_write=0", "late_write=x", "latency=3"] {
+            let got = cfg(&[("BUCKET_NAME", "b"), (TESTING_CONDITIONS_VAR, bad)]);
+            assert_eq!(got.unwrap_err().var, TESTING_CONDITIONS_VAR, "{bad}");
+        }
+        // Absent, it is AWS's.
+        assert_eq!(
+            cfg(&[("BUCKET_NAME", "b")]).unwrap().settings,
+            Settings::default()
+        );
     }
 
     #[test]

@@ -54,19 +54,7 @@ async fn queue_arn(name: &str) -> String {
         .expect("a queue on moto")
         .queue_url
         .expect("its URL");
-    common::moto_sqs()
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .expect("its attributes")
-        .attributes
-        .and_then(|a| {
-            a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-                .cloned()
-        })
-        .expect("its ARN")
+    common::moto::queue_arn(&common::moto_sqs(), &url).await
 }
 
 /// Runs `script` with bash in a scratch directory, the bucket and the due

@@ -11,6 +11,7 @@ mod common;
 
 mod batch;
 mod bucket_setup;
+mod chaos;
 mod cli;
 mod clock;
 mod due_events;

@@ -9,6 +9,13 @@
 //! proxy's seed and the connection's number, so a connection's faults replay
 //! from the seed. Every fault is counted by kind, and lost answers by the
 //! condition of the write they hit.
+//!
+//! Two more things a world of processes needs, both off unless asked for:
+//! latency spikes (a share of requests held a random while before they are
+//! handled, faulted or not: [`ChaosProxy::set_spikes`]), and a hook told of
+//! every request that reached the upstream, before its answer goes back
+//! ([`ChaosProxy::on_landed`]: the chaos world kills a function there, so
+//! that it dies with its write landed and unanswered).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,6 +37,32 @@ pub struct Counts {
     /// The request line (`GET /bucket/key HTTP/1.1`) of every request
     /// forwarded, in order: what a client behind the proxy asked of S3.
     pub requests: Mutex<Vec<String>>,
+    /// Requests held by a latency spike, and for how long in all (ms).
+    pub spikes: AtomicU64,
+    pub spike_ms: AtomicU64,
+}
+
+/// A request that reached the upstream, as [`ChaosProxy::on_landed`]'s hook
+/// sees it before its answer goes back (or is lost).
+#[derive(Debug)]
+pub struct Landing<'a> {
+    /// `PUT /bucket/key HTTP/1.1`.
+    pub line: &'a str,
+    pub if_none_match: bool,
+    /// `If-Match` (a compare-and-swap).
+    pub if_match: bool,
+    /// The upstream's status, 0 if it sent none.
+    pub status: u16,
+}
+
+/// The hook of [`ChaosProxy::on_landed`].
+pub type LandedHook = Arc<dyn Fn(&Landing<'_>) + Send + Sync>;
+
+/// Latency spikes: per mille of requests, and the longest hold (ms).
+#[derive(Debug, Default)]
+struct Spikes {
+    per_mille: AtomicU64,
+    max_ms: AtomicU64,
 }
 
 /// The kinds of fault, as [`Counts::by_kind`] counts them.
@@ -54,6 +87,8 @@ pub struct ChaosProxy {
     pub counts: Arc<Counts>,
     per_mille: Arc<AtomicU64>,
     lose_updates: Arc<AtomicU64>,
+    spikes: Arc<Spikes>,
+    landed: Arc<Mutex<Option<LandedHook>>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,7 +243,10 @@ impl ChaosProxy {
         let counts = Arc::new(Counts::default());
         let rate = Arc::new(AtomicU64::new(per_mille));
         let lose = Arc::new(AtomicU64::new(0));
+        let spikes = Arc::new(Spikes::default());
+        let landed: Arc<Mutex<Option<LandedHook>>> = Arc::new(Mutex::new(None));
         let (c, r, l) = (counts.clone(), rate.clone(), lose.clone());
+        let (sp, la) = (spikes.clone(), landed.clone());
         tokio::spawn(async move {
             let mut connection: u64 = 0;
             while let Ok((sock, _)) = listener.accept().await {
@@ -218,10 +256,39 @@ impl ChaosProxy {
                 ));
                 let (upstream, counts, rate, lose) =
                     (upstream.clone(), c.clone(), r.clone(), l.clone());
+                let (spikes, landed) = (sp.clone(), la.clone());
                 tokio::spawn(async move {
                     let (rd, mut wr) = sock.into_split();
                     let mut rd = BufReader::new(rd);
                     while let Some(req) = read_request(&mut rd).await {
+                        let hold = {
+                            let mut g = rng.lock().unwrap();
+                            let max = spikes.max_ms.load(Ordering::SeqCst).max(1);
+                            (g.u64(0..1000) < spikes.per_mille.load(Ordering::SeqCst))
+                                .then(|| g.u64(max / 4..=max))
+                        };
+                        if let Some(ms) = hold {
+                            counts.spikes.fetch_add(1, Ordering::SeqCst);
+                            counts.spike_ms.fetch_add(ms, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                        }
+                        let land = |resp: &Option<Vec<u8>>| {
+                            let hook = landed.lock().unwrap().clone();
+                            if let Some(hook) = hook {
+                                let status = resp
+                                    .as_deref()
+                                    .and_then(|r| r.get(9..12))
+                                    .and_then(|s| std::str::from_utf8(s).ok())
+                                    .and_then(|s| s.parse().ok())
+                                    .unwrap_or(0);
+                                hook(&Landing {
+                                    line: req.head.lines().next().unwrap_or(""),
+                                    if_none_match: req.if_none_match,
+                                    if_match: req.conditional && !req.if_none_match,
+                                    status,
+                                });
+                            }
+                        };
                         let chaos = {
                             let mut g = rng.lock().unwrap();
                             (g.u64(0..1000) < rate.load(Ordering::SeqCst))
@@ -265,7 +332,9 @@ impl ChaosProxy {
                                     .lock()
                                     .unwrap()
                                     .push(req.head.lines().next().unwrap_or("").to_owned());
-                                forward(&upstream, &req).await
+                                let resp = forward(&upstream, &req).await;
+                                land(&resp);
+                                resp
                             }
                             Some(Chaos::SlowDown) => Some(error_response(503, "SlowDown")),
                             Some(Chaos::InternalError) => {
@@ -275,11 +344,11 @@ impl ChaosProxy {
                                 Some(error_response(409, "ConditionalRequestConflict"))
                             }
                             Some(Chaos::LandedThen500) => {
-                                forward(&upstream, &req).await;
+                                land(&forward(&upstream, &req).await);
                                 Some(error_response(500, "InternalError"))
                             }
                             Some(Chaos::LandedThenReset) => {
-                                forward(&upstream, &req).await;
+                                land(&forward(&upstream, &req).await);
                                 None
                             }
                             Some(Chaos::ResetBefore) => None,
@@ -307,12 +376,29 @@ impl ChaosProxy {
             counts,
             per_mille: rate,
             lose_updates: lose,
+            spikes,
+            landed,
         }
     }
 
-    /// Stops injecting faults.
+    /// Holds `per_mille` of requests from now on for a random while, a
+    /// quarter of `max_ms` to all of it, before they are handled (forwarded
+    /// or faulted); 0 stops it.
+    pub fn set_spikes(&self, per_mille: u64, max_ms: u64) {
+        self.spikes.max_ms.store(max_ms, Ordering::SeqCst);
+        self.spikes.per_mille.store(per_mille, Ordering::SeqCst);
+    }
+
+    /// Calls `hook` for every request that reached the upstream (forwarded,
+    /// or landed before a lost answer), before its answer is sent back.
+    pub fn on_landed(&self, hook: LandedHook) {
+        *self.landed.lock().unwrap() = Some(hook);
+    }
+
+    /// Stops injecting faults and latency spikes.
     pub fn heal(&self) {
         self.set_rate(0);
+        self.set_spikes(0, 0);
     }
 
     /// The next `n` If-Match writes land, then lose their answer (the

@@ -2,7 +2,8 @@
 //! `mod common;` in the two crates of their own) and, file by file, the
 //! bench: the moto server and its buckets (moto.rs), the in-memory twin
 //! and its worlds (world.rs), clocks (clocks.rs), the sample events
-//! (events.rs), the Lambda side (lambda.rs, runtime_api.rs; handler.rs, the
+//! (events.rs), the Lambda side (lambda.rs, runtime_api.rs; lambda_pool.rs,
+//! many processes of a function that can be killed; handler.rs, the
 //! `submit` handler in process), the chaos proxy
 //! and the OpenAPI check; a second S3 store, SeaweedFS (seaweedfs.rs).
 //!
@@ -15,6 +16,7 @@ pub mod due;
 pub mod events;
 pub mod handler;
 pub mod lambda;
+pub mod lambda_pool;
 pub mod moto;
 pub mod openapi;
 pub mod runtime_api;

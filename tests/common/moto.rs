@@ -21,6 +21,15 @@ pub fn moto_endpoint() -> String {
         .clone()
 }
 
+/// A moto server of this test process's own, apart from the one the other
+/// tests share ([`moto_endpoint`]): for a world that loads it as a whole
+/// service does (tests/chaos.rs), which would starve the others' attempts on
+/// a server that serves one request at a time, and be slowed by them.
+pub fn own_moto() -> String {
+    static ENDPOINT: OnceLock<String> = OnceLock::new();
+    ENDPOINT.get_or_init(start_moto).clone()
+}
+
 /// Starts moto through scripts/with-moto.sh (the start-up `make test` uses,
 /// with the pinned tools of .venv/), around a shell that prints the endpoint
 /// and ends when this test process is gone, taking moto with it.
@@ -74,6 +83,11 @@ pub async fn moto_store_versioned() -> S3Store {
 
 /// A store on a new, empty bucket of the moto server, versioned or not.
 pub async fn moto_store_with(versioning: Versioning) -> S3Store {
+    moto_store_at(&moto_endpoint(), versioning).await
+}
+
+/// A store on a new, empty bucket of the moto server at `endpoint`.
+pub async fn moto_store_at(endpoint: &str, versioning: Versioning) -> S3Store {
     static N: AtomicUsize = AtomicUsize::new(0);
     let bucket = format!(
         "t{}-{}-{}",
@@ -81,7 +95,7 @@ pub async fn moto_store_with(versioning: Versioning) -> S3Store {
         N.fetch_add(1, Ordering::SeqCst),
         fastrand::u32(..)
     );
-    let store = S3Store::for_endpoint(&moto_endpoint(), &bucket);
+    let store = S3Store::for_endpoint(endpoint, &bucket);
     store
         .client()
         .create_bucket()
@@ -142,6 +156,11 @@ pub async fn moto_versions(store: &S3Store, key: &str) -> KeyVersions {
 /// An SQS client on the moto server (moto's S3 sends its event
 /// notifications to its own queues).
 pub fn moto_sqs() -> aws_sdk_sqs::Client {
+    moto_sqs_at(&moto_endpoint())
+}
+
+/// An SQS client on the moto server at `endpoint`.
+pub fn moto_sqs_at(endpoint: &str) -> aws_sdk_sqs::Client {
     let http = aws_smithy_http_client::Builder::new()
         .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
             aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
@@ -150,7 +169,7 @@ pub fn moto_sqs() -> aws_sdk_sqs::Client {
     let conf = aws_sdk_sqs::config::Builder::new()
         .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
         .http_client(http)
-        .endpoint_url(moto_endpoint())
+        .endpoint_url(endpoint)
         .region(aws_sdk_sqs::config::Region::new("us-east-1"))
         .credentials_provider(aws_sdk_sqs::config::Credentials::new(
             "test", "test", None, None, "static",
@@ -163,25 +182,17 @@ pub fn moto_sqs() -> aws_sdk_sqs::Client {
 /// every record write to it (as template.yaml and `make run` set them up);
 /// the queue's URL.
 pub async fn moto_due_queue(store: &S3Store, delay_seconds: u32) -> String {
+    moto_due_queue_at(&moto_endpoint(), store, delay_seconds).await
+}
+
+/// The same, on the moto server at `endpoint` (`store`'s, for its events).
+pub async fn moto_due_queue_at(endpoint: &str, store: &S3Store, delay_seconds: u32) -> String {
     use aws_sdk_s3::types::{
         Event, FilterRule, FilterRuleName, NotificationConfiguration,
         NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter,
     };
-    let sqs = moto_sqs();
-    let url = moto_queue(&format!("due-{}", store.bucket()), delay_seconds).await;
-    let arn = sqs
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .expect("the due queue's ARN")
-        .attributes
-        .and_then(|a| {
-            a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-                .cloned()
-        })
-        .expect("a queue ARN");
+    let url = moto_queue_at(endpoint, &format!("due-{}", store.bucket()), delay_seconds).await;
+    let arn = queue_arn(&moto_sqs_at(endpoint), &url).await;
     let rule = FilterRule::builder()
         .name(FilterRuleName::Prefix)
         .value("idempotency/")
@@ -211,11 +222,33 @@ pub async fn moto_due_queue(store: &S3Store, delay_seconds: u32) -> String {
     url
 }
 
+/// The ARN of the queue at `url` (what a bucket's notification and an SQS
+/// event name it by).
+pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> String {
+    sqs.get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("the due queue's ARN")
+        .attributes
+        .and_then(|a| {
+            a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+                .cloned()
+        })
+        .expect("a queue ARN")
+}
+
 /// A queue on moto's SQS named `name`, with the due queue's settings (its
 /// delay, and a message handed back comes again a second later), and no
 /// bucket sending to it: a due queue under `RECORD_EVENTS=submitter`.
 pub async fn moto_queue(name: &str, delay_seconds: u32) -> String {
-    moto_sqs()
+    moto_queue_at(&moto_endpoint(), name, delay_seconds).await
+}
+
+/// The same, on the moto server at `endpoint`.
+pub async fn moto_queue_at(endpoint: &str, name: &str, delay_seconds: u32) -> String {
+    moto_sqs_at(endpoint)
         .create_queue()
         .queue_name(name)
         .attributes(

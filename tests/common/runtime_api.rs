@@ -51,35 +51,9 @@ impl RuntimeApi {
                     let (r, mut w) = sock.into_split();
                     let mut r = BufReader::new(r);
                     loop {
-                        let mut line = String::new();
-                        if r.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        let Some((method, path, body)) = read_http(&mut r).await else {
                             return;
-                        }
-                        let mut parts = line.split_whitespace();
-                        let (method, path) = (
-                            parts.next().unwrap_or("").to_owned(),
-                            parts.next().unwrap_or("").to_owned(),
-                        );
-                        let mut len = 0usize;
-                        loop {
-                            let mut h = String::new();
-                            if r.read_line(&mut h).await.unwrap_or(0) == 0 {
-                                return;
-                            }
-                            let h = h.trim_end();
-                            if h.is_empty() {
-                                break;
-                            }
-                            if let Some((k, v)) = h.split_once(':')
-                                && k.eq_ignore_ascii_case("content-length")
-                            {
-                                len = v.trim().parse().unwrap_or(0);
-                            }
-                        }
-                        let mut body = vec![0u8; len];
-                        if r.read_exact(&mut body).await.is_err() {
-                            return;
-                        }
+                        };
                         let reply = if method == "GET" && path.ends_with("/runtime/invocation/next")
                         {
                             fp.lock()
@@ -158,4 +132,34 @@ impl RuntimeApi {
             .expect("the function answered within 60 s")
             .expect("the runtime API is running")
     }
+}
+
+/// One HTTP/1.1 request off a connection: its method, path and body
+/// (by its Content-Length); `None` once the connection ends.
+pub async fn read_http<R: AsyncBufReadExt + Unpin>(r: &mut R) -> Option<(String, String, Vec<u8>)> {
+    let mut line = String::new();
+    if r.read_line(&mut line).await.ok()? == 0 {
+        return None;
+    }
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next()?.to_owned(), parts.next()?.to_owned());
+    let mut len = 0usize;
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).await.ok()? == 0 {
+            return None;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            len = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await.ok()?;
+    Some((method, path, body))
 }
