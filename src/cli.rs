@@ -373,12 +373,17 @@ async fn reset_key(queue: &Queue, scope: &str, key: &str, tenant: Option<&Tenant
             let mut out = error(
                 exit::FAILED,
                 "submit_in_progress",
-                "a submit of this key may still write its task; nothing was deleted",
+                "a submit of this key may still write its task or its record; nothing was deleted",
             );
             out.output["task_id"] = json!(task_id);
             out.output["retry_after_seconds"] = json!(retry_after.as_secs());
             out
         }
+        Ok(Reset::Unsupported) => error(
+            exit::FAILED,
+            "reset_unsupported",
+            "CONDITIONAL_DELETE=off on an unversioned bucket: a key cannot be reset safely; it is freed when its record expires",
+        ),
         Ok(Reset::Changed) => error(
             exit::FAILED,
             "record_changed",

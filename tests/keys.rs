@@ -14,6 +14,14 @@ use idempotent_submit::store::{Fault, Op, Store};
 use idempotent_submit::{Tenant, ValidationError};
 use serde_json::json;
 
+/// Lets the window of a record's own submit pass: until then a reset is
+/// refused, since a retried or late PUT of the record could still land
+/// (docs/protocol.md, "Looking up and resetting a key").
+fn past_its_submit(clock: &idempotent_submit::ManualClock) {
+    let s = common::settings();
+    clock.advance(s.operation_timeout + s.late_write_margin);
+}
+
 fn tenant(p: &str) -> Tenant {
     Tenant::from_principal(p).unwrap()
 }
@@ -99,6 +107,7 @@ async fn a_reset_frees_the_key_for_a_new_task_and_leaves_the_old_task_as_it_is()
     let w = World::new();
     let q = w.queue();
     let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    past_its_submit(&w.clock);
     w.faulty.reset_log();
     let reset = w.process().reset_key("t", "k", None).await.unwrap();
     assert_eq!(
@@ -153,6 +162,18 @@ async fn a_reset_is_refused_while_a_task_may_still_be_written_for_the_record_and
     // goes ahead.
     let replay = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
     assert_eq!(replay.task_id, task_id);
+    // And once the record's own submit can write it no more.
+    let Reset::InProgress { retry_after, .. } = q.reset_key("t", "k", None).await.unwrap() else {
+        panic!("a reset went ahead while the record's submit could still write it");
+    };
+    past_its_submit(&w.clock);
+    assert!(
+        retry_after
+            <= std::time::Duration::from_secs(
+                (common::settings().operation_timeout + common::settings().late_write_margin)
+                    .num_seconds() as u64
+            )
+    );
     assert_eq!(
         q.reset_key("t", "k", None).await.unwrap(),
         Reset::Done {
@@ -204,6 +225,7 @@ async fn a_reset_that_meets_a_record_replaced_since_its_read_deletes_nothing() {
     let w = World::new();
     let q = w.queue();
     let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    past_its_submit(&w.clock);
     // Between the reset's read and its DELETE, another reset and a new
     // submit of the key replace the record.
     let (clock, bucket) = (w.clock.clone(), w.bucket.clone());
@@ -264,6 +286,7 @@ async fn a_reset_racing_a_replay_and_the_sweeper_leaves_one_task_for_the_old_rec
         .await;
     w.clock
         .advance(settings.stale_creating_after + Duration::seconds(1));
+    past_its_submit(&w.clock);
     let record = w
         .bucket
         .keys()
@@ -324,6 +347,102 @@ async fn a_reset_racing_a_replay_and_the_sweeper_leaves_one_task_for_the_old_rec
     assert_eq!(w.count("tasks/"), 2);
 }
 
+/// A queue with `CONDITIONAL_DELETE=off`, over `bucket`.
+fn without_conditional_delete(w: &World) -> idempotent_submit::Queue {
+    let settings = idempotent_submit::Settings {
+        conditional_delete: false,
+        ..common::settings()
+    };
+    idempotent_submit::Queue::with_clock(w.bucket.clone(), Arc::new(w.clock.clone()), settings)
+}
+
+#[tokio::test]
+async fn where_the_store_ignores_if_match_on_delete_a_reset_deletes_the_version_it_read_and_never_a_newer_record()
+ {
+    use idempotent_submit::store::Behaviour;
+    // MinIO: DELETE ignores If-Match. On a versioned bucket the reset names
+    // the version it read.
+    let clock = idempotent_submit::ManualClock::at_epoch();
+    let bucket = common::memory_store_versioned(&clock).with_behaviour(Behaviour::minio());
+    let w = World::over(clock, bucket);
+    let q = without_conditional_delete(&w);
+    let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    past_its_submit(&w.clock);
+    // Between the reset's read and its delete, another reset and a new
+    // submit replace the record: the stale reset deletes only its version.
+    let (clock, bucket) = (w.clock.clone(), w.bucket.clone());
+    let raced = Arc::new(Mutex::new(false));
+    let hook = {
+        let raced = raced.clone();
+        move |op: Op, key: &str| {
+            if op == Op::Delete && key.starts_with("idempotency/") && !*raced.lock().unwrap() {
+                *raced.lock().unwrap() = true;
+                let other = without_conditional_delete(&World::over(clock.clone(), bucket.clone()));
+                meanwhile(async move {
+                    assert!(matches!(
+                        other.reset_key("t", "k", None).await.unwrap(),
+                        Reset::Done { .. }
+                    ));
+                    other
+                        .submit("t", json!(2))
+                        .idempotency_key("k")
+                        .await
+                        .unwrap();
+                });
+            }
+            None
+        }
+    };
+    let settings = idempotent_submit::Settings {
+        conditional_delete: false,
+        ..common::settings()
+    };
+    let racing = idempotent_submit::Queue::with_clock(
+        common::Wrapped(common::Intercept {
+            inner: w.bucket.clone(),
+            hook,
+        }),
+        Arc::new(w.clock.clone()),
+        settings,
+    );
+    // Its version is gone already (the other reset deleted it; S3 answers
+    // a DELETE of a version that is not there as done).
+    let stale = racing.reset_key("t", "k", None).await.unwrap();
+    assert!(
+        stale == Reset::NotFound
+            || stale
+                == Reset::Done {
+                    old_task_id: first.task_id
+                },
+        "{stale:?}"
+    );
+    assert!(*raced.lock().unwrap(), "the race happened");
+    // The newer record, and its task, stand.
+    let now = q.lookup_key("t", "k", None).await.unwrap().unwrap();
+    assert_ne!(now.task_id, first.task_id);
+    assert_eq!(w.count("tasks/"), 2);
+}
+
+#[tokio::test]
+async fn where_the_store_ignores_if_match_on_delete_and_keeps_no_versions_a_reset_is_refused_and_deletes_nothing()
+ {
+    use idempotent_submit::store::Behaviour;
+    let clock = idempotent_submit::ManualClock::at_epoch();
+    let bucket = common::memory_store(&clock).with_behaviour(Behaviour::minio());
+    let w = World::over(clock, bucket);
+    let q = without_conditional_delete(&w);
+    let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    past_its_submit(&w.clock);
+    assert_eq!(
+        q.reset_key("t", "k", None).await.unwrap(),
+        Reset::Unsupported
+    );
+    let view = q.lookup_key("t", "k", None).await.unwrap().unwrap();
+    assert_eq!(view.task_id, first.task_id);
+    let again = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    assert!(again.replayed);
+}
+
 #[tokio::test]
 async fn a_tenant_can_neither_see_nor_reset_another_tenants_key() {
     let w = World::new();
@@ -361,6 +480,7 @@ async fn keys_with_slashes_percent_signs_spaces_and_non_ascii_are_looked_up_and_
             .unwrap();
         let view = q.lookup_key("t", key, None).await.unwrap().unwrap();
         assert_eq!((view.key.as_str(), view.task_id), (key, s.task_id));
+        past_its_submit(&w.clock);
         assert!(matches!(
             q.reset_key("t", key, None).await.unwrap(),
             Reset::Done { .. }
@@ -371,6 +491,25 @@ async fn keys_with_slashes_percent_signs_spaces_and_non_ascii_are_looked_up_and_
 
 // ---- against moto: S3's own DELETE If-Match, and `idem key --reset` ----
 
+/// A test world's operating conditions, as TESTING_OPERATING_CONDITIONS
+/// sets them for the built `idem`: a submit's operation ends within 1 s and
+/// a late write lands within 1 s, so that a record's own submit is done 2 s
+/// after it (AWS's: 25 s + 15 min).
+const SHORT_SUBMITS: &str = "late_write=1,operation_timeout=1";
+
+fn short_submits() -> idempotent_submit::Settings {
+    idempotent_submit::Settings {
+        operation_timeout: Duration::seconds(1),
+        late_write_margin: Duration::seconds(1),
+        ..common::settings()
+    }
+}
+
+/// Waits out a short submit's window on S3's clock (whole seconds).
+async fn past_a_short_submit() {
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_s3_a_reset_lets_the_next_submit_make_a_new_task_while_the_old_one_stays() {
     for store in [
@@ -378,8 +517,13 @@ async fn on_s3_a_reset_lets_the_next_submit_make_a_new_task_while_the_old_one_st
         common::moto_store_versioned().await,
     ] {
         let bucket = store.bucket().to_owned();
-        let q = idempotent_submit::Queue::new(store.clone(), common::settings());
+        let q = idempotent_submit::Queue::new(store.clone(), short_submits());
         let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+        assert!(matches!(
+            q.reset_key("t", "k", None).await.unwrap(),
+            Reset::InProgress { .. }
+        ));
+        past_a_short_submit().await;
         let Reset::Done { old_task_id } = q.reset_key("t", "k", None).await.unwrap() else {
             panic!("{bucket}: the reset did not go ahead");
         };
@@ -427,12 +571,20 @@ async fn idem_key_reset_exits_0_when_reset_4_when_not_found_and_1_while_in_progr
         async move {
             common::idem(
                 &bucket,
-                &[],
+                &[("TESTING_OPERATING_CONDITIONS", SHORT_SUBMITS)],
                 &["key", "--scope", "t", "--key", key, "--reset"],
             )
             .await
         }
     };
+    // Refused while the record's own submit may still write it.
+    let (code, out) = reset("done").await;
+    assert_eq!(
+        (code, out["error"].as_str()),
+        (1, Some("submit_in_progress")),
+        "{out}"
+    );
+    past_a_short_submit().await;
     let (code, out) = reset("done").await;
     assert_eq!(code, 0, "{out}");
     assert_eq!(out["old_task_id"], done.task_id.to_string());
@@ -508,15 +660,18 @@ mod http {
     struct Http {
         h: Harness,
         bucket: MemoryStore,
+        clock: idempotent_submit::ManualClock,
     }
 
     impl Http {
         fn new(reset: bool, tenants: bool) -> Self {
-            let (mut h, bucket) = Harness::memory();
+            let clock = idempotent_submit::ManualClock::at_epoch();
+            let bucket = common::memory_store(&clock);
+            let mut h = Harness::over(bucket.clone(), Some(&clock), false);
             h.app.allow_key_reset = reset;
             h.app.tenant_isolation = tenants;
             h.app.metrics = Metrics::collecting("submit");
-            Http { h, bucket }
+            Http { h, bucket, clock }
         }
 
         /// Status, headers (lower-case names) and body (null when empty).
@@ -657,6 +812,7 @@ mod http {
             .idempotency_key("a/b")
             .await
             .unwrap();
+        past_its_submit(&t.clock);
         let (status, headers, body) = t
             .call(key_event(
                 Door::FunctionUrl,
@@ -768,6 +924,7 @@ mod http {
             .await;
         assert_eq!(status, 200, "{body}");
         assert!(body.get("tenant").is_none());
+        past_its_submit(&t.clock);
         let (status, _, _) = t
             .call(key_event(
                 Door::HttpApi,

@@ -733,12 +733,11 @@ struct Recorder {
     changes: Arc<AtomicU64>,
 }
 
-/// A record deleted from the bucket: by the sweeper once it expired, or
-/// while it was alive, by a reset of its key.
+/// A record deleted from the bucket (by the sweeper once it expired, by a
+/// reset of its key), and the change it was.
 #[derive(Debug, Clone)]
 struct Deletion {
     task_id: uuid::Uuid,
-    expires_at: DateTime<Utc>,
     at: DateTime<Utc>,
     seq: u64,
 }
@@ -772,10 +771,14 @@ impl common::Hooks for Recorder {
         let (key, at) = (call.key, self.clock.now());
         if call.op == Op::Delete && key.starts_with("idempotency/") {
             let held = self.deleting.lock().unwrap().take();
-            if let Some(r) = held.filter(|_| ok) {
+            // A version deleted beneath a newer record leaves that record.
+            let still = match self.inner.get(key).await {
+                Ok(o) => Record::parse(&o.body).ok().map(|r| r.task_id),
+                Err(_) => None,
+            };
+            if let Some(r) = held.filter(|r| ok && still != Some(r.task_id)) {
                 self.deletions.lock().unwrap().push(Deletion {
                     task_id: r.task_id,
-                    expires_at: r.expires_at,
                     at,
                     seq: self.changes.fetch_add(1, Ordering::SeqCst),
                 });
@@ -944,7 +947,8 @@ impl Profile {
     /// it): expired records are either deleted or kept, never both.
     fn unreachable(&self) -> &'static [&'static str] {
         if !self.conditional_delete && !self.versioned {
-            &["expired records deleted"]
+            // Nor can a key be reset there: no DELETE is safe.
+            &["expired records deleted", "keys reset"]
         } else {
             &["expired records left for the lifecycle rule"]
         }
@@ -1817,6 +1821,7 @@ impl World {
             }
         });
         let start = self.clock.now();
+        let changes_at_start = self.recorder.changes.load(Ordering::SeqCst);
         let outcomes = futures::future::join_all(futs).await;
         let now = self.clock.now();
         for (i, ((step, proc), outcome)) in steps.iter().zip(&procs).zip(outcomes).enumerate() {
@@ -1930,8 +1935,20 @@ impl World {
                     }
                 }
                 (Step::Reset { .. }, Outcome::Reset(r)) => {
+                    let path = paths[i].clone().unwrap();
+                    // Whatever it was told (a lost answer, a crash after
+                    // the DELETE landed), the record it read is gone.
+                    let deleted = before[i].as_ref().is_some_and(|(old, _)| {
+                        self.recorder
+                            .deletions
+                            .lock()
+                            .unwrap()
+                            .iter()
+                            .any(|d| d.task_id == old.task_id && d.seq >= changes_at_start)
+                    });
                     let ctx = ResetCtx {
-                        path: paths[i].clone().unwrap(),
+                        deleted,
+                        path,
                         before: before[i].clone(),
                         start,
                         now,
@@ -1960,11 +1977,28 @@ impl World {
             .before
             .as_ref()
             .filter(|(old, _)| old.expires_at > c.start);
+        // The life this reset ended: from its own DELETE where it landed,
+        // else (a version already gone) from its answer.
+        let ended = |w: &Self, id: uuid::Uuid| {
+            let d = w.recorder.deletions.lock().unwrap();
+            d.iter()
+                .rev()
+                .find(|d| d.task_id == id)
+                .map(|d| (id, d.at, d.seq))
+                .unwrap_or((id, c.now, w.recorder.changes.load(Ordering::SeqCst)))
+        };
+        if c.deleted
+            && let Some((old, _)) = &c.before
+            && !matches!(r, Ok(Reset::Done { .. }))
+        {
+            let e = ended(self, old.task_id);
+            self.reset_answered.push(e);
+        }
         match r {
             Ok(Reset::Done { old_task_id }) => {
                 self.stats.resets_done += 1;
-                let seq = self.recorder.changes.load(Ordering::SeqCst);
-                self.reset_answered.push((old_task_id, c.now, seq));
+                let e = ended(self, old_task_id);
+                self.reset_answered.push(e);
                 // It forgot the record it read, which was alive.
                 if c.alone && live.is_none_or(|(old, _)| old.task_id != old_task_id) {
                     return Err(format!(
@@ -1972,7 +2006,13 @@ impl World {
                         live.map(|(old, _)| old.task_id)
                     ));
                 }
-                if c.alone && self.record_at(&c.path).await.is_some() {
+                // Gone, or (deleting the version read, on a versioned
+                // bucket) an older version back, which expired before it was
+                // replaced: absent either way.
+                if c.alone
+                    && let Some((now_rec, _)) = self.record_at(&c.path).await
+                    && (now_rec.task_id == old_task_id || now_rec.expires_at > c.now)
+                {
                     return Err(format!("a reset of {} left its record", c.path));
                 }
                 // Not while the record's own submit may still write it.
@@ -2037,6 +2077,20 @@ impl World {
                     if self.record_at(&c.path).await.is_none() {
                         return Err(format!("a refused reset of {} deleted its record", c.path));
                     }
+                }
+            }
+            // Only where no DELETE can be safe: CONDITIONAL_DELETE=off on an
+            // unversioned bucket.
+            Ok(Reset::Unsupported) => {
+                let unversioned = c
+                    .before
+                    .as_ref()
+                    .is_none_or(|(_, m)| m.version_id.is_none());
+                if self.settings.conditional_delete || !unversioned {
+                    return Err(format!("a reset was refused as unsupported at {}", c.path));
+                }
+                if self.record_at(&c.path).await.is_none() && c.alone && c.before.is_some() {
+                    return Err(format!("an unsupported reset deleted {}", c.path));
                 }
             }
             Ok(Reset::Changed) => {
@@ -2485,13 +2539,9 @@ impl World {
         // A reset ends a life early: its record deleted while alive, or the
         // reset answered (which comes after). When, and at which change.
         let mut reset_at: HashMap<uuid::Uuid, (DateTime<Utc>, u64)> = HashMap::new();
-        let deletions = self.recorder.deletions.lock().unwrap().clone();
-        let resets = deletions
-            .iter()
-            .filter(|d| d.at < d.expires_at)
-            .map(|d| (d.task_id, d.at, d.seq))
-            .chain(self.reset_answered.iter().copied());
-        for (id, at, seq) in resets {
+        // (Any other deletion of a live record is a bug the lives' overlap
+        // shows: the key's next submit makes a second life.)
+        for &(id, at, seq) in &self.reset_answered {
             let t = reset_at.entry(id).or_insert((at, seq));
             *t = (t.0.min(at), t.1.min(seq));
         }
@@ -2628,6 +2678,8 @@ struct SubmitCtx {
 /// One reset of a step, and what was true around it.
 struct ResetCtx {
     path: String,
+    /// The reset's DELETE of the record landed (whatever it was told).
+    deleted: bool,
     before: Option<(Record, ObjectMeta)>,
     start: DateTime<Utc>,
     now: DateTime<Utc>,
@@ -2723,6 +2775,12 @@ fn random_schedules_keep_every_guarantee() {
 /// The schedules a store that lacks a capability runs: fewer than on S3's
 /// answers (each profile changes one part of the protocol's path), enough
 /// to reach every case (`MODEL_STORE_SCHEDULES`).
+/// Cases too rare to require of a store's shorter run.
+const RARE: &[&str] = &[
+    "task writes landing after the deadline, inside the 15-minute margin",
+    "markers of ours removed once a worker had taken their task",
+];
+
 fn store_schedules() -> u64 {
     env("MODEL_STORE_SCHEDULES").unwrap_or(120)
 }
@@ -2840,6 +2898,12 @@ fn schedules_keep_every_guarantee(profile: Profile, count: u64) {
         for (name, n) in Stats::NAMES.iter().zip(total.fields()) {
             if profile.unreachable().contains(name) {
                 assert_eq!(n, 0, "reached what this store makes unreachable: {name}");
+                continue;
+            }
+            // A few cases come about once in two hundred schedules; the S3
+            // run of a thousand must reach them, a store's run of a hundred
+            // or so may not.
+            if count < 1000 && RARE.contains(name) {
                 continue;
             }
             assert!(n > 0, "no schedule reached: {name}");

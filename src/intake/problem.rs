@@ -124,6 +124,13 @@ impl Problem {
                     "a submit of this key may still write its task or its record; nothing was deleted: retry after the Retry-After seconds",
                 )
             },
+            // CONDITIONAL_DELETE=off on an unversioned bucket.
+            Reset::Unsupported => Self::new(
+                501,
+                "reset_unsupported",
+                "Reset unsupported",
+                "this store ignores If-Match on DELETE (CONDITIONAL_DELETE=off) and the bucket is not versioned: a key cannot be reset safely here; it is freed when its record expires",
+            ),
             Reset::Changed => Self::new(
                 412,
                 "record_changed",

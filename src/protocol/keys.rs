@@ -113,6 +113,11 @@ pub enum Reset {
     /// The record changed between the read and the delete (a new submit
     /// replaced it): nothing was deleted. Look it up again.
     Changed,
+    /// `CONDITIONAL_DELETE=off` on an unversioned bucket: no DELETE can be
+    /// made safe against a record that replaced the one read (the store
+    /// ignores `If-Match`, and there is no version to name), so a key is
+    /// never reset there. Nothing was deleted.
+    Unsupported,
 }
 
 /// A live record of the key: read, and the caller's to see.
@@ -157,10 +162,23 @@ impl Engine {
         }
         let rkey = at.record_key();
         let etag = &held.meta.etag;
-        let answer = match self
-            .with_retries(op_deadline, || self.store.delete(&rkey, Some(etag)))
-            .await
-        {
+        // With CONDITIONAL_DELETE=off the store may ignore `If-Match`: the
+        // exact version read is deleted instead, which can never remove a
+        // newer record (another version). What may come back is an older
+        // version, and an older record was replaced only once it had
+        // expired (or was reset): it counts as absent.
+        let deleted = match (&held.meta.version_id, self.settings.conditional_delete) {
+            (_, true) => {
+                self.with_retries(op_deadline, || self.store.delete(&rkey, Some(etag)))
+                    .await
+            }
+            (Some(version), false) => {
+                self.with_retries(op_deadline, || self.store.delete_version(&rkey, version))
+                    .await
+            }
+            (None, false) => return Ok(Reset::Unsupported),
+        };
+        let answer = match deleted {
             Ok(()) => Reset::Done {
                 old_task_id: held.record.task_id,
             },
