@@ -36,8 +36,11 @@ api-fuzz: tools
 # submit function over moto (tests/clients/; docs/testing.md). make test
 # runs it on the submit function its cargo test built.
 CLIENTS_TEST = ./scripts/with-moto.sh python3 -m pytest -p no:cacheprovider -q tests/clients
+# The testing feature: the front gives the function a test world's short
+# operating conditions (TESTING_OPERATING_CONDITIONS), so that a key can be
+# reset seconds after its submit.
 clients: tools
-	$(CARGO) build --locked --bin submit
+	$(CARGO) build --locked --bin submit --features testing
 	$(CLIENTS_TEST)
 
 # The Python tools the tests use (moto, cfn-lint and the SAM translator and
