@@ -214,8 +214,9 @@ fn main() {
         let mut r = Report::new();
         r.line("# Benchmarks\n");
         r.line(format!(
-            "Measured by `make bench` on {} — {}.\n",
+            "Measured by one `make bench` on {}, every section in the one run, on commit {} — {}.\n",
             chrono::Utc::now().format("%Y-%m-%d"),
+            commit(),
             machine()
         ));
         requests::requests(&mut r).await;
@@ -238,6 +239,19 @@ fn main() {
         )
         .unwrap();
     });
+}
+
+/// The commit the run measures (`git describe --always --dirty`: a tree
+/// with changes not committed says so).
+fn commit() -> String {
+    std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty", "--abbrev=12"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown (not a git checkout)".to_owned())
 }
 
 /// Puts each target row of `r` in place of the row of docs/benchmarks.md's

@@ -1,7 +1,13 @@
 //! The document being written, and its figures against their targets.
 
-/// The document being written, and every figure that has a target.
-pub(crate) struct Report(pub(crate) String, Vec<Target>);
+/// The document being written, every figure that has a target, and the
+/// figures one section measures for another (a figure is measured once in
+/// a run, and quoted from there).
+pub(crate) struct Report(
+    pub(crate) String,
+    Vec<Target>,
+    std::collections::BTreeMap<&'static str, f64>,
+);
 
 /// A measured figure against its target.
 struct Target {
@@ -13,7 +19,17 @@ struct Target {
 
 impl Report {
     pub(crate) fn new() -> Self {
-        Report(String::new(), Vec::new())
+        Report(String::new(), Vec::new(), Default::default())
+    }
+
+    /// Keeps a figure for a later section of the run.
+    pub(crate) fn keep(&mut self, name: &'static str, value: f64) {
+        self.2.insert(name, value);
+    }
+
+    /// A figure an earlier section of this run kept.
+    pub(crate) fn kept(&self, name: &str) -> Option<f64> {
+        self.2.get(name).copied()
     }
 
     pub(crate) fn line(&mut self, s: impl AsRef<str>) {
