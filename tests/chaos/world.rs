@@ -687,15 +687,28 @@ fn loadavg() -> String {
         .unwrap_or_default()
 }
 
+/// The one log line of every sweep, a due batch's or a scheduled pass's
+/// (src/lambda/mod.rs, `report_sweep`).
+const SUMMARY: &str = "sweep summary";
+
 /// Sums `field` over the log lines of `logs` whose message is `message`.
 fn sum_logged(logs: &[PathBuf], message: &str, field: &str) -> u64 {
+    sum_logged_from(logs, message, None, field)
+}
+
+/// [`sum_logged`] of the lines of one `source` only (the sweep function
+/// logs its due batches and its scheduled passes as one "sweep summary",
+/// told apart by `source`).
+fn sum_logged_from(logs: &[PathBuf], message: &str, source: Option<&str>, field: &str) -> u64 {
     let mut n = 0;
     for f in logs {
         for line in std::fs::read_to_string(f).unwrap_or_default().lines() {
             let Ok(v) = serde_json::from_str::<Value>(line) else {
                 continue;
             };
-            if v["fields"]["message"] == message {
+            if v["fields"]["message"] == message
+                && source.is_none_or(|s| v["fields"]["source"] == s)
+            {
                 n += match &v["fields"][field] {
                     Value::Bool(b) => u64::from(*b),
                     other => other.as_u64().unwrap_or(0),
@@ -988,10 +1001,20 @@ pub async fn run(cfg: WorldConfig) -> Report {
         store_requests_total,
         requests_by_client,
         requests_by_kind,
-        finished_by_due: sum_logged(&sweep_logs, "due batch summary", "finished"),
-        due_errors: sum_logged(&sweep_logs, "due batch summary", "errors"),
-        due_past_deadline: sum_logged(&sweep_logs, "due batch summary", "past_deadline"),
-        finished_by_passes_logged: sum_logged(&sweep_logs, "sweep summary", "finished"),
+        finished_by_due: sum_logged_from(&sweep_logs, SUMMARY, Some("due batch"), "finished"),
+        due_errors: sum_logged_from(&sweep_logs, SUMMARY, Some("due batch"), "errors"),
+        due_past_deadline: sum_logged_from(
+            &sweep_logs,
+            SUMMARY,
+            Some("due batch"),
+            "past_deadline",
+        ),
+        finished_by_passes_logged: sum_logged_from(
+            &sweep_logs,
+            SUMMARY,
+            Some("scheduled pass"),
+            "finished",
+        ),
         recovered_by_submits: sum_logged(&submit_logs, "submitted", "recovered")
             + sum_logged(&submit_logs, "batch item submitted", "recovered"),
         load: (load_at_start, load_at_stop),
