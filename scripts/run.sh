@@ -131,8 +131,9 @@ cat <<MSG
   # 201 Created, then 200 with Idempotent-Replayed: true when sent again
 
   curl -i $url/tasks/<task_id>        # the task object
-  cargo lambda invoke submit --data-file events/sqs-standard-batch.json
-  cargo lambda invoke sweep --data-file events/sweep-dry-run.json
+  # cargo-lambda is in .venv/bin/, not on PATH:
+  .venv/bin/cargo-lambda lambda invoke -P $INVOKE_PORT submit --data-file events/sqs-standard-batch.json
+  .venv/bin/cargo-lambda lambda invoke -P $INVOKE_PORT sweep --data-file events/sweep-dry-run.json
 
   # What the bucket has and lacks (versioning, notification or due queue, lifecycle):
   BUCKET_NAME=$BUCKET AWS_ENDPOINT_URL=http://127.0.0.1:$MOTO_PORT S3_FORCE_PATH_STYLE=true \\

@@ -1,4 +1,4 @@
-//! The operator CLI, `idem` (the README, "The CLI"). Output is JSON on
+//! The operator CLI, `idem` (docs/operations.md, "The CLI"). Output is JSON on
 //! stdout; the exit code says what happened.
 
 use clap::{Parser, Subcommand};

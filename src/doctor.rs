@@ -334,8 +334,8 @@ fn notification_check(
             "notification",
             Status::Error,
             "no notification of record writes (s3:ObjectCreated:* under idempotency/) to a queue: \
-             interrupted submits are finished only by the next submit of their key (README, \
-             \"An existing bucket\")",
+             interrupted submits are finished only by the next submit of their key \
+             (docs/operations.md, \"An existing bucket\")",
         ),
     }
 }

@@ -1,7 +1,7 @@
-//! The README's commands for an existing bucket (`CreateBucket=false`), run
-//! as written against moto with the AWS CLI and jq, and `idem doctor` on
-//! what they leave. Needs `aws` (make tools installs awscli) and `jq`; fails
-//! without them.
+//! The commands for an existing bucket (`CreateBucket=false`) of
+//! docs/operations.md, run as written against moto with the AWS CLI and
+//! python3, and `idem doctor` on what they leave. Needs `aws` (make tools
+//! installs awscli) and `python3`; fails without them.
 
 use crate::common;
 
@@ -12,14 +12,14 @@ use aws_sdk_s3::types::{
 };
 use serde_json::Value;
 
-/// The `sh` blocks of the README's "An existing bucket" section, in order.
+/// The `sh` blocks of docs/operations.md's "An existing bucket" section, in order.
 fn existing_bucket_commands() -> String {
-    let readme = std::fs::read_to_string(format!("{}/README.md", env!("CARGO_MANIFEST_DIR")))
-        .expect("README.md");
-    let start = readme
+    let doc = std::fs::read_to_string(format!("{}/docs/operations.md", env!("CARGO_MANIFEST_DIR")))
+        .expect("docs/operations.md");
+    let start = doc
         .find("### An existing bucket")
-        .expect("the README has a section \"An existing bucket\"");
-    let section = &readme[start..];
+        .expect("docs/operations.md has a section \"An existing bucket\"");
+    let section = &doc[start..];
     // Up to the next heading (`#` lines inside code blocks are comments).
     let end = section[4..]
         .find("\n## ")
@@ -79,7 +79,7 @@ fn run_commands(script: &str, bucket: &str, due_arn: &str) {
         .expect("bash runs");
     assert!(
         out.status.success(),
-        "the README's commands failed (are `aws` and `jq` installed? make tools installs awscli): {}{}",
+        "the documented commands failed (are `aws` and `python3` installed? make tools installs awscli): {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -100,7 +100,7 @@ fn statuses(report: &Value) -> Vec<(String, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readmes_commands_add_our_notification_versioning_and_lifecycle_keeping_the_buckets_own()
+async fn the_documented_commands_add_our_notification_versioning_and_lifecycle_keeping_the_buckets_own()
  {
     let store = common::moto_store().await;
     let bucket = store.bucket().to_owned();

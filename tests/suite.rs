@@ -27,6 +27,7 @@ mod options;
 mod phase;
 mod probe;
 mod protocol;
+mod readme;
 mod recovery;
 mod s3_status;
 mod schemas;

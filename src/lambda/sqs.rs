@@ -1,4 +1,4 @@
-//! SQS events, standard and FIFO (the README, "The `submit` function").
+//! SQS events, standard and FIFO (docs/operations.md, "The `submit` function").
 //!
 //! Every message is a `POST /tasks` body. The answer lists exactly the
 //! messages to retry (storage failures); a message that can never succeed is
