@@ -335,7 +335,7 @@ fn notification_check(
             Status::Error,
             "no notification of record writes (s3:ObjectCreated:* under idempotency/) to a queue: \
              interrupted submits are finished only by the next submit of their key \
-             (docs/operations.md, \"An existing bucket\")",
+             (README, \"An existing bucket\")",
         ),
     }
 }

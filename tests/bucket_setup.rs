@@ -1,5 +1,5 @@
 //! The commands for an existing bucket (`CreateBucket=false`) of
-//! docs/operations.md, run as written against moto with the AWS CLI and
+//! README.md, run as written against moto with the AWS CLI and
 //! python3, and `idem doctor` on what they leave. Needs `aws` (make tools
 //! installs awscli) and `python3`; fails without them.
 
@@ -12,13 +12,13 @@ use aws_sdk_s3::types::{
 };
 use serde_json::Value;
 
-/// The `sh` blocks of docs/operations.md's "An existing bucket" section, in order.
+/// The `sh` blocks of README.md's "An existing bucket" section, in order.
 fn existing_bucket_commands() -> String {
-    let doc = std::fs::read_to_string(format!("{}/docs/operations.md", env!("CARGO_MANIFEST_DIR")))
-        .expect("docs/operations.md");
+    let doc = std::fs::read_to_string(format!("{}/README.md", env!("CARGO_MANIFEST_DIR")))
+        .expect("README.md");
     let start = doc
         .find("### An existing bucket")
-        .expect("docs/operations.md has a section \"An existing bucket\"");
+        .expect("README.md has a section \"An existing bucket\"");
     let section = &doc[start..];
     // Up to the next heading (`#` lines inside code blocks are comments).
     let end = section[4..]

@@ -1,5 +1,5 @@
-//! The protocol on a versioned bucket (docs/operations.md, "The bucket:
-//! versioning and lifecycle"), in memory and
+//! The protocol on a versioned bucket (README, "The bucket",
+//! "Versioning and lifecycle"), in memory and
 //! on moto: what a delete leaves behind, and that nothing of it is seen.
 
 use crate::common;
