@@ -511,10 +511,16 @@ async fn past_a_short_submit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_s3_a_reset_lets_the_next_submit_make_a_new_task_while_the_old_one_stays() {
+async fn on_s3_and_seaweedfs_a_reset_lets_the_next_submit_make_a_new_task_while_the_old_one_stays()
+{
+    // SeaweedFS honours If-Match on DELETE (the probe's answer), so the
+    // reset's DELETE is the one S3 gets; its 412 for a missing key's
+    // If-Match is mapped in the S3 adapter.
     for store in [
         common::moto_store().await,
         common::moto_store_versioned().await,
+        common::seaweedfs_store().await,
+        common::seaweedfs_store_versioned().await,
     ] {
         let bucket = store.bucket().to_owned();
         let q = idempotent_submit::Queue::new(store.clone(), short_submits());
