@@ -474,13 +474,16 @@ async fn old_orphans_go_by_their_slices_day_with_conditional_delete_off() {
     old_orphans_go_by_their_slices_day_on(Behaviour::minio(), ListOrder::Bytes).await;
 }
 
+/// A call and when it began.
+type Began = (Op, String, chrono::DateTime<chrono::Utc>);
+
 /// A store each of whose calls takes a minute of the engine's clock, and
 /// that logs when each began.
 #[derive(Clone)]
 struct MinutePerCall {
     inner: MemoryStore,
     clock: ManualClock,
-    began: Arc<std::sync::Mutex<Vec<(Op, String, chrono::DateTime<chrono::Utc>)>>>,
+    began: Arc<std::sync::Mutex<Vec<Began>>>,
 }
 
 #[async_trait::async_trait]

@@ -54,6 +54,9 @@ fn input_payload_id(key: &str) -> Option<Uuid> {
     (file == "input.json").then(|| Uuid::parse_str(id).ok())?
 }
 
+/// The ids of tasks found under one prefix, and the LISTs it took.
+type TaskIds = (Vec<Uuid>, u64);
+
 /// The task id of a task key, `tasks/{id[..n]}/{id}.json` with n from 1 to
 /// 4; `None` for anything else.
 fn task_key_id(key: &str) -> Option<Uuid> {
@@ -235,12 +238,11 @@ impl Engine {
             }
         }
         // Side by side, as the records' ranges are.
-        let listed: Vec<Result<Option<(Vec<Uuid>, u64)>, SubmitError>> =
-            futures::stream::iter(prefixes)
-                .map(|prefix| self.list_task_ids(prefix, slices, opts))
-                .buffer_unordered(RANGES_AT_ONCE)
-                .collect()
-                .await;
+        let listed: Vec<Result<Option<TaskIds>, SubmitError>> = futures::stream::iter(prefixes)
+            .map(|prefix| self.list_task_ids(prefix, slices, opts))
+            .buffer_unordered(RANGES_AT_ONCE)
+            .collect()
+            .await;
         let mut ids = HashSet::new();
         let mut cut_short = false;
         for r in listed {
@@ -263,7 +265,7 @@ impl Engine {
         prefix: String,
         slices: &Range<u32>,
         opts: &SweepOptions,
-    ) -> Result<Option<(Vec<Uuid>, u64)>, SubmitError> {
+    ) -> Result<Option<TaskIds>, SubmitError> {
         let (mut ids, mut lists) = (Vec::new(), 0);
         let mut page: Option<String> = None;
         loop {
