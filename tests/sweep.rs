@@ -273,6 +273,22 @@ async fn payload_of_slice(store: &impl Store, slice: u32) -> String {
     key
 }
 
+/// A payload of `slice` whose task is in the bucket under `shard` digits
+/// of its id (another client's shard length, or ours).
+async fn payload_with_its_task(store: &impl Store, slice: u32, shard: usize) -> String {
+    let key = payload_of_slice(store, slice).await;
+    let id = key.split('/').nth(1).unwrap().to_owned();
+    store
+        .put(
+            &format!("tasks/{}/{id}.json", &id[..shard]),
+            b"{}".to_vec().into(),
+            PutMode::Create,
+        )
+        .await
+        .unwrap();
+    key
+}
+
 #[tokio::test]
 async fn a_dry_run_reads_each_record_as_the_real_run_and_counts_what_it_then_does_writing_nothing()
 {
@@ -389,18 +405,7 @@ async fn old_orphans_go_by_their_slices_day_on(behaviour: Behaviour, order: List
     let mut live: Vec<String> = Vec::new();
     for slice in 0..PAYLOAD_SLICES {
         orphans.push((slice, payload_of_slice(&bucket, slice).await));
-        let key = payload_of_slice(&bucket, slice).await;
-        let id = key.split('/').nth(1).unwrap().to_owned();
-        let shard = 1 + slice as usize % 4;
-        bucket
-            .put(
-                &format!("tasks/{}/{id}.json", &id[..shard]),
-                b"{}".to_vec().into(),
-                PutMode::Create,
-            )
-            .await
-            .unwrap();
-        live.push(key);
+        live.push(payload_with_its_task(&bucket, slice, 1 + slice as usize % 4).await);
     }
     clock.advance(Duration::days(8));
     let payloads = || {
@@ -2114,17 +2119,7 @@ async fn a_dry_run_counts_what_the_real_pass_then_does_on(
     let kept_outside = payload_of_slice(&store, outside).await;
     let mut live = vec![kept_outside];
     for shard in [1, 2] {
-        let key = payload_of_slice(&store, slices.start).await;
-        let id = key.split('/').nth(1).unwrap().to_owned();
-        store
-            .put(
-                &format!("tasks/{}/{id}.json", &id[..shard]),
-                b"{}".to_vec().into(),
-                PutMode::Create,
-            )
-            .await
-            .unwrap();
-        live.push(key);
+        live.push(payload_with_its_task(&store, slices.start, shard).await);
     }
 
     clock.advance(Duration::minutes(11));
