@@ -167,6 +167,9 @@ async fn sweep_prints_its_summary() {
     assert_eq!(code, 0);
     assert_eq!(s["complete"], true);
     assert_eq!(s["dry_run"], false);
+    for f in ["scanned", "finished", "expired_deleted"] {
+        assert_eq!(dry[f], s[f], "the dry run counted {f} as the pass did");
+    }
     for f in ["scanned", "finished", "expired_deleted", "errors"] {
         assert!(s[f].is_u64(), "{f} in {s}");
     }

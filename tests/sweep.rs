@@ -246,6 +246,377 @@ async fn a_dry_run_reports_and_changes_nothing() {
     assert_eq!(w.bucket.keys(), before);
 }
 
+/// The counts a dry run has to match: everything the real pass would do.
+fn counts(s: &SweepSummary) -> [u64; 8] {
+    [
+        s.scanned,
+        s.reads,
+        s.finished,
+        s.expired_deleted,
+        s.expired_kept,
+        s.payloads_deleted,
+        s.errors,
+        u64::from(s.complete),
+    ]
+}
+
+/// A payload under a new task id of `slice` (its first byte), as a dead
+/// replay leaves it: no task names it.
+async fn payload_of_slice(store: &impl Store, slice: u32) -> String {
+    let mut b = *uuid::Uuid::new_v4().as_bytes();
+    b[0] = slice as u8;
+    let key = format!("payloads/{}/input.json", uuid::Uuid::from_bytes(b));
+    store
+        .put(&key, b"1".to_vec().into(), PutMode::Create)
+        .await
+        .unwrap();
+    key
+}
+
+/// A payload of `slice` whose task is in the bucket under `shard` digits
+/// of its id (another client's shard length, or ours).
+async fn payload_with_its_task(store: &impl Store, slice: u32, shard: usize) -> String {
+    let key = payload_of_slice(store, slice).await;
+    let id = key.split('/').nth(1).unwrap().to_owned();
+    store
+        .put(
+            &format!("tasks/{}/{id}.json", &id[..shard]),
+            b"{}".to_vec().into(),
+            PutMode::Create,
+        )
+        .await
+        .unwrap();
+    key
+}
+
+#[tokio::test]
+async fn a_dry_run_reads_each_record_as_the_real_run_and_counts_what_it_then_does_writing_nothing()
+{
+    let w = World::new();
+    // Expired by the time of the pass: a ready record, a creating one, and
+    // an orphan payload the day's slices take.
+    w.queue()
+        .submit("t", json!(1))
+        .idempotency_key("expired")
+        .idempotency_ttl(Duration::hours(1))
+        .await
+        .unwrap();
+    w.interrupted_at(
+        "expired-creating",
+        Op::PutCreate,
+        "idempotency/",
+        Fault::CrashAfter,
+    )
+    .await;
+    let pass_at = w.clock.now() + Duration::days(31) + Duration::minutes(11);
+    let slice = idempotent_submit::protocol::sweep::payload_slices(pass_at).start;
+    payload_of_slice(&w.bucket, slice).await;
+    w.clock.advance(Duration::days(31));
+    // Stale and still creating, as every record stays: one done, one
+    // interrupted after its record, one without its marker, one without its
+    // task.
+    w.queue()
+        .submit("t", json!({"k": "done"}))
+        .idempotency_key("done")
+        .await
+        .unwrap();
+    w.interrupted_at(
+        "after-record",
+        Op::PutCreate,
+        "idempotency/",
+        Fault::CrashAfter,
+    )
+    .await;
+    let no_marker = w
+        .queue()
+        .submit("t", json!({"k": "no-marker"}))
+        .idempotency_key("no-marker")
+        .await
+        .unwrap()
+        .task_id;
+    let marker = w
+        .keys("ready/")
+        .into_iter()
+        .find(|k| k.ends_with(&no_marker.to_string()))
+        .unwrap();
+    w.bucket.delete(&marker, None).await.unwrap();
+    w.interrupted_at("no-task", Op::PutCreate, "tasks/", Fault::CrashBefore)
+        .await;
+    assert_eq!((w.count("tasks/"), w.count("ready/")), (3, 3));
+    w.clock.advance(Duration::minutes(11));
+    assert_eq!(w.clock.now(), pass_at);
+
+    let before = w.bucket.snapshot();
+    let f = FaultyStore::new(w.bucket.clone());
+    let dry = w
+        .queue_over(f.clone())
+        .engine()
+        .sweep(&SweepOptions {
+            dry_run: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(dry.dry_run);
+    assert_eq!(
+        w.bucket.snapshot(),
+        before,
+        "keys, bytes and ETags as they were"
+    );
+    let writes: Vec<_> = f.calls().into_iter().filter(|c| c.op.is_write()).collect();
+    assert!(writes.is_empty(), "{writes:?}");
+    // It read what the real finish reads: the tasks and markers.
+    assert!(
+        f.calls()
+            .iter()
+            .any(|c| c.op == Op::Get && c.key.starts_with("tasks/"))
+    );
+    assert!(
+        f.calls()
+            .iter()
+            .any(|c| c.op == Op::Head && c.key.starts_with("ready/"))
+    );
+
+    let real = w.sweep(false).await;
+    assert_eq!(
+        (real.finished, real.expired_deleted, real.payloads_deleted),
+        (3, 2, 1),
+        "{real:?}"
+    );
+    assert_eq!(counts(&dry), counts(&real), "dry {dry:?}\nreal {real:?}");
+    assert_eq!((w.count("tasks/"), w.count("ready/")), (5, 5));
+}
+
+/// One orphan payload and one payload with its task (under a shard of one
+/// to four digits, by turns) in every slice, written at the clock's time;
+/// then a pass a day for a whole cycle, starting eight days later (past the
+/// week in which the HEADs look at a payload): each day deletes the
+/// orphans of its own slices and nothing else, and by the end every orphan
+/// is gone and every payload with its task is there. A fresh orphan of the
+/// day's slice, too young, is kept on its day.
+async fn old_orphans_go_by_their_slices_day_on(behaviour: Behaviour, order: ListOrder) {
+    use idempotent_submit::protocol::sweep::{PAYLOAD_CYCLE_DAYS, PAYLOAD_SLICES, payload_slices};
+    let clock = ManualClock::at_epoch();
+    let bucket = common::memory_store(&clock).with_behaviour(behaviour);
+    let mut settings = ordered(order);
+    settings.conditional_delete = behaviour.conditional_delete;
+    let q = Queue::with_clock(bucket.clone(), Arc::new(clock.clone()), settings);
+    let mut orphans: Vec<(u32, String)> = Vec::new();
+    let mut live: Vec<String> = Vec::new();
+    for slice in 0..PAYLOAD_SLICES {
+        orphans.push((slice, payload_of_slice(&bucket, slice).await));
+        live.push(payload_with_its_task(&bucket, slice, 1 + slice as usize % 4).await);
+    }
+    clock.advance(Duration::days(8));
+    let payloads = || {
+        let mut k = bucket
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with("payloads/"))
+            .collect::<Vec<_>>();
+        k.sort();
+        k
+    };
+    let mut young = None;
+    for day in 0..PAYLOAD_CYCLE_DAYS {
+        let slices = payload_slices(clock.now());
+        if day == 0 {
+            young = Some(payload_of_slice(&bucket, slices.start).await);
+        }
+        let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+        let mut gone: Vec<&String> = orphans
+            .iter()
+            .filter(|(slice, _)| slices.contains(slice))
+            .map(|(_, k)| k)
+            .collect();
+        // The fresh one is the week's, by HEADs: the next day.
+        if day == 1 {
+            gone.extend(young.as_ref());
+        }
+        assert_eq!(
+            (s.payloads_deleted, s.errors),
+            (gone.len() as u64, 0),
+            "{behaviour:?} {order:?} day {day}: {s:?}"
+        );
+        let left = payloads();
+        assert!(gone.iter().all(|k| !left.contains(k)), "day {day}");
+        if day == 0 {
+            assert!(
+                left.contains(young.as_ref().unwrap()),
+                "too young on its day"
+            );
+        }
+        clock.advance(Duration::days(1));
+    }
+    let mut expected = live;
+    expected.sort();
+    assert_eq!(payloads(), expected, "{behaviour:?} {order:?}");
+}
+
+#[tokio::test]
+async fn a_payload_orphaned_for_weeks_is_deleted_on_its_slices_day_and_one_with_its_task_never() {
+    old_orphans_go_by_their_slices_day_on(Behaviour::default(), ListOrder::Bytes).await;
+}
+
+#[tokio::test]
+async fn old_orphans_go_by_their_slices_day_by_folders_too() {
+    old_orphans_go_by_their_slices_day_on(Behaviour::default(), ListOrder::Any).await;
+}
+
+#[tokio::test]
+async fn old_orphans_go_by_their_slices_day_on_a_store_that_lists_folders_first() {
+    old_orphans_go_by_their_slices_day_on(Behaviour::seaweedfs(), ListOrder::Bytes).await;
+    old_orphans_go_by_their_slices_day_on(Behaviour::seaweedfs(), ListOrder::Any).await;
+}
+
+#[tokio::test]
+async fn old_orphans_go_by_their_slices_day_on_a_store_that_lists_in_no_order() {
+    old_orphans_go_by_their_slices_day_on(Behaviour::s3_express(7), ListOrder::Any).await;
+}
+
+#[tokio::test]
+async fn old_orphans_go_by_their_slices_day_with_conditional_delete_off() {
+    old_orphans_go_by_their_slices_day_on(Behaviour::minio(), ListOrder::Bytes).await;
+}
+
+/// A call and when it began.
+type Began = (Op, String, chrono::DateTime<chrono::Utc>);
+
+/// A store each of whose calls takes a minute of the engine's clock, and
+/// that logs when each began.
+#[derive(Clone)]
+struct MinutePerCall {
+    inner: MemoryStore,
+    clock: ManualClock,
+    began: Arc<std::sync::Mutex<Vec<Began>>>,
+}
+
+#[async_trait::async_trait]
+impl common::Hooks for MinutePerCall {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+
+    async fn before(&self, call: &common::Call<'_>) -> Result<(), StoreError> {
+        self.began
+            .lock()
+            .unwrap()
+            .push((call.op, call.key.to_owned(), self.clock.now()));
+        self.clock.advance(Duration::minutes(1));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_payload_pass_makes_no_request_at_or_after_the_runs_deadline_and_the_next_goes_on() {
+    let w = World::new();
+    let later = w.clock.now() + Duration::days(9);
+    let slice = idempotent_submit::protocol::sweep::payload_slices(later).start;
+    let orphan = payload_of_slice(&w.bucket, slice).await;
+    w.clock.set(later);
+    let slow = MinutePerCall {
+        inner: w.bucket.clone(),
+        clock: w.clock.clone(),
+        began: Arc::default(),
+    };
+    // Time for the checkpoint, the records and the folders of tasks/; not
+    // for the day's task listings and the payloads.
+    let deadline = w.clock.now() + Duration::minutes(5);
+    let s = w
+        .queue_over(common::Wrapped(slow.clone()))
+        .engine()
+        .sweep(&SweepOptions {
+            deadline: Some(deadline),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let began = slow.began.lock().unwrap().clone();
+    assert!(began.iter().all(|(.., at)| *at < deadline), "{began:?}");
+    assert!(
+        began.iter().any(|(_, k, _)| k.starts_with("tasks/")),
+        "the payload pass began: {began:?}"
+    );
+    assert_eq!((s.payloads_deleted, s.errors), (0, 0), "{s:?}");
+    assert!(w.keys("payloads/").contains(&orphan));
+    // The next run, unhurried, goes on.
+    assert_eq!(w.sweep(false).await.payloads_deleted, 1);
+    assert!(!w.keys("payloads/").contains(&orphan));
+}
+
+/// The day's payload pass over a bucket of `total` payloads (the bench's
+/// row of the sweeper runs it at 10 million), of which only the day's
+/// slices are built (1/256 of `total` in each, every 1000th an
+/// orphan, the others with their task under our shard of one digit):
+/// the requests it makes by kind, under `tasks/` and `payloads/`.
+async fn slice_pass_requests(total: usize) -> (usize, usize, usize, usize, u64) {
+    use idempotent_submit::protocol::sweep::{PAYLOAD_SLICES, payload_slices};
+    let clock = ManualClock::at_epoch();
+    let bucket = common::memory_store(&clock);
+    let day = clock.now() + Duration::days(9);
+    let per_slice = total / PAYLOAD_SLICES as usize;
+    let mut orphans = 0;
+    for slice in payload_slices(day) {
+        for i in 0..per_slice {
+            let mut b = *uuid::Uuid::new_v4().as_bytes();
+            b[0] = slice as u8;
+            let id = uuid::Uuid::from_bytes(b).to_string();
+            let payload = format!("payloads/{id}/input.json");
+            bucket
+                .put(&payload, bytes::Bytes::from_static(b"1"), PutMode::Create)
+                .await
+                .unwrap();
+            if i % 1000 == 999 {
+                orphans += 1;
+                continue;
+            }
+            let task = format!("tasks/{}/{id}.json", &id[..1]);
+            bucket
+                .put(&task, bytes::Bytes::from_static(b"{}"), PutMode::Create)
+                .await
+                .unwrap();
+        }
+    }
+    clock.set(day);
+    let f = FaultyStore::new(bucket.clone());
+    let s = Queue::with_clock(f.clone(), Arc::new(clock.clone()), common::settings())
+        .engine()
+        .sweep(&SweepOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(s.payloads_deleted, orphans, "{s:?}");
+    let calls = f.calls();
+    let n = |op: Op, prefix: &str| {
+        calls
+            .iter()
+            .filter(|c| c.op == op && c.key.starts_with(prefix))
+            .count()
+    };
+    (
+        n(Op::List, "tasks/"),
+        n(Op::List, "payloads/"),
+        n(Op::Head, ""),
+        n(Op::Delete, "payloads/"),
+        orphans,
+    )
+}
+
+#[tokio::test]
+async fn the_old_orphan_check_costs_listings_only_a_page_per_thousand_tasks_of_the_days_slices() {
+    // 2.56 million payloads' worth: the day's 8 or 9 slices of 10,000.
+    let (task_lists, payload_lists, heads, deletes, orphans) = slice_pass_requests(2_560_000).await;
+    assert_eq!(heads, 0, "no HEAD: the tasks are listed");
+    assert_eq!(deletes as u64, orphans);
+    // One listing of the folders of tasks/, then per slice its 9,990
+    // tasks: ten pages of a thousand.
+    let slices = orphans as usize / 10;
+    assert!((8..=9).contains(&slices), "{slices}");
+    assert_eq!(task_lists, 1 + slices * 10);
+    assert_eq!(payload_lists, (slices * 10_000).div_ceil(1000));
+}
+
 #[tokio::test]
 async fn a_sweep_that_runs_out_of_time_keeps_its_place() {
     let w = World::new();
@@ -684,11 +1055,13 @@ async fn a_pass_reads_and_finishes_records_side_by_side() {
     assert_eq!((s.finished, s.complete), (32, true));
     // 32 records, 5 requests each (the record; its task and marker; both
     // written) in 3 round trips, in chunks of 16 at a time: far fewer
-    // sequential round trips than requests.
+    // sequential round trips than requests. The payload pass after them
+    // lists the folders of tasks/, then the day's slices side by side, then
+    // payloads/.
     let calls = f.calls().len();
     let trips = f.round_trips();
     assert!(calls >= 32 * 5, "{calls}");
-    assert!(trips <= 2 * 3 + 4, "{trips} round trips for {calls} calls");
+    assert!(trips <= 2 * 3 + 6, "{trips} round trips for {calls} calls");
 }
 
 /// A clock that moves one second every time it is read: whatever reads it
@@ -1490,11 +1863,12 @@ fn real_settings(order: ListOrder) -> idempotent_submit::Settings {
     s
 }
 
-/// Records of `scopes`, ready, expiring an hour from now, written to
+/// Records of `scopes`, ready, expiring `expires_in` from now, written to
 /// `store` as they are; their keys.
 async fn expired_records(
     store: &idempotent_submit::S3Store,
     scopes: &[(&str, usize)],
+    expires_in: Duration,
 ) -> Vec<String> {
     let clock = ManualClock::new(chrono::Utc::now());
     let q = Queue::with_clock(
@@ -1515,7 +1889,7 @@ async fn expired_records(
         serde_json::from_slice(&store.get(&template).await.unwrap().body).unwrap();
     store.delete(&template, None).await.unwrap();
     v["expires_at"] = json!(
-        (chrono::Utc::now() + Duration::hours(1))
+        (chrono::Utc::now() + expires_in)
             .format("%Y-%m-%dT%H:%M:%SZ")
             .to_string()
     );
@@ -1554,7 +1928,7 @@ async fn a_pass_in_small_runs_deletes_every_expired_record_on(
 ) {
     let store = real_store(real, versioning).await;
     let scopes = [("a", 30), ("a-b", 20), ("a.b", 20), ("a_b", 10), ("b", 40)];
-    let keys = expired_records(&store, &scopes).await;
+    let keys = expired_records(&store, &scopes, Duration::hours(1)).await;
     let f = FaultyStore::new(store.clone());
     let clock = ManualClock::new(chrono::Utc::now() + Duration::days(31));
     let q = Queue::with_clock(f.clone(), Arc::new(clock), real_settings(order));
@@ -1643,6 +2017,145 @@ async fn a_pass_finishes_interrupted_submits_on(
     assert_eq!(keys.iter().filter(|k| k.starts_with("ready/")).count(), 4);
 }
 
+/// A dry pass through a call log on `store`: its summary, after checking
+/// that it wrote nothing (no PUT, no DELETE) and left every key and ETag.
+async fn dry_pass_writing_nothing(
+    store: &idempotent_submit::S3Store,
+    clock: &ManualClock,
+    settings: &idempotent_submit::Settings,
+) -> SweepSummary {
+    let etags = |store: idempotent_submit::S3Store| async move {
+        let mut all = Vec::new();
+        let mut page = None;
+        loop {
+            let p = store.list("", None, page, 1000).await.unwrap();
+            all.extend(p.objects.into_iter().map(|o| (o.key, o.etag.to_string())));
+            match p.next {
+                Some(n) => page = Some(n),
+                None => break,
+            }
+        }
+        all.sort();
+        all
+    };
+    let before = etags(store.clone()).await;
+    let f = FaultyStore::new(store.clone());
+    let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), settings.clone());
+    let s = q
+        .engine()
+        .sweep(&SweepOptions {
+            dry_run: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let writes: Vec<_> = f.calls().into_iter().filter(|c| c.op.is_write()).collect();
+    assert!(writes.is_empty(), "{writes:?}");
+    assert_eq!(etags(store.clone()).await, before);
+    s
+}
+
+/// A bucket on `real` with every kind of record and payload a pass meets,
+/// swept twice at each of two times, a dry run then the real pass: the
+/// counts are equal. At 11 minutes: submits done (and still `creating`),
+/// interrupted after their record, without their marker, without their
+/// task, and expired records. Nine days later: orphan payloads of the
+/// day's slices and of others, and payloads whose task is there under one
+/// digit of shard and under two.
+async fn a_dry_run_counts_what_the_real_pass_then_does_on(
+    real: Real,
+    versioning: common::Versioning,
+    order: ListOrder,
+) {
+    let store = real_store(real, versioning).await;
+    let start = chrono::Utc::now();
+    let clock = ManualClock::new(start);
+    let settings = real_settings(order);
+    let q = Queue::with_clock(store.clone(), Arc::new(clock.clone()), settings.clone());
+    q.submit("t", json!({"k": "done"}))
+        .idempotency_key("done")
+        .await
+        .unwrap();
+    let no_marker = q
+        .submit("t", json!({"k": "no-marker"}))
+        .idempotency_key("no-marker")
+        .await
+        .unwrap()
+        .task_id
+        .to_string();
+    let marker = common::all_keys(&store)
+        .await
+        .into_iter()
+        .find(|k| k.starts_with("ready/") && k.ends_with(&no_marker))
+        .unwrap();
+    store.delete(&marker, None).await.unwrap();
+    for (key, op, prefix, fault) in [
+        (
+            "after-record",
+            Op::PutCreate,
+            "idempotency/",
+            Fault::CrashAfter,
+        ),
+        ("no-task", Op::PutCreate, "tasks/", Fault::CrashBefore),
+    ] {
+        let dying = common::world::dying_at(store.clone(), op, prefix, fault);
+        Queue::with_clock(dying, Arc::new(clock.clone()), settings.clone())
+            .submit("t", json!({"k": key}))
+            .idempotency_key(key)
+            .await
+            .expect_err("the submit dies");
+    }
+    expired_records(&store, &[("a", 3), ("b", 2)], Duration::minutes(5)).await;
+    // Nine days on, at noon: the day whose slices the pass takes.
+    let later = (start + Duration::days(9))
+        .date_naive()
+        .and_hms_opt(12, 0, 0)
+        .unwrap()
+        .and_utc();
+    let slices = idempotent_submit::protocol::sweep::payload_slices(later);
+    let outside = (slices.end) % idempotent_submit::protocol::sweep::PAYLOAD_SLICES;
+    payload_of_slice(&store, slices.start).await;
+    payload_of_slice(&store, slices.end - 1).await;
+    let kept_outside = payload_of_slice(&store, outside).await;
+    let mut live = vec![kept_outside];
+    for shard in [1, 2] {
+        live.push(payload_with_its_task(&store, slices.start, shard).await);
+    }
+
+    clock.advance(Duration::minutes(11));
+    let dry = dry_pass_writing_nothing(&store, &clock, &settings).await;
+    let s = Queue::with_clock(store.clone(), Arc::new(clock.clone()), settings.clone())
+        .engine()
+        .sweep(&SweepOptions::default())
+        .await
+        .unwrap();
+    let at = format!("{real:?} {versioning:?} {order:?}");
+    assert_eq!(
+        (s.finished, s.expired_deleted, s.payloads_deleted, s.errors),
+        (3, 5, 0, 0),
+        "{at}: {s:?}"
+    );
+    assert_eq!(counts(&dry), counts(&s), "{at}: dry {dry:?}\nreal {s:?}");
+
+    clock.set(later);
+    let dry = dry_pass_writing_nothing(&store, &clock, &settings).await;
+    let s = Queue::with_clock(store.clone(), Arc::new(clock.clone()), settings.clone())
+        .engine()
+        .sweep(&SweepOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((s.payloads_deleted, s.errors), (2, 0), "{at}: {s:?}");
+    assert_eq!(counts(&dry), counts(&s), "{at}: dry {dry:?}\nreal {s:?}");
+    let mut left: Vec<String> = common::all_keys(&store)
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with("payloads/"))
+        .collect();
+    left.sort();
+    live.sort();
+    assert_eq!(left, live, "{at}");
+}
+
 macro_rules! on_real_stores {
     ($($test:ident: $helper:ident),* $(,)?) => {
         $(
@@ -1676,4 +2189,6 @@ on_real_stores!(
         a_pass_in_small_runs_deletes_every_expired_record_on,
     a_pass_finishes_every_interrupted_submit_in_scopes_that_sort_apart:
         a_pass_finishes_interrupted_submits_on,
+    a_dry_run_counts_what_the_real_pass_then_does_on_the_same_bucket:
+        a_dry_run_counts_what_the_real_pass_then_does_on,
 );

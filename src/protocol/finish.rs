@@ -22,6 +22,11 @@ pub(crate) enum Start<'a> {
     /// Anyone else: read the task and check the marker first, and write only
     /// what is missing.
     Check,
+    /// A dry run of [`Start::Check`]: the same reads and the same judgement
+    /// (the write window included), and no write at all, not even a stale
+    /// marker's removal. [`Finished::wrote`] says whether `Check` would
+    /// have written the task or the marker.
+    Plan,
 }
 
 /// A task object a submit built: where it lives, and its bytes, the very
@@ -174,7 +179,7 @@ impl Engine {
     ) -> Result<Finished, SubmitError> {
         let (pending, loc) = match start {
             Start::Claimed(task) => (TaskBody::Own(&task.body), task.loc.clone()),
-            Start::Check => {
+            Start::Check | Start::Plan => {
                 let (raw, loc) = pending_task(rkey, rec)?;
                 (TaskBody::Record(raw.get()), loc)
             }
@@ -185,9 +190,17 @@ impl Engine {
         // 1. Check (a first submit knows: nothing can exist yet).
         let needs = match start {
             Start::Claimed(_) => Needs::everything(),
-            Start::Check => {
-                self.check(task_key, &marker_key, pending.as_bytes(), &loc, op_deadline)
-                    .await?
+            Start::Check | Start::Plan => {
+                let writes = matches!(start, Start::Check);
+                self.check(
+                    task_key,
+                    &marker_key,
+                    pending.as_bytes(),
+                    &loc,
+                    op_deadline,
+                    writes,
+                )
+                .await?
             }
         };
         if !needs.task && !needs.marker {
@@ -199,6 +212,16 @@ impl Engine {
 
         // 2. Write what is missing, before the finish deadline.
         let window = self.write_window(rec.task_id, finish_deadline, op_deadline)?;
+        if matches!(start, Start::Plan) {
+            // What the writes would meet first: a window already shut.
+            if self.now() >= window.deadline {
+                return Err(self.refused(&window, Failure::Deadline));
+            }
+            return Ok(Finished {
+                wrote: true,
+                status: needs.status,
+            });
+        }
         if needs.task && matches!(start, Start::Check) {
             self.write_pending_payload(rec, &window).await?;
         }
@@ -345,7 +368,7 @@ impl Engine {
     /// Reads the task and checks the marker, in parallel: what is missing,
     /// and the task's status if it is there. A marker is owed only while the
     /// task is untouched; a stale marker found beside a taken task is
-    /// removed.
+    /// removed (when `writes`: not by a dry run).
     async fn check(
         &self,
         task_key: &str,
@@ -353,6 +376,7 @@ impl Engine {
         pending: &[u8],
         loc: &TaskLocation,
         op_deadline: DateTime<Utc>,
+        writes: bool,
     ) -> Result<Needs, SubmitError> {
         let (t, m) = tokio::join!(
             self.with_retries(op_deadline, || self.store.get(task_key)),
@@ -372,7 +396,11 @@ impl Engine {
                 // taken since is stale: left by a finisher that died before
                 // its re-read, or by an earlier version of this service. It
                 // would cost every idle worker a read per poll, forever.
-                if marker_found && !untouched && !TaskState::parse(&obj.body).is_ready_in(loc) {
+                if writes
+                    && marker_found
+                    && !untouched
+                    && !TaskState::parse(&obj.body).is_ready_in(loc)
+                {
                     self.remove_marker(marker_key, op_deadline).await?;
                 }
                 Ok(Needs {

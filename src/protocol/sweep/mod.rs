@@ -50,6 +50,8 @@ mod payloads;
 mod ranges;
 mod record;
 
+pub use payloads::{PAYLOAD_CYCLE_DAYS, PAYLOAD_SLICES, payload_slices};
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -73,7 +75,8 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// How one scheduled pass runs.
 #[derive(Debug, Clone, Default)]
 pub struct SweepOptions {
-    /// Report what would be done; change nothing (not even the checkpoint).
+    /// Report what would be done, reading as the real run reads; change
+    /// nothing (not even the checkpoint).
     pub dry_run: bool,
     /// Start no request at or after this time (by the engine's clock),
     /// keeping the place.
@@ -89,7 +92,8 @@ pub struct SweepSummary {
     /// Records listed (a pass) or named by events (the due queue).
     pub scanned: u64,
     /// Records for which something was missing (the task object, its
-    /// marker) and the sweeper wrote it.
+    /// marker) and the sweeper wrote it. A dry run reads as the real run
+    /// does and counts the records it would write for.
     pub finished: u64,
     pub expired_deleted: u64,
     /// Expired records left for the lifecycle rule: `CONDITIONAL_DELETE=off`
@@ -128,8 +132,9 @@ pub struct SweepSummary {
     /// Another run held the pass: this one did nothing.
     #[serde(skip)]
     pub busy: bool,
-    /// Input payloads that no task named, deleted by the pass (counted, not
-    /// deleted, in a dry run).
+    /// Input payloads that no task named, deleted by the pass: those up to
+    /// a week past the orphan age, and those of the day's slices whatever
+    /// their age (counted, not deleted, in a dry run).
     #[serde(skip)]
     pub payloads_deleted: u64,
 }

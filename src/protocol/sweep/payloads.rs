@@ -6,23 +6,45 @@
 //! before its finish deadline leaves its payload too. The scheduled pass
 //! lists `payloads/` once its records are done and deletes each input
 //! payload whose task object is not in the bucket, once no task can be
-//! written for it any more (docs/protocol.md, "Offloaded inputs").
+//! written for it any more (docs/protocol.md, "Offloaded inputs"):
+//!
+//! - a payload aged up to a week past that age is checked by HEADs of its
+//!   task (the prompt path: a lost claim's payload goes the next day);
+//! - every payload, whatever its age, is checked once a month: each day's
+//!   pass takes a slice of the task ids (their first two hex digits, 256
+//!   slices, about 1/30 of them a day by the day's number), lists the tasks
+//!   of those ids under every shard length, and joins the two sets in
+//!   memory. LISTs only (1000 keys each), in no order the join relies on,
+//!   and no checkpoint: a day that is missed is made up 30 days later.
+
+use std::collections::HashSet;
+use std::ops::Range;
 
 use chrono::{DateTime, Duration, Utc};
 use futures::StreamExt;
 use uuid::Uuid;
 
-use super::{PAGE, READS_AT_ONCE, SweepOptions, SweepSummary};
+use super::{PAGE, RANGES_AT_ONCE, READS_AT_ONCE, SweepOptions, SweepSummary};
+use crate::config::ListOrder;
 use crate::protocol::engine::{Engine, Failure};
 use crate::protocol::error::SubmitError;
 use crate::store::{ObjectMeta, StoreError};
 
 /// Where offloaded inputs are.
 pub const PAYLOADS_PREFIX: &str = "payloads/";
+const TASKS_PREFIX: &str = "tasks/";
 
 /// How long after its first check a payload is checked again by later
-/// passes (a missed daily pass is made up for); never after that.
+/// passes, by HEADs (a missed daily pass is made up for); after that, by
+/// its slice's day.
 const RECHECK_FOR: Duration = Duration::days(7);
+/// The slices of the task ids: their first byte (two hex digits).
+pub const PAYLOAD_SLICES: u32 = 256;
+/// Every slice is taken once in this many consecutive days.
+pub const PAYLOAD_CYCLE_DAYS: i64 = 30;
+/// Shard lengths a task may be under (buquet's clients may use another
+/// than ours).
+const SHARD_LENGTHS: Range<usize> = 1..5;
 
 /// The task id of an input payload's key; `None` for anything else
 /// (buquet's `output.json`, objects of other writers).
@@ -30,6 +52,41 @@ fn input_payload_id(key: &str) -> Option<Uuid> {
     let rest = key.strip_prefix(PAYLOADS_PREFIX)?;
     let (id, file) = rest.split_once('/')?;
     (file == "input.json").then(|| Uuid::parse_str(id).ok())?
+}
+
+/// The ids of tasks found under one prefix, and the LISTs it took.
+type TaskIds = (Vec<Uuid>, u64);
+
+/// The task id of a task key, `tasks/{id[..n]}/{id}.json` with n from 1 to
+/// 4; `None` for anything else.
+fn task_key_id(key: &str) -> Option<Uuid> {
+    let (shard, file) = key.strip_prefix(TASKS_PREFIX)?.split_once('/')?;
+    let text = file.strip_suffix(".json")?;
+    let id = Uuid::parse_str(text).ok()?;
+    (SHARD_LENGTHS.contains(&shard.len()) && id.hyphenated().to_string().starts_with(shard))
+        .then_some(id)
+}
+
+/// The slice of a task id.
+fn slice_of(id: &Uuid) -> u32 {
+    u32::from(id.as_bytes()[0])
+}
+
+/// The slices that the pass beginning at `at` (S3's time) takes: the day's
+/// number, modulo [`PAYLOAD_CYCLE_DAYS`], picks a run of consecutive ones
+/// (8 or 9), so that the cycle's days take each slice exactly once.
+pub fn payload_slices(at: DateTime<Utc>) -> Range<u32> {
+    let day = at
+        .timestamp()
+        .div_euclid(86_400)
+        .rem_euclid(PAYLOAD_CYCLE_DAYS) as u32;
+    let cycle = PAYLOAD_CYCLE_DAYS as u32;
+    day * PAYLOAD_SLICES / cycle..(day + 1) * PAYLOAD_SLICES / cycle
+}
+
+/// The two hex digits of a slice.
+fn slice_hex(slice: u32) -> String {
+    format!("{slice:02x}")
 }
 
 impl Engine {
@@ -43,11 +100,13 @@ impl Engine {
             + self.settings.operation_timeout
     }
 
-    /// Lists `payloads/` and deletes the input payloads, aged between
-    /// [`Engine::orphan_after`] and a week more at `now` (S3's time), whose
-    /// task object is not in the bucket under any shard length (1 to 4
-    /// digits: buquet's clients may use another than ours). Counts them in
-    /// `payloads_deleted` (dry run: counted, not deleted).
+    /// Deletes the input payloads older than [`Engine::orphan_after`] at
+    /// `now` (S3's time) whose task object is not in the bucket under any
+    /// shard length: those up to a week older by HEADs, those of the day's
+    /// slices ([`payload_slices`]) by the day's listing of their tasks.
+    /// Counts them in `payloads_deleted` (dry run: counted, not deleted).
+    /// No request starts at or after the run's deadline; a payload left
+    /// then is the next pass's.
     pub(super) async fn sweep_payloads(
         &self,
         opts: &SweepOptions,
@@ -55,9 +114,16 @@ impl Engine {
         summary: &mut SweepSummary,
     ) -> Result<(), SubmitError> {
         let (from, to) = (self.orphan_after(), self.orphan_after() + RECHECK_FOR);
+        let slices = payload_slices(now);
+        // The tasks of the day's slices, listed before the payloads: any
+        // task of a payload that is old enough was written before the pass
+        // began, so it is in this listing.
+        let Some(tasks) = self.list_slice_tasks(&slices, opts, summary).await? else {
+            return Ok(());
+        };
         let mut page: Option<String> = None;
         loop {
-            if opts.deadline.is_some_and(|d| self.now() >= d) {
+            if self.past(opts) {
                 return Ok(());
             }
             let listed = self
@@ -66,24 +132,40 @@ impl Engine {
                 })
                 .await?;
             summary.lists += 1;
-            let due: Vec<(ObjectMeta, Uuid)> = listed
-                .objects
-                .into_iter()
-                .filter_map(|o| {
-                    let id = input_payload_id(&o.key)?;
-                    let age = now - o.last_modified;
-                    (age >= from && age < to).then_some((o, id))
+            let mut orphans: Vec<ObjectMeta> = Vec::new();
+            let mut recent: Vec<(ObjectMeta, Uuid)> = Vec::new();
+            for o in listed.objects {
+                let Some(id) = input_payload_id(&o.key) else {
+                    continue;
+                };
+                let age = now - o.last_modified;
+                if age < from {
+                    continue;
+                }
+                if slices.contains(&slice_of(&id)) {
+                    if !tasks.contains(&id) {
+                        orphans.push(o);
+                    }
+                } else if age < to {
+                    recent.push((o, id));
+                }
+            }
+            let sliced = futures::stream::iter(orphans)
+                .map(|o| async move {
+                    tracing::info!(payload = %o.key, "an input payload that no task of its slice names: deleted");
+                    self.delete_orphan(&o, opts).await
                 })
-                .collect();
-            let outcomes: Vec<Result<bool, SubmitError>> = futures::stream::iter(due)
+                .buffer_unordered(READS_AT_ONCE)
+                .collect::<Vec<_>>();
+            let headed = futures::stream::iter(recent)
                 .map(|(o, id)| self.sweep_payload(o, id, opts))
                 .buffer_unordered(READS_AT_ONCE)
-                .collect()
-                .await;
-            for r in outcomes {
+                .collect::<Vec<_>>();
+            let (sliced, headed) = futures::join!(sliced, headed);
+            for r in sliced.into_iter().chain(headed) {
                 match r {
                     Ok(true) => summary.payloads_deleted += 1,
-                    Ok(false) => {}
+                    Ok(false) | Err(SubmitError::DeadlineExceeded) => {}
                     Err(e) => {
                         tracing::warn!(error = %e, "an input payload could not be checked");
                         summary.errors += 1;
@@ -97,7 +179,121 @@ impl Engine {
         }
     }
 
-    /// One payload: `true` if it names no task and was deleted.
+    /// The run's deadline has come: no request starts any more.
+    fn past(&self, opts: &SweepOptions) -> bool {
+        opts.deadline.is_some_and(|d| self.now() >= d)
+    }
+
+    /// The ids of the tasks of `slices` under every shard length: the
+    /// folders right under `tasks/` first (one LIST for ours), then each
+    /// folder that can hold them. Under `LIST_ORDER=bytes` a one-digit
+    /// folder is listed by the slice's own prefix (`tasks/a/ab`); under
+    /// `any` (prefixes that end in `/`) whole, and filtered here. `None`
+    /// when the run's deadline came first.
+    async fn list_slice_tasks(
+        &self,
+        slices: &Range<u32>,
+        opts: &SweepOptions,
+        summary: &mut SweepSummary,
+    ) -> Result<Option<HashSet<Uuid>>, SubmitError> {
+        let mut folders: Vec<String> = Vec::new();
+        let mut page: Option<String> = None;
+        loop {
+            if self.past(opts) {
+                return Ok(None);
+            }
+            let dirs = self
+                .with_retries(self.request_deadline(opts.deadline), || {
+                    self.store.list_dirs(TASKS_PREFIX, page.clone())
+                })
+                .await?;
+            summary.lists += 1;
+            folders.extend(dirs.prefixes);
+            match dirs.next {
+                Some(n) => page = Some(n),
+                None => break,
+            }
+        }
+        let hexes: Vec<String> = slices.clone().map(slice_hex).collect();
+        let mut prefixes: Vec<String> = Vec::new();
+        for folder in folders {
+            let Some(shard) = folder
+                .strip_prefix(TASKS_PREFIX)
+                .and_then(|f| f.strip_suffix('/'))
+            else {
+                continue;
+            };
+            match shard.len() {
+                1 if self.settings.list_order == ListOrder::Bytes => prefixes.extend(
+                    hexes
+                        .iter()
+                        .filter(|h| h.starts_with(shard))
+                        .map(|h| format!("{folder}{h}")),
+                ),
+                1 if hexes.iter().any(|h| h.starts_with(shard)) => prefixes.push(folder),
+                2..=4 if hexes.iter().any(|h| shard.starts_with(h.as_str())) => {
+                    prefixes.push(folder)
+                }
+                _ => {}
+            }
+        }
+        // Side by side, as the records' ranges are.
+        let listed: Vec<Result<Option<TaskIds>, SubmitError>> = futures::stream::iter(prefixes)
+            .map(|prefix| self.list_task_ids(prefix, slices, opts))
+            .buffer_unordered(RANGES_AT_ONCE)
+            .collect()
+            .await;
+        let mut ids = HashSet::new();
+        let mut cut_short = false;
+        for r in listed {
+            match r {
+                Ok(Some((found, lists))) => {
+                    summary.lists += lists;
+                    ids.extend(found);
+                }
+                Ok(None) => cut_short = true,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((!cut_short).then_some(ids))
+    }
+
+    /// The ids of the tasks of `slices` under `prefix`, page by page, and
+    /// the LISTs made; `None` when the run's deadline came first.
+    async fn list_task_ids(
+        &self,
+        prefix: String,
+        slices: &Range<u32>,
+        opts: &SweepOptions,
+    ) -> Result<Option<TaskIds>, SubmitError> {
+        let (mut ids, mut lists) = (Vec::new(), 0);
+        let mut page: Option<String> = None;
+        loop {
+            if self.past(opts) {
+                return Ok(None);
+            }
+            let listed = self
+                .with_retries(self.request_deadline(opts.deadline), || {
+                    self.store.list(&prefix, None, page.clone(), PAGE)
+                })
+                .await?;
+            lists += 1;
+            ids.extend(
+                listed
+                    .objects
+                    .iter()
+                    .filter_map(|o| task_key_id(&o.key))
+                    .filter(|id| slices.contains(&slice_of(id))),
+            );
+            match listed.next {
+                Some(n) => page = Some(n),
+                None => return Ok(Some((ids, lists))),
+            }
+        }
+    }
+
+    /// One payload of the HEAD path: `true` if it names no task and was
+    /// deleted.
     async fn sweep_payload(
         &self,
         o: ObjectMeta,
@@ -106,8 +302,8 @@ impl Engine {
     ) -> Result<bool, SubmitError> {
         let deadline = self.request_deadline(opts.deadline);
         let text = id.hyphenated().to_string();
-        let heads = (1..=4).map(|n| {
-            let key = format!("tasks/{}/{text}.json", &text[..n]);
+        let heads = SHARD_LENGTHS.map(|n| {
+            let key = format!("{TASKS_PREFIX}{}/{text}.json", &text[..n]);
             async move { self.with_retries(deadline, || self.store.head(&key)).await }
         });
         for r in futures::future::join_all(heads).await {
@@ -118,6 +314,16 @@ impl Engine {
             }
         }
         tracing::info!(payload = %o.key, "an input payload that no task names: deleted");
+        self.delete_orphan(&o, opts).await
+    }
+
+    /// Deletes a payload that no task names (a dry run only counts it):
+    /// `true` if it is gone.
+    async fn delete_orphan(
+        &self,
+        o: &ObjectMeta,
+        opts: &SweepOptions,
+    ) -> Result<bool, SubmitError> {
         if opts.dry_run {
             return Ok(true);
         }
@@ -127,12 +333,14 @@ impl Engine {
         // and its key is a task id no other submit uses.
         let if_match = self.settings.conditional_delete.then_some(&o.etag);
         match self
-            .with_retries(deadline, || self.store.delete(&o.key, if_match))
+            .with_retries(self.request_deadline(opts.deadline), || {
+                self.store.delete(&o.key, if_match)
+            })
             .await
         {
             Ok(()) | Err(Failure::Store(StoreError::NotFound)) => Ok(true),
             // Rewritten since (a finisher's If-None-Match cannot, so another
-            // writer's): left for the next pass.
+            // writer's): left for a later pass.
             Err(Failure::Store(StoreError::PreconditionFailed)) => Ok(false),
             Err(e) => Err(e.into()),
         }
@@ -150,5 +358,38 @@ mod tests {
         assert!(input_payload_id(&format!("payloads/{id}/output.json")).is_none());
         assert!(input_payload_id("payloads/not-a-uuid/input.json").is_none());
         assert!(input_payload_id(&format!("tasks/a/{id}.json")).is_none());
+    }
+
+    #[test]
+    fn a_task_key_names_its_id_only_under_a_shard_of_one_to_four_of_its_digits() {
+        let id = "a1b2c3d4-0000-4000-8000-000000000000";
+        for shard in ["a", "a1", "a1b", "a1b2"] {
+            assert!(task_key_id(&format!("tasks/{shard}/{id}.json")).is_some());
+        }
+        assert!(task_key_id(&format!("tasks/a1b2c/{id}.json")).is_none());
+        assert!(task_key_id(&format!("tasks/b/{id}.json")).is_none());
+        assert!(task_key_id(&format!("tasks/a/{id}.txt")).is_none());
+        assert!(task_key_id(&format!("payloads/{id}/input.json")).is_none());
+    }
+
+    #[test]
+    fn the_days_of_a_cycle_take_every_slice_exactly_once_in_runs_of_eight_or_nine() {
+        let start = DateTime::parse_from_rfc3339("2026-12-02T03:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let mut taken = vec![0; PAYLOAD_SLICES as usize];
+        for day in 0..PAYLOAD_CYCLE_DAYS {
+            let slices = payload_slices(start + Duration::days(day));
+            assert!((8..=9).contains(&slices.len()), "{slices:?}");
+            for s in slices {
+                taken[s as usize] += 1;
+            }
+        }
+        assert!(taken.iter().all(|n| *n == 1), "{taken:?}");
+        // The same day's pass takes the same slices at any hour.
+        assert_eq!(
+            payload_slices(start),
+            payload_slices(start + Duration::hours(20))
+        );
     }
 }

@@ -147,12 +147,13 @@ impl Engine {
             Owed::Nothing => RecordOutcome::Nothing,
             Owed::Settled => self.check_settled(key, &rec, op_deadline).await,
             Owed::Early => RecordOutcome::Early,
-            Owed::Finishing { .. } if dry_run => RecordOutcome::Finished,
             Owed::Finishing { finish_deadline } => {
                 // Written once, the record stays as it is: the sweeper only
-                // writes what its submit left missing.
+                // writes what its submit left missing. A dry run reads and
+                // judges the same way and writes nothing.
+                let start = if dry_run { Start::Plan } else { Start::Check };
                 match self
-                    .finish(key, &rec, Start::Check, finish_deadline, op_deadline)
+                    .finish(key, &rec, start, finish_deadline, op_deadline)
                     .await
                 {
                     Ok(done) if done.wrote => RecordOutcome::Finished,
