@@ -739,7 +739,7 @@ async fn a_payload_whose_task_cannot_be_checked_is_counted_as_an_error_and_kept(
     let s = payload_pass(f.clone(), &w).await;
     assert_eq!((s.errors, s.payloads_deleted), (1, 0), "{s:?}");
     assert_eq!(w.keys("payloads/"), vec![key]);
-    // Checked at the next pass (its window is a week), it goes.
+    // Checked at the next pass (its window is a day and an hour), it goes.
     f.heal();
     w.clock.advance(Duration::hours(1));
     let s = payload_pass(f, &w).await;
@@ -748,20 +748,57 @@ async fn a_payload_whose_task_cannot_be_checked_is_counted_as_an_error_and_kept(
 }
 
 #[tokio::test]
-async fn a_payload_is_looked_at_for_a_week_after_it_became_an_orphan_and_not_after() {
+async fn a_payload_is_looked_at_for_a_day_and_an_hour_after_it_became_an_orphan_and_not_after() {
     // The pass lists payloads aged from the finish window, the late-write
-    // margin and an operation's length (55 min 25 s) to a week more; one
-    // exactly a week past that is no longer its business, one a second
-    // younger still is. (After the week, the payload's slice's day takes
-    // it: tests/sweep.rs; this one's is not in the next nine days.)
+    // margin and an operation's length (55 min 25 s) to a day and an hour
+    // more (so that each daily pass's window meets the next one's); one
+    // exactly that much past is no longer the HEADs' business, one a second
+    // younger still is. (After that, the payload's slice's day takes it:
+    // tests/sweep.rs; this one's is not in the next nine days.)
     let w = World::new();
     let old = orphan_payload(&w).await;
     w.clock.advance(Duration::seconds(1));
     orphan_payload(&w).await;
     w.clock.advance(
-        Duration::minutes(55) + Duration::seconds(25) + Duration::days(7) - Duration::seconds(1),
+        Duration::minutes(55) + Duration::seconds(25) + Duration::hours(25) - Duration::seconds(1),
     );
     let s = payload_pass(w.bucket.clone(), &w).await;
     assert_eq!(s.payloads_deleted, 1, "{s:?}");
     assert_eq!(w.keys("payloads/"), vec![old]);
+}
+
+#[tokio::test]
+async fn a_payload_whose_task_is_under_our_shard_costs_the_pass_one_head_and_an_orphan_four() {
+    // The HEAD path asks for our own shard length first and stops at the
+    // first task found: a live payload is one HEAD a pass, not four.
+    let w = World::new();
+    let orphan = orphan_payload(&w).await;
+    let live = orphan_payload(&w).await;
+    let id = live
+        .trim_start_matches("payloads/")
+        .trim_end_matches("/input.json")
+        .to_owned();
+    w.bucket
+        .put(
+            &format!("tasks/{}/{id}.json", &id[..1]),
+            b"{}".to_vec().into(),
+            PutMode::Create,
+        )
+        .await
+        .unwrap();
+    w.clock.advance(Duration::hours(2));
+    let f = FaultyStore::new(w.bucket.clone());
+    let s = payload_pass(f.clone(), &w).await;
+    assert_eq!(s.payloads_deleted, 1, "{s:?}");
+    let heads = |key: &str| {
+        f.calls()
+            .iter()
+            .filter(|c| c.op == Op::Head && c.key.contains(key))
+            .count()
+    };
+    let orphan_id = orphan
+        .trim_start_matches("payloads/")
+        .trim_end_matches("/input.json");
+    assert_eq!((heads(&id), heads(orphan_id)), (1, 4));
+    assert_eq!(w.keys("payloads/"), vec![live]);
 }

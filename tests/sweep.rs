@@ -390,7 +390,7 @@ async fn a_dry_run_reads_each_record_as_the_real_run_and_counts_what_it_then_doe
 /// One orphan payload and one payload with its task (under a shard of one
 /// to four digits, by turns) in every slice, written at the clock's time;
 /// then a pass a day for a whole cycle, starting eight days later (past the
-/// week in which the HEADs look at a payload): each day deletes the
+/// day and an hour in which the HEADs look at a payload): each day deletes the
 /// orphans of its own slices and nothing else, and by the end every orphan
 /// is gone and every payload with its task is there. A fresh orphan of the
 /// day's slice, too young, is kept on its day.
@@ -429,7 +429,7 @@ async fn old_orphans_go_by_their_slices_day_on(behaviour: Behaviour, order: List
             .filter(|(slice, _)| slices.contains(slice))
             .map(|(_, k)| k)
             .collect();
-        // The fresh one is the week's, by HEADs: the next day.
+        // The fresh one is the HEADs', the next day.
         if day == 1 {
             gone.extend(young.as_ref());
         }

@@ -133,7 +133,7 @@ pub struct SweepSummary {
     #[serde(skip)]
     pub busy: bool,
     /// Input payloads that no task named, deleted by the pass: those up to
-    /// a week past the orphan age, and those of the day's slices whatever
+    /// a day and an hour past the orphan age, and those of the day's slices whatever
     /// their age (counted, not deleted, in a dry run).
     #[serde(skip)]
     pub payloads_deleted: u64,
