@@ -521,8 +521,8 @@ async fn the_payload_pass_makes_no_request_at_or_after_the_runs_deadline_and_the
         clock: w.clock.clone(),
         began: Arc::default(),
     };
-    // Time for the checkpoint, the records and the folders of tasks/; not
-    // for the day's task listings and the payloads.
+    // Time for the checkpoint, the records and the first page of
+    // payloads/; not for the day's task listing that its orphan needs.
     let deadline = w.clock.now() + Duration::minutes(5);
     let s = w
         .queue_over(common::Wrapped(slow.clone()))
@@ -536,7 +536,7 @@ async fn the_payload_pass_makes_no_request_at_or_after_the_runs_deadline_and_the
     let began = slow.began.lock().unwrap().clone();
     assert!(began.iter().all(|(.., at)| *at < deadline), "{began:?}");
     assert!(
-        began.iter().any(|(_, k, _)| k.starts_with("tasks/")),
+        began.iter().any(|(_, k, _)| k.starts_with("payloads/")),
         "the payload pass began: {began:?}"
     );
     assert_eq!((s.payloads_deleted, s.errors), (0, 0), "{s:?}");
@@ -552,6 +552,13 @@ async fn the_payload_pass_makes_no_request_at_or_after_the_runs_deadline_and_the
 /// orphan, the others with their task under our shard of one digit):
 /// the requests it makes by kind, under `tasks/` and `payloads/`.
 async fn slice_pass_requests(total: usize) -> (usize, usize, usize, usize, u64) {
+    slice_pass_requests_under(total, ListOrder::Bytes).await
+}
+
+async fn slice_pass_requests_under(
+    total: usize,
+    order: ListOrder,
+) -> (usize, usize, usize, usize, u64) {
     use idempotent_submit::protocol::sweep::{PAYLOAD_SLICES, payload_slices};
     let clock = ManualClock::at_epoch();
     let bucket = common::memory_store(&clock);
@@ -581,7 +588,7 @@ async fn slice_pass_requests(total: usize) -> (usize, usize, usize, usize, u64) 
     }
     clock.set(day);
     let f = FaultyStore::new(bucket.clone());
-    let s = Queue::with_clock(f.clone(), Arc::new(clock.clone()), common::settings())
+    let s = Queue::with_clock(f.clone(), Arc::new(clock.clone()), ordered(order))
         .engine()
         .sweep(&SweepOptions::default())
         .await
@@ -604,17 +611,37 @@ async fn slice_pass_requests(total: usize) -> (usize, usize, usize, usize, u64) 
 }
 
 #[tokio::test]
-async fn the_old_orphan_check_costs_listings_only_a_page_per_thousand_tasks_of_the_days_slices() {
+async fn under_list_order_any_more_than_a_page_of_payloads_is_listed_page_by_page_and_every_orphan_found()
+ {
+    // 150 payloads a slice: the day's 8 or 9 slices make more than a page.
+    let (_, payload_lists, heads, deletes, orphans) =
+        slice_pass_requests_under(256 * 1500, ListOrder::Any).await;
+    let slices = orphans as usize;
+    assert!((8..=9).contains(&slices), "{slices}");
+    assert_eq!((deletes as u64, heads as u64), (orphans, 4 * orphans));
+    // The folder page by page (prefixes that end in `/` only).
+    assert_eq!(payload_lists, (slices * 1500).div_ceil(1000));
+}
+
+#[tokio::test]
+async fn the_old_orphan_check_costs_a_page_per_thousand_tasks_of_the_days_slices_and_four_heads_an_orphan()
+ {
     // 2.56 million payloads' worth: the day's 8 or 9 slices of 10,000.
     let (task_lists, payload_lists, heads, deletes, orphans) = slice_pass_requests(2_560_000).await;
-    assert_eq!(heads, 0, "no HEAD: the tasks are listed");
+    // The payloads with their task cost no HEAD: the tasks are listed.
+    // Each orphan is confirmed by HEADs under every shard length before
+    // it goes (a listing can miss a task that moves between shards).
+    assert_eq!(heads as u64, 4 * orphans);
     assert_eq!(deletes as u64, orphans);
     // One listing of the folders of tasks/, then per slice its 9,990
     // tasks: ten pages of a thousand.
     let slices = orphans as usize / 10;
     assert!((8..=9).contains(&slices), "{slices}");
     assert_eq!(task_lists, 1 + slices * 10);
-    assert_eq!(payload_lists, (slices * 10_000).div_ceil(1000));
+    // payloads/: a first page (more than a page: the 256 slices' folders
+    // side by side), each of the day's slices ten pages, every other
+    // folder (empty here) one.
+    assert_eq!(payload_lists, 1 + slices * 10 + (256 - slices));
 }
 
 #[tokio::test]

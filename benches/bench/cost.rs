@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use chrono::Duration as ChronoDuration;
 use idempotent_submit::protocol::SweepOptions;
+use idempotent_submit::protocol::sweep::PAYLOAD_CYCLE_DAYS;
 use idempotent_submit::store::{FaultyStore, Op, Store};
 use idempotent_submit::{Clock, ManualClock, MemoryStore, Queue, Settings};
 use serde_json::json;
@@ -230,16 +231,20 @@ async fn measure(mode: Mode, n: usize) -> Bill {
         clock.advance(ChronoDuration::days(1));
     }
     let pass_calls = f2.calls();
-    // Reads measured; the records' LISTs at scale, one per 1,000 records a
-    // day of their life (a bucket of 2,000 records spends most of its LISTs
-    // finding scopes and splitting ranges, which millions share out); the
-    // payloads' LISTs as measured per payload and day (their listing is
-    // one folder, 1,000 a page: 2,000 payloads are already at scale).
-    let payload_lists = pass_calls
-        .iter()
-        .filter(|c| c.op == Op::List && c.key.starts_with("payloads/"))
-        .count();
-    let pass_lists = TTL_DAYS / 1000.0 + payload_lists as f64 / m as f64;
+    // Reads measured; LISTs at scale, where a bucket of 2,000 records
+    // spends most of its LISTs finding scopes, splitting ranges and
+    // listing folders, which millions share out: the records' one per
+    // 1,000 records a day of their life; an offloaded payload's, one per
+    // 1,000 payloads a day that it is listed (the pass's days here) and
+    // its share of the day's task listing of its slice (a thirtieth of the
+    // days, one LIST per 1,000 tasks).
+    let days = TTL_DAYS + 2.0;
+    let payload_lists = if mode == Mode::Offloaded {
+        days / 1000.0 * (1.0 + 1.0 / PAYLOAD_CYCLE_DAYS as f64)
+    } else {
+        0.0
+    };
+    let pass_lists = TTL_DAYS / 1000.0 + payload_lists;
     Bill {
         resp_puts: per(resp_puts),
         resp_gets: per(resp_gets),
@@ -354,7 +359,7 @@ pub(crate) async fn cost(r: &mut Report) {
         .collect();
 
     r.line(format!(
-        "Counted in memory, one column per mode: {n} new keyed submits (1 KiB inputs; 300 KiB offloaded in the last column), one a second (so a published schema is revalidated once per `SCHEMA_CACHE_SECONDS`, 60 s, by a conditional GET); a worker claims and runs every task before its due message comes, as buquet's workers do on a healthy queue; every due message at the sweeper in batches of ten; then {} daily passes over 2,000 records written through a day (the pass's reads measured; its LISTs of `idempotency/` at scale, one per 1,000 records a day of a {TTL_DAYS}-day TTL; its LISTs of `payloads/` as measured per payload). Lambda durations against moto (an upper bound for S3), at {} MB, in the defaults' mode for every column (the modes differ by requests, not by the functions' CPU). Storage is not in it.\n",
+        "Counted in memory, one column per mode: {n} new keyed submits (1 KiB inputs; 300 KiB offloaded in the last column), one a second (so a published schema is revalidated once per `SCHEMA_CACHE_SECONDS`, 60 s, by a conditional GET); a worker claims and runs every task before its due message comes, as buquet's workers do on a healthy queue; every due message at the sweeper in batches of ten; then {} daily passes over 2,000 records written through a day (the pass's reads measured; its LISTs at scale: of `idempotency/`, one per 1,000 records a day of a {TTL_DAYS}-day TTL; of an offloaded input's `payloads/` and its slice's tasks, one per 1,000 a day it is listed, over those days). Lambda durations against moto (an upper bound for S3), at {} MB, in the defaults' mode for every column (the modes differ by requests, not by the functions' CPU). Storage is not in it.\n",
         TTL_DAYS as usize + 2,
         (LAMBDA_GB * 1024.0) as u32
     ));
@@ -399,7 +404,7 @@ pub(crate) async fn cost(r: &mut Report) {
     );
     let pass_lists = TTL_DAYS / 1000.0; // each record listed once a day
     r.line(format!(
-        "Per submit, nothing above depends on the number of live records: the due messages' path reads the record its message names, and the pass's share of the records' listing is one LIST per 1,000 records per day, {:.3} LISTs per submit at a {TTL_DAYS}-day TTL (the rest of the column's LISTs is the `payloads/` listing, measured).\n",
+        "Per submit, nothing above depends on the number of live records: the due messages' path reads the record its message names, and the pass's share of the records' listing is one LIST per 1,000 records per day, {:.3} LISTs per submit at a {TTL_DAYS}-day TTL (an offloaded input adds its share of the `payloads/` listing and of its slice's task listing, at scale).\n",
         pass_lists
     ));
     r.line(format!(

@@ -77,8 +77,8 @@ pub(crate) async fn sweeper(r: &mut Report) {
 /// memory with requests counted by kind: only the day's slices are built
 /// (1/256 of `total` each, every 1000th an orphan, the others with their
 /// task under our one-digit shard, as many tasks as payloads), nine days
-/// old (past the week of HEADs). The listing of the rest of `payloads/`,
-/// which the week's HEAD check makes anyway, is reckoned, not built.
+/// old (past the day and an hour of HEADs). The listing of the rest of
+/// `payloads/`, which the HEAD check makes anyway, is reckoned, not built.
 async fn old_orphans(r: &mut Report, total: usize) {
     let clock = ManualClock::at_epoch();
     let mem = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
@@ -126,7 +126,7 @@ async fn old_orphans(r: &mut Report, total: usize) {
     let all_payload_lists = total.div_ceil(1000);
     let dollars = |lists: usize, heads: usize| (lists as f64 * 5.0 + heads as f64 * 0.4) / 1e6;
     r.line(format!(
-        "Old orphan payloads at {total} payloads (in memory, requests counted by kind; only the day's slices built, with as many tasks as payloads): the day's {} slices hold {built} payloads; their check lists the tasks in {task_lists} LISTs and makes {heads} HEADs, ${:.4} a day, and deleted {} orphans. Their payloads were {payload_lists} pages of the listing of `payloads/` that the pass makes anyway ({all_payload_lists} LISTs at {total}, ${:.3} a day). By HEADs instead, those {built} payloads would take {built} to {} HEADs, ${:.3} to ${:.3} a day.",
+        "Old orphan payloads at {total} payloads (in memory, requests counted by kind; only the day's slices built, every 1000th an orphan, the others with their task): the day's {} slices hold {built} payloads; their check lists the tasks in {task_lists} LISTs and makes {heads} HEADs (four for each orphan, confirming it before it goes), ${:.4} a day, and deleted {} orphans. The listing of `payloads/` took {payload_lists} LISTs here (a first page, then its 256 folders 32 at once: the day's slices page by page, the others, empty here, one each); at {total} it is the {all_payload_lists} LISTs that the pass makes anyway, ${:.3} a day. By HEADs instead, those {built} payloads would take {built} to {} HEADs, ${:.3} to ${:.3} a day.",
         slices.len(),
         dollars(task_lists, heads),
         s.payloads_deleted,

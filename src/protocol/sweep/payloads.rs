@@ -56,7 +56,10 @@ const SHARD_LENGTHS: Range<usize> = 1..5;
 fn input_payload_id(key: &str) -> Option<Uuid> {
     let rest = key.strip_prefix(PAYLOADS_PREFIX)?;
     let (id, file) = rest.split_once('/')?;
-    (file == "input.json").then(|| Uuid::parse_str(id).ok())?
+    // Only our own spelling (lowercase, hyphenated): another writer's key
+    // that merely parses as a UUID is not a payload of ours.
+    let parsed = Uuid::parse_str(id).ok()?;
+    (file == "input.json" && parsed.hyphenated().to_string() == id).then_some(parsed)
 }
 
 /// The ids of tasks found under one prefix, and the LISTs it took.
@@ -94,6 +97,22 @@ fn slice_hex(slice: u32) -> String {
     format!("{slice:02x}")
 }
 
+/// What one pass judges payloads by.
+struct Judge {
+    /// S3's time at the pass's start.
+    now: DateTime<Utc>,
+    /// The HEAD path's ages: from the orphan age, for [`RECHECK_FOR`].
+    from: Duration,
+    to: Duration,
+    /// The day's slices.
+    slices: Range<u32>,
+    /// The day's slices' task ids and the LISTs they took, once listed
+    /// (`None`: the deadline came first).
+    tasks: tokio::sync::OnceCell<Option<(HashSet<Uuid>, u64)>>,
+    /// Whether those LISTs are counted yet.
+    counted: std::sync::atomic::AtomicBool,
+}
+
 impl Engine {
     /// The age at which a payload with no task is an orphan: a task can be
     /// written until its record's finish deadline (the record is written
@@ -118,70 +137,171 @@ impl Engine {
         now: DateTime<Utc>,
         summary: &mut SweepSummary,
     ) -> Result<(), SubmitError> {
-        let (from, to) = (self.orphan_after(), self.orphan_after() + RECHECK_FOR);
-        let slices = payload_slices(now);
-        // The tasks of the day's slices, listed before the payloads: any
-        // task of a payload that is old enough was written before the pass
-        // began, so it is in this listing.
-        let Some(tasks) = self.list_slice_tasks(&slices, opts, summary).await? else {
-            return Ok(());
+        let judge = Judge {
+            now,
+            from: self.orphan_after(),
+            to: self.orphan_after() + RECHECK_FOR,
+            slices: payload_slices(now),
+            tasks: tokio::sync::OnceCell::new(),
+            counted: std::sync::atomic::AtomicBool::new(false),
         };
-        let mut page: Option<String> = None;
+        if self.past(opts) {
+            self.cut_short();
+            return Ok(());
+        }
+        // One page first: a bucket of up to a thousand payloads (most have
+        // none) costs one LIST, and its tasks are listed only if one of the
+        // day's slices has a payload old enough to judge.
+        let first = self
+            .with_retries(self.request_deadline(opts.deadline), || {
+                self.store.list(PAYLOADS_PREFIX, None, None, PAGE)
+            })
+            .await?;
+        summary.lists += 1;
+        let Some(next) = first.next.clone() else {
+            return self.judge_page(first.objects, &judge, opts, summary).await;
+        };
+        match self.settings.list_order {
+            // More than a page: the 256 slices' folders side by side, as
+            // the records' ranges are (10,000 pages at 10 million payloads
+            // one after the other would outlast a run).
+            ListOrder::Bytes => {
+                let tallies: Vec<Result<SweepSummary, SubmitError>> =
+                    futures::stream::iter(0..PAYLOAD_SLICES)
+                        .map(|slice| {
+                            let prefix = format!("{PAYLOADS_PREFIX}{}", slice_hex(slice));
+                            let judge = &judge;
+                            async move {
+                                let mut tally = SweepSummary::default();
+                                self.judge_prefix(&prefix, None, judge, opts, &mut tally)
+                                    .await
+                                    .map(|()| tally)
+                            }
+                        })
+                        .buffer_unordered(RANGES_AT_ONCE)
+                        .collect()
+                        .await;
+                for t in tallies {
+                    summary.add(&t?);
+                }
+                Ok(())
+            }
+            // Prefixes that end in `/` only: the folder page by page.
+            ListOrder::Any => {
+                self.judge_page(first.objects, &judge, opts, summary)
+                    .await?;
+                self.judge_prefix(PAYLOADS_PREFIX, Some(next), &judge, opts, summary)
+                    .await
+            }
+        }
+    }
+
+    /// Lists `prefix` from `page` on and judges each page.
+    async fn judge_prefix(
+        &self,
+        prefix: &str,
+        mut page: Option<String>,
+        judge: &Judge,
+        opts: &SweepOptions,
+        summary: &mut SweepSummary,
+    ) -> Result<(), SubmitError> {
         loop {
             if self.past(opts) {
-                return Ok(());
+                self.cut_short();
+            return Ok(());
             }
             let listed = self
                 .with_retries(self.request_deadline(opts.deadline), || {
-                    self.store.list(PAYLOADS_PREFIX, None, page.clone(), PAGE)
+                    self.store.list(prefix, None, page.clone(), PAGE)
                 })
                 .await?;
             summary.lists += 1;
-            let mut orphans: Vec<ObjectMeta> = Vec::new();
-            let mut recent: Vec<(ObjectMeta, Uuid)> = Vec::new();
-            for o in listed.objects {
-                let Some(id) = input_payload_id(&o.key) else {
-                    continue;
-                };
-                let age = now - o.last_modified;
-                if age < from {
-                    continue;
-                }
-                if slices.contains(&slice_of(&id)) {
-                    if !tasks.contains(&id) {
-                        orphans.push(o);
-                    }
-                } else if age < to {
-                    recent.push((o, id));
-                }
-            }
-            let sliced = futures::stream::iter(orphans)
-                .map(|o| async move {
-                    tracing::info!(payload = %o.key, "an input payload that no task of its slice names: deleted");
-                    self.delete_orphan(&o, opts).await
-                })
-                .buffer_unordered(READS_AT_ONCE)
-                .collect::<Vec<_>>();
-            let headed = futures::stream::iter(recent)
-                .map(|(o, id)| self.sweep_payload(o, id, opts))
-                .buffer_unordered(READS_AT_ONCE)
-                .collect::<Vec<_>>();
-            let (sliced, headed) = futures::join!(sliced, headed);
-            for r in sliced.into_iter().chain(headed) {
-                match r {
-                    Ok(true) => summary.payloads_deleted += 1,
-                    Ok(false) | Err(SubmitError::DeadlineExceeded) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "an input payload could not be checked");
-                        summary.errors += 1;
-                    }
-                }
-            }
+            self.judge_page(listed.objects, judge, opts, summary)
+                .await?;
             match listed.next {
                 Some(n) => page = Some(n),
                 None => return Ok(()),
             }
         }
+    }
+
+    /// One page of `payloads/`: the payloads of the day's slices old enough
+    /// to judge and named by no task of the day's listing, and the other
+    /// recent ones, each confirmed by HEADs of its task before it is
+    /// deleted (a listing can miss a task that moves between shards as
+    /// buquet's shard migration moves it: copied, then deleted).
+    async fn judge_page(
+        &self,
+        objects: Vec<ObjectMeta>,
+        judge: &Judge,
+        opts: &SweepOptions,
+        summary: &mut SweepSummary,
+    ) -> Result<(), SubmitError> {
+        let mut sliced: Vec<(ObjectMeta, Uuid)> = Vec::new();
+        let mut recent: Vec<(ObjectMeta, Uuid)> = Vec::new();
+        for o in objects {
+            let Some(id) = input_payload_id(&o.key) else {
+                continue;
+            };
+            let age = judge.now - o.last_modified;
+            if age < judge.from {
+                continue;
+            }
+            if judge.slices.contains(&slice_of(&id)) {
+                sliced.push((o, id));
+            } else if age < judge.to {
+                recent.push((o, id));
+            }
+        }
+        if !sliced.is_empty() {
+            // The tasks of the day's slices, listed once a pass, when the
+            // first payload to judge by them comes: any task of a payload
+            // that old was written before the pass began, so it is there.
+            let tasks = judge
+                .tasks
+                .get_or_try_init(|| async {
+                    let mut tally = SweepSummary::default();
+                    let ids = self
+                        .list_slice_tasks(&judge.slices, opts, &mut tally)
+                        .await?;
+                    Ok::<_, SubmitError>(ids.map(|ids| (ids, tally.lists)))
+                })
+                .await?;
+            if let Some((ids, lists)) = tasks {
+                // The listing's LISTs, counted by the page that asked.
+                if !judge
+                    .counted
+                    .swap(true, std::sync::atomic::Ordering::SeqCst)
+                {
+                    summary.lists += lists;
+                }
+                recent.extend(sliced.into_iter().filter(|(_, id)| !ids.contains(id)));
+            } else {
+                self.cut_short();
+            }
+        }
+        let outcomes: Vec<Result<bool, SubmitError>> = futures::stream::iter(recent)
+            .map(|(o, id)| self.sweep_payload(o, id, opts))
+            .buffer_unordered(READS_AT_ONCE)
+            .collect()
+            .await;
+        for r in outcomes {
+            match r {
+                Ok(true) => summary.payloads_deleted += 1,
+                Ok(false) | Err(SubmitError::DeadlineExceeded) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "an input payload could not be checked");
+                    summary.errors += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Says that the run's deadline cut the payload check short: the next
+    /// pass begins it again (the day's slices are taken by the day).
+    fn cut_short(&self) {
+        tracing::warn!("the run's deadline cut the payload check short; the next pass goes on");
     }
 
     /// The run's deadline has come: no request starts any more.
@@ -365,6 +485,11 @@ mod tests {
         assert!(input_payload_id(&format!("payloads/{id}/output.json")).is_none());
         assert!(input_payload_id("payloads/not-a-uuid/input.json").is_none());
         assert!(input_payload_id(&format!("tasks/a/{id}.json")).is_none());
+        // Another writer's spelling of a UUID is not ours.
+        let upper = id.to_uppercase();
+        assert!(input_payload_id(&format!("payloads/{upper}/input.json")).is_none());
+        let simple = id.replace('-', "");
+        assert!(input_payload_id(&format!("payloads/{simple}/input.json")).is_none());
     }
 
     #[test]
