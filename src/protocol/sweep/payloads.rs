@@ -208,7 +208,7 @@ impl Engine {
         loop {
             if self.past(opts) {
                 self.cut_short();
-            return Ok(());
+                return Ok(());
             }
             let listed = self
                 .with_retries(self.request_deadline(opts.deadline), || {
