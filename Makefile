@@ -13,12 +13,16 @@ NODE_TOOLS := $(CURDIR)/tests/clients/node_modules
 .PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz clients build run clean soak fuzz bench mutants chaos chaos-damage chaos-seaweedfs
 
 # Every test once, with the testing feature (fault injection; it turns on
-# `schemas` too): the unit tests, the one integration-test crate
-# (tests/suite.rs), the bench in test mode, and the documentation's examples.
-# The features only add (docs/decisions.md), so the feature set that ships
-# is built and linted by `clippy` and `lib-only`, not run again.
-test: tools fmt-check clippy lib-only openapi sam-validate
-	./scripts/with-moto.sh ./scripts/with-seaweedfs.sh $(CARGO) test --all-targets --locked --features testing
+# `schemas` too): the unit tests, the integration-test crates (tests/suite.rs
+# and the two that need the serial moto server to themselves), and the
+# documentation's examples. The features only add (docs/decisions.md), so
+# the feature set that ships is linted by `clippy`, not run again. What
+# `make test` leaves to `clippy`'s check, because building it would test
+# nothing more: the library alone (`make lib-only`, a second debug build of
+# the whole SDK stack with other features), the bench (in test mode its main
+# returns at once) and the binaries' empty unit-test harnesses.
+test: tools fmt-check clippy openapi sam-validate
+	./scripts/with-moto.sh ./scripts/with-seaweedfs.sh $(CARGO) test --lib --test '*' --locked --features testing
 	$(CARGO) test --doc --locked --features testing
 	./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1
 	$(CLIENTS_TEST)
@@ -168,8 +172,14 @@ mutants: tools
 	  $(MUTANTS_FILES) $(addprefix -C=,$(MUTANTS_TESTS)) $(MUTANTS_ARGS) -- -- $(MUTANTS_SUITE)
 
 # Figures for docs/benchmarks.md (not part of make test).
+# cargo bench builds the binaries again, with the bench's features (testing,
+# and so schemas), into target/release/ over make build's: the bench measures
+# make build's, copied first to target/shipped/.
+bench: BENCH_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null)
 bench: tools build
-	./scripts/with-moto.sh $(CARGO) bench --locked --features testing --bench bench -- --bench
+	mkdir -p target/shipped
+	cp target/release/submit target/release/sweep target/release/idem target/shipped/
+	BENCH_COMMIT=$(BENCH_COMMIT) ./scripts/with-moto.sh $(CARGO) bench --locked --features testing --bench bench -- --bench
 
 # The release binaries; `make build FEATURES=schemas` with input schemas
 # (VALIDATE_INPUT_SCHEMAS needs them).

@@ -91,8 +91,8 @@ pub(crate) fn delayed(delay: Duration) -> impl Store + Clone {
     Delayed::new(delay)
 }
 
-/// A release binary where `make bench` built one, else the debug build (its
-/// memory is an upper bound of the release's).
+/// The default release binary where `make bench` copied one, else the debug
+/// build (its memory is an upper bound of the release's).
 fn built(name: &str) -> (String, &'static str) {
     let release = crate::binaries::bin(name);
     if std::path::Path::new(&release).exists() {

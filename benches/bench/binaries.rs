@@ -20,8 +20,11 @@ pub(crate) fn peak_rss_kb(pid: u32) -> f64 {
         .expect("VmHWM in /proc/<pid>/status")
 }
 
+/// The default release build of `name`, as `make bench` copied it from `make
+/// build` (`cargo bench` itself builds the binaries again into
+/// target/release/, with the bench's features: testing, and so schemas).
 pub(crate) fn bin(name: &str) -> String {
-    format!("{}/target/release/{name}", env!("CARGO_MANIFEST_DIR"))
+    format!("{}/target/shipped/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
 fn function(name: &str, api: &RuntimeApi, bucket: &str) -> tokio::process::Child {

@@ -110,6 +110,8 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
+    // The commit, before anything runs (the tree may change during a run).
+    commit();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -242,8 +244,20 @@ fn main() {
 }
 
 /// The commit the run measures (`git describe --always --dirty`: a tree
-/// with changes not committed says so).
+/// with changes not committed says so), as it was when the run began.
 fn commit() -> String {
+    static AT_START: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    AT_START.get_or_init(describe).clone()
+}
+
+/// `make bench` names the commit as it starts (BENCH_COMMIT), before its
+/// build: what it builds is the tree of that moment.
+fn describe() -> String {
+    if let Ok(c) = std::env::var("BENCH_COMMIT")
+        && !c.is_empty()
+    {
+        return c;
+    }
     std::process::Command::new("git")
         .args(["describe", "--always", "--dirty", "--abbrev=12"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -275,9 +289,31 @@ fn splice_targets(r: &Report) {
 /// Puts `section` (a run's report, its heading first) in place of the
 /// section of docs/benchmarks.md with that `heading`; where there is none,
 /// before the targets table (`before_targets`) or at the end.
+/// The section says which run it is from, and the header stops claiming
+/// every section for the full run.
 fn splice_section(section: &str, heading: &str, before_targets: bool) {
     let path = format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR"));
-    let doc = std::fs::read_to_string(&path).unwrap_or_default();
+    let doc = std::fs::read_to_string(&path)
+        .unwrap_or_default()
+        .replacen(
+            ", every section in the one run, on commit",
+            ", every section in the one run but those that name a run of their own, on commit",
+            1,
+        );
+    let stamp = format!(
+        "\n*This section: `BENCH_ONLY={} make bench` on {}, commit {}.*\n",
+        std::env::var("BENCH_ONLY").unwrap_or_default(),
+        chrono::Utc::now().format("%Y-%m-%d"),
+        commit()
+    );
+    let section = match section.find(&format!("{heading}\n")) {
+        Some(i) => {
+            let at = i + heading.len() + 1;
+            format!("{}{stamp}{}", &section[..at], &section[at..])
+        }
+        None => section.to_owned(),
+    };
+    let section = section.as_str();
     let (before, after) = match doc.find(&format!("\n{heading}")) {
         Some(i) => {
             let rest = &doc[i + 1..];
