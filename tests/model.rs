@@ -1410,6 +1410,10 @@ struct World {
     submitter: bool,
     /// Every send of a due message: its record, what the queue did.
     due_log: Arc<Mutex<Vec<(String, Sent)>>>,
+    /// The records of the recorder's writes read so far, each with its
+    /// write's place: the history only grows, and `check_history` runs after
+    /// every step, so each record is parsed once, not once a step.
+    records_written: Vec<(usize, Record)>,
 }
 
 enum Outcome {
@@ -1468,6 +1472,7 @@ impl World {
             finished: HashSet::new(),
             stats: Stats::default(),
             submitter: false,
+            records_written: Vec::new(),
             due_log: Arc::default(),
         }
     }
@@ -2524,12 +2529,19 @@ impl World {
 
     /// Guarantees 1, 2 and 7 and the deadline, over the history so far.
     fn check_history(&mut self) -> Result<(), String> {
-        let writes = self.recorder.writes.lock().unwrap().clone();
+        let writes = self.recorder.writes.lock().unwrap();
+        let read = self.records_written.last().map_or(0, |(i, _)| i + 1);
+        for (i, w) in writes.iter().enumerate().skip(read) {
+            if w.key.starts_with("idempotency/") {
+                self.records_written
+                    .push((i, Record::parse(&w.body).unwrap()));
+            }
+        }
+        let records = &self.records_written;
         // Each task id's record: its path and life.
         let mut life: HashMap<uuid::Uuid, (String, DateTime<Utc>, DateTime<Utc>)> = HashMap::new();
         let mut first_landed: HashMap<uuid::Uuid, DateTime<Utc>> = HashMap::new();
-        for w in writes.iter().filter(|w| w.key.starts_with("idempotency/")) {
-            let r = Record::parse(&w.body).unwrap();
+        for (w, r) in records.iter().map(|(i, r)| (&writes[*i], r)) {
             first_landed.entry(r.task_id).or_insert(w.at);
             // A life runs from the record's first write (S3's time, not the
             // `created_at` a writer's clock gave it) to its `expires_at`.
@@ -2552,15 +2564,15 @@ impl World {
         let mut task_writes: HashMap<&str, usize> = HashMap::new();
         let mut record_writes: HashSet<uuid::Uuid> = HashSet::new();
         let mut late = 0;
-        for w in &writes {
-            if w.key.starts_with("idempotency/") {
-                let r = Record::parse(&w.body).unwrap();
-                if !record_writes.insert(r.task_id) || r.status != Some(RecordStatus::Creating) {
-                    return Err(format!(
-                        "the record of {} was written again ({:?}): a record is written once",
-                        r.task_id, r.status
-                    ));
-                }
+        let mut records_in_order = records.iter().peekable();
+        for (i, w) in writes.iter().enumerate() {
+            if let Some((_, r)) = records_in_order.next_if(|(j, _)| *j == i)
+                && (!record_writes.insert(r.task_id) || r.status != Some(RecordStatus::Creating))
+            {
+                return Err(format!(
+                    "the record of {} was written again ({:?}): a record is written once",
+                    r.task_id, r.status
+                ));
             }
             if !w.key.starts_with("tasks/") {
                 continue;
