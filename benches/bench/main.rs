@@ -293,13 +293,11 @@ fn splice_targets(r: &Report) {
 /// every section for the full run.
 fn splice_section(section: &str, heading: &str, before_targets: bool) {
     let path = format!("{}/docs/benchmarks.md", env!("CARGO_MANIFEST_DIR"));
-    let doc = std::fs::read_to_string(&path)
-        .unwrap_or_default()
-        .replacen(
-            ", every section in the one run, on commit",
-            ", every section in the one run but those that name a run of their own, on commit",
-            1,
-        );
+    let doc = std::fs::read_to_string(&path).unwrap_or_default().replacen(
+        ", every section in the one run, on commit",
+        ", every section in the one run but those that name a run of their own, on commit",
+        1,
+    );
     let stamp = format!(
         "\n*This section: `BENCH_ONLY={} make bench` on {}, commit {}.*\n",
         std::env::var("BENCH_ONLY").unwrap_or_default(),

@@ -252,6 +252,19 @@ impl Report {
             max / 1000.0,
             c.windows.event_delivery
         );
+        if over > 0 {
+            let by: Vec<String> = s
+                .late_by_minute(promise)
+                .iter()
+                .enumerate()
+                .map(|(m, (all, late))| format!("minute {}: {late} of {all}", m + 1))
+                .collect();
+            let _ = writeln!(
+                o,
+                "The late ones by the minute they were sent in (late of all): {}.\n",
+                by.join(", ")
+            );
+        }
 
         // The audit.
         let _ = writeln!(o, "| audit | count |");

@@ -221,9 +221,10 @@ pub struct SweepStats {
     pub passes_failed: AtomicU64,
     /// What the functions said they finished: due batches' and passes'.
     pub finished_by_passes: AtomicU64,
-    /// For each due message `sweep` took: how long after its delay (ms),
-    /// from the queue's SentTimestamp to the answer that took it.
-    pub lateness_ms: Mutex<Vec<f64>>,
+    /// For each due message `sweep` took: its SentTimestamp (ms since the
+    /// epoch) and how long after its delay (ms), from the queue's
+    /// SentTimestamp to the answer that took it.
+    pub lateness_ms: Mutex<Vec<(f64, f64)>>,
     /// When a due message first named each record (received).
     pub first_named: Mutex<std::collections::HashMap<String, chrono::DateTime<chrono::Utc>>>,
     pub payloads_deleted: AtomicU64,
@@ -233,7 +234,13 @@ impl SweepStats {
     /// Due messages `sweep` took: how many, p50, p99 and the most (ms
     /// after their delay), and how many later than `promise`.
     pub fn lateness(&self, promise: Duration) -> (usize, f64, f64, f64, usize) {
-        let mut v = self.lateness_ms.lock().unwrap().clone();
+        let mut v: Vec<f64> = self
+            .lateness_ms
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| l.1)
+            .collect();
         v.sort_by(|a, b| a.total_cmp(b));
         let q = |p: f64| {
             v.get(((v.len() as f64 - 1.0) * p).round() as usize)
@@ -251,6 +258,25 @@ impl SweepStats {
             v.last().copied().unwrap_or(0.0),
             over,
         )
+    }
+
+    /// The due messages later than `promise`, by when they were sent: for
+    /// each minute since the first message, (all sent in it, late).
+    pub fn late_by_minute(&self, promise: Duration) -> Vec<(usize, usize)> {
+        let v = self.lateness_ms.lock().unwrap().clone();
+        let first = v.iter().map(|l| l.0).fold(f64::INFINITY, f64::min);
+        let mut out: Vec<(usize, usize)> = vec![];
+        for (sent, late) in v {
+            let m = ((sent - first) / 60_000.0) as usize;
+            if out.len() <= m {
+                out.resize(m + 1, (0, 0));
+            }
+            out[m].0 += 1;
+            if late > promise.as_millis() as f64 {
+                out[m].1 += 1;
+            }
+        }
+        out
     }
 }
 
@@ -446,7 +472,7 @@ async fn drain(
                     })
                     .and_then(|t| t.parse::<f64>().ok());
                 if let Some(sent) = sent {
-                    late.push(now_ms - sent - delay_ms);
+                    late.push((sent, now_ms - sent - delay_ms));
                 }
             }
         }
