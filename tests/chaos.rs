@@ -116,11 +116,11 @@ async fn a_world_on_seaweedfs_with_the_submitters_due_messages_loses_and_doubles
     // one S3 event): twice the pollers and sweep environments of the moto
     // world, as the event source mapping would scale out, so that the due
     // path keeps the world's promise of 15 s (three pollers fell 147 s
-    // behind in a 300 s run). Six producers' load, with SeaweedFS, moto's
-    // SQS, both workers and every process on two cores, still left the due
-    // path minutes behind (six pollers, seed 3001: 540 of 3,756 messages
-    // late; docs/reliability.md): four producers are what this machine
-    // holds with the world's promise kept.
+    // behind in a 300 s run). Six producers on a loaded machine still
+    // left the due path minutes behind (six pollers, seed 3001: 540 of
+    // 3,756 messages late); four held as many submits a second on a quiet
+    // one (seed 3002, docs/reliability.md), with SeaweedFS, moto's SQS,
+    // both workers and every process on the two cores.
     cfg.drainers *= 2;
     cfg.sweep_envs *= 2;
     cfg.producers = 4;

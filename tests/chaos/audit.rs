@@ -1011,7 +1011,13 @@ async fn replay_round(submit: &Pool, bodies: &[(KeyId, Value)]) -> Vec<(KeyId, A
                 })
                 .collect()
         })
-        .buffered(submit.size())
+        // One batch at a time, as a producer would: under
+        // RECORD_EVENTS=submitter every replay sends its record's due
+        // message too (docs/protocol.md), and four batches at once sent
+        // 780 in the replay's minute, more than the world's due path drains
+        // within its promise (seed 3002 on SeaweedFS: 590 late, every one
+        // sent in that minute, none in the five of producing).
+        .buffered(1)
         .collect()
         .await;
     answers.into_iter().flatten().collect()
