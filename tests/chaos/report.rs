@@ -235,10 +235,10 @@ impl Report {
             s.handed_back.load(Ordering::SeqCst),
             s.lost_to_kills.load(Ordering::SeqCst),
             s.passes.load(Ordering::SeqCst),
-            s.passes_busy.load(Ordering::SeqCst),
+            self.passes_busy_logged,
             s.passes_failed.load(Ordering::SeqCst),
             s.finished_by_passes.load(Ordering::SeqCst),
-            s.payloads_deleted.load(Ordering::SeqCst),
+            self.payloads_deleted_logged,
         );
 
         let promise = std::time::Duration::from_secs(c.windows.event_delivery);

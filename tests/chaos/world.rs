@@ -227,7 +227,6 @@ pub struct SweepStats {
     pub dropped: AtomicU64,
     pub sqs_requests: AtomicU64,
     pub passes: AtomicU64,
-    pub passes_busy: AtomicU64,
     pub passes_failed: AtomicU64,
     /// What the functions said they finished: due batches' and passes'.
     pub finished_by_passes: AtomicU64,
@@ -237,7 +236,6 @@ pub struct SweepStats {
     pub lateness_ms: Mutex<Vec<(f64, f64)>>,
     /// When a due message first named each record (received).
     pub first_named: Mutex<std::collections::HashMap<String, chrono::DateTime<chrono::Utc>>>,
-    pub payloads_deleted: AtomicU64,
 }
 
 impl SweepStats {
@@ -318,6 +316,10 @@ pub struct Report {
     pub due_errors: u64,
     pub due_past_deadline: u64,
     pub finished_by_passes_logged: u64,
+    /// From the logs too: the function's answer to a schedule leaves out
+    /// whether the pass was busy and the payloads it deleted.
+    pub passes_busy_logged: u64,
+    pub payloads_deleted_logged: u64,
     pub recovered_by_submits: u64,
     /// The machine's load average (1, 5, 15 min) when the world started
     /// and when its producers stopped.
@@ -551,16 +553,9 @@ async fn pass(sweep: &Pool, stats: &SweepStats) -> Option<Value> {
         .await
     {
         Outcome::Response(v) => {
-            if v["busy"] == true {
-                stats.passes_busy.fetch_add(1, Ordering::SeqCst);
-            }
             stats
                 .finished_by_passes
                 .fetch_add(v["finished"].as_u64().unwrap_or(0), Ordering::SeqCst);
-            stats.payloads_deleted.fetch_add(
-                v["payloads_deleted"].as_u64().unwrap_or(0),
-                Ordering::SeqCst,
-            );
             Some(v)
         }
         _ => {
@@ -1060,6 +1055,13 @@ pub async fn run(cfg: WorldConfig) -> Report {
             SUMMARY,
             Some("scheduled pass"),
             "finished",
+        ),
+        passes_busy_logged: sum_logged_from(&sweep_logs, SUMMARY, Some("scheduled pass"), "busy"),
+        payloads_deleted_logged: sum_logged_from(
+            &sweep_logs,
+            SUMMARY,
+            Some("scheduled pass"),
+            "payloads_deleted",
         ),
         recovered_by_submits: sum_logged(&submit_logs, "submitted", "recovered")
             + sum_logged(&submit_logs, "batch item submitted", "recovered"),
