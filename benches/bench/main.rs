@@ -304,11 +304,12 @@ fn splice_section(section: &str, heading: &str, before_targets: bool) {
         chrono::Utc::now().format("%Y-%m-%d"),
         commit()
     );
-    let section = match section.find(&format!("{heading}\n")) {
-        Some(i) => {
-            let at = i + heading.len() + 1;
-            format!("{}{stamp}{}", &section[..at], &section[at..])
-        }
+    // After the heading's line (a heading may go on past `heading`).
+    let section = match section
+        .find(heading)
+        .and_then(|i| section[i..].find('\n').map(|j| i + j + 1))
+    {
+        Some(at) => format!("{}{stamp}{}", &section[..at], &section[at..]),
         None => section.to_owned(),
     };
     let section = section.as_str();
