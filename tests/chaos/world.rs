@@ -190,16 +190,16 @@ impl WorldConfig {
             kills: true,
             kill_every_ms: (600, 2500),
             windows: Windows::SHORT,
-            // The scheduled pass is the backstop for a record its due
-            // message missed (a claim that lands after its message was
-            // read: under RECORD_EVENTS=submitter the message leaves with
-            // the first claim, and a claim may land up to the operation
-            // deadline plus the late-write margin later, 12 s here against
-            // a 2 s delay; or an event lost). Production keeps the stale
-            // age plus two schedules and a pass inside the finish window
-            // (60 s + 2 × 5 min < 40 min); so does the world (run checks).
-            // 15 s did not: seed 3003 on SeaweedFS left such a record past
-            // its 20 s deadline.
+            // The world's backstop for a record its due message missed (a
+            // claim that lands after its message was read: under
+            // RECORD_EVENTS=submitter the message leaves with the first
+            // claim, and a claim may land up to the operation deadline plus
+            // the late-write margin later, 12 s here against a 2 s delay).
+            // The world's short stale age makes such claims common, where
+            // production's (600 s by default) needs one in flight for
+            // minutes, so the world's pass meets them before their deadline
+            // (run checks it can); 15 s could not: seed 3003 on SeaweedFS
+            // left such a record past its 20 s deadline.
             pass_every: Duration::from_secs(5),
             store: StoreSpec::moto(),
             extra_env: vec![],
@@ -752,10 +752,9 @@ fn sum_logged_from(logs: &[PathBuf], message: &str, source: Option<&str>, field:
 
 /// Runs the world `cfg` and audits it.
 pub async fn run(cfg: WorldConfig) -> Report {
-    // The world's own operating conditions, as production's: a record the
-    // due path missed meets a scheduled pass once stale and before its
-    // finish deadline (two schedules: one may fail), a pass's own time
-    // allowed for.
+    // A record the due path missed meets a scheduled pass once stale and
+    // before its finish deadline (two schedules: one may fail), a pass's
+    // own time allowed for.
     assert!(
         Duration::from_secs(cfg.windows.stale) + 2 * cfg.pass_every + Duration::from_secs(4)
             < Duration::from_secs(cfg.windows.finish),
