@@ -10,20 +10,39 @@ export PATH := $(VENV)/bin:$(PATH)
 # The pinned npm tools of tests/clients (make tools).
 NODE_TOOLS := $(CURDIR)/tests/clients/node_modules
 
-.PHONY: test tools fmt-check clippy lib-only openapi sam-validate deploy-check api-fuzz clients build run clean soak fuzz bench mutants chaos chaos-damage chaos-seaweedfs
+.PHONY: test tools fmt-check clippy clippy-unbuilt lib-only openapi sam-validate deploy-check api-fuzz clients build run clean soak fuzz bench mutants chaos chaos-damage chaos-seaweedfs
 
 # Every test once, with the testing feature (fault injection; it turns on
 # `schemas` too): the unit tests, the integration-test crates (tests/suite.rs
 # and the two that need the serial moto server to themselves), and the
 # documentation's examples. The features only add (docs/decisions.md), so
-# the feature set that ships is linted by `clippy`, not run again. What
-# `make test` leaves to `clippy`'s check, because building it would test
-# nothing more: the library alone (`make lib-only`, a second debug build of
-# the whole SDK stack with other features), the bench (in test mode its main
-# returns at once) and the binaries' empty unit-test harnesses.
-test: tools fmt-check clippy openapi sam-validate
-	./scripts/with-moto.sh ./scripts/with-seaweedfs.sh $(CARGO) test --lib --test '*' --locked --features testing
-	$(CARGO) test --doc --locked --features testing
+# the feature set that ships is linted by `clippy`, not run again.
+#
+# What makes it take 2 cores' time and not more (docs/decisions.md, "What
+# make test builds"): the Python and npm tools install (network, then pip)
+# while the linters check the feature sets the tests do not build; the test
+# build is compiled by clippy-driver (LINTED), so that it lints what it
+# compiles (every target, `testing`: what `cargo clippy --all-targets
+# --features testing` checks) where a check of its own would go over the
+# whole AWS SDK stack again; and the suite runs SUITE_THREADS tests at a
+# time, since most of them wait on moto, SeaweedFS or a worker.
+TEST_BUILD := --locked --features testing
+LINTED := env RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-Dwarnings__CLIPPY_HACKERY__
+# Two tests a time on each core: the suite's CPU-bound tests (the model test,
+# the fuzzers) share the cores with those that wait (measured:
+# docs/decisions.md).
+SUITE_THREADS ?= 4
+test: fmt-check
+	$(MAKE) --no-print-directory tools & tools=$$!; \
+	  $(MAKE) --no-print-directory clippy-unbuilt; lints=$$?; \
+	  wait $$tools; installed=$$?; [ $$lints -eq 0 ] && [ $$installed -eq 0 ]
+	$(MAKE) --no-print-directory openapi sam-validate
+	$(LINTED) $(CARGO) test --no-run $(TEST_BUILD) --lib --bins --test '*' --benches
+	./scripts/with-moto.sh ./scripts/with-seaweedfs.sh $(LINTED) $(CARGO) test $(TEST_BUILD) \
+	  --lib --bins --benches --test concurrency --test s3_faults
+	./scripts/with-moto.sh ./scripts/with-seaweedfs.sh $(LINTED) $(CARGO) test $(TEST_BUILD) \
+	  --test suite -- --test-threads $(SUITE_THREADS)
+	$(LINTED) $(CARGO) test --doc --locked --features testing
 	./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1
 	$(CLIENTS_TEST)
 
@@ -76,11 +95,15 @@ fmt-check:
 
 # The shipped feature set (the library and the three binaries), the library
 # alone, the CLI without the Lambda runtime, and everything with the tests.
-clippy:
+# make test runs clippy-unbuilt, the first three, and lints the fourth as it
+# builds the tests (LINTED): the same lints, -D warnings, on the same targets.
+clippy: clippy-unbuilt
+	$(CARGO) clippy --all-targets --locked --features testing -- -D warnings
+
+clippy-unbuilt:
 	$(CARGO) clippy --all-targets --locked -- -D warnings
 	$(CARGO) clippy --lib --locked --no-default-features -- -D warnings
 	$(CARGO) clippy --bin idem --locked --no-default-features --features cli -- -D warnings
-	$(CARGO) clippy --all-targets --locked --features testing -- -D warnings
 
 # docs/openapi.yaml is valid OpenAPI 3.1 and its examples match their
 # schemas; the tests check every handler answer against it.
