@@ -25,7 +25,11 @@ NODE_TOOLS := $(CURDIR)/tests/clients/node_modules
 # compiles (every target, `testing`: what `cargo clippy --all-targets
 # --features testing` checks) where a check of its own would go over the
 # whole AWS SDK stack again; and the suite runs SUITE_THREADS tests at a
-# time, since most of them wait on moto, SeaweedFS or a worker.
+# time, since most of them wait on moto, SeaweedFS or a worker. Then the two
+# crates that need a moto server to themselves run on a moto of their own
+# (each with-moto.sh starts one) beside Schemathesis and the generated
+# clients, which drive the built submit function over another: no cargo
+# beside them, since cargo holds the build directory while it runs tests.
 TEST_BUILD := --locked --features testing
 LINTED := env RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-Dwarnings__CLIPPY_HACKERY__
 # Two tests a time on each core: the suite's CPU-bound tests (the model test,
@@ -39,12 +43,12 @@ test: fmt-check
 	$(MAKE) --no-print-directory openapi sam-validate
 	$(LINTED) $(CARGO) test --no-run $(TEST_BUILD) --lib --bins --test '*' --benches
 	./scripts/with-moto.sh ./scripts/with-seaweedfs.sh $(LINTED) $(CARGO) test $(TEST_BUILD) \
-	  --lib --bins --benches --test concurrency --test s3_faults
-	./scripts/with-moto.sh ./scripts/with-seaweedfs.sh $(LINTED) $(CARGO) test $(TEST_BUILD) \
 	  --test suite -- --test-threads $(SUITE_THREADS)
-	$(LINTED) $(CARGO) test --doc --locked --features testing
-	./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1
-	$(CLIENTS_TEST)
+	$(LINTED) $(CARGO) test --doc $(TEST_BUILD)
+	./scripts/with-moto.sh $(LINTED) $(CARGO) test $(TEST_BUILD) \
+	  --lib --bins --benches --test concurrency --test s3_faults & crates=$$!; \
+	  ./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1 && $(CLIENTS_TEST); http=$$?; \
+	  wait $$crates; tested=$$?; [ $$http -eq 0 ] && [ $$tested -eq 0 ]
 
 # Schemathesis at length against the built submit function (make test runs
 # 15 examples per operation, deterministically).
@@ -75,11 +79,14 @@ clients: tools
 # the npm tools of tests/clients (below).
 tools: $(VENV)/.installed $(NODE_TOOLS)/.installed
 
-# Made afresh, so that it holds what the file says and nothing else.
+# Made afresh, so that it holds what the file says and nothing else. No
+# bytecode at install (a quarter of pip's time here): Python compiles a module
+# the first time it is imported, and the tests import a small part of what the
+# tools bring (sympy, the SAM CLI's builders, ...).
 $(VENV)/.installed: requirements-test.txt
 	rm -rf $(VENV)
 	python3 -m venv $(VENV)
-	$(VENV)/bin/python3 -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
+	$(VENV)/bin/python3 -m pip install --quiet --disable-pip-version-check --no-compile -r requirements-test.txt
 	touch $@
 
 # The npm tools tests/clients uses (openapi-typescript, openapi-fetch,
