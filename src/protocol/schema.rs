@@ -305,6 +305,169 @@ mod tests {
     }
 
     #[test]
+    fn a_task_types_schema_is_where_buquet_keeps_it() {
+        assert_eq!(schema_key("send_email"), "schemas/send_email.json");
+    }
+
+    #[test]
+    fn an_unusable_documents_reason_says_why_within_its_bound() {
+        let reason = |body: &[u8]| match compile(body) {
+            Compiled::Unusable(why) => why.to_string(),
+            _ => panic!("{} is unusable", String::from_utf8_lossy(body)),
+        };
+        assert!(reason(b"not json").starts_with("the document is not a JSON object"));
+        // serde_json quotes a string it did not expect whole: the reason is
+        // cut to twice a detail's bound, its last place the mark of the cut.
+        let long = reason(format!("\"{}\"", "a".repeat(4 * MAX_DETAIL_CHARS)).as_bytes());
+        assert_eq!(long.chars().count(), 2 * MAX_DETAIL_CHARS);
+        assert!(long.ends_with('…'));
+        // And so is the validator's, which quotes the value it refused.
+        let doc = format!(
+            r#"{{"input": {{"type": "{}"}}}}"#,
+            "a".repeat(4 * MAX_DETAIL_CHARS)
+        );
+        let long = reason(doc.as_bytes());
+        assert!(
+            long.starts_with("`input` is not a valid JSON Schema"),
+            "{long}"
+        );
+        assert_eq!(long.chars().count(), 2 * MAX_DETAIL_CHARS);
+    }
+
+    #[test]
+    fn a_cache_under_its_bound_drops_no_task_type() {
+        let c = SchemaCache::default();
+        c.slot("a", |_| false);
+        c.slot("b", |_| false);
+        assert!(c.slots.lock().unwrap().contains_key("a"));
+    }
+
+    #[tokio::test]
+    async fn a_copy_is_used_for_its_ttl_and_each_unusable_one_fetched_is_counted_once() {
+        let c = SchemaCache::default();
+        let clock = crate::clock::ManualClock::at_epoch();
+        let t0 = clock.now();
+        let task_type = TaskType::parse("t").unwrap();
+        let reads = AtomicU64::new(0);
+        // A read answering this body; `None`: 304 Not Modified when asked
+        // with an ETag, else a failure.
+        let read = |body: Option<&'static [u8]>| {
+            let reads = &reads;
+            move |key: String, etag: Option<ETag>| {
+                reads.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    let Some(body) = body else {
+                        return Err(match etag {
+                            Some(_) => Failure::Store(StoreError::NotModified),
+                            None => Failure::Deadline,
+                        });
+                    };
+                    Ok(Object {
+                        body: body.into(),
+                        meta: crate::store::ObjectMeta {
+                            key,
+                            etag: ETag("\"1\"".into()),
+                            last_modified: DateTime::<Utc>::default(),
+                            size: body.len() as u64,
+                            version_id: None,
+                        },
+                    })
+                }
+            }
+        };
+        let reads = || reads.load(Ordering::Relaxed);
+        let ttl = Duration::seconds(60);
+        let schema = br#"{"input": {"type": "array", "items": {"type": "string"}}}"#;
+
+        c.check(&task_type, "[]", &clock, ttl, read(Some(b"not json")))
+            .await
+            .unwrap();
+        assert_eq!((reads(), c.take_unusable(), c.take_unusable()), (1, 1, 0));
+        // Fresh until its TTL is out: not read again.
+        clock.set(t0 + ttl - Duration::seconds(1));
+        c.check(&task_type, "[1]", &clock, ttl, read(None))
+            .await
+            .unwrap();
+        assert_eq!(reads(), 1);
+        // At its TTL it is read again; this document is usable.
+        clock.set(t0 + ttl);
+        c.check(&task_type, "[]", &clock, ttl, read(Some(schema)))
+            .await
+            .unwrap();
+        assert_eq!((reads(), c.take_unusable()), (2, 0));
+        // The fresh copy checks the next input, listing its first failures
+        // and counting the rest.
+        let n = MAX_LISTED_ERRORS + 3;
+        let input = serde_json::to_string(&(0..n).collect::<Vec<_>>()).unwrap();
+        match c.check(&task_type, &input, &clock, ttl, read(None)).await {
+            Err(SubmitError::InputInvalid {
+                errors, omitted, ..
+            }) => {
+                assert_eq!((errors.len(), omitted), (MAX_LISTED_ERRORS, 3));
+                assert_eq!(errors[0].pointer, "/0");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(reads(), 2);
+        // A clock set back before the copy's check is no reason to trust it.
+        clock.set(t0);
+        c.check(&task_type, "[1]", &clock, ttl, read(Some(b"{}")))
+            .await
+            .unwrap();
+        assert_eq!(reads(), 3);
+        // A 304 makes the copy fresh for another TTL.
+        clock.set(t0 + ttl);
+        c.check(&task_type, "[1]", &clock, ttl, read(None))
+            .await
+            .unwrap();
+        clock.set(t0 + ttl + ttl - Duration::seconds(1));
+        c.check(&task_type, "[1]", &clock, ttl, read(None))
+            .await
+            .unwrap();
+        assert_eq!(reads(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_copy_whose_revalidation_failed_is_used_for_another_ttl_without_a_read() {
+        let c = SchemaCache::default();
+        let clock = crate::clock::ManualClock::at_epoch();
+        let t0 = clock.now();
+        let task_type = TaskType::parse("t").unwrap();
+        let ttl = Duration::seconds(60);
+        let reads = AtomicU64::new(0);
+        // Every read fails but the first: an outage after one fetch.
+        let read = |_: String, _| {
+            let first = reads.fetch_add(1, Ordering::Relaxed) == 0;
+            async move {
+                if !first {
+                    return Err(Failure::Store(StoreError::Unavailable("outage".into())));
+                }
+                let body = br#"{"input": {"type": "array"}}"#;
+                Ok(Object {
+                    body: body.as_slice().into(),
+                    meta: crate::store::ObjectMeta {
+                        key: "schemas/t.json".into(),
+                        etag: ETag("\"1\"".into()),
+                        last_modified: DateTime::<Utc>::default(),
+                        size: body.len() as u64,
+                        version_id: None,
+                    },
+                })
+            }
+        };
+        c.check(&task_type, "[]", &clock, ttl, read).await.unwrap();
+        clock.set(t0 + ttl);
+        // The outage: the cached copy still checks the input.
+        let refused = c.check(&task_type, "{}", &clock, ttl, read).await;
+        assert!(matches!(refused, Err(SubmitError::InputInvalid { .. })));
+        assert_eq!(reads.load(Ordering::Relaxed), 2);
+        // Not a GET per submit during the outage: one per TTL.
+        clock.set(t0 + ttl + ttl - Duration::seconds(1));
+        c.check(&task_type, "[]", &clock, ttl, read).await.unwrap();
+        assert_eq!(reads.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
     fn a_document_without_an_input_schema_checks_nothing() {
         assert!(matches!(
             compile(br#"{"output": {"type": "object"}}"#),
