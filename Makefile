@@ -28,7 +28,7 @@ NODE_TOOLS := $(CURDIR)/tests/clients/node_modules
 # time, since most of them wait on moto, SeaweedFS or a worker. Then the two
 # crates that need a moto server to themselves run on a moto of their own
 # (each with-moto.sh starts one) beside Schemathesis and the generated
-# clients, which drive the built submit function over another: no cargo
+# clients, which drive the built submit function over one each: no cargo
 # beside them, since cargo holds the build directory while it runs tests.
 TEST_BUILD := --locked --features testing
 LINTED := env RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-Dwarnings__CLIPPY_HACKERY__
@@ -47,8 +47,9 @@ test: fmt-check
 	$(LINTED) $(CARGO) test --doc $(TEST_BUILD)
 	./scripts/with-moto.sh $(LINTED) $(CARGO) test $(TEST_BUILD) \
 	  --lib --bins --benches --test concurrency --test s3_faults & crates=$$!; \
-	  ./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1 && $(CLIENTS_TEST); http=$$?; \
-	  wait $$crates; tested=$$?; [ $$http -eq 0 ] && [ $$tested -eq 0 ]
+	  ./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1 & fuzz=$$!; \
+	  $(CLIENTS_TEST); clients=$$?; wait $$fuzz; fuzzed=$$?; wait $$crates; tested=$$?; \
+	  [ $$clients -eq 0 ] && [ $$fuzzed -eq 0 ] && [ $$tested -eq 0 ]
 
 # Schemathesis at length against the built submit function (make test runs
 # 15 examples per operation, deterministically).
@@ -79,14 +80,14 @@ clients: tools
 # the npm tools of tests/clients (below).
 tools: $(VENV)/.installed $(NODE_TOOLS)/.installed
 
-# Made afresh, so that it holds what the file says and nothing else. No
-# bytecode at install (a quarter of pip's time here): Python compiles a module
-# the first time it is imported, and the tests import a small part of what the
-# tools bring (sympy, the SAM CLI's builders, ...).
+# Made afresh, so that it holds what the file says and nothing else. With
+# its bytecode: pip runs beside the lints in make test, off its longest path,
+# and without it the first import of each module pays instead (measured:
+# docs/decisions.md).
 $(VENV)/.installed: requirements-test.txt
 	rm -rf $(VENV)
 	python3 -m venv $(VENV)
-	$(VENV)/bin/python3 -m pip install --quiet --disable-pip-version-check --no-compile -r requirements-test.txt
+	$(VENV)/bin/python3 -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
 	touch $@
 
 # The npm tools tests/clients uses (openapi-typescript, openapi-fetch,

@@ -2877,8 +2877,50 @@ fn schedules_keep_every_guarantee(profile: Profile, count: u64) {
         }
     };
     let many = seeds.len() > 100;
+    // The seeds in as many runs as there are cores (each schedule runs on a
+    // store and a runtime of its own): the same schedules, the same checks,
+    // the coverage summed over all of them; a failing seed panics its run
+    // with its replay, and the test with it.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_run = seeds.len().div_ceil(cores).max(1);
+    let total = std::thread::scope(|s| {
+        let runs: Vec<_> = seeds
+            .chunks(per_run)
+            .map(|seeds| s.spawn(move || schedules_on(seeds, len, profile)))
+            .collect();
+        let mut total = Stats::default();
+        for r in runs {
+            total.add(&r.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        total
+    });
+    eprintln!("model coverage on {profile:?}:");
+    for (name, n) in Stats::NAMES.iter().zip(total.fields()) {
+        eprintln!("  {n:>7}  {name}");
+    }
+    if many {
+        // The schedules reach every case the guarantees speak of.
+        for (name, n) in Stats::NAMES.iter().zip(total.fields()) {
+            if profile.unreachable().contains(name) {
+                assert_eq!(n, 0, "reached what this store makes unreachable: {name}");
+                continue;
+            }
+            // A few cases come about once in two hundred schedules; the S3
+            // run of a thousand must reach them, a store's run of a hundred
+            // or so may not.
+            if count < 1000 && RARE.contains(name) {
+                continue;
+            }
+            assert!(n > 0, "no schedule reached: {name}");
+        }
+    }
+}
+
+/// Runs `seeds`' schedules of `len` steps on `profile`'s store; the first
+/// that breaks a guarantee is shrunk and panics with its replay.
+fn schedules_on(seeds: &[u64], len: usize, profile: Profile) -> Stats {
     let mut total = Stats::default();
-    for seed in seeds {
+    for &seed in seeds {
         let schedule = gen_schedule(seed, len);
         match run(&schedule, None, profile) {
             Ok(s) => total.add(&s),
@@ -2901,26 +2943,7 @@ fn schedules_keep_every_guarantee(profile: Profile, count: u64) {
             }
         }
     }
-    eprintln!("model coverage on {profile:?}:");
-    for (name, n) in Stats::NAMES.iter().zip(total.fields()) {
-        eprintln!("  {n:>7}  {name}");
-    }
-    if many {
-        // The schedules reach every case the guarantees speak of.
-        for (name, n) in Stats::NAMES.iter().zip(total.fields()) {
-            if profile.unreachable().contains(name) {
-                assert_eq!(n, 0, "reached what this store makes unreachable: {name}");
-                continue;
-            }
-            // A few cases come about once in two hundred schedules; the S3
-            // run of a thousand must reach them, a store's run of a hundred
-            // or so may not.
-            if count < 1000 && RARE.contains(name) {
-                continue;
-            }
-            assert!(n > 0, "no schedule reached: {name}");
-        }
-    }
+    total
 }
 
 // The checks, each shown to catch a bug planted on purpose.
