@@ -31,7 +31,7 @@ NODE_TOOLS := $(CURDIR)/tests/clients/node_modules
 # clients, which drive the built submit function over one each: no cargo
 # beside them, since cargo holds the build directory while it runs tests.
 TEST_BUILD := --locked --features testing
-LINTED := env RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-Dwarnings__CLIPPY_HACKERY__
+LINTED := env RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-Dwarnings
 # Two tests a time on each core: the suite's CPU-bound tests (the model test,
 # the fuzzers) share the cores with those that wait (measured:
 # docs/decisions.md).

@@ -342,6 +342,20 @@ mod tests {
         assert!(c.slots.lock().unwrap().contains_key("a"));
     }
 
+    /// A schema document as a read of `key` answers it.
+    fn published(key: String, body: &'static [u8]) -> Object {
+        Object {
+            body: body.into(),
+            meta: crate::store::ObjectMeta {
+                key,
+                etag: ETag("\"1\"".into()),
+                last_modified: DateTime::<Utc>::default(),
+                size: body.len() as u64,
+                version_id: None,
+            },
+        }
+    }
+
     #[tokio::test]
     async fn a_copy_is_used_for_its_ttl_and_each_unusable_one_fetched_is_counted_once() {
         let c = SchemaCache::default();
@@ -362,16 +376,7 @@ mod tests {
                             None => Failure::Deadline,
                         });
                     };
-                    Ok(Object {
-                        body: body.into(),
-                        meta: crate::store::ObjectMeta {
-                            key,
-                            etag: ETag("\"1\"".into()),
-                            last_modified: DateTime::<Utc>::default(),
-                            size: body.len() as u64,
-                            version_id: None,
-                        },
-                    })
+                    Ok(published(key, body))
                 }
             }
         };
@@ -436,23 +441,13 @@ mod tests {
         let ttl = Duration::seconds(60);
         let reads = AtomicU64::new(0);
         // Every read fails but the first: an outage after one fetch.
-        let read = |_: String, _| {
+        let read = |key: String, _| {
             let first = reads.fetch_add(1, Ordering::Relaxed) == 0;
             async move {
                 if !first {
                     return Err(Failure::Store(StoreError::Unavailable("outage".into())));
                 }
-                let body = br#"{"input": {"type": "array"}}"#;
-                Ok(Object {
-                    body: body.as_slice().into(),
-                    meta: crate::store::ObjectMeta {
-                        key: "schemas/t.json".into(),
-                        etag: ETag("\"1\"".into()),
-                        last_modified: DateTime::<Utc>::default(),
-                        size: body.len() as u64,
-                        version_id: None,
-                    },
-                })
+                Ok(published(key, br#"{"input": {"type": "array"}}"#))
             }
         };
         c.check(&task_type, "[]", &clock, ttl, read).await.unwrap();
