@@ -466,6 +466,123 @@ mod tests {
     }
 
     #[test]
+    fn each_name_reads_back_as_it_was_given() {
+        let t = TaskType::parse("charge_customer").unwrap();
+        assert_eq!(
+            (t.as_str(), t.to_string().as_str()),
+            ("charge_customer", "charge_customer")
+        );
+        let k = IdempotencyKey::parse("order-17 é").unwrap();
+        assert_eq!(
+            (k.as_str(), k.to_string().as_str()),
+            ("order-17 é", "order-17 é")
+        );
+        assert_eq!(ScopeName::parse("billing").unwrap().as_str(), "billing");
+        let p = Principal::parse("lambda:team-a").unwrap();
+        assert_eq!(p.to_string(), "lambda:team-a");
+        // The queue-wide scope has one name in the bucket, whatever the type.
+        assert_eq!(Scope::Queue.resolve(&t), "queue");
+        assert_eq!(Scope::default(), Scope::TaskType);
+    }
+
+    #[test]
+    fn the_http_edges_principals_are_tagged_by_kind_and_empty_ones_are_none() {
+        assert_eq!(
+            Principal::iam("arn:aws:sts::1:assumed-role/r/s").map(|p| p.0),
+            Some("iam:arn:aws:sts::1:assumed-role/r".to_owned())
+        );
+        // The issuer's length keeps `jwt:a:b` + `c` apart from `jwt:a` + `b:c`.
+        assert_eq!(
+            Principal::jwt("https://idp", "u-1").map(|p| p.0),
+            Some("jwt:11:https://idp:u-1".to_owned())
+        );
+        assert_eq!(
+            Principal::jwt("", "u").map(|p| p.0),
+            Some("jwt:0::u".to_owned())
+        );
+        assert_eq!(
+            Principal::lambda("x").map(|p| p.0),
+            Some("lambda:x".to_owned())
+        );
+        assert_eq!(Principal::iam(""), None);
+        assert_eq!(Principal::jwt("https://idp", ""), None);
+        assert_eq!(Principal::lambda(""), None);
+        // What the edge builds, an operator can type back.
+        for p in [
+            Principal::jwt("https://idp", "u-1").unwrap(),
+            Principal::jwt("", "u").unwrap(),
+        ] {
+            assert_eq!(Principal::parse(p.as_str()), Ok(p));
+        }
+    }
+
+    #[test]
+    fn only_an_assumed_roles_session_is_dropped_from_an_arn() {
+        for (arn, principal) in [
+            (
+                "arn:aws:sts::1:assumed-role/Role/i-0abc",
+                "arn:aws:sts::1:assumed-role/Role",
+            ),
+            (
+                "arn:aws-cn:sts::12:assumed-role/a.b/c/d",
+                "arn:aws-cn:sts::12:assumed-role/a.b",
+            ),
+            (
+                "arn:aws:sts::1:assumed-role/Role",
+                "arn:aws:sts::1:assumed-role/Role",
+            ),
+            (
+                "arn:aws:sts::1:federated-user/u",
+                "arn:aws:sts::1:federated-user/u",
+            ),
+            ("arn:aws:iam::1:role/Role/x", "arn:aws:iam::1:role/Role/x"),
+            (
+                "urn:aws:sts::1:assumed-role/Role/s",
+                "urn:aws:sts::1:assumed-role/Role/s",
+            ),
+            (
+                "arn:aws:sts:assumed-role/Role/s",
+                "arn:aws:sts:assumed-role/Role/s",
+            ),
+        ] {
+            assert_eq!(without_session(arn), principal, "{arn}");
+        }
+    }
+
+    #[test]
+    fn a_tenant_is_known_by_its_principals_hash_only() {
+        let t = Tenant::from_principal("lambda:alice").unwrap();
+        // sha256("lambda:alice"), as the record stores it.
+        let hex = hex::encode(Sha256::digest(b"lambda:alice"));
+        assert_eq!(t.id(), format!("sha256:{hex}"));
+        assert_eq!(t.hex(), hex);
+        assert_eq!(format!("{t:?}"), format!("Tenant(sha256:{hex})"));
+        assert!(!format!("{t:?}").contains("alice"));
+        assert_ne!(t, Tenant::from_principal("lambda:bob").unwrap());
+        assert_eq!(
+            Tenant::from_principal(""),
+            Err(ValidationError::field("principal", "must not be empty"))
+        );
+    }
+
+    #[test]
+    fn a_ttl_is_the_duration_it_was_given() {
+        let max = Duration::days(365);
+        assert_eq!(
+            Ttl::from_seconds(7200, max).unwrap().duration(),
+            Duration::hours(2)
+        );
+        assert_eq!(Ttl::seconds(90), Ok(Duration::seconds(90)));
+        assert_eq!(
+            Ttl::new(Duration::minutes(59), max),
+            Err(ValidationError::field(
+                "idempotency_ttl_seconds",
+                "must be from 3600 to 31536000 seconds"
+            ))
+        );
+    }
+
+    #[test]
     fn ttls_below_an_hour_or_above_the_maximum_are_refused() {
         let max = Duration::days(365);
         assert!(Ttl::from_seconds(3600, max).is_ok());

@@ -484,6 +484,100 @@ mod tests {
         }
     }
 
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn a_keyless_task_without_a_tenant_carries_no_idempotency_and_an_offloaded_one_its_ref() {
+        let loc = TaskLocation::new(Uuid::new_v4(), 1, at("2026-01-27T12:00:00Z"));
+        let fields = TaskFields::defaults(loc.available_at);
+        let task = |input, idempotency| {
+            let raw = task_json_with(&loc, "t", input, loc.available_at, &fields, idempotency);
+            serde_json::from_str::<serde_json::Value>(raw.unwrap().get()).unwrap()
+        };
+        let a = RawValue::from_string("[1]".into()).unwrap();
+        let keyless = task(TaskInput::Inline(&a), TaskIdempotency::default());
+        assert!(keyless.get("idempotency").is_none(), "{keyless}");
+        assert!(keyless.get("input_ref").is_none());
+        // A tenant alone is enough to carry it.
+        let tenant = TaskIdempotency {
+            tenant: Some("sha256:ab"),
+            ..TaskIdempotency::default()
+        };
+        let v = task(TaskInput::Offloaded, tenant);
+        assert_eq!(v["idempotency"], serde_json::json!({"tenant": "sha256:ab"}));
+        assert!(v["input"].is_null());
+        assert_eq!(v["input_ref"], format!("payloads/{}/input.json", loc.id));
+        assert_eq!(
+            payload_key(loc.id),
+            format!("payloads/{}/input.json", loc.id)
+        );
+        for (scope, key_hash) in [(Some("s"), None), (None, Some("sha256:00"))] {
+            let idem = TaskIdempotency {
+                scope,
+                key_hash,
+                tenant: None,
+            };
+            assert!(
+                task(TaskInput::Inline(&a), idem)
+                    .get("idempotency")
+                    .is_some()
+            );
+        }
+    }
+
+    #[test]
+    fn raw_json_becomes_the_bytes_of_its_text() {
+        let text = r#"{"a":"é","b":[1,2.5,null]}"#;
+        let raw = RawValue::from_string(text.into()).unwrap();
+        assert_eq!(
+            raw_into_bytes(raw),
+            bytes::Bytes::from_static(text.as_bytes())
+        );
+    }
+
+    #[test]
+    fn a_marker_is_true_only_for_a_pending_task_available_in_its_minute() {
+        let loc = TaskLocation::new(Uuid::new_v4(), 1, at("2026-01-27T12:00:30Z"));
+        let state = |status: &str, available_at: &str| {
+            TaskState::parse(
+                format!(
+                    r#"{{"status":"{status}","available_at":"{available_at}","worker_id":"w"}}"#
+                )
+                .as_bytes(),
+            )
+        };
+        // Any time in the marker's minute is that minute.
+        assert!(state("pending", "2026-01-27T12:00:00Z").is_ready_in(&loc));
+        assert!(state("pending", "2026-01-27T12:00:59.999Z").is_ready_in(&loc));
+        // A retry's or a reschedule's later minute, an earlier one.
+        assert!(!state("pending", "2026-01-27T12:01:00Z").is_ready_in(&loc));
+        assert!(!state("pending", "2026-01-27T11:59:59Z").is_ready_in(&loc));
+        for status in ["running", "completed", "failed", "Pending"] {
+            assert!(
+                !state(status, "2026-01-27T12:00:30Z").is_ready_in(&loc),
+                "{status}"
+            );
+        }
+        assert!(!TaskState::parse(br#"{"status":"pending"}"#).is_ready_in(&loc));
+        assert!(!TaskState::parse(b"not json").is_ready_in(&loc));
+    }
+
+    #[test]
+    fn a_tasks_tenant_and_status_are_read_leniently() {
+        let body = br#"{"id":"x","status":"running","worker_id":"w-1",
+            "idempotency":{"scope":"t","key_hash":"sha256:00","tenant":"sha256:ab"}}"#;
+        assert_eq!(task_tenant(body).as_deref(), Some("sha256:ab"));
+        assert_eq!(task_status(body).as_deref(), Some("running"));
+        // A worker's rewrite drops `idempotency`; a keyed task names no tenant.
+        assert_eq!(task_tenant(br#"{"status":"completed"}"#), None);
+        assert_eq!(task_tenant(br#"{"idempotency":{"scope":"t"}}"#), None);
+        assert_eq!(task_tenant(b"{"), None);
+        assert_eq!(task_status(br#"{"id":"x"}"#), None);
+        assert_eq!(task_status(b"[]"), None);
+    }
+
     #[test]
     fn records_written_by_buquet_without_status_parse() {
         let body = br#"{"key":"k","key_hash":"sha256:00","task_id":"a1b2c3d4-0000-4000-8000-000000000000",
