@@ -456,6 +456,9 @@ mod tests {
             .with_timezone(&Utc);
         let task = RawValue::from_string(r#"{"id":1,"input":{"a":[1,2]}}"#.into()).unwrap();
         let input = RawValue::from_string(r#"{"big":"x"}"#.into()).unwrap();
+        // An offloaded input is what it carries most: bigger than its task
+        // (whose `input` is null).
+        let big = RawValue::from_string(format!(r#"{{"big":"{}"}}"#, "x".repeat(4096))).unwrap();
         let mut rec = Record {
             key: "k".into(),
             key_hash: "sha256:00".into(),
@@ -473,7 +476,7 @@ mod tests {
             pending_task: None,
             pending_input: None,
         };
-        for pending_input in [None, Some(&*input)] {
+        for pending_input in [None, Some(&*input), Some(&*big)] {
             let carried = rec.to_bytes_carrying(&task, pending_input).unwrap();
             rec.pending_task = Some(task.clone());
             rec.pending_input = pending_input.map(ToOwned::to_owned);
