@@ -924,6 +924,188 @@ async fn a_marker_left_for_a_task_a_worker_has_claimed_is_removed_by_the_next_fi
     assert_eq!(queue_writes(&w.faulty), [(Op::Delete, marker)]);
 }
 
+/// A bucket where a worker claims the task the moment it lands (found by
+/// scanning `tasks/`), and the first marker PUT waits for that claim, then
+/// is answered `late` after the task's: the marker lands beside a task
+/// already taken. (The in-memory store answers at once, so the wait is what
+/// orders them.)
+#[derive(Clone)]
+struct ClaimBeforeMarker {
+    bucket: idempotent_submit::store::MemoryStore,
+    clock: idempotent_submit::ManualClock,
+    late: Duration,
+    claimed: Arc<tokio::sync::Notify>,
+    waited: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[async_trait::async_trait]
+impl common::Hooks for ClaimBeforeMarker {
+    type Inner = idempotent_submit::store::MemoryStore;
+
+    fn inner(&self) -> &idempotent_submit::store::MemoryStore {
+        &self.bucket
+    }
+
+    async fn before(&self, call: &common::Call<'_>) -> Result<(), StoreError> {
+        if call.op == Op::Put
+            && call.key.starts_with("ready/")
+            && !self.waited.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.claimed.notified().await;
+            self.clock.advance(self.late);
+        }
+        Ok(())
+    }
+
+    async fn after(&self, call: &common::Call<'_>, ok: bool) {
+        if call.op == Op::PutCreate && call.key.starts_with("tasks/") && ok {
+            let cur = self.bucket.get(call.key).await.unwrap();
+            let task: Value = serde_json::from_slice(&cur.body).unwrap();
+            self.bucket
+                .put(call.key, claimed(&task), PutMode::Update(cur.meta.etag))
+                .await
+                .unwrap();
+            // A permit kept if the marker has not asked yet.
+            self.claimed.notify_one();
+        }
+    }
+}
+
+fn marker_held_past_a_claim(w: &World, late: Duration) -> FaultyStore<impl Store + Clone> {
+    FaultyStore::new(common::Wrapped(ClaimBeforeMarker {
+        bucket: w.bucket.clone(),
+        clock: w.clock.clone(),
+        late,
+        claimed: Arc::default(),
+        waited: Arc::default(),
+    }))
+}
+
+#[tokio::test]
+async fn a_first_submits_marker_answered_late_beside_its_task_is_checked_and_removed_after_a_claim()
+{
+    let w = World::new();
+    let f = marker_held_past_a_claim(&w, Duration::seconds(1));
+    let r = submit(&w.queue_over(f.clone())).await.unwrap();
+    assert!(!r.replayed);
+    assert_eq!(
+        w.task("k").await.0["status"],
+        "running",
+        "the worker's claim"
+    );
+    // The marker came a second after the task: one GET of the task, which
+    // the worker has taken, and the marker goes.
+    assert_eq!(r.status, "running", "the status read after the marker");
+    assert!(w.keys("ready/").is_empty(), "{:?}", w.keys("ready/"));
+    let ops: Vec<Op> = f.calls().iter().map(|c| c.op).collect();
+    assert_eq!(ops.len(), 5, "{ops:?}");
+    assert_eq!(ops[3..], [Op::Get, Op::Delete], "{ops:?}");
+}
+
+#[tokio::test]
+async fn a_first_submits_marker_answered_with_its_task_is_not_read_again_and_a_claim_between_is_left_to_the_records_last_look()
+ {
+    let w = World::new();
+    let f = marker_held_past_a_claim(&w, Duration::zero());
+    let r = submit(&w.queue_over(f.clone())).await.unwrap();
+    // Both answered at once: the first submit's three requests, nothing
+    // more (what docs/protocol.md leaves open). The claim slipped in between
+    // all the same, so the marker is stale.
+    assert_eq!(f.calls().len(), 3);
+    assert_eq!(r.status, "pending");
+    let marker = w.keys("ready/");
+    assert_eq!(marker.len(), 1);
+    assert_eq!(w.task("k").await.0["status"], "running");
+    // The record's event removes it, as any finisher's check does.
+    assert_eq!(w.sweep_event("k").await, RecordOutcome::Nothing);
+    assert!(w.keys("ready/").is_empty());
+}
+
+#[tokio::test]
+async fn a_marker_that_lands_after_every_finisher_is_removed_by_the_records_last_look_once_no_late_write_can_land()
+ {
+    let w = World::new();
+    submit(&w.restarted()).await.unwrap();
+    let written = w.record_meta("k").await;
+    let marker = w.keys("ready/").pop().unwrap();
+    let pass = |dry_run: bool| {
+        let q = w.restarted();
+        async move {
+            q.engine()
+                .sweep(&idempotent_submit::protocol::SweepOptions {
+                    dry_run,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+        }
+    };
+    // Its event and a first pass in its finish window: all there, untouched.
+    assert_eq!(w.sweep_event("k").await, RecordOutcome::Nothing);
+    assert_eq!(pass(false).await.reads, 1);
+    w.worker_claims().await;
+    // A marker PUT given up on by its client lands later, after the claim:
+    // S3 may apply a request up to 15 minutes after it was sent.
+    w.clock.advance(Duration::minutes(5));
+    w.bucket
+        .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)
+        .await
+        .unwrap();
+    // Past the finish window (40 minutes), while a late write may still
+    // land: no pass reads the record.
+    w.clock.set(written.1.last_modified + Duration::minutes(50));
+    assert_eq!(pass(false).await.reads, 0);
+    assert_eq!(w.keys("ready/"), std::slice::from_ref(&marker));
+    // Once none can (the window and the 15-minute margin): its last look.
+    // A dry run reads it and removes nothing.
+    w.clock.set(written.1.last_modified + Duration::minutes(56));
+    let dry = pass(true).await;
+    assert_eq!((dry.reads, dry.errors), (1, 0), "{dry:?}");
+    assert_eq!(w.keys("ready/"), std::slice::from_ref(&marker));
+    let s = pass(false).await;
+    assert_eq!((s.reads, s.errors, s.finished), (1, 0, 0), "{s:?}");
+    assert!(w.keys("ready/").is_empty(), "{:?}", w.keys("ready/"));
+    // The task and the record as they were.
+    assert_eq!(w.task("k").await.0["status"], "running");
+    assert_eq!(w.record_meta("k").await.1.etag, written.1.etag);
+    // Read once, by the one pass whose window its age crossed.
+    w.clock.advance(Duration::hours(2));
+    assert_eq!(pass(false).await.reads, 0);
+}
+
+#[tokio::test]
+async fn the_records_last_look_leaves_the_marker_of_a_task_no_worker_has_taken() {
+    let w = World::new();
+    submit(&w.restarted()).await.unwrap();
+    let written = w.record_meta("k").await;
+    let mut before = w.bucket.snapshot();
+    w.clock.set(written.1.last_modified + Duration::minutes(56));
+    let q = w.process();
+    let s = q
+        .engine()
+        .sweep(&idempotent_submit::protocol::SweepOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((s.reads, s.errors), (1, 0), "{s:?}");
+    // GET record; GET task and HEAD marker; no write but the checkpoint's.
+    let writes = w.faulty.calls().into_iter().filter(|c| c.op.is_write());
+    assert!(writes.clone().all(|c| c.key.starts_with("sweeper/")));
+    assert!(writes.count() > 0, "its checkpoint");
+    let reads: Vec<(Op, String)> = w
+        .faulty
+        .calls()
+        .into_iter()
+        .filter(|c| !c.key.starts_with("sweeper/") && !c.op.is_write() && c.op != Op::List)
+        .map(|c| (c.op, c.key.split('/').next().unwrap_or("").to_owned()))
+        .collect();
+    assert_eq!(reads.len(), 3, "{reads:?}");
+    assert!(reads.contains(&(Op::Head, "ready".into())), "{reads:?}");
+    let mut after = w.bucket.snapshot();
+    after.retain(|(k, ..)| !k.starts_with("sweeper/"));
+    before.retain(|(k, ..)| !k.starts_with("sweeper/"));
+    assert_eq!(after, before, "byte for byte, but the checkpoint");
+}
+
 // ---- request counts (guarantee 8) ----
 
 fn trips(w: &World) -> Vec<(Op, usize)> {

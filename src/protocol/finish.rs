@@ -99,19 +99,33 @@ struct Wrote {
     created: bool,
     /// How many attempts the marker took (0: not written).
     marker_attempts: u32,
+    /// The marker's answer came late beside the task's ([`marker_late`]).
+    marker_late: bool,
 }
 
 /// Whether a marker just written needs the task read again. Not when this
 /// call created the task beside it and the marker landed on its first
-/// attempt: both were sent at once, and a worker that finds the task by
-/// listing `tasks/` needs several round trips (list, read, claim) after the
-/// task lands before its claim deletes a marker (the first submit's path: no
-/// round trip added; docs/protocol.md, "the ready index stays true", says
-/// what stays open). Otherwise (a task found by our read or by our write's
-/// 412, or a marker that took a retry) a worker may have claimed the task in
-/// between.
-fn reread_needed(wrote_marker: bool, created: bool, marker_attempts: u32) -> bool {
-    wrote_marker && (!created || marker_attempts > 1)
+/// attempt, in time: both were sent at once, and a worker that finds the
+/// task by listing `tasks/` needs several round trips (list, read, claim)
+/// after the task lands before its claim deletes a marker (the first
+/// submit's path: no round trip added; docs/protocol.md, "the ready index
+/// stays true", says what stays open). Otherwise (a task found by our read
+/// or by our write's 412, a marker that took a retry, or one answered late)
+/// a worker may have claimed the task in between.
+fn reread_needed(wrote_marker: bool, w: &Wrote) -> bool {
+    wrote_marker && (!w.created || w.marker_attempts > 1 || w.marker_late)
+}
+
+/// A marker and a task sent together at `sent`, answered at `marker` and
+/// `task`: the marker came late if its answer followed the task's by more
+/// than the task's own round trip. A worker's claim comes several round
+/// trips after the task lands; a marker answered within about one of the
+/// task is in place before it. One held longer (a slow disk, a congested
+/// link, a retry inside the SDK) may land after a claim, and a claimed
+/// task's marker is stale: one GET tells. On a healthy link both answers
+/// come within each other's jitter, so few submits pay that GET.
+fn marker_late(sent: DateTime<Utc>, task: DateTime<Utc>, marker: DateTime<Utc>) -> bool {
+    marker - task > task - sent
 }
 
 /// A record's `pending_task` and where its task lives; a record without
@@ -235,7 +249,7 @@ impl Engine {
         };
 
         // 3. Re-read after a marker that a worker may have overtaken.
-        if reread_needed(needs.marker, wrote.created, wrote.marker_attempts) {
+        if reread_needed(needs.marker, &wrote) {
             status = self
                 .verify_marker(task_key, &loc, &marker_key, op_deadline)
                 .await?;
@@ -244,6 +258,38 @@ impl Engine {
             wrote: wrote.created || needs.marker,
             status,
         })
+    }
+
+    /// The sweeper's look at a `creating` record past its finish deadline:
+    /// nothing is written for it any more, but a marker of its may be stale
+    /// (one that landed late, or whose finisher died before its re-read,
+    /// beside a worker's claim: docs/protocol.md, "The ready index stays
+    /// true"). Reads the task and checks the marker (GET and HEAD, in
+    /// parallel) and, when `removes`, removes a marker beside a task a worker
+    /// has taken, as [`Start::Check`] does. The task's status; `None` if it is
+    /// not there. A record without a (well-formed) `pending_task` names no
+    /// marker: only its task is read.
+    pub(crate) async fn check_past_deadline(
+        &self,
+        rkey: &str,
+        rec: &Record,
+        removes: bool,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Option<String>, SubmitError> {
+        let Ok((pending, loc)) = pending_task(rkey, rec) else {
+            return self.read_status(&rec.task_key, op_deadline).await;
+        };
+        let needs = self
+            .check(
+                &rec.task_key,
+                &loc.marker_key(),
+                pending.get().as_bytes(),
+                &loc,
+                op_deadline,
+                removes,
+            )
+            .await?;
+        Ok(needs.status)
     }
 
     /// The bounds of a finisher's writes. Both stop at the finish deadline:
@@ -324,27 +370,35 @@ impl Engine {
         window: &WriteWindow,
     ) -> Result<Wrote, SubmitError> {
         let task_body = pending.to_bytes();
+        let sent = self.now();
+        // Each answer with the instant it came.
         let (t, m) = tokio::join!(
             async {
                 if needs.task {
-                    Some(
-                        self.with_retries(window.deadline, || {
+                    let r = self
+                        .with_retries(window.deadline, || {
                             self.store.put(task_key, task_body.clone(), PutMode::Create)
                         })
-                        .await,
-                    )
+                        .await;
+                    Some((r, self.now()))
                 } else {
                     None
                 }
             },
             async {
                 if needs.marker {
-                    Some(self.put_marker(marker_key, window.deadline).await)
+                    let r = self.put_marker(marker_key, window.deadline).await;
+                    Some((r, self.now()))
                 } else {
                     None
                 }
             },
         );
+        let marker_late = match (&t, &m) {
+            (Some((_, task_at)), Some((_, marker_at))) => marker_late(sent, *task_at, *marker_at),
+            _ => false,
+        };
+        let (t, m) = (t.map(|(r, _)| r), m.map(|(r, _)| r));
         let created = match t {
             None => false,
             Some(Ok(_)) => true,
@@ -362,6 +416,7 @@ impl Engine {
         Ok(Wrote {
             created,
             marker_attempts,
+            marker_late,
         })
     }
 
@@ -501,16 +556,45 @@ impl Engine {
 mod tests {
     use super::*;
 
+    fn wrote(created: bool, marker_attempts: u32, marker_late: bool) -> Wrote {
+        Wrote {
+            created,
+            marker_attempts,
+            marker_late,
+        }
+    }
+
     #[test]
-    fn only_a_marker_beside_a_task_this_call_created_on_the_first_attempt_goes_unchecked() {
+    fn only_a_marker_beside_a_task_this_call_created_answered_in_time_on_the_first_attempt_goes_unchecked()
+     {
         // The first submit's path: both sent at once, both landed at once.
-        assert!(!reread_needed(true, true, 1));
+        assert!(!reread_needed(true, &wrote(true, 1, false)));
         // The marker took a retry: a worker may have claimed the task since.
-        assert!(reread_needed(true, true, 2));
+        assert!(reread_needed(true, &wrote(true, 2, false)));
+        // The marker's answer came late beside the task's.
+        assert!(reread_needed(true, &wrote(true, 1, true)));
         // A task this call did not create (found, or met by a 412).
-        assert!(reread_needed(true, false, 1));
+        assert!(reread_needed(true, &wrote(false, 1, false)));
         // No marker written, nothing to check.
-        assert!(!reread_needed(false, false, 0));
-        assert!(!reread_needed(false, true, 0));
+        assert!(!reread_needed(false, &wrote(false, 0, false)));
+        assert!(!reread_needed(false, &wrote(true, 0, true)));
+    }
+
+    #[test]
+    fn a_marker_is_late_when_its_answer_follows_the_tasks_by_more_than_the_tasks_round_trip() {
+        let sent = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let ms = |n| sent + chrono::Duration::milliseconds(n);
+        // Answered together, or the marker first: in time.
+        assert!(!marker_late(sent, ms(20), ms(20)));
+        assert!(!marker_late(sent, ms(20), ms(5)));
+        // Up to one task round trip after the task's answer: in time.
+        assert!(!marker_late(sent, ms(20), ms(40)));
+        // Past it: late.
+        assert!(marker_late(sent, ms(20), ms(41)));
+        // A slow task stretches the bound with it, as a slow link does: a
+        // marker held as long beside it is not told apart, and is left to
+        // the sweeper's last look (docs/protocol.md).
+        assert!(!marker_late(sent, ms(900), ms(1500)));
+        assert!(marker_late(sent, ms(20), ms(1500)));
     }
 }

@@ -16,6 +16,11 @@
 //!
 //! - `STALE_CREATING_AFTER_SECONDS`, while the record can still be finished
 //!   (younger than the finish window): a record whose event never came;
+//! - the finish window plus the late-write margin, once no write for the
+//!   record can land any more: its last look, which removes a marker left
+//!   stale beside a task a worker has taken (a marker that landed late, or
+//!   whose finisher died before its re-read; docs/protocol.md, "The ready
+//!   index stays true");
 //! - the default TTL, when most records expire;
 //! - 1 h × 2^k beyond the default TTL, for records with longer TTLs (they go
 //!   at most twice their TTL late; S3's lifecycle rule is the backstop, and an

@@ -115,6 +115,7 @@ impl Engine {
         let crossed = |t: Duration| t <= age && previous.is_none_or(|p| p - last_modified < t);
         let s = &self.settings;
         (crossed(s.stale_creating_after) && age < s.finish_window)
+            || crossed(s.finish_window + s.late_write_margin)
             || crossed(s.default_ttl)
             || (0..20)
                 .map(|k| Duration::hours(1 << k))

@@ -145,7 +145,7 @@ impl Engine {
             }
             Owed::Deletion => self.delete_expired_version(key, meta, op_deadline).await,
             Owed::Nothing => RecordOutcome::Nothing,
-            Owed::Settled => self.check_settled(key, &rec, op_deadline).await,
+            Owed::Settled => self.check_settled(key, &rec, dry_run, op_deadline).await,
             Owed::Early => RecordOutcome::Early,
             Owed::Finishing { finish_deadline } => {
                 // Written once, the record stays as it is: the sweeper only
@@ -275,14 +275,19 @@ impl Engine {
 
     /// A record settled or settling: only a submit that never got its task
     /// is an error (it answers `missing`); a record whose task is there is
-    /// done.
+    /// done, once a stale marker beside it is removed (the pass reads every
+    /// record once more when no late write can land any more, for this).
     async fn check_settled(
         &self,
         key: &str,
         rec: &Record,
+        dry_run: bool,
         op_deadline: DateTime<Utc>,
     ) -> RecordOutcome {
-        match self.read_status(&rec.task_key, op_deadline).await {
+        match self
+            .check_past_deadline(key, rec, !dry_run, op_deadline)
+            .await
+        {
             Ok(Some(_)) => RecordOutcome::Nothing,
             Ok(None) => {
                 tracing::warn!(record = key, task_id = %rec.task_id, "creating record past its finish deadline without its task");
