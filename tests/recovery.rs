@@ -1022,6 +1022,62 @@ async fn a_first_submits_marker_answered_with_its_task_is_not_read_again_and_a_c
 }
 
 #[tokio::test]
+async fn a_keyless_submits_marker_answered_late_beside_a_claim_is_checked_and_removed() {
+    // Without a record no sweeper looks at the task again: the submit's
+    // own re-read is the only one.
+    let w = World::new();
+    let f = marker_held_past_a_claim(&w, Duration::seconds(1));
+    let r = w
+        .queue_over(f.clone())
+        .submit("t", json!({"n": 1}))
+        .await
+        .unwrap();
+    let task = w.keys("tasks/");
+    assert_eq!(task.len(), 1);
+    let t: Value = serde_json::from_slice(&w.bucket.get(&task[0]).await.unwrap().body).unwrap();
+    assert_eq!(t["status"], "running", "the worker's claim");
+    assert_eq!(r.status, "running", "the status read after the marker");
+    assert!(w.keys("ready/").is_empty(), "{:?}", w.keys("ready/"));
+    let ops: Vec<Op> = f.calls().iter().map(|c| c.op).collect();
+    assert_eq!(ops.len(), 4, "{ops:?}");
+    assert_eq!(ops[2..], [Op::Get, Op::Delete], "{ops:?}");
+}
+
+#[tokio::test]
+async fn a_keyless_submits_marker_answered_with_its_task_is_not_read_again() {
+    let w = World::new();
+    let f = marker_held_past_a_claim(&w, Duration::zero());
+    let r = w
+        .queue_over(f.clone())
+        .submit("t", json!({"n": 1}))
+        .await
+        .unwrap();
+    // Two requests, one round trip: what docs/protocol.md leaves open.
+    assert_eq!(f.calls().len(), 2);
+    assert_eq!(r.status, "pending");
+    assert_eq!(w.count("ready/"), 1);
+}
+
+#[tokio::test]
+async fn a_keyless_submits_marker_that_took_a_retry_is_checked() {
+    let w = World::new();
+    w.faulty.inject(
+        Some(Op::Put),
+        "ready/",
+        1,
+        1,
+        Fault::Fail(StoreError::Unavailable("503".into())),
+    );
+    let r = w.process().submit("t", json!({"n": 1})).await.unwrap();
+    // Nobody took the task: the marker stays, after one GET.
+    assert_eq!(r.status, "pending");
+    assert_eq!(w.count("ready/"), 1);
+    let ops: Vec<Op> = w.faulty.calls().iter().map(|c| c.op).collect();
+    assert_eq!(ops.iter().filter(|o| **o == Op::Get).count(), 1, "{ops:?}");
+    assert!(!ops.contains(&Op::Delete), "{ops:?}");
+}
+
+#[tokio::test]
 async fn a_marker_that_lands_after_every_finisher_is_removed_by_the_records_last_look_once_no_late_write_can_land()
  {
     let w = World::new();

@@ -103,6 +103,14 @@ struct Wrote {
     marker_late: bool,
 }
 
+/// What [`Engine::put_side_by_side`] heard: the task's answer and the
+/// marker's (how many attempts it took), each if it was sent.
+pub(super) struct SideBySide {
+    pub task: Option<Result<(), Failure>>,
+    pub marker: Option<Result<u32, Failure>>,
+    pub marker_late: bool,
+}
+
 /// Whether a marker just written needs the task read again. Not when this
 /// call created the task beside it and the marker landed on its first
 /// attempt, in time: both were sent at once, and a worker that finds the
@@ -370,45 +378,23 @@ impl Engine {
         window: &WriteWindow,
     ) -> Result<Wrote, SubmitError> {
         let task_body = pending.to_bytes();
-        let sent = self.now();
-        // Each answer with the instant it came.
-        let (t, m) = tokio::join!(
-            async {
-                if needs.task {
-                    let r = self
-                        .with_retries(window.deadline, || {
-                            self.store.put(task_key, task_body.clone(), PutMode::Create)
-                        })
-                        .await;
-                    Some((r, self.now()))
-                } else {
-                    None
-                }
-            },
-            async {
-                if needs.marker {
-                    let r = self.put_marker(marker_key, window.deadline).await;
-                    Some((r, self.now()))
-                } else {
-                    None
-                }
-            },
-        );
-        let marker_late = match (&t, &m) {
-            (Some((_, task_at)), Some((_, marker_at))) => marker_late(sent, *task_at, *marker_at),
-            _ => false,
-        };
-        let (t, m) = (t.map(|(r, _)| r), m.map(|(r, _)| r));
-        let created = match t {
+        let both = self
+            .put_side_by_side(
+                needs.task.then_some((task_key, &task_body)),
+                needs.marker.then_some(marker_key),
+                window.deadline,
+            )
+            .await;
+        let created = match both.task {
             None => false,
-            Some(Ok(_)) => true,
+            Some(Ok(())) => true,
             // Before the finish deadline, 412 can only mean that the task was
             // created (by us, or by another finisher): nobody deletes a task
             // that young, and nobody writes one after the deadline.
             Some(Err(Failure::Store(StoreError::PreconditionFailed))) => false,
             Some(Err(f)) => return Err(self.refused(window, f)),
         };
-        let marker_attempts = match m {
+        let marker_attempts = match both.marker {
             None => 0,
             Some(Ok(n)) => n,
             Some(Err(f)) => return Err(self.refused(window, f)),
@@ -416,8 +402,45 @@ impl Engine {
         Ok(Wrote {
             created,
             marker_attempts,
-            marker_late,
+            marker_late: both.marker_late,
         })
+    }
+
+    /// A task (`If-None-Match: *`) and its marker, each if given, side by
+    /// side, each retried until `deadline`: each answer, and whether the
+    /// marker's came late beside the task's ([`marker_late`]).
+    pub(super) async fn put_side_by_side(
+        &self,
+        task: Option<(&str, &Bytes)>,
+        marker_key: Option<&str>,
+        deadline: DateTime<Utc>,
+    ) -> SideBySide {
+        let sent = self.now();
+        // Each answer with the instant it came.
+        let (t, m) = tokio::join!(
+            async {
+                let (key, body) = task?;
+                let r = self
+                    .with_retries(deadline, || {
+                        self.store.put(key, body.clone(), PutMode::Create)
+                    })
+                    .await;
+                Some((r.map(drop), self.now()))
+            },
+            async {
+                let r = self.put_marker(marker_key?, deadline).await;
+                Some((r, self.now()))
+            },
+        );
+        let marker_late = match (&t, &m) {
+            (Some((_, task_at)), Some((_, marker_at))) => marker_late(sent, *task_at, *marker_at),
+            _ => false,
+        };
+        SideBySide {
+            task: t.map(|(r, _)| r),
+            marker: m.map(|(r, _)| r),
+            marker_late,
+        }
     }
 
     /// Reads the task and checks the marker, in parallel: what is missing,
@@ -492,7 +515,7 @@ impl Engine {
     /// no longer claim. A worker that claims it after our marker landed
     /// deletes the marker itself. Answers the task's status, `None` if the
     /// task is not there.
-    async fn verify_marker(
+    pub(super) async fn verify_marker(
         &self,
         task_key: &str,
         loc: &TaskLocation,

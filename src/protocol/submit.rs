@@ -290,12 +290,12 @@ impl Engine {
             body: raw_into_bytes(task.json),
             loc: task.loc,
         };
-        self.put_task_and_marker(&task, op_deadline).await?;
+        let status = self.put_task_and_marker(&task, op_deadline).await?;
         Ok(Submitted {
             task_id: task.loc.id,
             task_key: task.loc.task_key(),
             task_type: req.task_type.to_string(),
-            status: "pending".into(),
+            status,
             created_at: now,
             replayed: false,
             idempotency: None,
@@ -304,33 +304,40 @@ impl Engine {
     }
 
     /// A new task without a record: `PUT task If-None-Match: *` and `PUT
-    /// marker`, side by side, one round trip.
+    /// marker`, side by side, one round trip; the task's status. As a
+    /// finisher does, it reads the task again when a worker may have claimed
+    /// it before the marker landed (the task met by a 412, a marker that took
+    /// a retry or was answered late), and removes the marker if one has:
+    /// without a record, no sweeper ever looks at this task again.
     async fn put_task_and_marker(
         &self,
         task: &NewTask,
         op_deadline: DateTime<Utc>,
-    ) -> Result<(), SubmitError> {
+    ) -> Result<String, SubmitError> {
         let (task_key, marker_key) = (task.loc.task_key(), task.loc.marker_key());
-        let (t, m) = tokio::join!(
-            self.with_retries(op_deadline, || self.store.put(
-                &task_key,
-                task.body.clone(),
-                PutMode::Create
-            )),
-            self.with_retries(op_deadline, || self.store.put(
-                &marker_key,
-                Bytes::new(),
-                PutMode::Overwrite
-            )),
-        );
-        match t {
+        let both = self
+            .put_side_by_side(
+                Some((&task_key, &task.body)),
+                Some(&marker_key),
+                op_deadline,
+            )
+            .await;
+        let created = match both.task {
+            Some(Ok(())) => true,
             // A fresh UUID is never taken: a 412 is our own write whose
-            // answer was lost.
-            Ok(_) | Err(Failure::Store(StoreError::PreconditionFailed)) => {}
-            Err(e) => return Err(e.into()),
+            // answer was lost (it landed earlier).
+            Some(Err(Failure::Store(StoreError::PreconditionFailed))) => false,
+            Some(Err(e)) => return Err(e.into()),
+            None => unreachable!("the task was sent"),
+        };
+        let attempts = both.marker.unwrap_or(Ok(0))?;
+        if created && attempts == 1 && !both.marker_late {
+            return Ok("pending".into());
         }
-        m?;
-        Ok(())
+        let status = self
+            .verify_marker(&task_key, &task.loc, &marker_key, op_deadline)
+            .await?;
+        Ok(status.unwrap_or_else(|| "missing".into()))
     }
 
     /// The idempotency protocol (docs/protocol.md, "A submit with a key"):
