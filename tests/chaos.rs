@@ -337,6 +337,66 @@ mod the_audit {
     }
 
     #[test]
+    fn a_record_in_flight_is_left_to_a_replay_only_if_its_submit_was_abandoned_after_a_kill_and_no_due_message_named_it()
+     {
+        // k1's record, never finished: its one submit abandoned by its
+        // client after a killed invocation, its final replay `missing`.
+        let abandoned = || {
+            let mut e = clean();
+            (e.answers, e.runs, e.tasks, e.first_tasks) = (vec![], vec![], vec![], vec![]);
+            e.task_history.clear();
+            e.abandoned = [0].into();
+            e.submitter_events = true;
+            let mut missing = answered(0, "a1");
+            (missing.status, missing.task_status) = (200, Some("missing".into()));
+            e.replays = vec![(("chaos_a".into(), "k1".into()), missing)];
+            e
+        };
+        let left = |e: &Evidence| {
+            let a = audit(e);
+            (
+                a.nonzero(),
+                a.records_left_to_a_replay_by_a_killed_submitter,
+            )
+        };
+        assert_eq!(left(&abandoned()), (vec![], 1));
+        let in_flight = vec![
+            ("records still in flight after their windows", 1),
+            ("final replays not answered 200 with a task", 1),
+        ];
+        // With the bucket's events, its S3 event would have come.
+        let mut e = abandoned();
+        e.submitter_events = false;
+        assert_eq!(left(&e), (in_flight.clone(), 0));
+        // A due message named it in its window: the sweeper had to finish it.
+        let mut e = abandoned();
+        let written = e.records[0].last_modified;
+        e.due_named.insert(
+            e.records[0].key.clone(),
+            written + chrono::Duration::seconds(2),
+        );
+        assert_eq!(left(&e), (in_flight.clone(), 0));
+        // One named it only after its deadline (the final replay's): still left.
+        e.due_named.insert(
+            e.records[0].key.clone(),
+            written + chrono::Duration::seconds(21),
+        );
+        assert_eq!(left(&e), (vec![], 1));
+        // Its client did not give up after a kill.
+        let mut e = abandoned();
+        e.abandoned.clear();
+        assert_eq!(left(&e), (in_flight.clone(), 0));
+        // A submit of it was answered: lost, and in flight.
+        let mut e = abandoned();
+        e.answers = vec![answered(0, "a1")];
+        let a = audit(&e);
+        assert!(
+            a.lost_submits == 1 && a.records_in_flight_after_their_windows == 1,
+            "{a:?}"
+        );
+    }
+
+    #[test]
     fn a_keyless_task_never_run_counts_only_if_its_submit_was_answered() {
         let keyless = |id: &str| Obj {
             key: format!("tasks/{}/{id}.json", &id[..1]),

@@ -150,6 +150,8 @@ pub struct Ledger {
     pub given_up: u64,
     /// Items whose client gave up after a killed invocation.
     pub abandoned: u64,
+    /// Those items (indices into `items`).
+    pub abandoned_items: Vec<usize>,
     /// The final replay of every key that has a record, after the windows.
     pub replays: Vec<(KeyId, Answer)>,
 }
@@ -507,7 +509,9 @@ impl Sender {
             if killed && door != Door::Sqs && self.rng.bool() {
                 // A client that hears 502 may give up: its submit is the
                 // sweeper's to finish, or its key's next submit's.
-                self.ledger.lock().unwrap().abandoned += todo.len() as u64;
+                let mut l = self.ledger.lock().unwrap();
+                l.abandoned += todo.len() as u64;
+                l.abandoned_items.extend(&todo);
                 return;
             }
             if attempt > 0 && Instant::now() > self.retry_until {

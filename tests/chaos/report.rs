@@ -289,6 +289,11 @@ impl Report {
         );
         let _ = writeln!(
             o,
+            "| records of abandoned submits killed between their record and its due message, left to a replay (reported; submitter events only) | {} |",
+            a.records_left_to_a_replay_by_a_killed_submitter
+        );
+        let _ = writeln!(
+            o,
             "| markers of keyless submits whose task never landed (reported) | {} |",
             a.markers_of_keyless_tasks_never_written
         );

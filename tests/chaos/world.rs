@@ -1012,6 +1012,7 @@ pub async fn run(cfg: WorldConfig) -> Report {
     let mut evidence =
         Evidence::collect(&s3, &ledger, &runs, &logs, &cfg.windows, last_pass_at).await;
     evidence.due_named = stats.first_named.lock().unwrap().clone();
+    evidence.submitter_events = cfg.events == Events::Submitter;
     let audit = audit::audit(&evidence);
 
     let mut faults_by_kind: Vec<(String, u64)> = KINDS.iter().map(|k| (k.to_string(), 0)).collect();
