@@ -161,9 +161,14 @@ CHAOS_SEED ?= $(shell date +%s)
 CHAOS_BINS := --profile chaos --locked --features testing --bin submit --bin sweep
 CHAOS_TEST = CHAOS_REPORT=$(CURDIR)/target/chaos-report ./scripts/with-moto.sh ./scripts/with-seaweedfs.sh \
   $(CARGO) test --locked --features testing --test suite -- --nocapture --test-threads 1
+# The long runs' size: make test's short world keeps the world's own (6
+# producers, 4 environments of each function, 3 drainers), under which the
+# producers wait for a free submit environment rather than for the store
+# (docs/reliability.md).
+CHAOS_SIZE ?= CHAOS_PRODUCERS=8 CHAOS_SUBMIT_ENVS=8 CHAOS_SWEEP_ENVS=6 CHAOS_DRAINERS=4
 chaos: tools
 	$(CARGO) build $(CHAOS_BINS)
-	CHAOS_BIN_DIR=$(CURDIR)/target/chaos CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_SEED=$(CHAOS_SEED) \
+	CHAOS_BIN_DIR=$(CURDIR)/target/chaos CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_SEED=$(CHAOS_SEED) $(CHAOS_SIZE) \
 	  $(CHAOS_TEST) --include-ignored chaos::
 
 # The five damage runs alone, on the debug binaries.
