@@ -61,7 +61,7 @@ impl TaskBody<'_> {
 }
 
 /// What a finisher has to write, and the task's status if it read it.
-struct Needs {
+pub(super) struct Needs {
     task: bool,
     marker: bool,
     status: Option<String>,
@@ -69,7 +69,7 @@ struct Needs {
 
 impl Needs {
     /// A first submit's: nothing can exist yet.
-    fn everything() -> Self {
+    pub(super) fn everything() -> Self {
         Needs {
             task: true,
             marker: true,
@@ -94,7 +94,7 @@ struct WriteWindow {
 }
 
 /// What [`Engine::write_missing`] did.
-struct Wrote {
+pub(super) struct Wrote {
     /// This call created the task object.
     created: bool,
     /// How many attempts the marker took (0: not written).
@@ -103,15 +103,7 @@ struct Wrote {
     marker_late: bool,
 }
 
-/// What [`Engine::put_side_by_side`] heard: the task's answer and the
-/// marker's (how many attempts it took), each if it was sent.
-pub(super) struct SideBySide {
-    pub task: Option<Result<(), Failure>>,
-    pub marker: Option<Result<u32, Failure>>,
-    pub marker_late: bool,
-}
-
-/// Whether a marker just written needs the task read again. Not when this
+/// Whether the marker just written (if any) needs the task read again. Not when this
 /// call created the task beside it and the marker landed on its first
 /// attempt, in time: both were sent at once, and a worker that finds the
 /// task by listing `tasks/` needs several round trips (list, read, claim)
@@ -120,8 +112,10 @@ pub(super) struct SideBySide {
 /// stays true", says what stays open). Otherwise (a task found by our read
 /// or by our write's 412, a marker that took a retry, or one answered late)
 /// a worker may have claimed the task in between.
-fn reread_needed(wrote_marker: bool, w: &Wrote) -> bool {
-    wrote_marker && (!w.created || w.marker_attempts > 1 || w.marker_late)
+impl Wrote {
+    pub(super) fn reread_needed(&self) -> bool {
+        self.marker_attempts > 0 && (!self.created || self.marker_attempts > 1 || self.marker_late)
+    }
 }
 
 /// A marker and a task sent together at `sent`, answered at `marker` and
@@ -248,7 +242,14 @@ impl Engine {
             self.write_pending_payload(rec, &window).await?;
         }
         let wrote = self
-            .write_missing(task_key, &pending, &marker_key, &needs, &window)
+            .write_missing(
+                task_key,
+                &pending.to_bytes(),
+                &marker_key,
+                &needs,
+                window.deadline,
+                |f| self.refused(&window, f),
+            )
             .await?;
         let mut status = if wrote.created {
             Some("pending".to_owned())
@@ -257,7 +258,7 @@ impl Engine {
         };
 
         // 3. Re-read after a marker that a worker may have overtaken.
-        if reread_needed(needs.marker, &wrote) {
+        if wrote.reread_needed() {
             status = self
                 .verify_marker(task_key, &loc, &marker_key, op_deadline)
                 .await?;
@@ -368,67 +369,35 @@ impl Engine {
     }
 
     /// `PUT task If-None-Match: *` and `PUT marker`, side by side, each only
-    /// if it is missing.
-    async fn write_missing(
+    /// if `needs` says it is missing, each retried until `deadline`; a
+    /// failure is answered as `refuse` maps it. A 412 on the task is a task
+    /// already there: a finisher's before the finish deadline (nobody
+    /// deletes a task that young, and nobody writes one after the
+    /// deadline), a keyless submit's own earlier attempt (a fresh UUID).
+    pub(super) async fn write_missing(
         &self,
         task_key: &str,
-        pending: &TaskBody<'_>,
+        task_body: &Bytes,
         marker_key: &str,
         needs: &Needs,
-        window: &WriteWindow,
-    ) -> Result<Wrote, SubmitError> {
-        let task_body = pending.to_bytes();
-        let both = self
-            .put_side_by_side(
-                needs.task.then_some((task_key, &task_body)),
-                needs.marker.then_some(marker_key),
-                window.deadline,
-            )
-            .await;
-        let created = match both.task {
-            None => false,
-            Some(Ok(())) => true,
-            // Before the finish deadline, 412 can only mean that the task was
-            // created (by us, or by another finisher): nobody deletes a task
-            // that young, and nobody writes one after the deadline.
-            Some(Err(Failure::Store(StoreError::PreconditionFailed))) => false,
-            Some(Err(f)) => return Err(self.refused(window, f)),
-        };
-        let marker_attempts = match both.marker {
-            None => 0,
-            Some(Ok(n)) => n,
-            Some(Err(f)) => return Err(self.refused(window, f)),
-        };
-        Ok(Wrote {
-            created,
-            marker_attempts,
-            marker_late: both.marker_late,
-        })
-    }
-
-    /// A task (`If-None-Match: *`) and its marker, each if given, side by
-    /// side, each retried until `deadline`: each answer, and whether the
-    /// marker's came late beside the task's ([`marker_late`]).
-    pub(super) async fn put_side_by_side(
-        &self,
-        task: Option<(&str, &Bytes)>,
-        marker_key: Option<&str>,
         deadline: DateTime<Utc>,
-    ) -> SideBySide {
+        refuse: impl Fn(Failure) -> SubmitError,
+    ) -> Result<Wrote, SubmitError> {
         let sent = self.now();
         // Each answer with the instant it came.
         let (t, m) = tokio::join!(
             async {
-                let (key, body) = task?;
+                needs.task.then_some(())?;
                 let r = self
                     .with_retries(deadline, || {
-                        self.store.put(key, body.clone(), PutMode::Create)
+                        self.store.put(task_key, task_body.clone(), PutMode::Create)
                     })
                     .await;
-                Some((r.map(drop), self.now()))
+                Some((r, self.now()))
             },
             async {
-                let r = self.put_marker(marker_key?, deadline).await;
+                needs.marker.then_some(())?;
+                let r = self.put_marker(marker_key, deadline).await;
                 Some((r, self.now()))
             },
         );
@@ -436,11 +405,22 @@ impl Engine {
             (Some((_, task_at)), Some((_, marker_at))) => marker_late(sent, *task_at, *marker_at),
             _ => false,
         };
-        SideBySide {
-            task: t.map(|(r, _)| r),
-            marker: m.map(|(r, _)| r),
+        let created = match t {
+            None => false,
+            Some((Ok(_), _)) => true,
+            Some((Err(Failure::Store(StoreError::PreconditionFailed)), _)) => false,
+            Some((Err(f), _)) => return Err(refuse(f)),
+        };
+        let marker_attempts = match m {
+            None => 0,
+            Some((Ok(n), _)) => n,
+            Some((Err(f), _)) => return Err(refuse(f)),
+        };
+        Ok(Wrote {
+            created,
+            marker_attempts,
             marker_late,
-        }
+        })
     }
 
     /// Reads the task and checks the marker, in parallel: what is missing,
@@ -591,16 +571,16 @@ mod tests {
     fn only_a_marker_beside_a_task_this_call_created_answered_in_time_on_the_first_attempt_goes_unchecked()
      {
         // The first submit's path: both sent at once, both landed at once.
-        assert!(!reread_needed(true, &wrote(true, 1, false)));
+        assert!(!wrote(true, 1, false).reread_needed());
         // The marker took a retry: a worker may have claimed the task since.
-        assert!(reread_needed(true, &wrote(true, 2, false)));
+        assert!(wrote(true, 2, false).reread_needed());
         // The marker's answer came late beside the task's.
-        assert!(reread_needed(true, &wrote(true, 1, true)));
+        assert!(wrote(true, 1, true).reread_needed());
         // A task this call did not create (found, or met by a 412).
-        assert!(reread_needed(true, &wrote(false, 1, false)));
+        assert!(wrote(false, 1, false).reread_needed());
         // No marker written, nothing to check.
-        assert!(!reread_needed(false, &wrote(false, 0, false)));
-        assert!(!reread_needed(false, &wrote(true, 0, true)));
+        assert!(!wrote(false, 0, false).reread_needed());
+        assert!(!wrote(true, 0, true).reread_needed());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::engine::{Engine, Failure};
 use super::error::{ConflictKind, SubmitError};
-use super::finish::{NewTask, Start};
+use super::finish::{Needs, NewTask, Start};
 use super::hash;
 use super::names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
 use super::options::{TaskFields, TaskOptions};
@@ -315,23 +315,17 @@ impl Engine {
         op_deadline: DateTime<Utc>,
     ) -> Result<String, SubmitError> {
         let (task_key, marker_key) = (task.loc.task_key(), task.loc.marker_key());
-        let both = self
-            .put_side_by_side(
-                Some((&task_key, &task.body)),
-                Some(&marker_key),
+        let wrote = self
+            .write_missing(
+                &task_key,
+                &task.body,
+                &marker_key,
+                &Needs::everything(),
                 op_deadline,
+                SubmitError::from,
             )
-            .await;
-        let created = match both.task {
-            Some(Ok(())) => true,
-            // A fresh UUID is never taken: a 412 is our own write whose
-            // answer was lost (it landed earlier).
-            Some(Err(Failure::Store(StoreError::PreconditionFailed))) => false,
-            Some(Err(e)) => return Err(e.into()),
-            None => unreachable!("the task was sent"),
-        };
-        let attempts = both.marker.unwrap_or(Ok(0))?;
-        if created && attempts == 1 && !both.marker_late {
+            .await?;
+        if !wrote.reread_needed() {
             return Ok("pending".into());
         }
         let status = self
