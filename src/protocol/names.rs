@@ -447,6 +447,10 @@ mod tests {
     fn the_scope_name_queue_is_the_queue_wide_scope() {
         let t = TaskType::parse("t").unwrap();
         assert_eq!(Scope::parse(Some("queue")).unwrap(), Scope::Queue);
+        // The queue-wide scope has one name in the bucket, whatever the type.
+        assert_eq!(Scope::Queue.resolve(&t), "queue");
+        // No scope is the task type's own.
+        assert_eq!(Scope::default(), Scope::TaskType);
         assert_eq!(Scope::parse(None).unwrap().resolve(&t), "t");
         assert_eq!(
             Scope::parse(Some("billing")).unwrap().resolve(&t),
@@ -480,9 +484,6 @@ mod tests {
         assert_eq!(ScopeName::parse("billing").unwrap().as_str(), "billing");
         let p = Principal::parse("lambda:team-a").unwrap();
         assert_eq!(p.to_string(), "lambda:team-a");
-        // The queue-wide scope has one name in the bucket, whatever the type.
-        assert_eq!(Scope::Queue.resolve(&t), "queue");
-        assert_eq!(Scope::default(), Scope::TaskType);
     }
 
     #[test]

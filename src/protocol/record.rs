@@ -379,12 +379,14 @@ pub(crate) fn task_status(body: &[u8]) -> Option<String> {
 mod tests {
     use super::*;
 
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
     #[test]
     fn shards_and_markers_follow_the_layout() {
         let id = Uuid::parse_str("A1B2C3D4-0000-4000-8000-000000000000").unwrap();
-        let t = DateTime::parse_from_rfc3339("2026-01-27T12:00:59Z")
-            .unwrap()
-            .with_timezone(&Utc);
+        let t = at("2026-01-27T12:00:59Z");
         let loc = TaskLocation::new(id, 1, t);
         assert_eq!(
             loc.task_key(),
@@ -451,9 +453,7 @@ mod tests {
 
     #[test]
     fn a_record_carrying_its_task_is_the_record_holding_it_byte_for_byte() {
-        let t = DateTime::parse_from_rfc3339("2026-01-27T12:00:00Z")
-            .unwrap()
-            .with_timezone(&Utc);
+        let t = at("2026-01-27T12:00:00Z");
         let task = RawValue::from_string(r#"{"id":1,"input":{"a":[1,2]}}"#.into()).unwrap();
         let input = RawValue::from_string(r#"{"big":"x"}"#.into()).unwrap();
         // An offloaded input is what it carries most: bigger than its task
@@ -485,10 +485,6 @@ mod tests {
             assert_eq!(back.pending_task.unwrap().get(), task.get());
             (rec.pending_task, rec.pending_input) = (None, None);
         }
-    }
-
-    fn at(s: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
     }
 
     #[test]
