@@ -169,9 +169,9 @@ CHAOS_TEST = CHAOS_REPORT=$(CURDIR)/target/chaos-report ./scripts/with-moto.sh .
 # The long runs' size: make test's short world keeps the world's own (6
 # producers, 4 environments of each function, 3 drainers), under which the
 # producers wait for a free submit environment rather than for the store;
-# 8 producers on 8 environments sent 20.2 a second; 10 on 10 held 20.9 and
-# 19.1 in two runs (docs/reliability.md). The SeaweedFS world takes the same
-# size with twice the sweep environments and drainers (tests/chaos.rs).
+# what each size held is in docs/reliability.md. The SeaweedFS world takes
+# the same size with twice the sweep environments and drainers
+# (tests/chaos.rs).
 CHAOS_SIZE ?= CHAOS_PRODUCERS=10 CHAOS_SUBMIT_ENVS=10 CHAOS_SWEEP_ENVS=6 CHAOS_DRAINERS=4
 chaos: tools
 	$(CARGO) build $(CHAOS_BINS)

@@ -130,8 +130,8 @@ async fn a_world_on_seaweedfs_with_the_submitters_due_messages_loses_and_doubles
     // one S3 event): twice the pollers and sweep environments of the moto
     // world, as the event source mapping would scale out, so that the due
     // path keeps the world's promise (three pollers fell 147 s behind in a
-    // 300 s run). With them, 10 producers held 20.2 submits a second and
-    // no due message was late (seed 4114, docs/reliability.md).
+    // 300 s run); what make chaos's size held with them is in
+    // docs/reliability.md.
     base.producers = 4;
     let mut cfg = sized(base);
     cfg.store = world::StoreSpec::seaweedfs();
