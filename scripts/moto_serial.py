@@ -28,6 +28,7 @@ import selectors
 import werkzeug.serving
 from werkzeug.serving import BaseWSGIServer, run_simple
 
+from moto import backends
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
 
@@ -99,12 +100,119 @@ class _NoWaitSelectors:
             return super().select(timeout=0)
 
 
+def _backends_found_once():
+    """moto's answer to "which service is this request for?", found once.
+
+    moto 5's dispatcher asks, for every request, whether the Host header
+    names one of its modules, and answers by listing its package directory
+    and calling `isdir` on each of its 150-odd entries. Profiled (py-spy)
+    under the chaos world, that was a quarter of this server's time, one
+    request at a time. The directory does not change while the server runs,
+    so the answer is the same list every time; only its cost goes.
+    """
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: modules
+
+    # The same question's other half: each Host header is matched against
+    # every service's URL patterns in turn. A function of the host alone.
+    found = {}
+    by_patterns = DomainDispatcherApplication.get_backend_for_host
+
+    def backend_for_host(self, host):
+        if host not in found:
+            found[host] = by_patterns(self, host)
+        return found[host]
+
+    DomainDispatcherApplication.get_backend_for_host = backend_for_host
+
+
+def _listings_by_prefix():
+    """moto's listings, reading only the keys under their prefix.
+
+    moto lists a prefix by walking every key of the bucket (a copy of its
+    key dictionary, then each key's latest version) and keeping those that
+    start with the prefix, so a LIST of `ready/3/` costs the whole bucket:
+    every task, record, payload and marker ever written, delete markers
+    included. buquet's workers list `ready/{shard}/` on every poll, and the
+    chaos world's bucket grows through the run, so its listings took a
+    growing share of this server's time. Here each key store keeps its key
+    names in order (kept by the writes moto makes: a new key, a replaced
+    version list, a key dropped; rebuilt whenever the count says a write
+    went around them), and while a prefixed listing runs, the store hands
+    moto only the keys under that prefix, by bisection. moto's own listing
+    code then does all it did before (delimiters, delete markers, order,
+    pages) on the keys it would have kept anyway: the answers are the same.
+    One request at a time (this server), so one listing at a time.
+    """
+    from bisect import bisect_left, insort
+
+    from moto.s3.models import S3Backend
+    from moto.s3.utils import _VersionedKeyStore as Store
+
+    def names(store):
+        kept = store.__dict__.get("_names")
+        if kept is None or len(kept) != dict.__len__(store):
+            kept = store.__dict__["_names"] = sorted(dict.keys(store))
+        return kept
+
+    def noted(write):
+        def wrapper(store, key, value):
+            new = not dict.__contains__(store, key)
+            write(store, key, value)
+            kept = store.__dict__.get("_names")
+            if new and kept is not None and dict.__contains__(store, key):
+                insort(kept, key)
+
+        return wrapper
+
+    pop = Store.pop
+
+    def dropped(store, key):
+        pop(store, key)
+        kept = store.__dict__.get("_names")
+        if kept is not None:
+            i = bisect_left(kept, key)
+            if i < len(kept) and kept[i] == key:
+                del kept[i]
+
+    Store.__setitem__ = noted(Store.__setitem__)
+    Store.setlist = noted(Store.setlist)
+    Store.pop = dropped
+
+    listing = {"prefix": None}
+    every_item = Store.items
+
+    def items(store):
+        prefix = listing["prefix"]
+        if not prefix:
+            return every_item(store)
+        kept = names(store)
+        end = start = bisect_left(kept, prefix)
+        while end < len(kept) and kept[end].startswith(prefix):
+            end += 1
+        return [(k, store[k]) for k in kept[start:end]]
+
+    Store.items = items
+    list_objects = S3Backend.list_objects
+
+    def list_by_prefix(backend, bucket, prefix, *args, **kwargs):
+        listing["prefix"] = prefix
+        try:
+            return list_objects(backend, bucket, prefix, *args, **kwargs)
+        finally:
+            listing["prefix"] = None
+
+    S3Backend.list_objects = list_by_prefix
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-H", "--host", default="127.0.0.1")
     parser.add_argument("-p", "--port", type=int, default=5000)
     args = parser.parse_args()
     os.environ.setdefault("MOTO_PORT", str(args.port))
+    _backends_found_once()
+    _listings_by_prefix()
     app = s3_answers(DomainDispatcherApplication(create_backend_app))
     werkzeug.serving.selectors = _NoWaitSelectors
     # A burst of new connections (a batch's 200 writes) overflows werkzeug's
