@@ -630,6 +630,20 @@ fn kill_rule(function: &str, seed: u64) -> KillRule {
     })
 }
 
+/// The shards worker `i` of `n` polls: every `n`th of the 16, from its
+/// own. Each shard has one worker, as a deployment assigns them (buquet's
+/// shard leases do it at run time): two workers on every shard listed each
+/// shard twice a poll and raced for every task (the loser's GET wasted),
+/// about half of moto's requests while the producers ran
+/// (docs/reliability.md). A task still meets a worker as soon as one
+/// would have polled its shard.
+fn shards_of(i: usize, n: usize) -> String {
+    (0..16u32)
+        .filter(|s| *s as usize % n == i)
+        .filter_map(|s| char::from_digit(s, 16))
+        .collect()
+}
+
 /// A buquet 0.1 worker over `endpoint`, appending its runs to `runs`.
 fn worker(
     cfg: &WorldConfig,
@@ -648,6 +662,7 @@ fn worker(
         .arg(runs)
         .arg(producers::TASK_TYPES.join(","))
         .arg(cfg.worker_max_poll_ms.to_string())
+        .arg(shards_of(i, cfg.workers))
         .env_remove("BUQUET_ALLOW_NO_VERSIONING")
         .env("BUQUET_ENDPOINT", endpoint)
         .env("BUQUET_BUCKET", bucket)

@@ -4,9 +4,10 @@ tests/chaos.rs. Every run of a task is one line of RUNS_FILE, written before
 the handler returns: {"id", "worker", "input"}, the input as the handler got
 it (an offloaded one loaded with buquet's queue.load_input).
 
-    chaos_worker.py WORKER_ID RUNS_FILE TYPES MAX_POLL_MS
+    chaos_worker.py WORKER_ID RUNS_FILE TYPES MAX_POLL_MS SHARDS
 
-TYPES: comma-separated task types. It polls every shard (16) and runs until
+TYPES: comma-separated task types; SHARDS: the hex digits of the shards it
+polls (the world gives each worker its own share of the 16). It runs until
 it is killed. Environment: BUQUET_ENDPOINT, BUQUET_BUCKET, AWS test
 credentials (as buquet_client.py).
 """
@@ -18,13 +19,13 @@ import sys
 import buquet
 
 
-async def main(worker_id, runs_file, types, max_poll_ms):
+async def main(worker_id, runs_file, types, max_poll_ms, shards):
     q = await buquet.connect(
         endpoint=os.environ["BUQUET_ENDPOINT"],
         bucket=os.environ["BUQUET_BUCKET"],
         region=os.environ.get("AWS_REGION", "us-east-1"),
     )
-    worker = buquet.Worker(q, worker_id, [format(i, "x") for i in range(16)])
+    worker = buquet.Worker(q, worker_id, list(shards))
     out = open(runs_file, "a", buffering=1)
 
     async def handle(data, ctx):
@@ -50,4 +51,4 @@ async def main(worker_id, runs_file, types, max_poll_ms):
 
 if __name__ == "__main__":
     wid, runs, types, max_poll = sys.argv[1], sys.argv[2], sys.argv[3].split(","), int(sys.argv[4])
-    asyncio.run(main(wid, runs, types, max_poll))
+    asyncio.run(main(wid, runs, types, max_poll, sys.argv[5]))
