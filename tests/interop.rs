@@ -356,7 +356,8 @@ fn idle_worker_task_reads(s: &Shared, proxy: &ChaosProxy, seconds: &str) -> usiz
 /// records' real S3 events handed to `sweep`, or from a scheduled pass, so an
 /// idle worker then reads no task object. One stale marker, as the old rule
 /// left, shows that the measure can fail: the idle worker reads its finished
-/// task on every poll.
+/// task on every poll, until the scheduled pass's scan of the ready index
+/// removes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_a_buquet_worker_ran_get_no_marker_again_and_an_idle_worker_reads_no_task() {
     let s = Shared::new().await;
@@ -458,6 +459,35 @@ async fn tasks_a_buquet_worker_ran_get_no_marker_again_and_an_idle_worker_reads_
     assert!(
         reads >= 3,
         "one stale marker makes an idle worker re-read its finished task on every poll ({reads} reads)"
+    );
+
+    // The scheduled pass's scan of the ready index, once the marker has
+    // stood for the late-write margin (its clock 17 minutes on): the task
+    // is buquet's `completed`, so the marker goes, and the idle worker
+    // reads no task again.
+    let later = Sweeper {
+        queue: Queue::with_clock(
+            s.store.clone(),
+            Arc::new(ManualClock::new(Utc::now() + Duration::minutes(17))),
+            Settings::default(),
+        ),
+        bucket: s.bucket.clone(),
+        metrics: Metrics::collecting("sweep"),
+    };
+    let pass = handle_sweep(&later, LambdaEvent::new(json!({}), Context::default()))
+        .await
+        .unwrap();
+    assert_eq!(pass["errors"], 0, "{pass}");
+    let left: Vec<String> = common::all_keys(&s.store)
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with("ready/"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(
+        idle_worker_task_reads(&s, &proxy, "3"),
+        0,
+        "an idle worker read finished tasks after the scan"
     );
 }
 

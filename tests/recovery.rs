@@ -1003,7 +1003,7 @@ async fn a_first_submits_marker_answered_late_beside_its_task_is_checked_and_rem
 }
 
 #[tokio::test]
-async fn a_first_submits_marker_answered_with_its_task_is_not_read_again_and_a_claim_between_is_left_to_the_records_last_look()
+async fn a_first_submits_marker_answered_with_its_task_is_not_read_again_and_a_claim_between_is_left_to_the_records_event()
  {
     let w = World::new();
     let f = marker_held_past_a_claim(&w, Duration::zero());
@@ -1077,28 +1077,27 @@ async fn a_keyless_submits_marker_that_took_a_retry_is_checked() {
     assert!(!ops.contains(&Op::Delete), "{ops:?}");
 }
 
+/// One scheduled pass as `q`'s process would run it.
+async fn pass_of(q: Queue, dry_run: bool) -> idempotent_submit::protocol::SweepSummary {
+    q.engine()
+        .sweep(&idempotent_submit::protocol::SweepOptions {
+            dry_run,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
-async fn a_marker_that_lands_after_every_finisher_is_removed_by_the_records_last_look_once_no_late_write_can_land()
+async fn a_marker_that_lands_after_every_finisher_is_removed_by_the_pass_once_it_has_stood_for_the_late_write_margin()
  {
     let w = World::new();
     submit(&w.restarted()).await.unwrap();
     let written = w.record_meta("k").await;
     let marker = w.keys("ready/").pop().unwrap();
-    let pass = |dry_run: bool| {
-        let q = w.restarted();
-        async move {
-            q.engine()
-                .sweep(&idempotent_submit::protocol::SweepOptions {
-                    dry_run,
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-        }
-    };
     // Its event and a first pass in its finish window: all there, untouched.
     assert_eq!(w.sweep_event("k").await, RecordOutcome::Nothing);
-    assert_eq!(pass(false).await.reads, 1);
+    assert_eq!(pass_of(w.restarted(), false).await.reads, 1);
     w.worker_claims().await;
     // A marker PUT given up on by its client lands later, after the claim:
     // S3 may apply a request up to 15 minutes after it was sent.
@@ -1107,43 +1106,109 @@ async fn a_marker_that_lands_after_every_finisher_is_removed_by_the_records_last
         .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)
         .await
         .unwrap();
-    // Past the finish window (40 minutes), while a late write may still
-    // land: no pass reads the record.
-    w.clock.set(written.1.last_modified + Duration::minutes(50));
-    assert_eq!(pass(false).await.reads, 0);
+    let landed = w.clock.now();
+    // Until it has stood for the late-write margin (15 minutes), no pass
+    // judges it.
+    w.clock.set(landed + Duration::minutes(14));
+    let s = pass_of(w.restarted(), false).await;
+    assert_eq!((s.markers_deleted, s.errors), (0, 0), "{s:?}");
     assert_eq!(w.keys("ready/"), std::slice::from_ref(&marker));
-    // Once none can (the window and the 15-minute margin): its last look.
-    // A dry run reads it and removes nothing.
-    w.clock.set(written.1.last_modified + Duration::minutes(56));
-    let dry = pass(true).await;
-    assert_eq!((dry.reads, dry.errors), (1, 0), "{dry:?}");
+    // Then the pass whose window its age crosses reads its task and removes
+    // it. A dry run reads the same and removes nothing.
+    w.clock.set(landed + Duration::minutes(16));
+    let dry = pass_of(w.restarted(), true).await;
+    assert_eq!((dry.markers_deleted, dry.errors), (1, 0), "{dry:?}");
     assert_eq!(w.keys("ready/"), std::slice::from_ref(&marker));
-    let s = pass(false).await;
-    assert_eq!((s.reads, s.errors, s.finished), (1, 0, 0), "{s:?}");
+    let s = pass_of(w.restarted(), false).await;
+    assert_eq!(
+        (s.markers_deleted, s.errors, s.finished),
+        (1, 0, 0),
+        "{s:?}"
+    );
     assert!(w.keys("ready/").is_empty(), "{:?}", w.keys("ready/"));
-    // The task and the record as they were.
+    // The task and the record as they were; the record not read at all.
+    assert_eq!(s.reads, 0, "{s:?}");
     assert_eq!(w.task("k").await.0["status"], "running");
     assert_eq!(w.record_meta("k").await.1.etag, written.1.etag);
-    // Read once, by the one pass whose window its age crossed.
-    w.clock.advance(Duration::hours(2));
-    assert_eq!(pass(false).await.reads, 0);
 }
 
 #[tokio::test]
-async fn the_records_last_look_leaves_the_marker_of_a_task_no_worker_has_taken() {
+async fn a_keyless_submits_marker_that_lands_after_a_claim_is_removed_by_the_pass() {
+    // No record, no due message: before the scan, nothing ever looked at
+    // such a marker again (the chaos world counted them).
+    let w = World::new();
+    let r = w.restarted().submit("t", json!({"n": 1})).await.unwrap();
+    let marker = w.keys("ready/").pop().unwrap();
+    let task_key = w.keys("tasks/").pop().unwrap();
+    let (task, etag) = {
+        let o = w.bucket.get(&task_key).await.unwrap();
+        (
+            serde_json::from_slice::<Value>(&o.body).unwrap(),
+            o.meta.etag,
+        )
+    };
+    w.bucket
+        .put(&task_key, claimed(&task), PutMode::Update(etag))
+        .await
+        .unwrap();
+    // The worker deleted the marker it claimed by; a late PUT of it lands.
+    w.bucket.delete(&marker, None).await.unwrap();
+    w.clock.advance(Duration::minutes(1));
+    w.bucket
+        .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)
+        .await
+        .unwrap();
+    w.clock.advance(Duration::minutes(16));
+    let s = pass_of(w.restarted(), false).await;
+    assert_eq!((s.markers_deleted, s.errors), (1, 0), "{s:?}");
+    assert!(w.keys("ready/").is_empty());
+    assert_eq!(
+        w.keys("tasks/"),
+        [task_key],
+        "task {} left as it is",
+        r.task_id
+    );
+}
+
+#[tokio::test]
+async fn a_marker_whose_task_was_never_written_goes_at_the_orphan_age_and_not_before() {
+    let w = World::new();
+    // A marker that landed without its task, and whose task no writer can
+    // write any more once its record's finish window and late-write margin
+    // have passed (from the marker's own write at the earliest).
+    let id = uuid::Uuid::new_v4().hyphenated().to_string();
+    let minute = w.clock.now().timestamp().div_euclid(60);
+    let marker = format!("ready/{}/{minute:010}/{id}", &id[..1]);
+    w.bucket
+        .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)
+        .await
+        .unwrap();
+    let landed = w.clock.now();
+    // At the late-write margin: its task may still come; it stays.
+    w.clock.set(landed + Duration::minutes(16));
+    let s = pass_of(w.restarted(), false).await;
+    assert_eq!((s.markers_deleted, s.errors), (0, 0), "{s:?}");
+    assert_eq!(w.keys("ready/"), std::slice::from_ref(&marker));
+    // Past the finish window (40 min), the margin (15) and an operation's
+    // length: gone.
+    w.clock.set(landed + Duration::minutes(56));
+    let s = pass_of(w.restarted(), false).await;
+    assert_eq!((s.markers_deleted, s.errors), (1, 0), "{s:?}");
+    assert!(w.keys("ready/").is_empty());
+}
+
+#[tokio::test]
+async fn the_pass_leaves_the_marker_of_a_task_no_worker_has_taken_and_reads_only_its_task() {
     let w = World::new();
     submit(&w.restarted()).await.unwrap();
     let written = w.record_meta("k").await;
     let mut before = w.bucket.snapshot();
+    // Both of the marker's ages in one pass (a daily pass's case), and past
+    // the record's finish window: the record is not read.
     w.clock.set(written.1.last_modified + Duration::minutes(56));
-    let q = w.process();
-    let s = q
-        .engine()
-        .sweep(&idempotent_submit::protocol::SweepOptions::default())
-        .await
-        .unwrap();
-    assert_eq!((s.reads, s.errors), (1, 0), "{s:?}");
-    // GET record; GET task and HEAD marker; no write but the checkpoint's.
+    let s = pass_of(w.process(), false).await;
+    assert_eq!((s.reads, s.markers_deleted, s.errors), (0, 0, 0), "{s:?}");
+    // LISTs, the task's GET, and no write but the checkpoint's.
     let writes = w.faulty.calls().into_iter().filter(|c| c.op.is_write());
     assert!(writes.clone().all(|c| c.key.starts_with("sweeper/")));
     assert!(writes.count() > 0, "its checkpoint");
@@ -1154,12 +1219,21 @@ async fn the_records_last_look_leaves_the_marker_of_a_task_no_worker_has_taken()
         .filter(|c| !c.key.starts_with("sweeper/") && !c.op.is_write() && c.op != Op::List)
         .map(|c| (c.op, c.key.split('/').next().unwrap_or("").to_owned()))
         .collect();
-    assert_eq!(reads.len(), 3, "{reads:?}");
-    assert!(reads.contains(&(Op::Head, "ready".into())), "{reads:?}");
+    assert_eq!(reads, [(Op::Get, "tasks".into())]);
     let mut after = w.bucket.snapshot();
     after.retain(|(k, ..)| !k.starts_with("sweeper/"));
     before.retain(|(k, ..)| !k.starts_with("sweeper/"));
     assert_eq!(after, before, "byte for byte, but the checkpoint");
+    // Judged once: a later pass reads nothing of it.
+    w.clock.advance(Duration::hours(2));
+    let s = pass_of(w.process(), false).await;
+    let gets = w
+        .faulty
+        .calls()
+        .into_iter()
+        .filter(|c| c.op == Op::Get && c.key.starts_with("tasks/"))
+        .count();
+    assert_eq!((s.markers_deleted, gets), (0, 1), "{s:?}");
 }
 
 // ---- request counts (guarantee 8) ----

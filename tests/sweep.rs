@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::common::World;
-use chrono::Duration;
+use chrono::{DateTime, Duration, Utc};
 use futures::FutureExt;
 use idempotent_submit::protocol::sweep::RecordOutcome;
 use idempotent_submit::protocol::{RecordStatus, SweepOptions, SweepSummary};
@@ -247,7 +247,7 @@ async fn a_dry_run_reports_and_changes_nothing() {
 }
 
 /// The counts a dry run has to match: everything the real pass would do.
-fn counts(s: &SweepSummary) -> [u64; 8] {
+fn counts(s: &SweepSummary) -> [u64; 9] {
     [
         s.scanned,
         s.reads,
@@ -255,9 +255,42 @@ fn counts(s: &SweepSummary) -> [u64; 8] {
         s.expired_deleted,
         s.expired_kept,
         s.payloads_deleted,
+        s.markers_deleted,
         s.errors,
         u64::from(s.complete),
     ]
+}
+
+/// A task `status` available at `at`, under our shard of one digit, with
+/// its marker in that minute (or none): the marker's key.
+async fn task_with_marker(
+    store: &impl Store,
+    status: &str,
+    at: DateTime<Utc>,
+    task: bool,
+) -> String {
+    let id = uuid::Uuid::new_v4().hyphenated().to_string();
+    if task {
+        let body = json!({"id": id, "status": status, "available_at": at.to_rfc3339()});
+        store
+            .put(
+                &format!("tasks/{}/{id}.json", &id[..1]),
+                serde_json::to_vec(&body).unwrap().into(),
+                PutMode::Create,
+            )
+            .await
+            .unwrap();
+    }
+    let marker = format!(
+        "ready/{}/{:010}/{id}",
+        &id[..1],
+        at.timestamp().div_euclid(60)
+    );
+    store
+        .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)
+        .await
+        .unwrap();
+    marker
 }
 
 /// A payload under a new task id of `slice` (its first byte), as a dead
@@ -311,6 +344,8 @@ async fn a_dry_run_reads_each_record_as_the_real_run_and_counts_what_it_then_doe
     let pass_at = w.clock.now() + Duration::days(31) + Duration::minutes(11);
     let slice = idempotent_submit::protocol::sweep::payload_slices(pass_at).start;
     payload_of_slice(&w.bucket, slice).await;
+    // A marker beside a task a worker has run since.
+    let stale = task_with_marker(&w.bucket, "completed", w.clock.now(), true).await;
     w.clock.advance(Duration::days(31));
     // Stale and still creating, as every record stays: one done, one
     // interrupted after its record, one without its marker, one without its
@@ -342,7 +377,7 @@ async fn a_dry_run_reads_each_record_as_the_real_run_and_counts_what_it_then_doe
     w.bucket.delete(&marker, None).await.unwrap();
     w.interrupted_at("no-task", Op::PutCreate, "tasks/", Fault::CrashBefore)
         .await;
-    assert_eq!((w.count("tasks/"), w.count("ready/")), (3, 3));
+    assert_eq!((w.count("tasks/"), w.count("ready/")), (4, 4));
     w.clock.advance(Duration::minutes(11));
     assert_eq!(w.clock.now(), pass_at);
 
@@ -379,12 +414,18 @@ async fn a_dry_run_reads_each_record_as_the_real_run_and_counts_what_it_then_doe
 
     let real = w.sweep(false).await;
     assert_eq!(
-        (real.finished, real.expired_deleted, real.payloads_deleted),
-        (3, 2, 1),
+        (
+            real.finished,
+            real.expired_deleted,
+            real.payloads_deleted,
+            real.markers_deleted
+        ),
+        (3, 2, 1, 1),
         "{real:?}"
     );
     assert_eq!(counts(&dry), counts(&real), "dry {dry:?}\nreal {real:?}");
-    assert_eq!((w.count("tasks/"), w.count("ready/")), (5, 5));
+    assert_eq!((w.count("tasks/"), w.count("ready/")), (6, 5));
+    assert!(!w.keys("ready/").contains(&stale));
 }
 
 /// One orphan payload and one payload with its task (under a shard of one
@@ -521,9 +562,10 @@ async fn the_payload_pass_makes_no_request_at_or_after_the_runs_deadline_and_the
         clock: w.clock.clone(),
         began: Arc::default(),
     };
-    // Time for the checkpoint, the records and the first page of
-    // payloads/; not for the day's task listing that its orphan needs.
-    let deadline = w.clock.now() + Duration::minutes(5);
+    // Time for the checkpoint, the records, the ready index's one page and
+    // the first page of payloads/; not for the day's task listing that its
+    // orphan needs.
+    let deadline = w.clock.now() + Duration::minutes(6);
     let s = w
         .queue_over(common::Wrapped(slow.clone()))
         .engine()
@@ -544,6 +586,130 @@ async fn the_payload_pass_makes_no_request_at_or_after_the_runs_deadline_and_the
     // The next run, unhurried, goes on.
     assert_eq!(w.sweep(false).await.payloads_deleted, 1);
     assert!(!w.keys("payloads/").contains(&orphan));
+}
+
+/// A ready index of more than a page (a backlog): 1,100 markers over the
+/// 16 shards, a month old, a third of them true (their task pending in
+/// their minute), a third beside a task a worker ran, a third without a
+/// task. One pass deletes exactly the two stale thirds, listing the shard
+/// folders side by side, and a second pass judges none of them again.
+async fn a_long_ready_index_keeps_its_true_markers(behaviour: Behaviour, order: ListOrder) {
+    let clock = ManualClock::at_epoch();
+    let bucket = common::memory_store(&clock).with_behaviour(behaviour);
+    let (mut true_ones, mut stale) = (vec![], 0);
+    for i in 0..1_100 {
+        let at = clock.now() + Duration::minutes(i % 7);
+        match i % 3 {
+            0 => true_ones.push(task_with_marker(&bucket, "pending", at, true).await),
+            1 => {
+                task_with_marker(&bucket, "completed", at, true).await;
+                stale += 1;
+            }
+            _ => {
+                task_with_marker(&bucket, "pending", at, false).await;
+                stale += 1;
+            }
+        }
+    }
+    clock.advance(Duration::days(30));
+    let f = FaultyStore::new(bucket.clone());
+    let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), ordered(order));
+    let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+    assert_eq!(
+        (s.markers_deleted, s.errors, s.complete),
+        (stale, 0, true),
+        "{s:?}"
+    );
+    true_ones.sort();
+    let mut left: Vec<String> = bucket
+        .keys()
+        .into_iter()
+        .filter(|k| k.starts_with("ready/"))
+        .collect();
+    left.sort();
+    assert_eq!(left, true_ones);
+    let listed_by_folder = f
+        .calls()
+        .iter()
+        .filter(|c| c.op == Op::List && c.key.len() > "ready/".len() && c.key.starts_with("ready/"))
+        .count();
+    assert!(listed_by_folder >= 16, "{listed_by_folder} folder listings");
+    let gets = |f: &FaultyStore<MemoryStore>| {
+        f.calls()
+            .iter()
+            .filter(|c| c.op == Op::Get && c.key.starts_with("tasks/"))
+            .count()
+    };
+    assert_eq!(gets(&f), 1_100, "each marker's task read once");
+    clock.advance(Duration::days(1));
+    let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+    assert_eq!((s.markers_deleted, s.errors), (0, 0), "{s:?}");
+    assert_eq!(gets(&f), 1_100, "none judged again");
+}
+
+#[tokio::test]
+async fn a_long_ready_index_loses_its_stale_markers_and_keeps_its_true_ones() {
+    a_long_ready_index_keeps_its_true_markers(Behaviour::default(), ListOrder::Bytes).await;
+}
+
+#[tokio::test]
+async fn a_long_ready_index_is_scanned_alike_on_a_store_that_lists_folders_first() {
+    a_long_ready_index_keeps_its_true_markers(Behaviour::seaweedfs(), ListOrder::Bytes).await;
+    a_long_ready_index_keeps_its_true_markers(Behaviour::seaweedfs(), ListOrder::Any).await;
+}
+
+#[tokio::test]
+async fn a_long_ready_index_is_scanned_alike_on_a_store_that_lists_in_no_order() {
+    a_long_ready_index_keeps_its_true_markers(Behaviour::s3_express(7), ListOrder::Any).await;
+}
+
+#[tokio::test]
+async fn a_marker_scan_cut_short_by_the_runs_deadline_is_begun_again_by_the_next_pass() {
+    let w = World::new();
+    let stale = task_with_marker(&w.bucket, "completed", w.clock.now(), true).await;
+    w.clock.advance(Duration::hours(1));
+    let slow = MinutePerCall {
+        inner: w.bucket.clone(),
+        clock: w.clock.clone(),
+        began: Arc::default(),
+    };
+    // Time for the checkpoint, the records and the ready index's page, not
+    // for the task read that judges its marker.
+    let deadline = w.clock.now() + Duration::minutes(4);
+    let s = w
+        .queue_over(common::Wrapped(slow.clone()))
+        .engine()
+        .sweep(&SweepOptions {
+            deadline: Some(deadline),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // No request but the checkpoint's write-back (its stop margin) at or
+    // past the deadline, and no read of the marker's task.
+    let began = slow.began.lock().unwrap().clone();
+    assert!(
+        began
+            .iter()
+            .all(|(_, k, at)| *at < deadline || k.starts_with("sweeper/")),
+        "{began:?}"
+    );
+    assert!(
+        began
+            .iter()
+            .any(|(op, k, _)| *op == Op::List && k.starts_with("ready/")),
+        "the scan began: {began:?}"
+    );
+    assert!(
+        !began.iter().any(|(_, k, _)| k.starts_with("tasks/")),
+        "{began:?}"
+    );
+    assert_eq!((s.markers_deleted, s.complete), (0, true), "{s:?}");
+    assert!(w.keys("ready/").contains(&stale));
+    // The next pass (a new window) judges it: the cut scan's window is its.
+    w.clock.advance(Duration::minutes(10));
+    assert_eq!(w.sweep(false).await.markers_deleted, 1);
+    assert!(!w.keys("ready/").contains(&stale));
 }
 
 /// The day's payload pass over a bucket of `total` payloads (the bench's
@@ -977,8 +1143,7 @@ async fn reads_stay_bounded_however_often_the_sweeper_runs(
     let every_5 = reads_per_record_on(behaviour, order, Duration::minutes(5), span).await;
     let every_1 = reads_per_record_on(behaviour, order, Duration::minutes(1), span).await;
     // 864 and 4320 runs over three days; per record, the same few reads:
-    // the stale threshold, the last look (55 minutes), and 1 h, 2 h, ...
-    // 64 h of age at most.
+    // the stale threshold, and 1 h, 2 h, ... 64 h of age at most.
     let max5 = every_5.values().copied().max().unwrap();
     let max1 = every_1.values().copied().max().unwrap();
     assert!(max5 <= 9, "{every_5:?}");
@@ -1043,28 +1208,28 @@ async fn hourly_reads_of_a_long_lived_record(ttl: Duration, until: i64) -> (Vec<
 
 #[tokio::test]
 async fn a_record_kept_past_the_default_ttl_is_read_at_it_and_at_each_doubling_of_its_age() {
-    // Its last look once no late write can land (the 40-minute finish
-    // window and the 15-minute margin: the pass at 1 h); the default TTL, 30
-    // days (720 h); then 2^k hours past it: 1024 h, 2048 h, 4096 h, 8192 h.
-    // A 365-day record (8760 h) is alive at 8192 h and is deleted at the
-    // next doubling, 16384 h: under twice its TTL.
+    // The default TTL, 30 days (720 h); then 2^k hours past it: 1024 h,
+    // 2048 h, 4096 h, 8192 h. A 365-day record (8760 h) is alive at 8192 h
+    // and is deleted at the next doubling, 16384 h: under twice its TTL.
+    // Nothing in between: its marker is the ready index's scan's
+    // (markers.rs), not a read of the record.
     let (reads, deleted) = hourly_reads_of_a_long_lived_record(Duration::days(365), 20_000).await;
-    assert_eq!(reads, [1, 720, 1024, 2048, 4096, 8192, 16384]);
+    assert_eq!(reads, [720, 1024, 2048, 4096, 8192, 16384]);
     assert_eq!(deleted, Some(16384));
 }
 
 #[tokio::test]
 async fn a_record_kept_for_the_default_ttl_is_read_once_and_deleted_then() {
     let (reads, deleted) = hourly_reads_of_a_long_lived_record(Duration::days(30), 2_000).await;
-    // Its last look at 1 h, then its deletion.
-    assert_eq!(reads, [1, 720]);
+    // Its deletion, and no read before it.
+    assert_eq!(reads, [720]);
     assert_eq!(deleted, Some(720));
 }
 
 #[tokio::test]
 async fn a_record_kept_for_less_than_the_default_ttl_is_deleted_at_the_default_ttls_age() {
     let (reads, deleted) = hourly_reads_of_a_long_lived_record(Duration::days(2), 2_000).await;
-    assert_eq!(reads, [1, 720]);
+    assert_eq!(reads, [720]);
     assert_eq!(deleted, Some(720));
 }
 
@@ -1752,6 +1917,7 @@ fn a_summary_adds_every_count_of_another() {
         ignored: 12,
         unrecognized: 13,
         payloads_deleted: 14,
+        markers_deleted: 15,
         ..Default::default()
     };
     let mut sum = one.clone();
@@ -1768,6 +1934,7 @@ fn a_summary_adds_every_count_of_another() {
         ignored: 24,
         unrecognized: 26,
         payloads_deleted: 28,
+        markers_deleted: 30,
         ..Default::default()
     };
     assert_eq!(sum, twice);
@@ -2152,6 +2319,13 @@ async fn a_dry_run_counts_what_the_real_pass_then_does_on(
     for shard in [1, 2] {
         live.push(payload_with_its_task(&store, slices.start, shard).await);
     }
+    // A marker beside a task a worker has run, and one whose task never
+    // came: too young for the ready index's scan at 11 minutes, both stale
+    // nine days on.
+    let stale = [
+        task_with_marker(&store, "completed", start, true).await,
+        task_with_marker(&store, "pending", start, false).await,
+    ];
 
     clock.advance(Duration::minutes(11));
     let dry = dry_pass_writing_nothing(&store, &clock, &settings).await;
@@ -2168,6 +2342,14 @@ async fn a_dry_run_counts_what_the_real_pass_then_does_on(
     );
     assert_eq!(counts(&dry), counts(&s), "{at}: dry {dry:?}\nreal {s:?}");
 
+    let ready = |store: idempotent_submit::S3Store| async move {
+        common::all_keys(&store)
+            .await
+            .into_iter()
+            .filter(|k| k.starts_with("ready/"))
+            .collect::<Vec<String>>()
+    };
+    let before = ready(store.clone()).await;
     clock.set(later);
     let dry = dry_pass_writing_nothing(&store, &clock, &settings).await;
     let s = Queue::with_clock(store.clone(), Arc::new(clock.clone()), settings.clone())
@@ -2175,8 +2357,21 @@ async fn a_dry_run_counts_what_the_real_pass_then_does_on(
         .sweep(&SweepOptions::default())
         .await
         .unwrap();
-    assert_eq!((s.payloads_deleted, s.errors), (2, 0), "{at}: {s:?}");
+    assert_eq!(
+        (s.payloads_deleted, s.markers_deleted, s.errors),
+        (2, 2, 0),
+        "{at}: {s:?}"
+    );
     assert_eq!(counts(&dry), counts(&s), "{at}: dry {dry:?}\nreal {s:?}");
+    // The records' markers, true, and neither stale one.
+    let markers = ready(store.clone()).await;
+    assert_eq!(markers.len(), before.len() - 2, "{at}: {markers:?}");
+    assert!(
+        stale
+            .iter()
+            .all(|m| before.contains(m) && !markers.contains(m)),
+        "{at}"
+    );
     let mut left: Vec<String> = common::all_keys(&store)
         .await
         .into_iter()

@@ -344,7 +344,7 @@ pub(crate) async fn cost(r: &mut Report) {
             }),
         ),
         (
-            "daily pass: S3 (LIST `idempotency/` and `payloads/`; GET record, task, HEAD marker and task of a payload)",
+            "daily pass: S3 (LIST `idempotency/` and `payloads/`; GET record, task of a payload, task of a marker still standing)",
             Box::new(|b: &Bill| {
                 (
                     format!("{:.3} LIST, {:.2} GET", b.pass_lists, b.pass_gets),
@@ -404,7 +404,7 @@ pub(crate) async fn cost(r: &mut Report) {
     );
     let pass_lists = TTL_DAYS / 1000.0; // each record listed once a day
     r.line(format!(
-        "Per submit, nothing above depends on the number of live records: the due messages' path reads the record its message names, and the pass's share of the records' listing is one LIST per 1,000 records per day, {:.3} LISTs per submit at a {TTL_DAYS}-day TTL (an offloaded input adds its share of the `payloads/` listing and of its slice's task listing, at scale).\n",
+        "Per submit, nothing above depends on the number of live records: the due messages' path reads the record its message names, and the pass's share of the records' listing is one LIST per 1,000 records per day, {:.3} LISTs per submit at a {TTL_DAYS}-day TTL (an offloaded input adds its share of the `payloads/` listing and of its slice's task listing, at scale). The pass's scan of the ready index is one LIST of `ready/` a day here, whatever the volume (its workers keep it short), with a GET only for a marker still standing 15 minutes after it landed: none where a worker consumes the markers, so none in the bill; $0.000005 a day in all.\n",
         pass_lists
     ));
     r.line(format!(

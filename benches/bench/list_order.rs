@@ -34,9 +34,9 @@ fn scopes(live: usize) -> Vec<(String, usize)> {
 /// days before `now`, and the day's records past their TTL (written 30 to 31
 /// days before); a complete pass one day before `now`. Only what the pass
 /// at `now` reads has a record's body: the records past their TTL, and the
-/// submits from their stale age to a day past their last look (their task
-/// and marker written too: no worker runs); the rest are listed and never
-/// read.
+/// submits from their stale age to their finish window (their task and
+/// marker written too: no worker runs, so the ready index's scan reads the
+/// task of each marker old enough); the rest are listed and never read.
 async fn bucket(live: usize, now: DateTime<Utc>) -> MemoryStore {
     let clock = ManualClock::new(now - Duration::days(31));
     let store = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
@@ -64,7 +64,6 @@ async fn bucket(live: usize, now: DateTime<Utc>) -> MemoryStore {
     let expired: Bytes = serde_json::to_vec(&v).unwrap().into();
     let span = Duration::days(31).num_seconds();
     let settings = Settings::default();
-    let last_look = settings.finish_window + settings.late_write_margin;
     let mut n: u64 = 0;
     for (scope, live_here) in scopes(live) {
         // A thirtieth more: the day's records past their TTL.
@@ -73,10 +72,9 @@ async fn bucket(live: usize, now: DateTime<Utc>) -> MemoryStore {
             n += 1;
             let age = Duration::seconds(span - (j as i64 * span) / written as i64);
             clock.set(now - age);
-            if age >= settings.stale_creating_after && age < last_look + Duration::days(1) {
+            if age >= settings.stale_creating_after && age < settings.finish_window {
                 // A submit the pass reads: past its stale age and in its
-                // finish window, or at its last look since the pass before
-                // (docs/protocol.md, "The scheduled pass").
+                // finish window (docs/protocol.md, "The scheduled pass").
                 q.submit(&*scope, json!(n))
                     .idempotency_key(format!("k{n}"))
                     .await
@@ -211,7 +209,7 @@ pub(crate) async fn list_order(r: &mut Report) {
         .unwrap_or(10_000_000);
     r.line("\n## The daily pass: `LIST_ORDER=any` against `LIST_ORDER=bytes`\n");
     r.line(format!(
-        "One bucket, built the same way for each setting in memory (S3's answers): {live} live records of a 30-day TTL written evenly over 30 days in 102 scopes (60 % in one task type, 30 % in another, 10 % over a hundred more), the day's records past their TTL, the submits the pass reads whole (record, task, marker, no worker: from 10 minutes old, their stale age, to their last look at 55 minutes, finish window and late-write margin, plus the day since the last pass), and a complete pass one day before. One day's pass under each setting, every request counted by kind; dollars at S3 Standard's prices (LIST and PUT $5 per million, GET and HEAD $0.40, DELETE free). Wall time on S3: the same pass with every request taking {} ms (requests sent together overlap: a pass lists 32 ranges at once and reads 16 records at once per range), on tokio's paused clock, so measured and not waited (the CPU's time is not in it); invocations at {INVOCATION_SECS:.0} s of work each (the sweep function's 120 s timeout less its 10 s margin; a pass goes on at the next run, a day later at `rate(1 day)`). In memory: the pass's real time on this machine (the bench's optimized build, two cores), its CPU's alone.\n",
+        "One bucket, built the same way for each setting in memory (S3's answers): {live} live records of a 30-day TTL written evenly over 30 days in 102 scopes (60 % in one task type, 30 % in another, 10 % over a hundred more), the day's records past their TTL, the submits the pass reads whole (record, task, marker, no worker: from 10 minutes old, their stale age, to 40, their finish window; the ready index's scan reads the task of each of their markers 15 minutes old or more), and a complete pass one day before. One day's pass under each setting, every request counted by kind; dollars at S3 Standard's prices (LIST and PUT $5 per million, GET and HEAD $0.40, DELETE free). Wall time on S3: the same pass with every request taking {} ms (requests sent together overlap: a pass lists 32 ranges at once and reads 16 records at once per range), on tokio's paused clock, so measured and not waited (the CPU's time is not in it); invocations at {INVOCATION_SECS:.0} s of work each (the sweep function's 120 s timeout less its 10 s margin; a pass goes on at the next run, a day later at `rate(1 day)`). In memory: the pass's real time on this machine (the bench's optimized build, two cores), its CPU's alone.\n",
         ROUND_TRIP.as_millis()
     ));
     r.line("| `LIST_ORDER` | LIST | GET | HEAD | PUT | DELETE | S3 dollars per day | wall time on S3 | invocations | records read, deleted | in memory |");

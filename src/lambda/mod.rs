@@ -181,6 +181,7 @@ pub(crate) fn report_sweep(
         finished = s.finished,
         expired_deleted = s.expired_deleted,
         payloads_deleted = s.payloads_deleted,
+        markers_deleted = s.markers_deleted,
         errors = s.errors,
         past_deadline = s.past_deadline,
         early = s.early,

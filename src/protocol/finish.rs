@@ -596,7 +596,7 @@ mod tests {
         assert!(marker_late(sent, ms(20), ms(41)));
         // A slow task stretches the bound with it, as a slow link does: a
         // marker held as long beside it is not told apart, and is left to
-        // the sweeper's last look (docs/protocol.md).
+        // the scheduled pass's scan of the ready index (docs/protocol.md).
         assert!(!marker_late(sent, ms(900), ms(1500)));
         assert!(marker_late(sent, ms(20), ms(1500)));
     }

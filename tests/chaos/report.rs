@@ -229,7 +229,7 @@ impl Report {
             o,
             "Due queue: {} messages received, {} taken, {} handed back, {} in batches whose `sweep` \
              was killed; {} scheduled passes ({} busy, {} failed), {} records finished by them, \
-             {} orphan payloads deleted by them.\n",
+             {} orphan payloads and {} stale markers deleted by them.\n",
             s.received.load(Ordering::SeqCst),
             s.acked.load(Ordering::SeqCst),
             s.handed_back.load(Ordering::SeqCst),
@@ -239,6 +239,7 @@ impl Report {
             s.passes_failed.load(Ordering::SeqCst),
             s.finished_by_passes.load(Ordering::SeqCst),
             self.payloads_deleted_logged,
+            self.markers_deleted_logged,
         );
 
         let promise = std::time::Duration::from_secs(c.windows.event_delivery);

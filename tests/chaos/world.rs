@@ -321,9 +321,10 @@ pub struct Report {
     pub due_past_deadline: u64,
     pub finished_by_passes_logged: u64,
     /// From the logs too: the function's answer to a schedule leaves out
-    /// whether the pass was busy and the payloads it deleted.
+    /// whether the pass was busy and the payloads and markers it deleted.
     pub passes_busy_logged: u64,
     pub payloads_deleted_logged: u64,
+    pub markers_deleted_logged: u64,
     pub recovered_by_submits: u64,
     /// The machine's load average (1, 5, 15 min) when the world started
     /// and when its producers stopped.
@@ -968,10 +969,13 @@ pub async fn run(cfg: WorldConfig) -> Report {
     for p in submit.proxies().chain(sweep.proxies()) {
         p.heal();
     }
-    // Orphan payloads are the scheduled pass's once they are that old:
-    // one more pass after it, healed, not held.
+    // Orphan payloads are the scheduled pass's once they are that old, and
+    // a stale marker once it has stood for the late-write margin (the
+    // ready index's scan, src/protocol/sweep/markers.rs): one more pass
+    // once the last marker that landed before the windows closed is that
+    // old, healed, not held.
     *hold_passes.lock().unwrap() = None;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_secs(cfg.windows.late_write + 1)).await;
     let mut last_pass = None;
     let mut last_pass_at = None;
     // Until one completes (a run stops before its deadline keeping its
@@ -1081,6 +1085,12 @@ pub async fn run(cfg: WorldConfig) -> Report {
             SUMMARY,
             Some("scheduled pass"),
             "payloads_deleted",
+        ),
+        markers_deleted_logged: sum_logged_from(
+            &sweep_logs,
+            SUMMARY,
+            Some("scheduled pass"),
+            "markers_deleted",
         ),
         recovered_by_submits: sum_logged(&submit_logs, "submitted", "recovered")
             + sum_logged(&submit_logs, "batch item submitted", "recovered"),

@@ -16,11 +16,6 @@
 //!
 //! - `STALE_CREATING_AFTER_SECONDS`, while the record can still be finished
 //!   (younger than the finish window): a record whose event never came;
-//! - the finish window plus the late-write margin, once no write for the
-//!   record can land any more: its last look, which removes a marker left
-//!   stale beside a task a worker has taken (a marker that landed late, or
-//!   whose finisher died before its re-read; docs/protocol.md, "The ready
-//!   index stays true");
 //! - the default TTL, when most records expire;
 //! - 1 h × 2^k beyond the default TTL, for records with longer TTLs (they go
 //!   at most twice their TTL late; S3's lifecycle rule is the backstop, and an
@@ -48,8 +43,15 @@
 //! store's own continuation token (`folders.rs`). Every record is listed
 //! once per pass however the store orders them; the window, the thresholds,
 //! the deadline and the checkpoint are the same.
+//!
+//! Once its records are done, a pass keeps the workers' ready index true
+//! (`markers.rs`): it lists `ready/` and judges each marker by its own age,
+//! not by its record, deleting one that names a task a worker has taken or
+//! one that was never written; then the input payloads no task names
+//! (`payloads.rs`).
 
 mod folders;
+mod markers;
 mod pass;
 mod payloads;
 mod ranges;
@@ -142,6 +144,11 @@ pub struct SweepSummary {
     /// their age (counted, not deleted, in a dry run).
     #[serde(skip)]
     pub payloads_deleted: u64,
+    /// Markers of the ready index that named a task no worker can claim
+    /// from them (taken, or never written), deleted by the pass (counted,
+    /// not deleted, in a dry run).
+    #[serde(skip)]
+    pub markers_deleted: u64,
 }
 
 impl SweepSummary {
@@ -159,6 +166,7 @@ impl SweepSummary {
         self.ignored += o.ignored;
         self.unrecognized += o.unrecognized;
         self.payloads_deleted += o.payloads_deleted;
+        self.markers_deleted += o.markers_deleted;
     }
 }
 

@@ -37,20 +37,22 @@ struct Checkpoint {
     /// A run is working this pass until then.
     #[serde(default)]
     running_until: Option<DateTime<Utc>>,
+    /// Where the last complete scan of the ready index ended (`None`:
+    /// never): the next scan's window begins there (`markers.rs`).
+    #[serde(default)]
+    markers_until: Option<DateTime<Utc>>,
 }
 
 impl Checkpoint {
-    fn new_pass(
-        previous_pass: Option<DateTime<Utc>>,
-        pass: DateTime<Utc>,
-        order: ListOrder,
-    ) -> Self {
+    /// A new pass at `pass`, after the complete one `before` (if any).
+    fn new_pass(before: Option<&Checkpoint>, pass: DateTime<Utc>, order: ListOrder) -> Self {
         Checkpoint {
-            previous_pass,
+            previous_pass: before.map(|c| c.pass),
             pass,
             complete: false,
             ranges: vec![Range::first(order)],
             running_until: None,
+            markers_until: before.and_then(|c| c.markers_until),
         }
     }
 }
@@ -82,7 +84,7 @@ fn open_pass(
             }
             (c, true)
         }
-        Some(c) => (Checkpoint::new_pass(Some(c.pass), started, order), false),
+        Some(c) => (Checkpoint::new_pass(Some(&c), started, order), false),
         None => (Checkpoint::new_pass(None, started, order), false),
     }
 }
@@ -115,7 +117,6 @@ impl Engine {
         let crossed = |t: Duration| t <= age && previous.is_none_or(|p| p - last_modified < t);
         let s = &self.settings;
         (crossed(s.stale_creating_after) && age < s.finish_window)
-            || crossed(s.finish_window + s.late_write_margin)
             || crossed(s.default_ttl)
             || (0..20)
                 .map(|k| Duration::hours(1 << k))
@@ -163,6 +164,15 @@ impl Engine {
         cp.ranges = self.list_ranges(todo, window, opts, &mut summary).await;
         summary.complete = cp.ranges.is_empty();
         cp.complete = summary.complete;
+        // Once the records are done: the ready index's stale markers, over
+        // the window since the last complete scan.
+        if summary.complete
+            && self
+                .sweep_markers((cp.markers_until, cp.pass), opts, &mut summary)
+                .await
+        {
+            cp.markers_until = Some(cp.pass);
+        }
         cp.running_until = None;
         if !opts.dry_run {
             self.save_checkpoint(&cp, etag.as_ref()).await?;
@@ -490,11 +500,8 @@ mod tests {
 
     #[test]
     fn an_unfinished_pass_is_resumed_with_its_window_and_ranges() {
-        let mut cp = Checkpoint::new_pass(
-            Some(t("2026-01-01T00:00:00Z")),
-            t("2026-01-02T00:00:00Z"),
-            ListOrder::Bytes,
-        );
+        let mut cp = Checkpoint::new_pass(None, t("2026-01-02T00:00:00Z"), ListOrder::Bytes);
+        cp.previous_pass = Some(t("2026-01-01T00:00:00Z"));
         cp.ranges = vec![Range::Scopes {
             after: Some("idempotency/s/ab.json".into()),
         }];
@@ -514,10 +521,14 @@ mod tests {
         let mut done = Checkpoint::new_pass(None, t("2026-01-02T00:00:00Z"), ListOrder::Bytes);
         done.complete = true;
         done.ranges.clear();
+        done.markers_until = Some(t("2026-01-01T00:00:00Z"));
         let now = t("2026-01-03T00:00:00Z");
         let (open, resumed) = open_pass(Some(done.clone()), now, ListOrder::Bytes);
         assert!(!resumed);
         assert_eq!(open.previous_pass, Some(t("2026-01-02T00:00:00Z")));
+        // The ready index's window goes on from the last complete scan,
+        // whichever pass that was in.
+        assert_eq!(open.markers_until, Some(t("2026-01-01T00:00:00Z")));
         assert_eq!(open.pass, now);
         assert_eq!(open.ranges, vec![Range::Scopes { after: None }]);
         let (any, _) = open_pass(Some(done), now, ListOrder::Any);
@@ -525,15 +536,13 @@ mod tests {
         let (first, resumed) = open_pass(None, now, ListOrder::Bytes);
         assert!(!resumed);
         assert_eq!((first.previous_pass, first.pass), (None, now));
+        assert_eq!(first.markers_until, None);
     }
 
     #[test]
     fn a_pass_begun_under_the_other_list_order_keeps_its_window_and_begins_its_ranges_again() {
-        let mut cp = Checkpoint::new_pass(
-            Some(t("2026-01-01T00:00:00Z")),
-            t("2026-01-02T00:00:00Z"),
-            ListOrder::Bytes,
-        );
+        let mut cp = Checkpoint::new_pass(None, t("2026-01-02T00:00:00Z"), ListOrder::Bytes);
+        cp.previous_pass = Some(t("2026-01-01T00:00:00Z"));
         cp.ranges = vec![Range::Scopes {
             after: Some("idempotency/s/ab.json".into()),
         }];

@@ -118,7 +118,7 @@ impl Engine {
     /// written until its record's finish deadline (the record is written
     /// with its payload, or before a finisher writes the payload) and land
     /// up to 15 minutes after it; an operation's length of slack on top.
-    fn orphan_after(&self) -> Duration {
+    pub(super) fn orphan_after(&self) -> Duration {
         self.settings.finish_window
             + self.settings.late_write_margin
             + self.settings.operation_timeout
@@ -305,7 +305,7 @@ impl Engine {
     }
 
     /// The run's deadline has come: no request starts any more.
-    fn past(&self, opts: &SweepOptions) -> bool {
+    pub(super) fn past(&self, opts: &SweepOptions) -> bool {
         opts.deadline.is_some_and(|d| self.now() >= d)
     }
 
