@@ -172,7 +172,7 @@ CHAOS_TEST = CHAOS_REPORT=$(CURDIR)/target/chaos-report ./scripts/with-moto.sh .
 # what each size held is in docs/reliability.md. The SeaweedFS world takes
 # the same size with twice the sweep environments and drainers
 # (tests/chaos.rs).
-CHAOS_SIZE ?= CHAOS_PRODUCERS=10 CHAOS_SUBMIT_ENVS=10 CHAOS_SWEEP_ENVS=6 CHAOS_DRAINERS=4
+CHAOS_SIZE ?= CHAOS_PRODUCERS=12 CHAOS_SUBMIT_ENVS=12 CHAOS_SWEEP_ENVS=6 CHAOS_DRAINERS=4
 chaos: tools
 	$(CARGO) build $(CHAOS_BINS)
 	CHAOS_BIN_DIR=$(CURDIR)/target/chaos CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_SEED=$(CHAOS_SEED) $(CHAOS_SIZE) \

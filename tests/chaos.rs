@@ -124,7 +124,7 @@ async fn a_world_with_everything_failing_at_once_loses_and_doubles_nothing() {
 #[ignore = "a second world of a minute and a half: make chaos runs it (make chaos-seaweedfs alone)"]
 async fn a_world_on_seaweedfs_with_the_submitters_due_messages_loses_and_doubles_nothing() {
     let mut base = world::WorldConfig::everything(seed(), seconds(20));
-    // Four producers unless CHAOS_PRODUCERS says (make chaos: 10). The
+    // Four producers unless CHAOS_PRODUCERS says (make chaos: 12). The
     // submitter sends a due message beside every claim, retried ones
     // included (about three a record under this world's faults, against
     // one S3 event): twice the pollers and sweep environments of the moto
