@@ -550,22 +550,16 @@ impl common::Hooks for MinutePerCall {
     }
 }
 
-#[tokio::test]
-async fn the_payload_pass_makes_no_request_at_or_after_the_runs_deadline_and_the_next_goes_on() {
-    let w = World::new();
-    let later = w.clock.now() + Duration::days(9);
-    let slice = idempotent_submit::protocol::sweep::payload_slices(later).start;
-    let orphan = payload_of_slice(&w.bucket, slice).await;
-    w.clock.set(later);
+/// A scheduled pass over `w`'s bucket in which each call takes a minute,
+/// stopped by a deadline `minutes` on: its summary, the deadline, and when
+/// each call began.
+async fn pass_by_the_minute(w: &World, minutes: i64) -> (SweepSummary, DateTime<Utc>, Vec<Began>) {
     let slow = MinutePerCall {
         inner: w.bucket.clone(),
         clock: w.clock.clone(),
         began: Arc::default(),
     };
-    // Time for the checkpoint, the records, the ready index's one page and
-    // the first page of payloads/; not for the day's task listing that its
-    // orphan needs.
-    let deadline = w.clock.now() + Duration::minutes(6);
+    let deadline = w.clock.now() + Duration::minutes(minutes);
     let s = w
         .queue_over(common::Wrapped(slow.clone()))
         .engine()
@@ -576,6 +570,20 @@ async fn the_payload_pass_makes_no_request_at_or_after_the_runs_deadline_and_the
         .await
         .unwrap();
     let began = slow.began.lock().unwrap().clone();
+    (s, deadline, began)
+}
+
+#[tokio::test]
+async fn the_payload_pass_makes_no_request_at_or_after_the_runs_deadline_and_the_next_goes_on() {
+    let w = World::new();
+    let later = w.clock.now() + Duration::days(9);
+    let slice = idempotent_submit::protocol::sweep::payload_slices(later).start;
+    let orphan = payload_of_slice(&w.bucket, slice).await;
+    w.clock.set(later);
+    // Time for the checkpoint, the records, the ready index's one page and
+    // the first page of payloads/; not for the day's task listing that its
+    // orphan needs.
+    let (s, deadline, began) = pass_by_the_minute(&w, 6).await;
     assert!(began.iter().all(|(.., at)| *at < deadline), "{began:?}");
     assert!(
         began.iter().any(|(_, k, _)| k.starts_with("payloads/")),
@@ -668,26 +676,11 @@ async fn a_marker_scan_cut_short_by_the_runs_deadline_is_begun_again_by_the_next
     let w = World::new();
     let stale = task_with_marker(&w.bucket, "completed", w.clock.now(), true).await;
     w.clock.advance(Duration::hours(1));
-    let slow = MinutePerCall {
-        inner: w.bucket.clone(),
-        clock: w.clock.clone(),
-        began: Arc::default(),
-    };
     // Time for the checkpoint, the records and the ready index's page, not
     // for the task read that judges its marker.
-    let deadline = w.clock.now() + Duration::minutes(4);
-    let s = w
-        .queue_over(common::Wrapped(slow.clone()))
-        .engine()
-        .sweep(&SweepOptions {
-            deadline: Some(deadline),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let (s, deadline, began) = pass_by_the_minute(&w, 4).await;
     // No request but the checkpoint's write-back (its stop margin) at or
     // past the deadline, and no read of the marker's task.
-    let began = slow.began.lock().unwrap().clone();
     assert!(
         began
             .iter()

@@ -166,7 +166,7 @@ impl Engine {
         // the records' ranges are, under either LIST_ORDER (prefixes that
         // end in `/`, and no order relied on); the first page's markers are
         // judged as their folder is listed.
-        let Some(folders) = self.ready_folders(opts, summary).await? else {
+        let Some(folders) = self.folders_under(READY_PREFIX, opts, summary).await? else {
             return Ok(false);
         };
         let tallies: Vec<Result<(bool, SweepSummary), SubmitError>> =
@@ -187,33 +187,6 @@ impl Engine {
             complete &= done;
         }
         Ok(complete)
-    }
-
-    /// The shard folders of `ready/`; `None` when the run's deadline came
-    /// first.
-    async fn ready_folders(
-        &self,
-        opts: &SweepOptions,
-        summary: &mut SweepSummary,
-    ) -> Result<Option<Vec<String>>, SubmitError> {
-        let mut folders = Vec::new();
-        let mut page: Option<String> = None;
-        loop {
-            if self.past(opts) {
-                return Ok(None);
-            }
-            let dirs = self
-                .with_retries(self.request_deadline(opts.deadline), || {
-                    self.store.list_dirs(READY_PREFIX, page.clone())
-                })
-                .await?;
-            summary.lists += 1;
-            folders.extend(dirs.prefixes);
-            match dirs.next {
-                Some(n) => page = Some(n),
-                None => return Ok(Some(folders)),
-            }
-        }
     }
 
     /// Lists one shard folder page by page and judges each page: `false`

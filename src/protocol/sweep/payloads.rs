@@ -309,6 +309,34 @@ impl Engine {
         opts.deadline.is_some_and(|d| self.now() >= d)
     }
 
+    /// Every folder right under `prefix`, page by page; `None` when the
+    /// run's deadline came first.
+    pub(super) async fn folders_under(
+        &self,
+        prefix: &str,
+        opts: &SweepOptions,
+        summary: &mut SweepSummary,
+    ) -> Result<Option<Vec<String>>, SubmitError> {
+        let mut folders = Vec::new();
+        let mut page: Option<String> = None;
+        loop {
+            if self.past(opts) {
+                return Ok(None);
+            }
+            let dirs = self
+                .with_retries(self.request_deadline(opts.deadline), || {
+                    self.store.list_dirs(prefix, page.clone())
+                })
+                .await?;
+            summary.lists += 1;
+            folders.extend(dirs.prefixes);
+            match dirs.next {
+                Some(n) => page = Some(n),
+                None => return Ok(Some(folders)),
+            }
+        }
+    }
+
     /// The ids of the tasks of `slices` under every shard length: the
     /// folders right under `tasks/` first (one LIST for ours), then each
     /// folder that can hold them. Under `LIST_ORDER=bytes` a one-digit
@@ -321,24 +349,9 @@ impl Engine {
         opts: &SweepOptions,
         summary: &mut SweepSummary,
     ) -> Result<Option<HashSet<Uuid>>, SubmitError> {
-        let mut folders: Vec<String> = Vec::new();
-        let mut page: Option<String> = None;
-        loop {
-            if self.past(opts) {
-                return Ok(None);
-            }
-            let dirs = self
-                .with_retries(self.request_deadline(opts.deadline), || {
-                    self.store.list_dirs(TASKS_PREFIX, page.clone())
-                })
-                .await?;
-            summary.lists += 1;
-            folders.extend(dirs.prefixes);
-            match dirs.next {
-                Some(n) => page = Some(n),
-                None => break,
-            }
-        }
+        let Some(folders) = self.folders_under(TASKS_PREFIX, opts, summary).await? else {
+            return Ok(None);
+        };
         let hexes: Vec<String> = slices.clone().map(slice_hex).collect();
         let mut prefixes: Vec<String> = Vec::new();
         for folder in folders {
