@@ -672,6 +672,46 @@ async fn a_long_ready_index_is_scanned_alike_on_a_store_that_lists_in_no_order()
 }
 
 #[tokio::test]
+async fn a_shard_folder_that_cannot_be_listed_leaves_the_others_judged_and_is_judged_next_pass() {
+    let clock = ManualClock::at_epoch();
+    let bucket = common::memory_store(&clock);
+    let (mut stale, mut in_3) = (0, 0);
+    for _ in 0..1_100 {
+        let m = task_with_marker(&bucket, "completed", clock.now(), true).await;
+        stale += 1;
+        in_3 += u64::from(m.starts_with("ready/3/"));
+    }
+    assert!(in_3 > 0);
+    clock.advance(Duration::days(1));
+    let f = FaultyStore::new(bucket.clone());
+    f.inject(
+        Some(Op::List),
+        "ready/3/",
+        1,
+        1,
+        Fault::Fail(StoreError::Fatal("listing refused".into())),
+    );
+    let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), common::settings());
+    let left = || {
+        bucket
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with("ready/"))
+            .count() as u64
+    };
+    // The other fifteen folders judged and counted; the failure counted.
+    let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+    assert_eq!((s.markers_deleted, s.errors), (stale - in_3, 1), "{s:?}");
+    assert_eq!(left(), in_3);
+    // The scan did not complete, so the next pass's window takes this
+    // one's in too: the folder's markers are judged then.
+    clock.advance(Duration::days(1));
+    let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+    assert_eq!((s.markers_deleted, s.errors), (in_3, 0), "{s:?}");
+    assert_eq!(left(), 0);
+}
+
+#[tokio::test]
 async fn a_marker_scan_cut_short_by_the_runs_deadline_is_begun_again_by_the_next_pass() {
     let w = World::new();
     let stale = task_with_marker(&w.bucket, "completed", w.clock.now(), true).await;

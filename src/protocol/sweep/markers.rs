@@ -180,13 +180,19 @@ impl Engine {
                 .buffer_unordered(RANGES_AT_ONCE)
                 .collect()
                 .await;
-        let mut complete = true;
+        // The other folders' counts kept, whichever one failed, before the
+        // failure is answered.
+        let (mut complete, mut failed) = (true, None);
         for t in tallies {
-            let (done, tally) = t?;
-            summary.add(&tally);
-            complete &= done;
+            match t {
+                Ok((done, tally)) => {
+                    summary.add(&tally);
+                    complete &= done;
+                }
+                Err(e) => failed = Some(e),
+            }
         }
-        Ok(complete)
+        failed.map_or(Ok(complete), Err)
     }
 
     /// Lists one shard folder page by page and judges each page: `false`
