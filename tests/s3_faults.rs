@@ -212,12 +212,16 @@ async fn a_fifth_of_requests_failing_loses_and_doubles_nothing() {
     eprintln!("chaos: {redeliveries} record events came back before they were handled");
 
     // Each kind of fault happened, and a lost answer on each kind of
-    // conditional write.
+    // conditional write. A 409 falls only on a conditional write (about
+    // 300 of the 720-odd requests: some 9 of them expected, at 20 % and one
+    // kind in seven); 4 were seen in a make test on a loaded machine, so it
+    // is asked to happen, the others five times.
     let c = &proxy.counts;
     for (i, kind) in KINDS.iter().enumerate() {
         eprintln!("chaos: {:>4}  {kind}", c.kind(i));
+        let least = if kind.starts_with("409") { 1 } else { 5 };
         assert!(
-            c.kind(i) >= 5,
+            c.kind(i) >= least,
             "too few faults of kind {kind}: {}",
             c.kind(i)
         );
