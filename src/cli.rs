@@ -722,6 +722,7 @@ async fn doctor(
                 url: url.clone(),
                 delay_seconds: due_queue_delay(&sqs, url).await,
                 stale_seconds: queue.settings().stale_creating_after.num_seconds() as u64,
+                order: config.due_message,
             })
         }
         _ => None,

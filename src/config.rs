@@ -5,6 +5,8 @@ use std::time::Duration as StdDuration;
 
 use chrono::Duration;
 
+pub use crate::due_sender::DueOrder;
+
 /// How the protocol retries one request: on 409 and on S3's retryable
 /// failures, with capped exponential backoff and full jitter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -404,6 +406,10 @@ pub struct Config {
     /// `DUE_QUEUE_URL`: the due queue; required with
     /// [`RecordEvents::Submitter`].
     pub due_queue_url: Option<String>,
+    /// `DUE_MESSAGE`: under [`RecordEvents::Submitter`], whether the queue
+    /// accepts each record's due message before the record's PUT is sent
+    /// (the default) or beside it.
+    pub due_message: DueOrder,
     /// `S3_CREDENTIALS_SECRET`: a Secrets Manager secret (name or ARN) with
     /// the bucket's key pair, for a bucket at another provider; only the S3
     /// client signs with it. Unset: the S3 client takes the credentials the
@@ -590,6 +596,15 @@ impl Config {
             }
         };
         let due_queue_url = nonempty("DUE_QUEUE_URL");
+        let due_message = match get("DUE_MESSAGE") {
+            None => DueOrder::default(),
+            Some(v) => DueOrder::parse(&v).ok_or_else(|| {
+                err(
+                    "DUE_MESSAGE",
+                    format!("{:?} is not one of before_claim/with_claim", v.trim()),
+                )
+            })?,
+        };
         if record_events == RecordEvents::Submitter && due_queue_url.is_none() {
             return Err(err(
                 "DUE_QUEUE_URL",
@@ -604,6 +619,7 @@ impl Config {
             settings,
             record_events,
             due_queue_url,
+            due_message,
             s3_credentials_secret: nonempty("S3_CREDENTIALS_SECRET"),
         })
     }

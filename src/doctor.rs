@@ -43,6 +43,29 @@ pub struct DueQueueSeen {
     pub delay_seconds: Result<u64, String>,
     /// `STALE_CREATING_AFTER_SECONDS`.
     pub stale_seconds: u64,
+    /// `DUE_MESSAGE`: when the submitter sends each message.
+    pub order: crate::due_sender::DueOrder,
+}
+
+/// Under `RECORD_EVENTS=submitter`: whether a record can exist without its
+/// due message (`DUE_MESSAGE`).
+pub fn due_message_check(order: crate::due_sender::DueOrder) -> Check {
+    use crate::due_sender::DueOrder;
+    match order {
+        DueOrder::BeforeClaim => check(
+            "due_message",
+            Status::Ok,
+            "before_claim: each record's due message is accepted before its PUT, so every \
+             interrupted submit is finished by the sweeper",
+        ),
+        DueOrder::WithClaim => check(
+            "due_message",
+            Status::Warning,
+            "with_claim: a submit whose process dies after its record's PUT and before SQS took \
+             its message is finished only by the next submit of its key (DUE_MESSAGE=before_claim \
+             closes that window at one round trip more)",
+        ),
+    }
 }
 
 /// Under `RECORD_EVENTS=submitter`: the due queue is reachable, and its
@@ -169,6 +192,7 @@ pub async fn examine(client: &Client, bucket: &str, expect: &Expectations) -> Re
             });
             checks.push(submitter_notification_check(sends));
             checks.push(due_queue_check(due));
+            checks.push(due_message_check(due.order));
         }
     }
     match &lifecycle {

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigError, RecordEvents, Settings};
-use crate::due_sender::DueSender;
+use crate::due_sender::{DueOrder, DueSender};
 use crate::protocol::hash;
 use crate::protocol::options::{OptionValue, TaskOption};
 use crate::protocol::record::{TaskLocation, record_key};
@@ -60,7 +60,13 @@ impl Queue {
             #[cfg(feature = "sqs")]
             (RecordEvents::Submitter, Some(url)) => {
                 let sender = crate::due_sender::SqsDueSender::from_env(url.clone()).await;
-                Ok(queue.with_due_sender(sender, config.bucket.clone()))
+                Ok(
+                    queue.with_due_sender_ordered(
+                        sender,
+                        config.bucket.clone(),
+                        config.due_message,
+                    ),
+                )
             }
             (RecordEvents::Submitter, _) => Err(ConfigError {
                 var: "RECORD_EVENTS",
@@ -77,8 +83,21 @@ impl Queue {
     /// `sender` (`RECORD_EVENTS=submitter`, for buckets that send no S3
     /// events: docs/protocol.md, "Due messages from the submitter"); the
     /// messages name `bucket`, the bucket of this queue's store.
+    /// Each message is accepted by the queue before its record's PUT is
+    /// sent ([`DueOrder::BeforeClaim`], `DUE_MESSAGE`'s default).
     pub fn with_due_sender(self, sender: impl DueSender, bucket: impl Into<String>) -> Self {
-        let due = DueMessages::new(Arc::new(sender), bucket);
+        self.with_due_sender_ordered(sender, bucket, DueOrder::default())
+    }
+
+    /// [`Queue::with_due_sender`], each message sent in `order` against its
+    /// record's PUT (`DUE_MESSAGE`).
+    pub fn with_due_sender_ordered(
+        self,
+        sender: impl DueSender,
+        bucket: impl Into<String>,
+        order: DueOrder,
+    ) -> Self {
+        let due = DueMessages::new(Arc::new(sender), bucket).in_order(order);
         Queue {
             engine: self.engine.with_due_messages(due),
         }

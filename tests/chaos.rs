@@ -136,6 +136,8 @@ async fn a_world_on_seaweedfs_with_the_submitters_due_messages_loses_and_doubles
     let mut cfg = sized(base);
     cfg.store = world::StoreSpec::seaweedfs();
     cfg.events = world::Events::Submitter;
+    // DUE_MESSAGE as CHAOS_DUE_MESSAGE says (the default: before_claim).
+    cfg.with_claim = std::env::var("CHAOS_DUE_MESSAGE").is_ok_and(|v| v == "with_claim");
     cfg.drainers *= 2;
     cfg.sweep_envs *= 2;
     cfg.dir = cfg
@@ -360,7 +362,7 @@ mod the_audit {
             (e.answers, e.runs, e.tasks, e.first_tasks) = (vec![], vec![], vec![], vec![]);
             e.task_history.clear();
             e.abandoned = [0].into();
-            e.submitter_events = true;
+            e.with_claim_window = true;
             let mut missing = answered(0, "a1");
             (missing.status, missing.task_status) = (200, Some("missing".into()));
             e.replays = vec![(("chaos_a".into(), "k1".into()), missing)];
@@ -378,9 +380,10 @@ mod the_audit {
             ("records still in flight after their windows", 1),
             ("final replays not answered 200 with a task", 1),
         ];
-        // With the bucket's events, its S3 event would have come.
+        // With the bucket's events its S3 event would have come, and under
+        // before_claim its message was accepted before its PUT.
         let mut e = abandoned();
-        e.submitter_events = false;
+        e.with_claim_window = false;
         assert_eq!(left(&e), (in_flight.clone(), 0));
         // A due message named it in its window: the sweeper had to finish it.
         let mut e = abandoned();

@@ -15,8 +15,9 @@ use bytes::Bytes;
 use chrono::Duration;
 use common::World;
 use common::due::{BuquetAt, CrashPoint, Mode};
+use idempotent_submit::clock::Clock;
 use idempotent_submit::due_sender::memory::Queued;
-use idempotent_submit::due_sender::{DueFault, MemoryDueQueue, RecordDue, SendError};
+use idempotent_submit::due_sender::{DueFault, DueOrder, MemoryDueQueue, RecordDue, SendError};
 use idempotent_submit::intake::due::{DueBatch, DueMessage, handle_messages};
 use idempotent_submit::protocol::Record;
 use idempotent_submit::store::{
@@ -31,21 +32,27 @@ const BUCKET: &str = "b";
 struct Due {
     w: World,
     due: MemoryDueQueue,
+    order: DueOrder,
 }
 
 impl Due {
+    /// `DUE_MESSAGE`'s default: each message accepted before its claim.
     fn new() -> Self {
+        Self::sending(DueOrder::BeforeClaim)
+    }
+
+    fn sending(order: DueOrder) -> Self {
         let w = World::new();
         let stale = common::settings().stale_creating_after;
         let due = MemoryDueQueue::new(Arc::new(w.clock.clone()), stale);
-        Due { w, due }
+        Due { w, due, order }
     }
 
     /// A submitter on `store` (the bucket, or something in front of it).
     fn queue_over(&self, store: impl Store) -> Queue {
         self.w
             .queue_over(store)
-            .with_due_sender(self.due.clone(), BUCKET)
+            .with_due_sender_ordered(self.due.clone(), BUCKET, self.order)
     }
 
     fn queue(&self) -> Queue {
@@ -103,6 +110,12 @@ enum BeforeRecordPut {
     /// moves) before landing: as when SQS takes the message before S3
     /// stamps the record.
     Fly(idempotent_submit::ManualClock, Duration),
+    /// Count the PUTs sent while the due queue does not hold their
+    /// record's message yet (no waiting).
+    CountUnannounced(MemoryDueQueue, Arc<AtomicUsize>),
+    /// Wait until `release` is notified, then land, and the process dies
+    /// (a PUT that lands late, after its message was read).
+    HoldThenDie(Arc<tokio::sync::Notify>),
 }
 
 /// A bucket whose record PUTs do [`BeforeRecordPut`] first.
@@ -140,6 +153,16 @@ impl Store for RecordPuts {
                     tokio::task::yield_now().await;
                     clock.advance(*flight);
                 }
+                BeforeRecordPut::CountUnannounced(due, unannounced) => {
+                    if !due.queued().iter().any(|q| q.message.key == key) {
+                        unannounced.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                BeforeRecordPut::HoldThenDie(release) => {
+                    release.notified().await;
+                    self.inner.put(key, body, mode).await?;
+                    return Err(StoreError::Crashed);
+                }
             }
         }
         self.inner.put(key, body, mode).await
@@ -169,9 +192,41 @@ impl Due {
     }
 }
 
+/// The message one keyed submit sends: one request naming its record, its
+/// body carrying the send time, visible after the queue's delay.
+fn assert_one_message_for_the_record(d: &Due) {
+    let (rkey, _) = d.record();
+    let requests = d.due.requests();
+    assert_eq!(requests.len(), 1);
+    let sent = &requests[0].messages;
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        (sent[0].bucket.as_str(), sent[0].key.as_str()),
+        (BUCKET, rkey.as_str())
+    );
+    // Sent at the submit's time (the world's S3 clock is its own).
+    assert_eq!(sent[0].sent_at, Some(requests[0].at));
+    let queued = d.due.queued();
+    assert_eq!(queued.len(), 1);
+    assert_eq!(
+        queued[0].body,
+        format!(
+            r#"{{"source":"idempotent-submit","event":"record_written","bucket":"b","key":"{rkey}","sent_at":"{}"}}"#,
+            requests[0]
+                .at
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        )
+    );
+    assert_eq!(
+        queued[0].visible_at - queued[0].sent_at,
+        common::settings().stale_creating_after
+    );
+}
+
 #[tokio::test]
-async fn a_keyed_submit_queues_its_records_due_message_while_its_record_put_is_in_flight() {
-    let d = Due::new();
+async fn with_claim_a_keyed_submit_queues_its_records_due_message_while_its_record_put_is_in_flight()
+ {
+    let d = Due::sending(DueOrder::WithClaim);
     let (q, waited) = d.awaiting();
     let s = q
         .submit("t", json!({"n": 1}))
@@ -184,25 +239,41 @@ async fn a_keyed_submit_queues_its_records_due_message_while_its_record_put_is_i
         0,
         "the PUT never saw its message"
     );
-    let (rkey, _) = d.record();
-    let requests = d.due.requests();
-    assert_eq!(requests.len(), 1);
-    assert_eq!(requests[0].messages, [RecordDue::new(BUCKET, rkey.clone())]);
-    let queued = d.due.queued();
-    assert_eq!(queued.len(), 1);
-    assert_eq!(
-        queued[0].body,
-        format!(
-            r#"{{"source":"idempotent-submit","event":"record_written","bucket":"b","key":"{rkey}"}}"#
-        )
-    );
-    assert_eq!(
-        queued[0].visible_at - queued[0].sent_at,
-        common::settings().stale_creating_after
-    );
+    assert_one_message_for_the_record(&d);
     // A submit without a key writes no record and sends nothing.
     q.submit("t", json!({"n": 2})).await.unwrap();
     assert_eq!(d.due.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn before_claim_the_record_put_is_sent_only_once_the_queue_holds_its_message() {
+    let d = Due::new();
+    let unannounced = Arc::new(AtomicUsize::new(0));
+    let q = d.queue_over(RecordPuts {
+        inner: d.w.bucket.clone(),
+        before: BeforeRecordPut::CountUnannounced(d.due.clone(), unannounced.clone()),
+    });
+    let s = q
+        .submit("t", json!({"n": 1}))
+        .idempotency_key("k")
+        .await
+        .unwrap();
+    assert!(s.created());
+    assert_eq!(unannounced.load(Ordering::SeqCst), 0, "a PUT went first");
+    assert_one_message_for_the_record(&d);
+    // The same bucket under with_claim: its PUT goes beside the message,
+    // and this bucket sees it before the queue holds it.
+    let with = Due::sending(DueOrder::WithClaim);
+    let counted = Arc::new(AtomicUsize::new(0));
+    let q = with.queue_over(RecordPuts {
+        inner: with.w.bucket.clone(),
+        before: BeforeRecordPut::CountUnannounced(with.due.clone(), counted.clone()),
+    });
+    q.submit("t", json!({"n": 1}))
+        .idempotency_key("k")
+        .await
+        .unwrap();
+    assert_eq!(counted.load(Ordering::SeqCst), 1, "the check can fail");
 }
 
 #[tokio::test]
@@ -313,22 +384,151 @@ async fn a_message_that_left_before_its_record_was_stamped_finishes_it_at_its_fi
     assert_eq!(d.w.count("tasks/"), 1);
 }
 
-/// The tolerance is bounded: a record PUT that took three seconds more
-/// than its message (its retries) has its message handed back once, and it
-/// is finished at the next delivery.
+/// The message carries its send time: a record PUT that took three
+/// seconds more than its message (its retries), within the operation
+/// deadline, is finished at the message's first delivery, not handed back.
 #[tokio::test]
-async fn a_message_that_comes_more_than_the_tolerance_early_is_handed_back_once() {
+async fn a_record_put_retried_for_seconds_after_its_message_is_finished_at_its_first_delivery() {
     let d = Due::new();
-    let (b, taken) = delivered_on_time(&d, Duration::seconds(3)).await;
+    let (b, _) = delivered_on_time(&d, Duration::seconds(3)).await;
+    assert_eq!(
+        (b.summary.finished, b.summary.early),
+        (1, 0),
+        "{:?}",
+        b.summary
+    );
+    assert!(b.retry.is_empty());
+    assert_eq!(d.w.count("tasks/"), 1);
+}
+
+/// The tolerance is bounded: a record that another claim wrote well after
+/// the operation deadline of the message's own submit (here, a message
+/// sent long before) is judged by its own age, handed back once while it
+/// is young, and finished at the next delivery.
+#[tokio::test]
+async fn a_record_written_after_its_messages_operation_deadline_is_judged_by_its_own_age() {
+    let d = Due::new();
+    let sent = d.w.clock.now();
+    d.w.clock.advance(Duration::seconds(40));
+    d.w.queue_over(CrashPoint::AfterRecord.in_front_of(d.w.bucket.clone()))
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .await
+        .unwrap_err();
+    let (rkey, _) = d.record();
+    let m = DueMessage {
+        id: "m".into(),
+        body: RecordDue::new(BUCKET, rkey).sent_at(sent).to_body(),
+    };
+    d.w.clock
+        .set(sent + common::settings().stale_creating_after);
+    let b = handle_messages(
+        d.w.queue().engine(),
+        BUCKET,
+        std::slice::from_ref(&m),
+        false,
+        None,
+    )
+    .await;
     assert_eq!((b.summary.finished, b.summary.early), (0, 1));
-    assert_eq!(b.retry, [taken[0].id.clone()]);
-    assert_eq!(d.w.count("tasks/"), 0);
-    // SQS hands it back after the queue's visibility timeout (720 s).
-    d.due.hand_back(taken[0].clone(), Duration::seconds(720));
+    assert_eq!(b.retry, ["m"]);
     d.w.clock.advance(Duration::seconds(720));
-    let b = d.drain().await;
+    let b = handle_messages(d.w.queue().engine(), BUCKET, &[m], false, None).await;
     assert_eq!((b.summary.finished, b.summary.early), (1, 0));
     assert_eq!(d.w.count("tasks/"), 1);
+}
+
+/// A submit that died before any PUT sent its message all the same: the
+/// message finds no record and is handed back while the claim could still
+/// land (the send time + the operation deadline + the late-write margin +
+/// the 60 s a clock may be off), then acknowledged and counted. With the
+/// queue's delay (600 s) and visibility timeout (720 s), two receives.
+#[tokio::test]
+async fn a_message_whose_submit_wrote_nothing_is_handed_back_until_its_claim_cannot_land() {
+    let d = Due::new();
+    let dies = idempotent_submit::store::FaultyStore::new(d.w.bucket.clone());
+    dies.inject(
+        Some(idempotent_submit::store::Op::PutCreate),
+        "idempotency/",
+        1,
+        1,
+        idempotent_submit::store::Fault::CrashBefore,
+    );
+    d.queue_over(dies)
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .await
+        .unwrap_err();
+    assert_eq!(d.w.count("idempotency/"), 0);
+    let queued = d.due.queued();
+    assert_eq!(queued.len(), 1);
+    let sent = queued[0].message.sent_at.unwrap();
+    let engine = d.w.queue().engine().clone();
+    let bound = engine.claim_may_land(sent);
+    assert_eq!(
+        bound - sent,
+        Duration::seconds(25) + Duration::minutes(15) + Duration::seconds(60)
+    );
+    let mut receives = 0;
+    d.w.clock.set(queued[0].visible_at);
+    let mut next = d.due.take_visible();
+    let mut acknowledged = None;
+    while let Some(m) = next.pop() {
+        receives += 1;
+        let msg = DueMessage {
+            id: m.id.clone(),
+            body: m.body.clone(),
+        };
+        let b = handle_messages(&engine, BUCKET, &[msg], false, None).await;
+        if b.retry.is_empty() {
+            acknowledged = Some((d.w.clock.now(), b.summary));
+            break;
+        }
+        assert!(d.w.clock.now() < bound, "handed back past the bound");
+        assert_eq!((b.summary.no_record_yet, b.summary.due_no_record), (1, 0));
+        d.due.hand_back(m, Duration::seconds(720));
+        d.w.clock.advance(Duration::seconds(720));
+        next = d.due.take_visible();
+    }
+    let (at, summary) = acknowledged.expect("acknowledged in the end");
+    assert!(at >= bound);
+    assert_eq!((summary.no_record_yet, summary.due_no_record), (0, 1));
+    assert_eq!(receives, 2);
+    assert_eq!(d.w.count("tasks/"), 0, "nothing is written for it");
+}
+
+/// The third window of the old order: a claim whose PUT lands after its
+/// message was read. The message was handed back, not acknowledged, so its
+/// next delivery finishes the record.
+#[tokio::test]
+async fn a_record_put_that_lands_after_its_message_was_read_is_finished_at_the_next_delivery() {
+    for order in [DueOrder::BeforeClaim, DueOrder::WithClaim] {
+        let d = Due::sending(order);
+        let release = Arc::new(tokio::sync::Notify::new());
+        let q = d.queue_over(RecordPuts {
+            inner: d.w.bucket.clone(),
+            before: BeforeRecordPut::HoldThenDie(release.clone()),
+        });
+        let submit =
+            tokio::spawn(async move { q.submit("t", json!(1)).idempotency_key("k").await });
+        while d.due.queued().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let queued = d.due.queued();
+        d.w.clock.set(queued[0].visible_at);
+        let (b, taken) = d.drain_taken().await;
+        assert_eq!(b.summary.no_record_yet, 1, "{order:?}: {:?}", b.summary);
+        assert_eq!(b.retry, [taken[0].id.clone()]);
+        // The PUT lands now, and its process dies.
+        release.notify_one();
+        assert!(submit.await.unwrap().is_err());
+        assert_eq!((d.w.count("idempotency/"), d.w.count("tasks/")), (1, 0));
+        d.due.hand_back(taken[0].clone(), Duration::seconds(720));
+        d.w.clock.advance(Duration::seconds(720));
+        let b = d.drain().await;
+        assert_eq!((b.summary.finished, b.summary.errors), (1, 0), "{order:?}");
+        assert_eq!((d.w.count("tasks/"), d.w.count("ready/")), (1, 1));
+    }
 }
 
 #[tokio::test]
@@ -380,8 +580,8 @@ async fn a_replay_and_a_conflict_send_a_message_too_which_finds_nothing_missing(
 }
 
 #[tokio::test]
-async fn a_failed_send_is_retried_then_counted_and_the_submit_goes_on() {
-    let d = Due::new();
+async fn with_claim_a_failed_send_is_retried_then_counted_and_the_submit_goes_on() {
+    let d = Due::sending(DueOrder::WithClaim);
     let q = d.queue();
     let engine = q.engine().clone();
     // Two failures, then it lands: three requests, one message, nothing counted.
@@ -423,6 +623,48 @@ async fn a_failed_send_is_retried_then_counted_and_the_submit_goes_on() {
     assert_eq!(d.w.count("tasks/"), 3);
 }
 
+/// Under before_claim a message the queue does not take writes nothing:
+/// the submit answers retryably (503 `storage_unavailable`), the key stays
+/// free, and the next submit of it creates the task.
+#[tokio::test]
+async fn before_claim_a_send_that_still_fails_writes_nothing_and_answers_retryably() {
+    // Every attempt of the submit's retries (5), or the one a refusal
+    // takes (it is not retried).
+    for (fault, attempts) in [
+        (DueFault::Fail(SendError::Unavailable("503".into())), 5),
+        (DueFault::Lost, 5),
+        (DueFault::Fail(SendError::Refused("AccessDenied".into())), 1),
+    ] {
+        let d = Due::new();
+        let q = d.queue_over(d.w.faulty.clone());
+        d.due.inject(fault.clone(), attempts);
+        let e = q
+            .submit("t", json!(1))
+            .idempotency_key("a")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, SubmitError::Storage(StoreError::Unavailable(_))),
+            "{fault:?}: {e:?}"
+        );
+        assert!(e.is_retryable(), "{fault:?}");
+        let problem = idempotent_submit::intake::problem::Problem::from_submit(&e);
+        assert_eq!(problem.status, 503, "{fault:?}");
+        assert_eq!(problem.code, "storage_unavailable");
+        assert!(problem.retry_after.is_some());
+        assert!(
+            d.w.faulty.calls().is_empty(),
+            "{fault:?}: nothing sent to S3"
+        );
+        assert_eq!(q.engine().take_unsent_due_messages(), 1);
+        // Retried: the message lands, then the claim.
+        let s = q.submit("t", json!(1)).idempotency_key("a").await.unwrap();
+        assert!(s.created(), "{fault:?}");
+        assert_eq!((d.w.count("tasks/"), d.w.count("ready/")), (1, 1));
+        assert_eq!(d.due.queued().len(), 1);
+    }
+}
+
 #[tokio::test]
 async fn a_send_that_never_answers_is_ended_by_its_attempt_timeout_and_sent_again() {
     let d = Due::new();
@@ -449,12 +691,13 @@ async fn a_message_whose_answer_was_lost_is_sent_again_and_its_duplicate_costs_o
     assert_eq!(d.w.count("tasks/"), 1);
 }
 
-/// The one window submitter mode leaves: the send failed, and then the
-/// process died before its task was written. No message comes; the next
-/// submit of the key finishes it.
+/// The window `DUE_MESSAGE=with_claim` leaves: the send failed, and then
+/// the process died before its task was written. No message comes; the
+/// next submit of the key finishes it. (Under before_claim the same send
+/// writes nothing: the test above.)
 #[tokio::test]
-async fn when_the_send_fails_and_the_process_then_dies_only_a_replay_of_the_key_finishes_it() {
-    let d = Due::new();
+async fn with_claim_when_the_send_fails_and_the_process_then_dies_only_a_replay_finishes_it() {
+    let d = Due::sending(DueOrder::WithClaim);
     d.due.inject(DueFault::Lost, 5);
     d.dying("k", CrashPoint::AfterRecord).await;
     let (_, rec) = d.record();
@@ -475,34 +718,36 @@ async fn when_the_send_fails_and_the_process_then_dies_only_a_replay_of_the_key_
 }
 
 #[tokio::test]
-async fn a_batch_sends_its_messages_ten_to_a_request_beside_its_record_puts() {
-    let d = Due::new();
-    let (q, waited) = d.awaiting();
-    let items = (0..100).map(|i| {
-        q.submit("t", json!({"i": i}))
-            .idempotency_key(format!("k{i}"))
-    });
-    let results = q.submit_many(items).await;
-    assert!(
-        results
+async fn a_batch_sends_its_messages_ten_to_a_request_in_either_order() {
+    for order in [DueOrder::BeforeClaim, DueOrder::WithClaim] {
+        let d = Due::sending(order);
+        let (q, waited) = d.awaiting();
+        let items = (0..100).map(|i| {
+            q.submit("t", json!({"i": i}))
+                .idempotency_key(format!("k{i}"))
+        });
+        let results = q.submit_many(items).await;
+        assert!(
+            results
+                .iter()
+                .all(|r| r.as_ref().is_ok_and(|s| s.created()))
+        );
+        assert_eq!(
+            waited.load(Ordering::SeqCst),
+            0,
+            "a PUT waited for its message"
+        );
+        let requests = d.due.requests();
+        assert_eq!(requests.len(), 10);
+        assert!(requests.iter().all(|r| r.messages.len() == 10));
+        let mut named: Vec<String> = requests
             .iter()
-            .all(|r| r.as_ref().is_ok_and(|s| s.created()))
-    );
-    assert_eq!(
-        waited.load(Ordering::SeqCst),
-        0,
-        "a PUT waited for its message"
-    );
-    let requests = d.due.requests();
-    assert_eq!(requests.len(), 10);
-    assert!(requests.iter().all(|r| r.messages.len() == 10));
-    let mut named: Vec<String> = requests
-        .iter()
-        .flat_map(|r| r.messages.iter().map(|m| m.key.clone()))
-        .collect();
-    named.sort();
-    named.dedup();
-    assert_eq!(named.len(), 100);
+            .flat_map(|r| r.messages.iter().map(|m| m.key.clone()))
+            .collect();
+        named.sort();
+        named.dedup();
+        assert_eq!(named.len(), 100);
+    }
 }
 
 #[tokio::test]

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
-use idempotent_submit::due_sender::{DueSender, RecordDue, SendError};
+use idempotent_submit::due_sender::{DueOrder, DueSender, RecordDue, SendError};
 use idempotent_submit::intake::due::{self, DueMessage};
 use idempotent_submit::protocol::TaskLocation;
 use idempotent_submit::protocol::hash::{canonical_json, input_hash, key_hash};
@@ -158,8 +158,12 @@ enum Step {
     /// From here on `RECORD_EVENTS=submitter`: the bucket sends no events,
     /// and every submit sends its record's due message itself, one more
     /// request, which can land, fail, be lost, or land with its answer lost
-    /// (generated first, in some schedules).
-    SubmitterSends,
+    /// (generated first, in some schedules). `with_claim`: `DUE_MESSAGE=with_claim`
+    /// (the message beside the record's PUT), else `before_claim` (accepted
+    /// before it), the default.
+    SubmitterSends {
+        with_claim: bool,
+    },
 }
 
 /// What a worker does with the task it claimed.
@@ -436,8 +440,14 @@ fn gen_schedule(seed: u64, len: usize) -> Vec<Step> {
         .collect();
     // Half the schedules run on a bucket that sends no events (a draw of
     // its own: the steps are the bucket's schedule's).
-    if fastrand::Rng::with_seed(seed ^ 0xd0e5).bool() {
-        steps.insert(0, Step::SubmitterSends);
+    let mut draw = fastrand::Rng::with_seed(seed ^ 0xd0e5);
+    if draw.bool() {
+        steps.insert(
+            0,
+            Step::SubmitterSends {
+                with_claim: draw.bool(),
+            },
+        );
     }
     steps.truncate(len);
     steps
@@ -1001,6 +1011,8 @@ struct Stats {
     due_died_after_record: u64,
     due_unsent: u64,
     due_window: u64,
+    due_no_record: u64,
+    due_refused_submits: u64,
     due_early: u64,
     due_checked: u64,
     due_finished: u64,
@@ -1016,12 +1028,12 @@ impl Stats {
         }
     }
 
-    fn fields(&self) -> [u64; 46] {
+    fn fields(&self) -> [u64; 48] {
         let mut c = *self;
         c.fields_mut().map(|v| *v)
     }
 
-    fn fields_mut(&mut self) -> [&mut u64; 46] {
+    fn fields_mut(&mut self) -> [&mut u64; 48] {
         [
             &mut self.crashes,
             &mut self.lost_answers,
@@ -1066,13 +1078,15 @@ impl Stats {
             &mut self.due_early,
             &mut self.due_checked,
             &mut self.due_finished,
+            &mut self.due_no_record,
+            &mut self.due_refused_submits,
             &mut self.resets_done,
             &mut self.resets_refused,
             &mut self.resets_not_found,
         ]
     }
 
-    const NAMES: [&'static str; 46] = [
+    const NAMES: [&'static str; 48] = [
         "crashes",
         "lost answers to writes",
         "task writes landing after the deadline, inside the 15-minute margin",
@@ -1112,10 +1126,12 @@ impl Stats {
         "due message sends lost in flight",
         "submits that died after their record, their due message queued",
         "records whose every due message send failed, their submit alive",
-        "records whose every due message send failed, their submit dead (the documented window)",
+        "records whose every due message send failed, their submit dead (with_claim's documented window)",
         "due messages that came before their record was stale, handed back",
         "records checked by a submitter's due message, nothing missing",
         "interrupted submits finished by a submitter's due message",
+        "due messages whose submit wrote nothing, acknowledged once its claim could no more land",
+        "submits that wrote nothing and answered 503: their due message was not accepted (before_claim)",
         "keys reset",
         "resets refused while a task could still be written",
         "resets of no live record",
@@ -1303,6 +1319,12 @@ impl World {
                 .any(|(k, s)| *k == key && matches!(s, Sent::Failed | Sent::Lost));
             if waiting {
                 self.stats.due_died_after_record += u64::from(died.contains(&key));
+            } else if !self.with_claim {
+                // before_claim: a record lands only after the queue took
+                // its message, so none is ever without one.
+                return Err(format!(
+                    "guarantee 4 (before_claim): the record {key} landed, but no due message for it is in the queue"
+                ));
             } else if failed && died.contains(&key) {
                 self.stats.due_window += 1;
             } else if failed {
@@ -1327,7 +1349,10 @@ impl World {
         };
         let batch = due::handle_messages(q.engine(), BUCKET, &[m], false, None).await;
         let s = &batch.summary;
-        let outcome = match (s.scanned, s.finished, s.early, s.expired_deleted, s.errors) {
+        // A message that finds no record while its claim may still land is
+        // handed back as an early one is.
+        let early = s.early + s.no_record_yet;
+        let outcome = match (s.scanned, s.finished, early, s.expired_deleted, s.errors) {
             (1, 1, 0, 0, 0) => RecordOutcome::Finished,
             (1, 0, 1, 0, 0) => RecordOutcome::Early,
             (1, 0, 0, 1, 0) => RecordOutcome::ExpiredDeleted,
@@ -1348,7 +1373,10 @@ impl World {
         }
         match outcome {
             RecordOutcome::Early => self.stats.due_early += 1,
-            RecordOutcome::Nothing => self.stats.due_checked += 1,
+            RecordOutcome::Nothing => {
+                self.stats.due_checked += 1;
+                self.stats.due_no_record += s.due_no_record;
+            }
             RecordOutcome::Finished => self.stats.due_finished += 1,
             _ => {}
         }
@@ -1408,6 +1436,9 @@ struct World {
     stats: Stats,
     /// `RECORD_EVENTS=submitter` (Step::SubmitterSends).
     submitter: bool,
+    /// And `DUE_MESSAGE=with_claim`: the window of a record whose send
+    /// failed is allowed (counted), not an error.
+    with_claim: bool,
     /// Every send of a due message: its record, what the queue did.
     due_log: Arc<Mutex<Vec<(String, Sent)>>>,
     /// The records of the recorder's writes read so far, each with its
@@ -1472,6 +1503,7 @@ impl World {
             finished: HashSet::new(),
             stats: Stats::default(),
             submitter: false,
+            with_claim: false,
             records_written: Vec::new(),
             due_log: Arc::default(),
         }
@@ -1524,7 +1556,14 @@ impl World {
             planted::engine_settings(self.bug, &self.settings),
         );
         match self.due_sender(f, &store, first_record_put) {
-            Some(sender) => (q.with_due_sender(sender, BUCKET), store),
+            Some(sender) => {
+                let order = if self.with_claim {
+                    DueOrder::WithClaim
+                } else {
+                    DueOrder::BeforeClaim
+                };
+                (q.with_due_sender_ordered(sender, BUCKET, order), store)
+            }
             None => (q, store),
         }
     }
@@ -1605,8 +1644,9 @@ impl World {
             | Step::Deliver { .. }
             | Step::Reset { .. } => self.run_concurrent(std::slice::from_ref(step), true).await,
             Step::Together(steps) => self.run_concurrent(steps, false).await,
-            Step::SubmitterSends => {
+            Step::SubmitterSends { with_claim } => {
                 self.submitter = true;
+                self.with_claim = *with_claim;
                 self.recorder.bucket_events.store(false, Ordering::SeqCst);
                 Ok(())
             }
@@ -2384,6 +2424,20 @@ impl World {
             }
             Err(SubmitError::DeadlineExceeded) if c.slow => {
                 self.stats.storage_errors += 1;
+            }
+            // before_claim: a due message the queue did not take fails the
+            // submit retryably, and nothing was written for it.
+            Err(SubmitError::Storage(StoreError::Unavailable(why)))
+                if self.submitter
+                    && !self.with_claim
+                    && why.starts_with("the due queue did not accept") =>
+            {
+                if c.wrote {
+                    return Err(format!(
+                        "before_claim: a submit whose due message was not accepted wrote something: {why}"
+                    ));
+                }
+                self.stats.due_refused_submits += 1;
             }
             // 412 and 404 surfacing, fatal errors, and any failure of a
             // fault-free submit are bugs.

@@ -529,6 +529,7 @@ fn app(w: &World) -> App {
         settings: common::settings(),
         record_events: idempotent_submit::RecordEvents::Bucket,
         due_queue_url: None,
+        due_message: Default::default(),
         s3_credentials_secret: None,
     };
     App::new(w.process(), &cfg, Metrics::collecting("submit"))

@@ -25,6 +25,7 @@ fn config(tenants: bool) -> Config {
         settings: common::settings(),
         record_events: idempotent_submit::RecordEvents::Bucket,
         due_queue_url: None,
+        due_message: Default::default(),
         s3_credentials_secret: None,
     }
 }

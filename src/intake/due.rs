@@ -38,6 +38,9 @@ pub struct RecordWrite {
     /// name a record of this bucket, or it is unrecognized (S3's own events
     /// of other objects are only ignored).
     pub from_submitter: bool,
+    /// A submitter's send time (`crate::due_sender::RecordDue::sent_at`):
+    /// how long its record may still land.
+    pub sent_at: Option<DateTime<Utc>>,
 }
 
 /// What a message body is.
@@ -66,6 +69,7 @@ pub fn parse(body: &str) -> S3Notification {
                 key: m.key,
                 removed: false,
                 from_submitter: true,
+                sent_at: m.sent_at,
             }]);
         }
         Some(Err(why)) => return S3Notification::Unrecognized(why),
@@ -106,6 +110,7 @@ pub fn parse(body: &str) -> S3Notification {
             key,
             removed,
             from_submitter: false,
+            sent_at: None,
         });
     }
     S3Notification::Objects(out)
@@ -172,6 +177,9 @@ pub struct DueBatch {
 struct Named {
     /// Each record once, whichever messages name it.
     keys: Vec<String>,
+    /// For each record, the latest send time of the submitters' messages
+    /// that name it (the longest its claim may still land).
+    sent_at: Vec<Option<DateTime<Utc>>>,
     /// For each message, the indexes in `keys` of the records it names.
     by_message: Vec<Vec<usize>>,
 }
@@ -182,6 +190,7 @@ struct Named {
 /// read.
 fn records_named(bucket: &str, messages: &[DueMessage], summary: &mut SweepSummary) -> Named {
     let mut keys: Vec<String> = Vec::new();
+    let mut sent_at: Vec<Option<DateTime<Utc>>> = Vec::new();
     let mut by_message: Vec<Vec<usize>> = vec![Vec::new(); messages.len()];
     let mut index: HashMap<String, usize> = HashMap::new();
     for (i, m) in messages.iter().enumerate() {
@@ -210,14 +219,20 @@ fn records_named(bucket: &str, messages: &[DueMessage], summary: &mut SweepSumma
                     }
                     let k = *index.entry(o.key.clone()).or_insert_with(|| {
                         keys.push(o.key);
+                        sent_at.push(None);
                         keys.len() - 1
                     });
+                    sent_at[k] = sent_at[k].max(o.sent_at);
                     by_message[i].push(k);
                 }
             }
         }
     }
-    Named { keys, by_message }
+    Named {
+        keys,
+        sent_at,
+        by_message,
+    }
 }
 
 /// Handles a batch of due-queue messages for `bucket` (events of any other
@@ -235,14 +250,24 @@ pub async fn handle_messages(
         complete: true,
         ..SweepSummary::default()
     };
-    let Named { keys, by_message } = records_named(bucket, messages, &mut summary);
+    let Named {
+        keys,
+        sent_at,
+        by_message,
+    } = records_named(bucket, messages, &mut summary);
     summary.scanned = keys.len() as u64;
     let mut outcomes: Vec<Option<RecordOutcome>> = vec![None; keys.len()];
-    let done: Vec<(usize, RecordOutcome)> = futures::stream::iter(keys.iter().enumerate())
-        .map(|(k, key)| async move { (k, engine.sweep_due_record(key, dry_run, deadline).await) })
-        .buffer_unordered(READS_AT_ONCE)
-        .collect()
-        .await;
+    let done: Vec<(usize, RecordOutcome)> =
+        futures::stream::iter(keys.iter().zip(sent_at).enumerate())
+            .map(|(k, (key, sent))| async move {
+                (
+                    k,
+                    engine.sweep_due_record(key, sent, dry_run, deadline).await,
+                )
+            })
+            .buffer_unordered(READS_AT_ONCE)
+            .collect()
+            .await;
     for (k, o) in done {
         o.tally(&mut summary);
         outcomes[k] = Some(o);
@@ -301,6 +326,7 @@ mod tests {
             named,
             Named {
                 keys: vec![a.into(), "idempotency/t/c.json".into()],
+                sent_at: vec![None, None],
                 by_message: vec![vec![0, 1], vec![0], vec![], vec![]],
             }
         );
@@ -318,6 +344,7 @@ mod tests {
                 key: key.clone(),
                 removed: false,
                 from_submitter: true,
+                sent_at: None,
             }])
         );
         assert!(matches!(
@@ -382,6 +409,7 @@ mod tests {
                 key: "idempotency/t/ab.json".into(),
                 removed: false,
                 from_submitter: false,
+                sent_at: None,
             }])
         );
         let marker = body.replace("ObjectCreated:Put", "ObjectRemoved:DeleteMarkerCreated");
@@ -392,6 +420,7 @@ mod tests {
                 key: "idempotency/t/ab.json".into(),
                 removed: true,
                 from_submitter: false,
+                sent_at: None,
             }])
         );
         for bad in [

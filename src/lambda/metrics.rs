@@ -154,6 +154,8 @@ impl Metrics {
             ("SweepErrors", s.errors),
             ("SweepPastDeadline", s.past_deadline),
             ("SweepEarly", s.early),
+            ("SweepDueEarly", s.no_record_yet),
+            ("SweepDueNoRecord", s.due_no_record),
             ("SweepIgnored", s.ignored),
             ("SweepUnrecognized", s.unrecognized),
             ("SweepReads", s.reads),

@@ -185,6 +185,8 @@ pub(crate) fn report_sweep(
         errors = s.errors,
         past_deadline = s.past_deadline,
         early = s.early,
+        no_record_yet = s.no_record_yet,
+        due_no_record = s.due_no_record,
         ignored = s.ignored,
         unrecognized = s.unrecognized,
         complete = s.complete,

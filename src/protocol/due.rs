@@ -1,204 +1,51 @@
 //! The submitter's due messages (`RECORD_EVENTS=submitter`; docs/protocol.md,
 //! "Due messages from the submitter"), as the engine sends them: one per
-//! keyed submit, started with its first claim (beside the record's PUT, never
-//! after it), retried like a store request within the submit's operation
-//! deadline, and, if it still fails, counted and logged while the submit goes
-//! on: a live process finishes its own submit.
+//! keyed submit, retried like a store request within the submit's operation
+//! deadline.
 //!
-//! The items of one batch ([`crate::Queue::submit_many`]) send theirs
-//! together, ten to a `SendMessageBatch`: each item's first message waits in
-//! the batch's [`Coalescer`] until ten are waiting or every other item of the
-//! batch has sent its own or will send none (it has no key, was refused, or
-//! ended), and the item whose message completes a group sends it. All items
-//! reach their claim in the same instant (the batch starts them together and
-//! nothing is awaited before a claim but a schema GET that they share), so
-//! the groups go out beside the items' record PUTs: no round trip is added.
+//! - `DUE_MESSAGE=before_claim` (the default): the submit waits for the
+//!   queue to accept the message before it sends its record's PUT, so no
+//!   record exists without an accepted message. A message that still fails
+//!   fails the submit, retryably, with nothing written: the key stays free.
+//! - `with_claim`: the message goes beside the first claim's PUT, never
+//!   after it, one round trip shorter; one that still fails is counted and
+//!   logged while the submit goes on (a live process finishes its own
+//!   submit; one that dies too leaves its record to a replay).
+//!
+//! Either way the message carries its send time, so that the sweeper knows
+//! how long a record it does not find yet may still land. How a batch's
+//! items share their requests is src/due_sender/gather.rs.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use chrono::{DateTime, Utc};
-use tokio::sync::{Notify, oneshot};
+use chrono::{DateTime, Duration, Utc};
 
 use super::engine::{Engine, Failure};
-use crate::due_sender::{DueSender, MAX_PER_REQUEST, RecordDue, SendError};
+use super::error::SubmitError;
+use crate::due_sender::{Coalescer, DueOrder, RecordDue, Route, SendError};
 use crate::store::StoreError;
 
-/// Where an engine's due messages go: the sender, the bucket they name, and
-/// how many could not be sent (for the metrics).
-pub struct DueMessages {
-    sender: Arc<dyn DueSender>,
-    bucket: String,
-    unsent: AtomicU64,
-}
-
-impl DueMessages {
-    pub fn new(sender: Arc<dyn DueSender>, bucket: impl Into<String>) -> Self {
-        DueMessages {
-            sender,
-            bucket: bucket.into(),
-            unsent: AtomicU64::new(0),
-        }
-    }
-
-    pub fn bucket(&self) -> &str {
-        &self.bucket
-    }
-}
-
-/// How this engine's first due message goes out: alone, or with the other
-/// items of its batch.
-#[derive(Clone, Default)]
-pub(crate) enum Route {
-    #[default]
-    Alone,
-    Batch(Arc<Participant>),
-}
-
-type Reply = oneshot::Sender<Result<(), SendError>>;
-
-#[derive(Default)]
-struct Waiting {
-    /// Items of the batch that have neither sent their first message nor
-    /// said that they will send none.
-    idle: usize,
-    pending: Vec<(RecordDue, Reply)>,
-}
-
-/// The due messages of one batch, gathered into groups of ten.
-pub(crate) struct Coalescer {
-    due: Arc<DueMessages>,
-    state: Mutex<Waiting>,
-    changed: Notify,
-}
-
-/// One item of a batch: its first message goes through the batch.
-pub(crate) struct Participant {
-    batch: Arc<Coalescer>,
-    /// Sent its first message, or will send none.
-    spent: AtomicBool,
-}
-
-impl Coalescer {
-    pub(crate) fn new(due: Arc<DueMessages>) -> Arc<Self> {
-        Arc::new(Coalescer {
-            due,
-            state: Mutex::default(),
-            changed: Notify::new(),
-        })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A new item of the batch, idle until it sends or says it will not.
-    pub(crate) fn join(self: &Arc<Self>) -> Arc<Participant> {
-        self.lock().idle += 1;
-        Arc::new(Participant {
-            batch: self.clone(),
-            spent: AtomicBool::new(false),
-        })
-    }
-
-    /// The messages to send now: a full group, or every one waiting once no
-    /// item of the batch is idle.
-    fn ready(w: &mut Waiting) -> Option<Vec<(RecordDue, Reply)>> {
-        if w.pending.len() >= MAX_PER_REQUEST {
-            Some(w.pending.drain(..MAX_PER_REQUEST).collect())
-        } else if w.idle == 0 && !w.pending.is_empty() {
-            Some(std::mem::take(&mut w.pending))
-        } else {
-            None
-        }
-    }
-
-    /// One request for `group`; each message's outcome to its item.
-    async fn flush(&self, group: Vec<(RecordDue, Reply)>) {
-        let (messages, replies): (Vec<RecordDue>, Vec<Reply>) = group.into_iter().unzip();
-        let mut outcomes = self.due.sender.send(&messages).await.into_iter();
-        for reply in replies {
-            let outcome = outcomes.next().unwrap_or_else(|| {
-                Err(SendError::Unavailable(
-                    "the sender answered fewer outcomes than messages".into(),
-                ))
-            });
-            // An item that stopped waiting (its attempt timed out) sends its
-            // own again.
-            let _ = reply.send(outcome);
-        }
-    }
-}
-
-impl Participant {
-    /// This item will send no (more) message through the batch.
-    pub(crate) fn done(&self) {
-        if !self.spent.swap(true, Ordering::SeqCst) {
-            let mut w = self.batch.lock();
-            w.idle = w.idle.saturating_sub(1);
-            drop(w);
-            self.batch.changed.notify_waiters();
-        }
-    }
-
-    /// Sends `m` with the batch's other messages; `None` when this item has
-    /// sent through the batch already (it sends alone then).
-    async fn send(&self, m: RecordDue) -> Option<Result<(), SendError>> {
-        if self.spent.swap(true, Ordering::SeqCst) {
-            return None;
-        }
-        let (tx, mut rx) = oneshot::channel();
-        {
-            let mut w = self.batch.lock();
-            w.idle = w.idle.saturating_sub(1);
-            w.pending.push((m, tx));
-        }
-        self.batch.changed.notify_waiters();
-        loop {
-            let changed = self.batch.changed.notified();
-            tokio::pin!(changed);
-            // Registered before the state is read, so no change is missed.
-            changed.as_mut().enable();
-            match rx.try_recv() {
-                Ok(outcome) => return Some(outcome),
-                Err(oneshot::error::TryRecvError::Closed) => {
-                    return Some(Err(SendError::Unavailable(
-                        "the batch's request was dropped".into(),
-                    )));
-                }
-                Err(oneshot::error::TryRecvError::Empty) => {}
-            }
-            let group = Coalescer::ready(&mut self.batch.lock());
-            if let Some(group) = group {
-                self.batch.flush(group).await;
-                continue;
-            }
-            tokio::select! {
-                outcome = &mut rx => {
-                    return Some(outcome.unwrap_or_else(|_| {
-                        Err(SendError::Unavailable("the batch's request was dropped".into()))
-                    }));
-                }
-                () = changed => {}
-            }
-        }
-    }
-}
-
-impl Drop for Participant {
-    fn drop(&mut self) {
-        self.done();
-    }
-}
-
 impl Engine {
+    /// Under `RECORD_EVENTS=submitter` (nothing otherwise): how this
+    /// engine's messages go against the record's PUT.
+    pub(crate) fn due_order(&self) -> Option<DueOrder> {
+        self.due.as_ref().map(|d| d.order())
+    }
+
     /// Queues the due message of the record at `rkey` (under
     /// `RECORD_EVENTS=submitter`; nothing otherwise), with retries within
     /// `op_deadline`. A message that still fails is counted
-    /// ([`Engine::take_unsent_due_messages`]) and logged; the submit goes on.
-    pub(crate) async fn send_due(&self, rkey: &str, op_deadline: DateTime<Utc>) {
-        let Some(due) = &self.due else { return };
-        let message = RecordDue::new(due.bucket.clone(), rkey);
+    /// ([`Engine::take_unsent_due_messages`]) and logged; under
+    /// [`DueOrder::BeforeClaim`] it is the submit's error (retryable: no
+    /// record is written), under [`DueOrder::WithClaim`] the submit goes on.
+    pub(crate) async fn send_due(
+        &self,
+        rkey: &str,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<(), SubmitError> {
+        let Some(due) = &self.due else { return Ok(()) };
+        let message = RecordDue::new(due.bucket(), rkey).sent_at(self.signing_time());
         let first = AtomicBool::new(true);
         let attempt = || {
             let m = message.clone();
@@ -225,21 +72,49 @@ impl Engine {
                 })
             }
         };
-        match self.with_retries(op_deadline, attempt).await {
-            Ok(()) => {}
-            Err(e) => {
-                due.unsent.fetch_add(1, Ordering::Relaxed);
-                let error = match e {
-                    Failure::Deadline => "the submit's operation deadline came first".to_owned(),
-                    Failure::Store(e) => e.to_string(),
-                };
+        let Err(e) = self.with_retries(op_deadline, attempt).await else {
+            return Ok(());
+        };
+        due.unsent.fetch_add(1, Ordering::Relaxed);
+        let error = match e {
+            Failure::Deadline => "the submit's operation deadline came first".to_owned(),
+            Failure::Store(e) => e.to_string(),
+        };
+        match due.order() {
+            DueOrder::BeforeClaim => {
+                tracing::error!(
+                    record = rkey,
+                    error = %error,
+                    "the record's due message was not accepted: nothing is written, the submit answers retryably"
+                );
+                // Retryable whatever the queue said: nothing was written,
+                // and the key is as free as it was.
+                Err(SubmitError::Storage(StoreError::Unavailable(format!(
+                    "the due queue did not accept the record's due message: {error}"
+                ))))
+            }
+            DueOrder::WithClaim => {
                 tracing::error!(
                     record = rkey,
                     error = %error,
                     "the record's due message was not sent: if this process dies before its task is written, only the next submit of its key finishes it"
                 );
+                Ok(())
             }
         }
+    }
+
+    /// The time a message sent now says it was sent: the clock this
+    /// process's S3 requests are signed with. Once S3's answers have told
+    /// its offset, S3's latest time now (the SDK signs with the skew it has
+    /// learnt); before that, the machine's own clock, which the first
+    /// claim's signature uses too (docs/protocol.md, "Due messages from the
+    /// submitter").
+    fn signing_time(&self) -> DateTime<Utc> {
+        let ahead = self
+            .judged_offset()
+            .map_or(Duration::zero(), |o| o.high.max(Duration::zero()));
+        self.now() + ahead
     }
 
     /// This submit will send no due message through its batch (it has no

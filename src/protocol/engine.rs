@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::due::{DueMessages, Route};
 use super::error::SubmitError;
 use super::record::task_status;
 #[cfg(feature = "schemas")]
 use super::schema::SchemaCache;
 use crate::clock::Clock;
 use crate::config::Settings;
+use crate::due_sender::{DueMessages, Route};
 use crate::store::{Store, StoreError};
 
 pub(crate) use super::error::Failure;

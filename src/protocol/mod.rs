@@ -17,7 +17,7 @@ mod schema;
 pub mod submit;
 pub mod sweep;
 
-pub use due::DueMessages;
+pub use crate::due_sender::DueMessages;
 pub use engine::Engine;
 pub use error::{ConflictKind, ErrorKind, InputError, SubmitError};
 pub use keys::{KeyRef, KeyView, Reset};

@@ -23,6 +23,7 @@ use super::record::{
     Record, RecordStatus, TaskIdempotency, TaskInput, TaskLocation, payload_key, raw_into_bytes,
     record_key, task_json_with,
 };
+use crate::due_sender::DueOrder;
 use crate::store::{ETag, ObjectMeta, PutMode, StoreError};
 
 /// How many times a submit starts over when the record changes under it
@@ -348,17 +349,27 @@ impl Engine {
         let rkey = record_key(&scope, &key_hash);
         self.refuse_if_clock_known_off(&rkey, op_deadline).await?;
         let mine = self.new_claim(req, k, scope, key_hash, rkey)?;
-        // Under RECORD_EVENTS=submitter the record's due message goes out
-        // beside the first claim's PUT, never after it: a process that dies
-        // once its record has landed has sent it already. It names the
-        // record, so it covers a claim retried or replacing an expired
-        // record too. It is sent before the submit knows whether the key is
-        // taken: a replay or a conflict sends one as well.
-        let (answer, ()) = tokio::join!(
-            self.claim_rounds(&mine, op_deadline),
-            self.send_due(&mine.rkey, op_deadline)
-        );
-        answer
+        // Under RECORD_EVENTS=submitter the record's due message is accepted
+        // before the first claim's PUT is sent (before_claim), or goes out
+        // beside it (with_claim), never after it: a process that dies once
+        // its record has landed has sent it already. It names the record,
+        // so it covers a claim retried or replacing an expired record too.
+        // It is sent before the submit knows whether the key is taken: a
+        // replay or a conflict sends one as well.
+        match self.due_order() {
+            Some(DueOrder::BeforeClaim) => {
+                self.send_due(&mine.rkey, op_deadline).await?;
+                self.claim_rounds(&mine, op_deadline).await
+            }
+            Some(DueOrder::WithClaim) => {
+                let (answer, _unsent_is_counted) = tokio::join!(
+                    self.claim_rounds(&mine, op_deadline),
+                    self.send_due(&mine.rkey, op_deadline)
+                );
+                answer
+            }
+            None => self.claim_rounds(&mine, op_deadline).await,
+        }
     }
 
     /// Steps 1 to 3, over again while the record changes under the claim.

@@ -62,8 +62,10 @@ pub struct Evidence {
     pub orphan_after: chrono::Duration,
     /// When a due message first named each record.
     pub due_named: HashMap<String, DateTime<Utc>>,
-    /// The submitters send the due messages (`RECORD_EVENTS=submitter`).
-    pub submitter_events: bool,
+    /// The submitters send the due messages beside their records' PUTs
+    /// (`RECORD_EVENTS=submitter`, `DUE_MESSAGE=with_claim`): the one
+    /// configuration whose window the contract leaves to a replay.
+    pub with_claim_window: bool,
     /// Items whose client gave up after a killed invocation.
     pub abandoned: HashSet<usize>,
 }
@@ -98,9 +100,11 @@ pub struct Audit {
     /// marker): nothing finishes a submit without a record, so the task
     /// stays out of the ready index.
     pub unanswered_keyless_tasks_never_run: u64,
-    /// Reported: under `RECORD_EVENTS=submitter`, records in flight past
-    /// their windows that the contract leaves to their key's next submit
-    /// (docs/protocol.md, "A failed send"): no submit of the key was ever
+    /// Reported: under `RECORD_EVENTS=submitter` with
+    /// `DUE_MESSAGE=with_claim`, records in flight past their windows that
+    /// the contract leaves to their key's next submit (docs/protocol.md,
+    /// "Due messages from the submitter"; under `before_claim`, the default,
+    /// there is no such record and any is a zero count): no submit of the key was ever
     /// answered or taken, one was abandoned by its client after a killed
     /// invocation, and no due message named the record before its finish
     /// deadline (the process died between its record PUT and its message).
@@ -582,7 +586,7 @@ pub fn audit(e: &Evidence) -> Audit {
             .get(&r.key)
             .is_some_and(|t| *t < r.last_modified + e.finish_window);
         if !task_ids.contains(id) && !e.task_history.contains(id) && past {
-            if e.submitter_events
+            if e.with_claim_window
                 && !named_in_time
                 && !acknowledged.contains(k)
                 && abandoned_keys.contains(k)

@@ -160,6 +160,9 @@ pub struct WorldConfig {
     pub pass_every: Duration,
     pub store: StoreSpec,
     pub events: Events,
+    /// Under [`Events::Submitter`]: `DUE_MESSAGE=with_claim` (the message
+    /// beside the record's PUT), else the default, `before_claim`.
+    pub with_claim: bool,
     /// More settings for the functions (a store's: `LIST_ORDER=any`...).
     pub extra_env: Vec<(String, String)>,
     pub damage: Option<Damage>,
@@ -208,6 +211,7 @@ impl WorldConfig {
             store: StoreSpec::moto(),
             extra_env: vec![],
             events: Events::Bucket,
+            with_claim: false,
             damage: None,
             submit_bin: bin("submit", env!("CARGO_BIN_EXE_submit")),
             sweep_bin: bin("sweep", env!("CARGO_BIN_EXE_sweep")),
@@ -806,6 +810,12 @@ pub async fn run(cfg: WorldConfig) -> Report {
         env.push(("RECORD_EVENTS".into(), "submitter".into()));
         env.push(("DUE_QUEUE_URL".into(), due.url.clone()));
         env.push(("AWS_ENDPOINT_URL_SQS".into(), cfg.store.sqs.clone()));
+        let order = if cfg.with_claim {
+            "with_claim"
+        } else {
+            "before_claim"
+        };
+        env.push(("DUE_MESSAGE".into(), order.into()));
     }
     let pool = |function: &str, bin: &Path, size: usize, timeout: u64, salt: u64| PoolConfig {
         function: function.into(),
@@ -1035,7 +1045,7 @@ pub async fn run(cfg: WorldConfig) -> Report {
     let mut evidence =
         Evidence::collect(&s3, &ledger, &runs, &logs, &cfg.windows, last_pass_at).await;
     evidence.due_named = stats.first_named.lock().unwrap().clone();
-    evidence.submitter_events = cfg.events == Events::Submitter;
+    evidence.with_claim_window = cfg.events == Events::Submitter && cfg.with_claim;
     let audit = audit::audit(&evidence);
 
     let mut faults_by_kind: Vec<(String, u64)> = KINDS.iter().map(|k| (k.to_string(), 0)).collect();

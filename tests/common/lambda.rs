@@ -19,6 +19,7 @@ pub fn app(queue: Queue, tenant_isolation: bool) -> App {
         settings: Settings::default(),
         record_events: idempotent_submit::RecordEvents::Bucket,
         due_queue_url: None,
+        due_message: Default::default(),
         s3_credentials_secret: None,
     };
     App::new(queue, &cfg, Metrics::collecting("submit"))

@@ -149,6 +149,16 @@ pub struct SweepSummary {
     /// not deleted, in a dry run).
     #[serde(skip)]
     pub markers_deleted: u64,
+    /// Submitters' due messages that found no record while its claim could
+    /// still land: handed back to the queue (`SweepDueEarly`, with
+    /// [`SweepSummary::early`]).
+    #[serde(skip)]
+    pub no_record_yet: u64,
+    /// Submitters' due messages that found no record once its claim could
+    /// land no more: their submit died before any PUT, or the record has
+    /// gone since; acknowledged (`SweepDueNoRecord`).
+    #[serde(skip)]
+    pub due_no_record: u64,
 }
 
 impl SweepSummary {
@@ -167,6 +177,8 @@ impl SweepSummary {
         self.unrecognized += o.unrecognized;
         self.payloads_deleted += o.payloads_deleted;
         self.markers_deleted += o.markers_deleted;
+        self.no_record_yet += o.no_record_yet;
+        self.due_no_record += o.due_no_record;
     }
 }
 
@@ -188,6 +200,12 @@ pub enum RecordOutcome {
     /// `creating` and younger than `STALE_CREATING_AFTER_SECONDS`: its event
     /// came early; try again later.
     Early,
+    /// No record, for a submitter's due message whose claim may still land
+    /// (sent before its record's PUT, or beside it): try again later.
+    NoRecordYet,
+    /// No record, for a submitter's due message whose claim can land no
+    /// more: acknowledged and counted.
+    NoRecord,
     /// `creating` past its finish deadline: left as it is (an error).
     PastDeadline,
     /// Not a record of the layout: left as it is (an error).
@@ -200,7 +218,7 @@ impl RecordOutcome {
     /// Should the event be delivered again (or the pass stop here)?
     pub fn try_again_later(&self) -> bool {
         match self {
-            RecordOutcome::Early => true,
+            RecordOutcome::Early | RecordOutcome::NoRecordYet => true,
             RecordOutcome::Failed(e) => {
                 e.is_retryable() && !matches!(e, SubmitError::Undetermined { .. })
             }
@@ -217,6 +235,8 @@ impl RecordOutcome {
             RecordOutcome::ExpiredDeleted => s.expired_deleted += 1,
             RecordOutcome::ExpiredKept => s.expired_kept += 1,
             RecordOutcome::Early => s.early += 1,
+            RecordOutcome::NoRecordYet => s.no_record_yet += 1,
+            RecordOutcome::NoRecord => s.due_no_record += 1,
             RecordOutcome::PastDeadline => {
                 s.past_deadline += 1;
                 s.errors += 1;

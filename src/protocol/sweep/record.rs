@@ -99,16 +99,72 @@ impl Engine {
 
     /// [`Engine::sweep_record`] for a record named by a due message (the
     /// bucket's S3 event or the submitter's message): stale up to
-    /// [`DUE_EARLY_TOLERANCE`] early.
+    /// [`DUE_EARLY_TOLERANCE`] early. `sent_at` is the submitter's send time
+    /// (`None` for S3's events, which follow their write): a record its
+    /// submit wrote up to the operation deadline after the message is due
+    /// when the message is (the queue's delay ran from the send), and no
+    /// record at all is handed back while the claim may still land
+    /// ([`Engine::claim_may_land`]).
     pub async fn sweep_due_record(
         &self,
         key: &str,
+        sent_at: Option<DateTime<Utc>>,
         dry_run: bool,
         deadline: Option<DateTime<Utc>>,
     ) -> RecordOutcome {
         let op_deadline = self.request_deadline(deadline);
-        self.sweep_record_by(key, dry_run, op_deadline, DUE_EARLY_TOLERANCE)
-            .await
+        let (rec, meta) = match self.read_swept(key, op_deadline).await {
+            Ok(Some(read)) => read,
+            Ok(None) => return self.no_record(key, sent_at),
+            Err(outcome) => return outcome,
+        };
+        // The claim's own flight after its message, up to the operation
+        // deadline, does not make its record early.
+        let flight = sent_at.map_or(Duration::zero(), |at| {
+            (meta.last_modified - at).clamp(Duration::zero(), self.settings.operation_timeout)
+        });
+        self.sweep_read(
+            key,
+            (rec, meta),
+            dry_run,
+            op_deadline,
+            DUE_EARLY_TOLERANCE + flight,
+        )
+        .await
+    }
+
+    /// A due message that found no record: nothing to do for S3's events
+    /// (the record is gone since); for a submitter's message, handed back
+    /// while its claim may still land, then acknowledged and counted.
+    fn no_record(&self, key: &str, sent_at: Option<DateTime<Utc>>) -> RecordOutcome {
+        let Some(sent_at) = sent_at else {
+            return RecordOutcome::Nothing;
+        };
+        let now = match self.s3_earliest() {
+            Ok(t) => t,
+            Err(e) => return self.failed(key, e),
+        };
+        if now < self.claim_may_land(sent_at) {
+            RecordOutcome::NoRecordYet
+        } else {
+            tracing::info!(
+                record = key,
+                "a due message whose record never landed (its submit wrote nothing, or the record is gone since); acknowledged"
+            );
+            RecordOutcome::NoRecord
+        }
+    }
+
+    /// Until when (S3's time) the claim of a submit whose due message says
+    /// it was sent at `sent_at` may still land: every claim attempt starts
+    /// before its operation deadline, S3 takes no request signed more than
+    /// the late-write margin before its own time, and the signing clock may
+    /// stand up to 60 s from S3's (the offset a submitter still writes with).
+    pub fn claim_may_land(&self, sent_at: DateTime<Utc>) -> DateTime<Utc> {
+        sent_at
+            + self.settings.operation_timeout
+            + self.settings.late_write_margin
+            + crate::config::MAX_CLOCK_OFFSET
     }
 
     /// The deadline of one request of the sweeper: the operation timeout
@@ -125,11 +181,25 @@ impl Engine {
         op_deadline: DateTime<Utc>,
         tolerance: Duration,
     ) -> RecordOutcome {
-        let (rec, meta) = match self.read_swept(key, op_deadline).await {
-            Ok(Some(read)) => read,
-            Ok(None) => return RecordOutcome::Nothing,
-            Err(outcome) => return outcome,
-        };
+        match self.read_swept(key, op_deadline).await {
+            Ok(Some(read)) => {
+                self.sweep_read(key, read, dry_run, op_deadline, tolerance)
+                    .await
+            }
+            Ok(None) => RecordOutcome::Nothing,
+            Err(outcome) => outcome,
+        }
+    }
+
+    /// What a record just read needs, done.
+    async fn sweep_read(
+        &self,
+        key: &str,
+        (rec, meta): (Record, ObjectMeta),
+        dry_run: bool,
+        op_deadline: DateTime<Utc>,
+        tolerance: Duration,
+    ) -> RecordOutcome {
         // A clock too far off (or not known) leaves the record for a later
         // delivery.
         let offset = match self.s3_offset() {
