@@ -138,6 +138,11 @@ async fn a_world_on_seaweedfs_with_the_submitters_due_messages_loses_and_doubles
     cfg.events = world::Events::Submitter;
     // DUE_MESSAGE as CHAOS_DUE_MESSAGE says (the default: before_claim).
     cfg.with_claim = std::env::var("CHAOS_DUE_MESSAGE").is_ok_and(|v| v == "with_claim");
+    // No scheduled pass finishes a record here (CHAOS_PASSES=on brings
+    // them back): the due messages alone must, and the audit's records in
+    // flight count what they left. The one pass after the windows close
+    // meets every record past its finish deadline and finishes none.
+    cfg.passes_while_producing = std::env::var("CHAOS_PASSES").is_ok_and(|v| v == "on");
     cfg.drainers *= 2;
     cfg.sweep_envs *= 2;
     cfg.dir = cfg

@@ -49,7 +49,7 @@ impl Report {
         let (handled, accepted) = self.handled_and_accepted();
         let _ = writeln!(
             o,
-            "Seed {}, {:.0} s of producing ({:.0} s in all, audit included), on {} with {} events; \
+            "Seed {}, {:.0} s of producing ({:.0} s in all, audit included), on {} with {} events{}{}; \
              {} `submit` and {} `sweep` environments ({}), {} producers, {} buquet workers; \
              faults on {}‰ of the functions' requests, latency spikes on {}‰ (up to {} ms); \
              windows: stale {} s, finish {} s (late writes {} s, due messages {} s late at most, \
@@ -62,6 +62,16 @@ impl Report {
             match c.events {
                 super::world::Events::Bucket => "bucket",
                 super::world::Events::Submitter => "submitter",
+            },
+            match (c.events, c.with_claim) {
+                (super::world::Events::Submitter, true) => " (`DUE_MESSAGE=with_claim`)",
+                (super::world::Events::Submitter, false) => " (`DUE_MESSAGE=before_claim`)",
+                _ => "",
+            },
+            if c.passes_while_producing {
+                ""
+            } else {
+                ", no scheduled pass until every window had closed"
             },
             c.submit_envs,
             c.sweep_envs,
