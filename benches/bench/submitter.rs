@@ -467,9 +467,9 @@ pub(crate) async fn submitter(r: &mut Report) {
         "\n**A batch of {BATCH} in submitter mode.** The in-memory store and an in-memory due queue, each behind a delay each way on every request, serving all requests at once (as in \"Batch submit\"): a batch of {BATCH} new keys (1 KiB inputs) through `Queue::submit_many`, at B = {} ms and at 2B, three rounds; round trips = (time at 2B − time at B) / 2B (the batch's CPU hides under its waits at both).\n",
         b.as_millis()
     ));
-    r.line("| round | order | round trips | time at B | time at 2B | SQS requests |");
-    r.line("| --- | --- | --- | --- | --- | --- |");
     for (order, limit) in [(DueOrder::BeforeClaim, 3.5), (DueOrder::WithClaim, 2.5)] {
+        r.line("| round | order | round trips | time at B | time at 2B | SQS requests |");
+        r.line("| --- | --- | --- | --- | --- | --- |");
         let mut rts = Vec::new();
         let mut requests = 0;
         for round in 0..3 {
