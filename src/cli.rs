@@ -357,13 +357,13 @@ async fn key_record(queue: &Queue, scope: &str, key: &str, tenant: Option<&Tenan
     }
 }
 
-/// `idem key --reset`: forgets the key, as `DELETE /idempotency-keys/{key}`.
+/// `idem key --reset`: frees the key, as `DELETE /idempotency-keys/{key}`.
 async fn reset_key(queue: &Queue, scope: &str, key: &str, tenant: Option<&Tenant>) -> Outcome {
     match queue.reset_key(scope, key, tenant).await {
         Ok(Reset::Done { old_task_id }) => ok(json!({
             "reset": true,
             "old_task_id": old_task_id,
-            "detail": "the key is forgotten: its next submit creates a new task; the old task is left as it is",
+            "detail": "the key is free: its next submit creates a new task; the old task is left as it is",
         })),
         Ok(Reset::NotFound) => error(exit::NOT_FOUND, "not_found", "no record for this key"),
         Ok(Reset::InProgress {
@@ -373,21 +373,16 @@ async fn reset_key(queue: &Queue, scope: &str, key: &str, tenant: Option<&Tenant
             let mut out = error(
                 exit::FAILED,
                 "submit_in_progress",
-                "a submit of this key may still write its task or its record; nothing was deleted",
+                "a submit of this key may still write its task; nothing was written",
             );
             out.output["task_id"] = json!(task_id);
             out.output["retry_after_seconds"] = json!(retry_after.as_secs());
             out
         }
-        Ok(Reset::Unsupported) => error(
-            exit::FAILED,
-            "reset_unsupported",
-            "CONDITIONAL_DELETE=off on an unversioned bucket: a key cannot be reset safely; it is freed when its record expires",
-        ),
         Ok(Reset::Changed) => error(
             exit::FAILED,
             "record_changed",
-            "the key's record changed while it was being reset; nothing was deleted",
+            "the key's record changed while it was being reset; nothing was written",
         ),
         Err(e) => submit_error(&e),
     }

@@ -241,10 +241,11 @@ impl Queue {
         self.engine.lookup_key(&at).await
     }
 
-    /// Forgets a key on purpose: its record is deleted, so that the next
-    /// submit of the key creates a new task. The old task is left as it is
-    /// (a reset cancels nothing). Refused ([`Reset::InProgress`]) while a
-    /// task may still be written for the record.
+    /// Frees a key on purpose, at once: its record is replaced by a reset
+    /// record, so that the next submit of the key creates a new task. The
+    /// old task is left as it is (a reset cancels nothing). Refused
+    /// ([`Reset::InProgress`]) while a task may still be written for the
+    /// record.
     pub async fn reset_key(
         &self,
         scope: &str,

@@ -275,6 +275,59 @@ async fn theirs_first_then_ours(s: Shared) {
     );
 }
 
+/// A reset writes a reset record (`expires_at` at the reset, `reset_at`):
+/// buquet 0.1's submit, which knows no `reset_at`, takes it for an expired
+/// record, claims over it and writes a new task; its worker runs the old
+/// task and the new one as any others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_key_reads_as_absent_to_buquet_whose_submit_makes_a_new_task_its_worker_runs() {
+    reset_then_theirs(Shared::new().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_seaweedfs_a_reset_key_reads_as_absent_to_buquet_whose_submit_makes_a_new_task() {
+    reset_then_theirs(Shared::seaweedfs(common::Versioning::On).await).await;
+}
+
+async fn reset_then_theirs(s: Shared) {
+    let (status, ours) = s
+        .post(json!({"task_type": "reset_me", "input": {"n": 1}, "idempotency_key": "r-1"}))
+        .await;
+    assert_eq!(status, 201, "{ours}");
+    let old: uuid::Uuid = ours["task_id"].as_str().unwrap().parse().unwrap();
+    let q = Queue::new(s.store.clone(), Settings::default());
+    // At once: the task is there, so nothing may still write it.
+    assert_eq!(
+        q.reset_key("reset_me", "r-1", None).await.unwrap(),
+        idempotent_submit::Reset::Done { old_task_id: old }
+    );
+    let records: Vec<String> = common::all_keys(&s.store)
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with("idempotency/"))
+        .collect();
+    assert_eq!(
+        records.len(),
+        1,
+        "the reset record stands at the record's path"
+    );
+    let theirs = s.buquet(&["submit", "reset_me", r#"{"n":1}"#, "r-1"]);
+    let new = theirs["id"].as_str().unwrap();
+    assert_ne!(new, old.to_string(), "buquet's submit made a new task");
+    // buquet's record replaced the reset record: our lookup sees its task.
+    let view = q
+        .lookup_key("reset_me", "r-1", None)
+        .await
+        .unwrap()
+        .expect("buquet's record is live");
+    assert_eq!(view.task_id.to_string(), new);
+    let run = s.buquet(&["work", "reset_me", "2"]);
+    assert_eq!(run["processed"], 2, "the old task and the new one");
+    for id in [old.to_string(), new.to_owned()] {
+        assert_eq!(s.buquet(&["get", &id])["status"], "completed");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_submitted_through_us_first_then_buquet_is_one_task() {
     ours_first_then_theirs(Shared::new().await).await;

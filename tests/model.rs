@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Duration, SubsecRound, Utc};
 use idempotent_submit::due_sender::{DueOrder, DueSender, RecordDue, SendError};
 use idempotent_submit::intake::due::{self, DueMessage};
 use idempotent_submit::protocol::TaskLocation;
@@ -148,8 +148,8 @@ enum Step {
         secs: i64,
     },
     /// A key reset on purpose (`Queue::reset_key`, `DELETE
-    /// /idempotency-keys/{key}`), with faults: its record is deleted unless a
-    /// task may still be written for it.
+    /// /idempotency-keys/{key}`), with faults: its record is replaced by a
+    /// reset record unless a task may still be written for it.
     Reset {
         who: Who,
         task_type: u8,
@@ -737,19 +737,8 @@ struct Recorder {
     bucket_events: Arc<AtomicBool>,
     /// The record a DELETE in progress would remove.
     deleting: Arc<Mutex<Option<Record>>>,
-    /// Every record deleted, and when.
-    deletions: Arc<Mutex<Vec<Deletion>>>,
     /// How many changes the bucket has had.
     changes: Arc<AtomicU64>,
-}
-
-/// A record deleted from the bucket (by the sweeper once it expired, by a
-/// reset of its key), and the change it was.
-#[derive(Debug, Clone)]
-struct Deletion {
-    task_id: uuid::Uuid,
-    at: DateTime<Utc>,
-    seq: u64,
 }
 
 /// The recorder as a store.
@@ -786,12 +775,10 @@ impl common::Hooks for Recorder {
                 Ok(o) => Record::parse(&o.body).ok().map(|r| r.task_id),
                 Err(_) => None,
             };
-            if let Some(r) = held.filter(|r| ok && still != Some(r.task_id)) {
-                self.deletions.lock().unwrap().push(Deletion {
-                    task_id: r.task_id,
-                    at,
-                    seq: self.changes.fetch_add(1, Ordering::SeqCst),
-                });
+            // A record's life ended (the sweeper's, once it expired): a
+            // change of the bucket, in its order.
+            if held.is_some_and(|r| ok && still != Some(r.task_id)) {
+                self.changes.fetch_add(1, Ordering::SeqCst);
             }
             return;
         }
@@ -957,8 +944,9 @@ impl Profile {
     /// it): expired records are either deleted or kept, never both.
     fn unreachable(&self) -> &'static [&'static str] {
         if !self.conditional_delete && !self.versioned {
-            // Nor can a key be reset there: no DELETE is safe.
-            &["expired records deleted", "keys reset"]
+            // (A key is reset there too: a reset writes, it deletes
+            // nothing.)
+            &["expired records deleted"]
         } else {
             &["expired records left for the lifecycle rule"]
         }
@@ -1303,7 +1291,12 @@ impl World {
         let landed: std::collections::BTreeSet<String> = self.recorder.writes.lock().unwrap()
             [writes..]
             .iter()
-            .filter(|w| w.key.starts_with("idempotency/"))
+            // A reset record owes no due message: nothing is finished for
+            // it, and the scheduled pass deletes it once it may.
+            .filter(|w| {
+                w.key.starts_with("idempotency/")
+                    && !Record::parse(&w.body).is_ok_and(|r| r.is_reset())
+            })
             .map(|w| w.key.clone())
             .collect();
         for key in landed {
@@ -1484,7 +1477,6 @@ impl World {
             stale: settings.stale_creating_after,
             bucket_events: Arc::new(AtomicBool::new(true)),
             deleting: Arc::default(),
-            deletions: Arc::default(),
             changes: Arc::default(),
         };
         World {
@@ -1982,15 +1974,10 @@ impl World {
                 (Step::Reset { .. }, Outcome::Reset(r)) => {
                     let path = paths[i].clone().unwrap();
                     // Whatever it was told (a lost answer, a crash after
-                    // the DELETE landed), the record it read is gone.
-                    let deleted = before[i].as_ref().is_some_and(|(old, _)| {
-                        self.recorder
-                            .deletions
-                            .lock()
-                            .unwrap()
-                            .iter()
-                            .any(|d| d.task_id == old.task_id && d.seq >= changes_at_start)
-                    });
+                    // the PUT landed), the record it read is reset.
+                    let deleted = before[i]
+                        .as_ref()
+                        .is_some_and(|(old, _)| self.reset_landed(old.task_id, changes_at_start));
                     let ctx = ResetCtx {
                         deleted,
                         path,
@@ -2022,14 +2009,18 @@ impl World {
             .before
             .as_ref()
             .filter(|(old, _)| old.expires_at > c.start);
-        // The life this reset ended: from its own DELETE where it landed,
-        // else (a version already gone) from its answer.
+        // The life this reset ended: from its reset record's write where it
+        // landed, else from its answer.
         let ended = |w: &Self, id: uuid::Uuid| {
-            let d = w.recorder.deletions.lock().unwrap();
-            d.iter()
+            let writes = w.recorder.writes.lock().unwrap();
+            writes
+                .iter()
                 .rev()
-                .find(|d| d.task_id == id)
-                .map(|d| (id, d.at, d.seq))
+                .find(|x| {
+                    x.key.starts_with("idempotency/")
+                        && Record::parse(&x.body).is_ok_and(|r| r.task_id == id && r.is_reset())
+                })
+                .map(|x| (id, x.at, x.seq))
                 .unwrap_or((id, c.now, w.recorder.changes.load(Ordering::SeqCst)))
         };
         if c.deleted
@@ -2051,24 +2042,20 @@ impl World {
                         live.map(|(old, _)| old.task_id)
                     ));
                 }
-                // Gone, or (deleting the version read, on a versioned
-                // bucket) an older version back, which expired before it was
-                // replaced: absent either way.
-                if c.alone
-                    && let Some((now_rec, _)) = self.record_at(&c.path).await
-                    && (now_rec.task_id == old_task_id || now_rec.expires_at > c.now)
-                {
-                    return Err(format!("a reset of {} left its record", c.path));
-                }
-                // Not while the record's own submit may still write it.
-                if let Some((_, meta)) = &c.before
-                    && c.now + Duration::seconds(2) < self.writer_done(meta)
-                {
-                    return Err(format!(
-                        "a reset forgot {old_task_id} at {}, while its submit could still write its record (until {})",
-                        c.now,
-                        self.writer_done(meta)
-                    ));
+                // The key holds the reset record: never nothing, which a
+                // late create-only PUT of the old claim could fill again.
+                if c.alone {
+                    match self.record_at(&c.path).await {
+                        Some((now_rec, _))
+                            if now_rec.is_reset() && now_rec.task_id == old_task_id => {}
+                        Some(_) => return Err(format!("a reset of {} left its record", c.path)),
+                        None => {
+                            return Err(format!(
+                                "a reset of {} deleted its record: the old claim could come back",
+                                c.path
+                            ));
+                        }
+                    }
                 }
                 // A reset cancels nothing: the old task stays, if it was written.
                 let task_key = live.map(|(old, _)| old.task_key.clone());
@@ -2109,33 +2096,17 @@ impl World {
                             old.task_id, old.status
                         ));
                     }
-                    // Refused only while its task may still be written, or
-                    // its own submit may still write the record.
-                    let (_, meta) = c.before.as_ref().unwrap();
-                    if self.get(&old.task_key).await.is_some()
-                        && c.start >= self.writer_done(meta) + Duration::seconds(2)
-                    {
+                    // Refused only while its task may still be written: at
+                    // any age of the record, once its task is there, a reset
+                    // goes ahead.
+                    if self.get(&old.task_key).await.is_some() {
                         return Err(format!(
-                            "a reset refused for {task_id}, whose task is there and whose submit is long done"
+                            "a reset refused for {task_id}, whose task is there"
                         ));
                     }
                     if self.record_at(&c.path).await.is_none() {
                         return Err(format!("a refused reset of {} deleted its record", c.path));
                     }
-                }
-            }
-            // Only where no DELETE can be safe: CONDITIONAL_DELETE=off on an
-            // unversioned bucket.
-            Ok(Reset::Unsupported) => {
-                let unversioned = c
-                    .before
-                    .as_ref()
-                    .is_none_or(|(_, m)| m.version_id.is_none());
-                if self.settings.conditional_delete || !unversioned {
-                    return Err(format!("a reset was refused as unsupported at {}", c.path));
-                }
-                if self.record_at(&c.path).await.is_none() && c.alone && c.before.is_some() {
-                    return Err(format!("an unsupported reset deleted {}", c.path));
                 }
             }
             Ok(Reset::Changed) => {
@@ -2152,9 +2123,14 @@ impl World {
         Ok(())
     }
 
-    /// When no write of a record's own submit can land any more.
-    fn writer_done(&self, meta: &ObjectMeta) -> DateTime<Utc> {
-        meta.last_modified + self.settings.operation_timeout + self.settings.late_write_margin
+    /// Whether a reset record of the record of `task_id` landed at or after
+    /// the change `since`.
+    fn reset_landed(&self, task_id: uuid::Uuid, since: u64) -> bool {
+        self.recorder.writes.lock().unwrap().iter().any(|w| {
+            w.seq >= since
+                && w.key.starts_with("idempotency/")
+                && Record::parse(&w.body).is_ok_and(|r| r.task_id == task_id && r.is_reset())
+        })
     }
 
     /// Whether any write of `key` ever landed.
@@ -2611,22 +2587,47 @@ impl World {
             let t = reset_at.entry(id).or_insert((at, seq));
             *t = (t.0.min(at), t.1.min(seq));
         }
+        // And at its reset record's write, answered or not (a reset that
+        // crashed once its PUT landed frees the key all the same).
+        for (w, r) in records.iter().map(|(i, r)| (&writes[*i], r)) {
+            if r.is_reset() {
+                let t = reset_at.entry(r.task_id).or_insert((w.at, w.seq));
+                *t = (t.0.min(w.at), t.1.min(w.seq));
+            }
+        }
         // Guarantee 2 and the finish deadline: each task written once, only
         // for a record, with If-None-Match, landing no later than the
         // deadline + 15 minutes. A record is written once: no two writes
         // name one task id, and none says `ready`.
         let mut task_writes: HashMap<&str, usize> = HashMap::new();
         let mut record_writes: HashSet<uuid::Uuid> = HashSet::new();
+        // Records replaced by their reset record: none ever comes back.
+        let mut reset_records: HashSet<uuid::Uuid> = HashSet::new();
         let mut late = 0;
         let mut records_in_order = records.iter().peekable();
         for (i, w) in writes.iter().enumerate() {
-            if let Some((_, r)) = records_in_order.next_if(|(j, _)| *j == i)
-                && (!record_writes.insert(r.task_id) || r.status != Some(RecordStatus::Creating))
-            {
-                return Err(format!(
-                    "the record of {} was written again ({:?}): a record is written once",
-                    r.task_id, r.status
-                ));
+            if let Some((_, r)) = records_in_order.next_if(|(j, _)| *j == i) {
+                // A reset's write: over the record it names, once.
+                if r.is_reset() {
+                    if !record_writes.contains(&r.task_id) || !reset_records.insert(r.task_id) {
+                        return Err(format!(
+                            "a reset record of {} was written for no record, or twice",
+                            r.task_id
+                        ));
+                    }
+                } else if reset_records.contains(&r.task_id) {
+                    return Err(format!(
+                        "the record of {} came back after its reset, at {}",
+                        r.task_id, w.at
+                    ));
+                } else if !record_writes.insert(r.task_id)
+                    || r.status != Some(RecordStatus::Creating)
+                {
+                    return Err(format!(
+                        "the record of {} was written again ({:?}): a record is written once",
+                        r.task_id, r.status
+                    ));
+                }
             }
             if !w.key.starts_with("tasks/") {
                 continue;
@@ -2776,8 +2777,16 @@ async fn reset(q: &Queue, who: Who, task_type: u8, bug: Option<Bug>) -> Result<R
         key: path.clone(),
         reason: e.to_string(),
     })?;
-    match store.delete(&path, Some(&obj.meta.etag)).await {
-        Ok(()) => Ok(Reset::Done {
+    let mut reset = rec.clone();
+    let now = q.engine().clock().now().trunc_subsecs(0);
+    (reset.expires_at, reset.reset_at) = (now, Some(now));
+    (reset.pending_task, reset.pending_input) = (None, None);
+    let body = Bytes::from(serde_json::to_vec(&reset).unwrap());
+    match store
+        .put(&path, body, PutMode::Update(obj.meta.etag.clone()))
+        .await
+    {
+        Ok(_) => Ok(Reset::Done {
             old_task_id: rec.task_id,
         }),
         Err(StoreError::PreconditionFailed) => Ok(Reset::Changed),

@@ -108,9 +108,8 @@ impl Problem {
             Reset::Done { .. } | Reset::NotFound => {
                 Self::not_found("no record holds this key in this scope")
             }
-            // A reset racing a finisher, or the key's own submit still
-            // sending its record, could forget a key that is then written
-            // again: it waits, as a replay would.
+            // A reset racing a finisher could free a key whose old task is
+            // then written: it waits, as a replay would.
             Reset::InProgress {
                 task_id,
                 retry_after,
@@ -121,21 +120,14 @@ impl Problem {
                     409,
                     "submit_in_progress",
                     "Submit in progress",
-                    "a submit of this key may still write its task or its record; nothing was deleted: retry after the Retry-After seconds",
+                    "a submit of this key may still write its task; nothing was written: retry after the Retry-After seconds",
                 )
             },
-            // CONDITIONAL_DELETE=off on an unversioned bucket.
-            Reset::Unsupported => Self::new(
-                501,
-                "reset_unsupported",
-                "Reset unsupported",
-                "this store ignores If-Match on DELETE (CONDITIONAL_DELETE=off) and the bucket is not versioned: a key cannot be reset safely here; it is freed when its record expires",
-            ),
             Reset::Changed => Self::new(
                 412,
                 "record_changed",
                 "Record changed",
-                "the key's record changed while it was being reset (a new submit replaced it); nothing was deleted: look the key up again",
+                "the key's record changed while it was being reset (a new submit replaced it); nothing was written: look the key up again",
             ),
         }
     }

@@ -63,7 +63,7 @@ pub(super) async fn lookup(
     }
 }
 
-/// `DELETE`: forgets the key (204, with a `Link` to the old task, which is
+/// `DELETE`: frees the key (204, with a `Link` to the old task, which is
 /// left as it is), or says why not.
 pub(super) async fn reset(
     app: &App,

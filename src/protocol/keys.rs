@@ -6,21 +6,27 @@
 //! maps to, the record's life and phase, the task's status) and never the
 //! task it would write (`pending_task`), the input or the tenant's hash.
 //!
-//! A reset forgets a key: it deletes the record (`If-Match` on the ETag it
-//! read), so the next submit of the key creates a new task. It cancels
-//! nothing: the old task, if any, is left as it is. It refuses while the
-//! record is in flight and its task is not there yet, because a finisher
-//! (the key's own submit, a replay, the sweeper) may still create that task,
-//! and a task written after the reset would belong to a key nobody holds.
-//! Once the task object exists, nobody creates it again (every task write is
+//! A reset frees a key at once, at any age of its record: it replaces the
+//! record (`If-Match` on the ETag it read) with a *reset record*, the record
+//! as it was with `expires_at` set to the reset's time in S3's clock and a
+//! `reset_at` field. It deletes nothing: a late or retried create-only PUT
+//! of the old claim meets an object (412), so nothing brings the old record
+//! back; the next submit of the key takes the reset record for an expired
+//! one and claims over it (`If-Match`), with a new task. It cancels nothing:
+//! the old task, if any, is left as it is. It refuses while the record is in
+//! flight and its task is not there yet, because a finisher (the key's own
+//! submit, a replay, the sweeper) may still create that task, and a task
+//! written after the reset would belong to a key nobody holds. Once the task
+//! object exists, nobody creates it again (every task write is
 //! `If-None-Match: *`, and a marker is only ever written for the task that
-//! is there); once the record is settled, nothing is written for it at all.
-//! Those two cases are the only ones a reset goes ahead in, so after a reset
-//! is answered no task is ever written for the record it deleted.
+//! is there); once the record is settled, nothing is written for it at all;
+//! and no finisher writes anything for a reset record. Those two cases are
+//! the only ones a reset goes ahead in, so after a reset is answered no task
+//! is ever written for the record it reset.
 
 use std::time::Duration as StdDuration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -29,7 +35,7 @@ use super::error::SubmitError;
 use super::hash;
 use super::names::{IdempotencyKey, Scope, Tenant, ValidationError};
 use super::record::{Record, record_key};
-use crate::store::{ObjectMeta, StoreError};
+use crate::store::{ObjectMeta, PutMode, StoreError};
 
 /// A key as a lookup or a reset names it: the scope's name exactly as the
 /// submit used it (its task type, `queue`, or a custom scope), the key, and
@@ -99,25 +105,21 @@ pub struct KeyView {
 /// What a reset came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reset {
-    /// The record is deleted: the next submit of the key creates a new task.
-    /// `old_task_id` is left as it is.
+    /// The record is a reset record now: the next submit of the key creates
+    /// a new task. `old_task_id` is left as it is.
     Done { old_task_id: Uuid },
-    /// No live record holds the key (none, expired, or another tenant's).
+    /// No live record holds the key (none, expired, reset already, or
+    /// another tenant's).
     NotFound,
     /// The record is in flight and its task is not there yet: nothing was
-    /// deleted. Try again after `retry_after`.
+    /// written. Try again after `retry_after`.
     InProgress {
         task_id: Uuid,
         retry_after: StdDuration,
     },
-    /// The record changed between the read and the delete (a new submit
-    /// replaced it): nothing was deleted. Look it up again.
+    /// The record changed between the read and the write (a new submit
+    /// replaced it): nothing was written. Look it up again.
     Changed,
-    /// `CONDITIONAL_DELETE=off` on an unversioned bucket: no DELETE can be
-    /// made safe against a record that replaced the one read (the store
-    /// ignores `If-Match`, and there is no version to name), so a key is
-    /// never reset there. Nothing was deleted.
-    Unsupported,
 }
 
 /// A live record of the key: read, and the caller's to see.
@@ -138,52 +140,69 @@ impl Engine {
         Ok(Some(view(at, held.record, phase)))
     }
 
-    /// Forgets the key (see the module's docs): deletes its record with
-    /// `If-Match` on the ETag just read, unless a task may still be written
-    /// for it. Logged, one line per reset.
+    /// Resets the key (see the module's docs): three requests, `GET`
+    /// record, `GET` task, `PUT` reset record `If-Match` on the ETag just
+    /// read, unless a task may still be written for the record. Logged, one
+    /// line per reset.
     pub async fn reset_key(&self, at: &KeyRef) -> Result<Reset, SubmitError> {
         let op_deadline = self.now() + self.settings.operation_timeout;
         let Some(held) = self.read_key(at, op_deadline).await? else {
             return Ok(Reset::NotFound);
         };
         let phase = self.phase(&held.record, &held.meta).await?;
-        // Refused while a task may still be written for the record (`None`:
-        // in flight, and no task object yet), and while its own submit may
-        // still be writing the record: a create-only PUT whose answer was
-        // lost is sent again, and a PUT sent before its deadline may land up
-        // to the late-write margin later. Either, landing after the DELETE,
-        // would write the forgotten record again.
-        if phase.task_status.is_none() || self.s3_earliest()? < self.record_writer_done(&held.meta)
-        {
+        // Refused while a task may still be written for the record: in
+        // flight, and no task object yet. The record's own submit may still
+        // be sending its create-only PUT (a retry, or one landing late):
+        // that is no reason to wait any more, since it meets the reset
+        // record and lands nothing.
+        if phase.task_status.is_none() {
             return Ok(Reset::InProgress {
                 task_id: held.record.task_id,
                 retry_after: self.reset_retry_after(&held.meta)?,
             });
         }
         let rkey = at.record_key();
+        // The reset's time: S3's earliest time now, in whole seconds, never
+        // later than the reset record lands (docs/protocol.md says what a
+        // submit makes of it).
+        let reset_at = self.s3_earliest()?.trunc_subsecs(0);
+        let mut reset = held.record.clone();
+        reset.expires_at = reset_at;
+        reset.reset_at = Some(reset_at);
+        // The task is there, or will never be written: what a finisher would
+        // need to write it goes.
+        reset.pending_task = None;
+        reset.pending_input = None;
+        let body =
+            bytes::Bytes::from(
+                serde_json::to_vec(&reset).map_err(|e| SubmitError::Corrupt {
+                    key: rkey.clone(),
+                    reason: format!("the reset record could not be serialized: {e}"),
+                })?,
+            );
         let etag = &held.meta.etag;
-        // With CONDITIONAL_DELETE=off the store may ignore `If-Match`: the
-        // exact version read is deleted instead, which can never remove a
-        // newer record (another version). What may come back is an older
-        // version, and an older record was replaced only once it had
-        // expired (or was reset): it counts as absent.
-        let deleted = match (&held.meta.version_id, self.settings.conditional_delete) {
-            (_, true) => {
-                self.with_retries(op_deadline, || self.store.delete(&rkey, Some(etag)))
-                    .await
-            }
-            (Some(version), false) => {
-                self.with_retries(op_deadline, || self.store.delete_version(&rkey, version))
-                    .await
-            }
-            (None, false) => return Ok(Reset::Unsupported),
-        };
-        let answer = match deleted {
-            Ok(()) => Reset::Done {
+        let written = self
+            .with_retries(op_deadline, || {
+                self.store
+                    .put(&rkey, body.clone(), PutMode::Update(etag.clone()))
+            })
+            .await;
+        let answer = match written {
+            Ok(_) => Reset::Done {
                 old_task_id: held.record.task_id,
             },
-            // 412: another record holds the key now; 404: gone since.
-            Err(Failure::Store(StoreError::PreconditionFailed)) => Reset::Changed,
+            // 412: another record holds the key now, or an earlier attempt
+            // of this very PUT landed and its answer was lost (a re-read
+            // tells); 404: gone since.
+            Err(Failure::Store(StoreError::PreconditionFailed)) => {
+                if self.landed_reset(&rkey, &reset, op_deadline).await? {
+                    Reset::Done {
+                        old_task_id: held.record.task_id,
+                    }
+                } else {
+                    Reset::Changed
+                }
+            }
             Err(Failure::Store(StoreError::NotFound)) => Reset::NotFound,
             Err(e) => return Err(e.into()),
         };
@@ -196,6 +215,28 @@ impl Engine {
             );
         }
         Ok(answer)
+    }
+
+    /// Whether the key holds the reset record `reset` itself (a retried PUT
+    /// met its own earlier attempt).
+    async fn landed_reset(
+        &self,
+        rkey: &str,
+        reset: &Record,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<bool, SubmitError> {
+        match self
+            .with_retries(op_deadline, || self.store.get(rkey))
+            .await
+        {
+            Ok(obj) => Ok(Record::parse(&obj.body).is_ok_and(|now| {
+                now.reset_at == reset.reset_at
+                    && now.write_id == reset.write_id
+                    && now.task_id == reset.task_id
+            })),
+            Err(Failure::Store(StoreError::NotFound)) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The live record of `at`, if the caller may see it: none, an expired
@@ -224,7 +265,8 @@ impl Engine {
         if record.tenant != at.tenant.as_ref().map(Tenant::id) {
             return Ok(None);
         }
-        if record.is_expired(self.s3_earliest()?) {
+        // A reset record is no record, whatever the clock says.
+        if record.is_reset() || record.is_expired(self.s3_earliest()?) {
             return Ok(None);
         }
         Ok(Some(Held {
@@ -233,18 +275,14 @@ impl Engine {
         }))
     }
 
-    /// When no write of the record's own submit can land any more: its
-    /// operation's end (its last send), and the late-write margin after it.
-    fn record_writer_done(&self, meta: &ObjectMeta) -> DateTime<Utc> {
-        meta.last_modified + self.settings.operation_timeout + self.settings.late_write_margin
-    }
-
-    /// When a reset refused may succeed: once the record's own submit can
-    /// write it no more (and, if its task is there by then, that is all),
-    /// else once the record is settled.
+    /// When a reset refused may succeed: once the record's own submit has
+    /// ended (it wrote the task, or died), else by the record's stale age
+    /// (the sweeper finishes it), and at the latest once it is settled.
     fn reset_retry_after(&self, meta: &ObjectMeta) -> Result<StdDuration, SubmitError> {
         let s3_now = self.s3_earliest()?;
-        let next = [self.record_writer_done(meta), self.late_writes_end(meta)]
+        let own_end = meta.last_modified + self.settings.operation_timeout;
+        let stale = meta.last_modified + self.settings.stale_creating_after;
+        let next = [own_end, stale, self.late_writes_end(meta)]
             .into_iter()
             .find(|t| *t > s3_now)
             .unwrap_or(s3_now);

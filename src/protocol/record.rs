@@ -59,6 +59,20 @@ pub struct Record {
     /// that no finisher needs the producer to send the input again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_input: Option<Box<RawValue>>,
+    /// Set on a *reset record* (docs/protocol.md, "Looking up and resetting
+    /// a key"): when the key was reset, S3's earliest time at the reset, in
+    /// whole seconds; `expires_at` is that same time. Every reader of this
+    /// service takes such a record for no record at all (buquet's clients,
+    /// which do not know the field, take it for an expired one, which comes
+    /// to the same). Written after `pending_task`, which a reset record
+    /// never carries.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "rfc3339::precise::option::serialize",
+        deserialize_with = "rfc3339::option::deserialize"
+    )]
+    pub reset_at: Option<DateTime<Utc>>,
 }
 
 /// A new record as it is written: `record` (whose own `pending_task` and
@@ -106,6 +120,11 @@ impl Record {
 
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
         self.expires_at <= now
+    }
+
+    /// A reset record: the key was reset, and the record reads as absent.
+    pub fn is_reset(&self) -> bool {
+        self.reset_at.is_some()
     }
 }
 
@@ -475,6 +494,7 @@ mod tests {
             options_hash: Some("sha256:22".into()),
             pending_task: None,
             pending_input: None,
+            reset_at: None,
         };
         for pending_input in [None, Some(&*input), Some(&*big)] {
             let carried = rec.to_bytes_carrying(&task, pending_input).unwrap();

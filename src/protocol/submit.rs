@@ -225,6 +225,9 @@ enum Held {
     Expired { etag: ETag },
     /// Another submit's, live.
     Other { record: Record, meta: ObjectMeta },
+    /// A reset record, met by a submit that began before the reset (or by
+    /// the record's own submit): the key as it was when the submit began.
+    Reset { record: Record },
 }
 
 /// When our record was written, as far as we know: the local time we sent
@@ -382,6 +385,9 @@ impl Engine {
         // expired record just read (If-Match its ETag).
         let mut replace: Option<ETag> = None;
         let mut payload = Payload::Unsent;
+        // S3's time, whole seconds, once the first claim was answered: what
+        // a reset record's `reset_at` is compared with.
+        let mut first_answer: Option<DateTime<Utc>> = None;
         let mut rounds = 0;
         while rounds < MAX_ROUNDS {
             // 1. Claim the key: create the record, or replace the expired one.
@@ -395,9 +401,13 @@ impl Engine {
                 continue;
             }
             rounds += 1;
+            let first_answer = match first_answer {
+                Some(t) => t,
+                None => *first_answer.insert(self.s3_earliest()?.trunc_subsecs(0)),
+            };
 
             // 2. The key is taken: read what holds it.
-            match self.read_held(mine, op_deadline).await? {
+            match self.read_held(mine, first_answer, op_deadline).await? {
                 // Deleted since (it had expired): claim it again.
                 Held::Gone => continue,
                 // Our own write: its answer was lost, and a retry met it.
@@ -414,6 +424,14 @@ impl Engine {
                     let sent = payload != Payload::Unsent;
                     return self
                         .replay_or_conflict(mine, &record, &meta, sent, op_deadline)
+                        .await;
+                }
+                // Answered as the record was before the reset, and nothing
+                // is written for it.
+                Held::Reset { record } => {
+                    let sent = payload != Payload::Unsent;
+                    return self
+                        .answer_before_reset(mine, &record, sent, op_deadline)
                         .await;
                 }
             }
@@ -466,6 +484,7 @@ impl Engine {
             // Carried by the record's bytes, not copied into it.
             pending_task: None,
             pending_input: None,
+            reset_at: None,
         };
         let offloaded = task.offloaded.then_some(&req.input);
         let body = record
@@ -582,10 +601,23 @@ impl Engine {
     }
 
     /// Step 2: the record that holds the key, and what it is to this
-    /// submit.
+    /// submit, whose first claim was answered at `first_answer` (S3's
+    /// earliest time then, whole seconds).
+    ///
+    /// A reset record is an expired record to a submit that began after the
+    /// reset, and claimed over. One that began before it never claims over
+    /// it: it is answered with the record's task, which is there (a reset is
+    /// refused while a task may still be written), as if the reset had come
+    /// after it. Which it is is judged in S3's time, by its first answer: a
+    /// submit whose first claim was answered in a second before `reset_at`
+    /// (S3's earliest time at the reset, whole seconds) began before the
+    /// reset. The record's own submit (its `write_id`) began before the
+    /// reset whatever the clock says, and is never let claim over it: its
+    /// claim would bring the old record back.
     async fn read_held(
         &self,
         mine: &Claim<'_>,
+        first_answer: DateTime<Utc>,
         op_deadline: DateTime<Utc>,
     ) -> Result<Held, SubmitError> {
         let obj = match self
@@ -600,6 +632,18 @@ impl Engine {
             key: mine.rkey.clone(),
             reason: e.to_string(),
         })?;
+        if let Some(reset_at) = record.reset_at {
+            let own = record.write_id == mine.record.write_id;
+            if !own && first_answer >= reset_at {
+                return Ok(Held::Expired {
+                    etag: obj.meta.etag,
+                });
+            }
+            if record.scope.is_none() {
+                record.scope.clone_from(&mine.record.scope);
+            }
+            return Ok(Held::Reset { record });
+        }
         if record.write_id == mine.record.write_id {
             return Ok(Held::Ours {
                 last_modified: obj.meta.last_modified,
@@ -686,6 +730,38 @@ impl Engine {
             orphan
         );
         answer
+    }
+
+    /// A submit that began before the key was reset meets the reset record:
+    /// answered as the record was (its own 201, a replay, or a conflict),
+    /// with the task's status. Nothing is written for it: its task is there,
+    /// or will never be (the reset went ahead only then).
+    async fn answer_before_reset(
+        &self,
+        mine: &Claim<'_>,
+        held: &Record,
+        sent_payload: bool,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Submitted, SubmitError> {
+        let own = held.write_id == mine.record.write_id;
+        if sent_payload && !own {
+            self.remove_orphan_payload(mine.task.loc.id, op_deadline)
+                .await;
+        }
+        if !own && let Some(kind) = conflict_with(held, mine.req, &mine.record.options_hash) {
+            return Err(SubmitError::Conflict {
+                kind,
+                task_id: held.task_id,
+            });
+        }
+        let status = self.read_status(&held.task_key, op_deadline).await?;
+        let replayed = held.task_id != mine.task.loc.id;
+        Ok(self.answer(
+            held,
+            status.unwrap_or_else(|| "missing".into()),
+            replayed,
+            false,
+        ))
     }
 
     /// The key holds a record of the same request: replay it, finishing it
@@ -964,7 +1040,8 @@ impl Engine {
             reason: e.to_string(),
         })?;
         existing.scope.get_or_insert_with(|| scope.clone());
-        if existing.is_expired(self.s3_earliest()?) {
+        // A reset record is no record: this submit would claim over it.
+        if existing.is_reset() || existing.is_expired(self.s3_earliest()?) {
             return Err(refusal);
         }
         if let Some(kind) = conflict_with(&existing, req, &req.options.hash()) {
@@ -1001,6 +1078,7 @@ mod tests {
             options_hash: options_hash.map(str::to_owned),
             pending_task: None,
             pending_input: None,
+            reset_at: None,
         }
     }
 

@@ -65,8 +65,9 @@ pub enum Bug {
     /// sends no events): the model's client of the due queue holds the
     /// first message until the process's first record PUT has answered.
     DueAfterRecord,
-    /// A key reset that deletes the record it read whatever its phase (a
-    /// GET, then a DELETE with `If-Match`), so that a submit still in flight
+    /// A key reset that replaces the record it read with a reset record
+    /// whatever its phase (a GET, then a PUT with `If-Match`), so that a
+    /// submit still in flight
     /// writes its task for a key already forgotten (breaks the reset's
     /// promise): the model's reset actor does it by hand, not through
     /// `Queue::reset_key`.

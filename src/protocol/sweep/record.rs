@@ -19,7 +19,9 @@ const MAX_VERSIONS_DELETED: usize = 4;
 /// (docs/protocol.md, "Record events").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Owed {
-    /// Past `expires_at`, whatever its status: deleted.
+    /// Past `expires_at`, whatever its status (a reset record: past
+    /// `reset_at` plus the operation deadline and the late-write margin):
+    /// deleted.
     Deletion,
     /// Gone to its task, `ready`, or without `status` (another client's).
     Nothing,
@@ -59,6 +61,20 @@ fn owed(
     settings: &Settings,
     tolerance: Duration,
 ) -> Owed {
+    // A reset record stays until no create-only PUT of the claim it
+    // replaced can land any more: that claim's submit began before the
+    // reset, so its last send is before `reset_at` plus the operation
+    // deadline, and it lands within the late-write margin after that. A PUT
+    // landing after a deletion would bring the old record back. Nothing is
+    // ever finished for it.
+    if let Some(reset_at) = rec.reset_at {
+        let kept_until = reset_at + settings.operation_timeout + settings.late_write_margin;
+        return if earliest >= kept_until {
+            Owed::Deletion
+        } else {
+            Owed::Nothing
+        };
+    }
     if rec.is_expired(earliest) {
         return Owed::Deletion;
     }
@@ -213,7 +229,10 @@ impl Engine {
             Owed::Deletion if self.settings.conditional_delete => {
                 self.delete_expired(key, &meta, op_deadline).await
             }
-            Owed::Deletion => self.delete_expired_version(key, meta, op_deadline).await,
+            Owed::Deletion => {
+                self.delete_expired_version(key, meta, rec.is_reset(), op_deadline)
+                    .await
+            }
             Owed::Nothing => RecordOutcome::Nothing,
             Owed::Settled => self.check_settled(key, &rec, dry_run, op_deadline).await,
             Owed::Early => RecordOutcome::Early,
@@ -298,6 +317,7 @@ impl Engine {
         &self,
         key: &str,
         meta: ObjectMeta,
+        deleted_is_reset: bool,
         op_deadline: DateTime<Utc>,
     ) -> RecordOutcome {
         let Some(mut version) = meta.version_id else {
@@ -308,6 +328,9 @@ impl Engine {
             return RecordOutcome::ExpiredKept;
         };
         let mut deleted_at = meta.last_modified;
+        // A version a reset record replaced is the reset key's old record:
+        // live by its `expires_at`, and dead all the same.
+        let mut replaced_by_reset = deleted_is_reset;
         for _ in 0..MAX_VERSIONS_DELETED {
             match self
                 .with_retries(op_deadline, || self.store.delete_version(key, &version))
@@ -329,13 +352,14 @@ impl Engine {
             };
             let came_back = now_meta.last_modified <= deleted_at;
             match now_meta.version_id {
-                Some(v) if came_back && rec.is_expired(earliest) => {
+                Some(v) if came_back && (replaced_by_reset || rec.is_expired(earliest)) => {
                     tracing::info!(
                         record = key,
-                        "an older expired version came back: deleted too"
+                        "an older expired or reset version came back: deleted too"
                     );
                     version = v;
                     deleted_at = now_meta.last_modified;
+                    replaced_by_reset = rec.is_reset();
                 }
                 _ => break,
             }
@@ -407,6 +431,7 @@ mod tests {
             options_hash: None,
             pending_task: None,
             pending_input: None,
+            reset_at: None,
         }
     }
 
