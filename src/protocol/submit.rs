@@ -387,7 +387,9 @@ impl Engine {
         let mut payload = Payload::Unsent;
         // S3's time, whole seconds, once the first claim was answered: what
         // a reset record's `reset_at` is compared with.
-        let mut first_answer: Option<DateTime<Utc>> = None;
+        // `None` inside: S3's clock was not known then (only a reset
+        // record needs it).
+        let mut first_answer: Option<Option<DateTime<Utc>>> = None;
         let mut rounds = 0;
         while rounds < MAX_ROUNDS {
             // 1. Claim the key: create the record, or replace the expired one.
@@ -403,7 +405,7 @@ impl Engine {
             rounds += 1;
             let first_answer = match first_answer {
                 Some(t) => t,
-                None => *first_answer.insert(self.s3_earliest()?.trunc_subsecs(0)),
+                None => *first_answer.insert(self.s3_earliest().ok().map(|t| t.trunc_subsecs(0))),
             };
 
             // 2. The key is taken: read what holds it.
@@ -617,7 +619,7 @@ impl Engine {
     async fn read_held(
         &self,
         mine: &Claim<'_>,
-        first_answer: DateTime<Utc>,
+        first_answer: Option<DateTime<Utc>>,
         op_deadline: DateTime<Utc>,
     ) -> Result<Held, SubmitError> {
         let obj = match self
@@ -634,7 +636,10 @@ impl Engine {
         })?;
         if let Some(reset_at) = record.reset_at {
             let own = record.write_id == mine.record.write_id;
-            if !own && first_answer >= reset_at {
+            // S3's clock unknown at the first answer: this submit cannot
+            // show it began after the reset, so it is taken as begun before
+            // (the safe side: it claims nothing).
+            if !own && first_answer.is_some_and(|t| t >= reset_at) {
                 return Ok(Held::Expired {
                     etag: obj.meta.etag,
                 });
