@@ -143,21 +143,32 @@ async fn a_reset_is_answered_at_once_in_three_requests_and_frees_the_key_for_a_n
     assert_ne!(second.task_id, first.task_id);
     assert_eq!(w.count("tasks/"), 2);
     assert!(w.bucket.get(&first.task_key).await.is_ok());
-    // A late or retried create-only PUT of the old claim meets an object:
-    // the new record stays.
-    let late = w
-        .bucket
-        .put(&rkey, old_claim, idempotent_submit::store::PutMode::Create)
+    late_old_claim_changes_nothing(&w.bucket, &q, &rkey, old_claim, &second, "memory").await;
+}
+
+/// A late or retried create-only PUT of the old claim (`old_claim`, the
+/// record's bytes before the reset) meets an object, a 412: the key still
+/// maps to `now`, the task of the submit after the reset.
+async fn late_old_claim_changes_nothing(
+    store: &impl Store,
+    q: &idempotent_submit::Queue,
+    rkey: &str,
+    old_claim: bytes::Bytes,
+    now: &idempotent_submit::Submitted,
+    on: &str,
+) {
+    let late = store
+        .put(rkey, old_claim, idempotent_submit::store::PutMode::Create)
         .await;
     assert!(
         matches!(
             late,
             Err(idempotent_submit::store::StoreError::PreconditionFailed)
         ),
-        "{late:?}"
+        "{on}: {late:?}"
     );
     let view = q.lookup_key("t", "k", None).await.unwrap().unwrap();
-    assert_eq!(view.task_id, second.task_id);
+    assert_eq!(view.task_id, now.task_id, "{on}");
 }
 
 #[tokio::test]
@@ -549,20 +560,7 @@ async fn on_s3_and_seaweedfs_a_reset_answered_at_once_lets_the_next_submit_make_
         );
         let view = q.lookup_key("t", "k", None).await.unwrap().unwrap();
         assert_eq!(view.task_id, second.task_id);
-        // The old claim's create-only PUT, replayed late: a 412, and the new
-        // record stays.
-        let late = store
-            .put(&rkey, old_claim, idempotent_submit::store::PutMode::Create)
-            .await;
-        assert!(
-            matches!(
-                late,
-                Err(idempotent_submit::store::StoreError::PreconditionFailed)
-            ),
-            "{bucket}: {late:?}"
-        );
-        let view = q.lookup_key("t", "k", None).await.unwrap().unwrap();
-        assert_eq!(view.task_id, second.task_id, "{bucket}");
+        late_old_claim_changes_nothing(&store, &q, &rkey, old_claim, &second, &bucket).await;
         assert_eq!(
             q.reset_key("t", "nope", None).await.unwrap(),
             Reset::NotFound

@@ -149,6 +149,28 @@ pub(crate) async fn requests(r: &mut Report) {
         count(&f),
         (3, 3),
     ));
+    // The reset key's next submit: it claims over the reset record as over
+    // an expired one.
+    f.reset_log();
+    let again = q.submit("t", json!(2)).idempotency_key("k").await.unwrap();
+    assert!(again.created());
+    rows.push((
+        "the next submit of a reset key (a new task)",
+        count(&f),
+        (5, 4),
+    ));
+    // A reset of a record a moment old: answered at once (its task is
+    // there), no wait for the late-write margin.
+    q.submit("t", json!(1))
+        .idempotency_key("young")
+        .await
+        .unwrap();
+    f.reset_log();
+    assert!(matches!(
+        q.reset_key("t", "young", None).await.unwrap(),
+        idempotent_submit::Reset::Done { .. }
+    ));
+    rows.push(("key reset of a record a moment old", count(&f), (3, 3)));
     let crash = FaultyStore::new(mem.clone());
     crash.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
     Queue::with_clock(crash, Arc::new(clock.clone()), Settings::default())
