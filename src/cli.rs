@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::protocol::names::Principal;
 use crate::protocol::options::{Kind, TaskOption};
 use crate::protocol::{
-    ErrorKind, Reset, Scope, SubmitError, TaskOptions, Tenant, Ttl, ValidationError,
+    ErrorKind, IfTaskFailed, Reset, Scope, SubmitError, TaskOptions, Tenant, Ttl, ValidationError,
 };
 use crate::queue::Queue;
 
@@ -46,7 +46,7 @@ pub enum Command {
         input: Option<String>,
         /// A file of JSON lines, each a `POST /tasks` body with its own
         /// `idempotency_key` (`-`: stdin).
-        #[arg(long, conflicts_with_all = ["task_type", "input", "key", "ttl_seconds", "scope", "task_options"])]
+        #[arg(long, conflicts_with_all = ["task_type", "input", "key", "ttl_seconds", "scope", "if_task_failed", "task_options"])]
         batch: Option<std::path::PathBuf>,
         /// The idempotency key.
         #[arg(long)]
@@ -57,6 +57,10 @@ pub enum Command {
         /// The key's scope: a custom name, or `queue` (default: the task type).
         #[arg(long)]
         scope: Option<String>,
+        /// When the key's task ended failed or cancelled: `replay` it, or
+        /// claim the key for a `new_task` (default: `IF_TASK_FAILED`).
+        #[arg(long, value_parser = ["replay", "new_task"])]
+        if_task_failed: Option<String>,
         #[command(flatten)]
         options: Box<TaskOptionArgs>,
     },
@@ -558,6 +562,7 @@ pub async fn run(command: Command, queue: &Queue, config: &Config) -> Outcome {
             key,
             ttl_seconds,
             scope,
+            if_task_failed,
             batch: None,
             options,
         } => {
@@ -574,6 +579,7 @@ pub async fn run(command: Command, queue: &Queue, config: &Config) -> Outcome {
                 key,
                 ttl_seconds,
                 scope,
+                if_task_failed,
                 options: *options,
             };
             submit_one(queue, one).await
@@ -633,6 +639,7 @@ struct OneSubmit {
     key: Option<String>,
     ttl_seconds: Option<i64>,
     scope: Option<String>,
+    if_task_failed: Option<String>,
     options: TaskOptionArgs,
 }
 
@@ -659,6 +666,12 @@ async fn submit_one(queue: &Queue, one: OneSubmit) -> Outcome {
     match Scope::parse(one.scope.as_deref()) {
         Ok(s) => b = b.idempotency_scope(s),
         Err(e) => return submit_error(&e.into()),
+    }
+    if let Some(v) = one.if_task_failed {
+        match IfTaskFailed::parse(&v) {
+            Ok(p) => b = b.if_task_failed(p),
+            Err(e) => return submit_error(&e.into()),
+        }
     }
     match b.await {
         Ok(s) => ok(serde_json::to_value(&s).unwrap_or(Value::Null)),

@@ -6,6 +6,7 @@ use std::time::Duration as StdDuration;
 use chrono::Duration;
 
 pub use crate::due_sender::DueOrder;
+use crate::protocol::IfTaskFailed;
 
 /// How the protocol retries one request: on 409 and on S3's retryable
 /// failures, with capped exponential backoff and full jitter.
@@ -111,6 +112,9 @@ pub struct Settings {
     pub conditional_delete: bool,
     /// How the scheduled pass lists `idempotency/` (`LIST_ORDER`).
     pub list_order: ListOrder,
+    /// What a keyed submit does when its key's task ended failed or
+    /// cancelled, unless it says (`IF_TASK_FAILED`; `replay` by default).
+    pub if_task_failed: IfTaskFailed,
 }
 
 /// How the store lists (`LIST_ORDER`; docs/protocol.md, "The scheduled
@@ -148,6 +152,7 @@ impl Default for Settings {
             schema_cache_ttl: Duration::seconds(60),
             conditional_delete: true,
             list_order: ListOrder::Bytes,
+            if_task_failed: IfTaskFailed::Replay,
         }
     }
 }
@@ -462,6 +467,20 @@ fn parse_list_order(get: &impl Fn(&str) -> Option<String>) -> Result<ListOrder, 
     }
 }
 
+fn parse_if_task_failed(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<IfTaskFailed, ConfigError> {
+    match get("IF_TASK_FAILED").as_deref().map(str::trim) {
+        None | Some("") => Ok(IfTaskFailed::Replay),
+        Some(v) => IfTaskFailed::parse(&v.to_ascii_lowercase()).map_err(|_| {
+            err(
+                "IF_TASK_FAILED",
+                format!("{v:?} is not one of replay/new_task"),
+            )
+        }),
+    }
+}
+
 /// The variable that sets a test world's [`Conditions`].
 pub const TESTING_CONDITIONS_VAR: &str = "TESTING_OPERATING_CONDITIONS";
 
@@ -574,6 +593,7 @@ impl Config {
             )?),
             conditional_delete: parse_bool("CONDITIONAL_DELETE", &get, true)?,
             list_order: parse_list_order(&get)?,
+            if_task_failed: parse_if_task_failed(&get)?,
             ..d
         };
         settings.check_under(&world)?;
@@ -881,5 +901,15 @@ mod tests {
         assert_eq!(other.list_order, ListOrder::Any);
         let bytes = cfg(&[("BUCKET_NAME", "b"), ("LIST_ORDER", "bytes")]).unwrap();
         assert_eq!(bytes.settings.list_order, ListOrder::Bytes);
+    }
+
+    #[test]
+    fn a_failed_tasks_key_is_replayed_by_default_and_freed_with_if_task_failed_new_task() {
+        let d = cfg(&[("BUCKET_NAME", "b")]).unwrap().settings;
+        assert_eq!(d.if_task_failed, IfTaskFailed::Replay);
+        let new = cfg(&[("BUCKET_NAME", "b"), ("IF_TASK_FAILED", " New_Task ")]).unwrap();
+        assert_eq!(new.settings.if_task_failed, IfTaskFailed::NewTask);
+        let e = cfg(&[("BUCKET_NAME", "b"), ("IF_TASK_FAILED", "retry")]).unwrap_err();
+        assert!(e.to_string().contains("IF_TASK_FAILED"), "{e}");
     }
 }

@@ -101,8 +101,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ClockCheck, Config, ConfigError, ListOrder, RecordEvents, RetryPolicy, Settings};
 pub use due_sender::{DueSender, MemoryDueQueue};
 pub use protocol::{
-    ConflictKind, ErrorKind, IdempotencyInfo, InputError, KeyView, Reset, Scope, ScopeName,
-    SubmitError, Submitted, TaskRetryPolicy, Tenant, ValidationError,
+    ConflictKind, ErrorKind, IdempotencyInfo, IfTaskFailed, InputError, KeyView, Reset, Scope,
+    ScopeName, SubmitError, Submitted, TaskRetryPolicy, Tenant, ValidationError,
 };
 pub use queue::{BATCH_FAN_OUT, Queue, SubmitBuilder};
 pub use store::{MemoryStore, S3Store, Store, StoreError};

@@ -16,9 +16,9 @@ use crate::protocol::hash;
 use crate::protocol::options::{OptionValue, TaskOption};
 use crate::protocol::record::{TaskLocation, record_key};
 use crate::protocol::{
-    DueMessages, Engine, IdempotencyKey, Input, KeyRef, KeySpec, KeyView, Record, Reset, Scope,
-    ScopeName, SubmitError, SubmitRequest, Submitted, TaskOptions, TaskRetryPolicy, TaskType,
-    Tenant, Ttl, ValidationError,
+    DueMessages, Engine, IdempotencyKey, IfTaskFailed, Input, KeyRef, KeySpec, KeyView, Record,
+    Reset, Scope, ScopeName, SubmitError, SubmitRequest, Submitted, TaskOptions, TaskRetryPolicy,
+    TaskType, Tenant, Ttl, ValidationError,
 };
 use crate::store::{ObjectMeta, S3Store, Store, StoreError};
 
@@ -147,6 +147,7 @@ impl Queue {
             ttl: None,
             scope: Scope::TaskType,
             tenant: None,
+            if_task_failed: None,
             options: Ok(TaskOptions::default()),
         }
     }
@@ -281,6 +282,7 @@ pub struct SubmitBuilder<'q> {
     ttl: Option<Duration>,
     scope: Scope,
     tenant: Option<String>,
+    if_task_failed: Option<IfTaskFailed>,
     /// The task options so far; the first invalid one is kept to report.
     options: Result<TaskOptions, ValidationError>,
 }
@@ -398,6 +400,15 @@ impl<'q> SubmitBuilder<'q> {
             )
     }
 
+    /// What the submit does when its key's task ended failed or cancelled
+    /// (default `IF_TASK_FAILED`, itself `replay` by default):
+    /// [`IfTaskFailed::NewTask`] claims the key again for a new task, whose
+    /// answer names the failed one in `replaces_task_id`.
+    pub fn if_task_failed(mut self, policy: IfTaskFailed) -> Self {
+        self.if_task_failed = Some(policy);
+        self
+    }
+
     /// Keeps this principal's keys apart from everyone else's.
     pub fn tenant(mut self, principal: impl Into<String>) -> Self {
         self.tenant = Some(principal.into());
@@ -440,6 +451,7 @@ impl<'q> SubmitBuilder<'q> {
             idempotency,
             options,
             tenant,
+            if_task_failed: self.if_task_failed.unwrap_or(settings.if_task_failed),
         })
     }
 

@@ -29,6 +29,7 @@ mod probe;
 mod protocol;
 mod readme;
 mod recovery;
+mod reuse;
 mod s3_status;
 mod schemas;
 mod seaweedfs;

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::protocol::{Scope, TaskOptions, Ttl, ValidationError, options};
+use crate::protocol::{IfTaskFailed, Scope, TaskOptions, Ttl, ValidationError, options};
 use crate::queue::{Queue, SubmitBuilder};
 
 /// The fields of a submit body. Unknown fields are refused: a misspelt
@@ -15,16 +15,19 @@ pub struct SubmitBody {
     pub idempotency_key: Option<String>,
     pub idempotency_ttl_seconds: Option<i64>,
     pub idempotency_scope: Option<String>,
+    /// `replay` or `new_task`; `None`: `IF_TASK_FAILED`.
+    pub if_task_failed: Option<IfTaskFailed>,
     /// The task options, named as buquet's submit names them.
     pub options: TaskOptions,
 }
 
-const FIELDS: [&str; 5] = [
+const FIELDS: [&str; 6] = [
     "task_type",
     "input",
     "idempotency_key",
     "idempotency_ttl_seconds",
     "idempotency_scope",
+    "if_task_failed",
 ];
 
 fn known(field: &str) -> bool {
@@ -108,6 +111,9 @@ impl SubmitBody {
             idempotency_key: optional_string(&obj, "idempotency_key")?,
             idempotency_ttl_seconds,
             idempotency_scope: optional_string(&obj, "idempotency_scope")?,
+            if_task_failed: optional_string(&obj, "if_task_failed")?
+                .map(|v| IfTaskFailed::parse(&v))
+                .transpose()?,
         })
     }
 
@@ -132,6 +138,9 @@ impl SubmitBody {
         if let Some(p) = principal {
             b = b.tenant(p);
         }
+        if let Some(policy) = self.if_task_failed {
+            b = b.if_task_failed(policy);
+        }
         Ok(b)
     }
 }
@@ -145,6 +154,27 @@ mod tests {
             Err(ValidationError::Field { field, .. }) => field,
             other => panic!("{body}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn if_task_failed_is_replay_or_new_task_and_nothing_else() {
+        let parse = |v: &str| {
+            SubmitBody::parse(
+                format!(r#"{{"task_type":"t","input":1,"if_task_failed":{v}}}"#).as_bytes(),
+            )
+            .map(|b| b.if_task_failed)
+        };
+        assert_eq!(parse(r#""new_task""#), Ok(Some(IfTaskFailed::NewTask)));
+        assert_eq!(parse(r#""replay""#), Ok(Some(IfTaskFailed::Replay)));
+        assert_eq!(parse("null"), Ok(None));
+        assert_eq!(
+            field(r#"{"task_type":"t","input":1,"if_task_failed":"New_Task"}"#),
+            "if_task_failed"
+        );
+        assert_eq!(
+            field(r#"{"task_type":"t","input":1,"if_task_failed":true}"#),
+            "if_task_failed"
+        );
     }
 
     #[test]

@@ -88,12 +88,9 @@ impl Metrics {
 
     /// A submit's outcome.
     pub fn submit(&self, result: &Result<Submitted, SubmitError>) {
-        let name = outcome(result);
-        if matches!(result, Ok(s) if s.recovered) {
-            self.emit(&[(name, 1), ("Recovered", 1)]);
-        } else {
-            self.emit(&[(name, 1)]);
-        }
+        let mut counts = vec![(outcome(result), 1)];
+        counts.extend(also(result).map(|n| (n, 1)));
+        self.emit(&counts);
     }
 
     /// The outcomes of a batch's items: one line for the batch, counting
@@ -108,9 +105,7 @@ impl Metrics {
         };
         for r in results {
             add(outcome(r));
-            if matches!(r, Ok(s) if s.recovered) {
-                add("Recovered");
-            }
+            also(r).for_each(&mut add);
         }
         self.emit(&counts);
     }
@@ -162,6 +157,22 @@ impl Metrics {
             ("SweepLists", s.lists),
         ]);
     }
+}
+
+/// The metrics a submit counts beside its outcome: `Recovered` (it finished
+/// an interrupted earlier submit) and `FailedKeyReuses` (it created a task in
+/// place of its key's failed one, `if_task_failed: new_task`).
+fn also(result: &Result<Submitted, SubmitError>) -> impl Iterator<Item = &'static str> {
+    let (recovered, reused) = match result {
+        Ok(s) => (s.recovered, s.created() && s.replaces_task_id.is_some()),
+        Err(_) => (false, false),
+    };
+    [
+        recovered.then_some("Recovered"),
+        reused.then_some("FailedKeyReuses"),
+    ]
+    .into_iter()
+    .flatten()
 }
 
 /// The metric that counts a submit's outcome.

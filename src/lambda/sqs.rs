@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::App;
 use crate::intake::{Problem, SubmitBody};
+use crate::protocol::{IfTaskFailed, ValidationError};
 use crate::store::PutMode;
 
 /// What became of one message.
@@ -125,6 +126,28 @@ fn message_key(body: &SubmitBody, m: &SqsMessage) -> Option<String> {
         .or_else(|| m.message_id.clone())
 }
 
+/// The `If-Task-Failed` attribute (String: `replay` or `new_task`), for a
+/// body that does not say: a producer that cannot change the body (another
+/// system's JSON) can still ask for a new task after a failure.
+fn if_task_failed_attribute(body: &mut SubmitBody, m: &SqsMessage) -> Result<(), ValidationError> {
+    if body.if_task_failed.is_some() {
+        return Ok(());
+    }
+    if let Some(v) = m
+        .message_attributes
+        .get("If-Task-Failed")
+        .and_then(|a| a.string_value.as_deref())
+    {
+        body.if_task_failed = Some(IfTaskFailed::parse(v).map_err(|_| {
+            ValidationError::field(
+                "If-Task-Failed",
+                format!("{v:?} is not one of replay, new_task"),
+            )
+        })?);
+    }
+    Ok(())
+}
+
 pub async fn process(app: &App, m: &SqsMessage) -> Outcome {
     let id = m.message_id.as_deref().unwrap_or("");
     let limit = app.queue.settings().max_input_bytes;
@@ -135,10 +158,13 @@ pub async fn process(app: &App, m: &SqsMessage) -> Outcome {
         ));
         return reject(app, m, &p).await;
     }
-    let body = match SubmitBody::parse(raw.as_bytes()) {
+    let mut body = match SubmitBody::parse(raw.as_bytes()) {
         Ok(b) => b,
         Err(e) => return reject(app, m, &Problem::invalid(e.to_string())).await,
     };
+    if let Err(e) = if_task_failed_attribute(&mut body, m) {
+        return reject(app, m, &Problem::invalid(e.to_string())).await;
+    }
     let key = message_key(&body, m);
     let result = match body.into_submit(&app.queue, key, None) {
         Ok(b) => b.await,

@@ -21,7 +21,9 @@ pub use crate::due_sender::DueMessages;
 pub use engine::Engine;
 pub use error::{ConflictKind, ErrorKind, InputError, SubmitError};
 pub use keys::{KeyRef, KeyView, Reset};
-pub use names::{IdempotencyKey, Scope, ScopeName, TaskType, Tenant, Ttl, ValidationError};
+pub use names::{
+    IdempotencyKey, IfTaskFailed, Scope, ScopeName, TaskType, Tenant, Ttl, ValidationError,
+};
 pub use options::{TaskOptions, TaskRetryPolicy};
 pub use record::{Record, RecordStatus, TaskLocation};
 pub use submit::{IdempotencyInfo, Input, KeySpec, Phase, SubmitRequest, Submitted};

@@ -49,6 +49,11 @@ pub struct Record {
     /// none (and in records of buquet's clients).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub options_hash: Option<String>,
+    /// The task this record's task replaces: its key's earlier task, which
+    /// had ended failed or cancelled when the submit claimed the key over
+    /// its record (`if_task_failed: new_task`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces_task_id: Option<Uuid>,
     /// The whole task object, kept as raw JSON: written out byte for byte by
     /// whoever finishes the submit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -494,6 +499,7 @@ mod tests {
             options_hash: Some("sha256:22".into()),
             pending_task: None,
             pending_input: None,
+            replaces_task_id: None,
             reset_at: None,
         };
         for pending_input in [None, Some(&*input), Some(&*big)] {

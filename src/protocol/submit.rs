@@ -17,7 +17,7 @@ use super::engine::{Engine, Failure};
 use super::error::{ConflictKind, SubmitError};
 use super::finish::{Needs, NewTask, Start};
 use super::hash;
-use super::names::{IdempotencyKey, Scope, TaskType, Tenant, Ttl, ValidationError};
+use super::names::{IdempotencyKey, IfTaskFailed, Scope, TaskType, Tenant, Ttl, ValidationError};
 use super::options::{TaskFields, TaskOptions};
 use super::record::{
     Record, RecordStatus, TaskIdempotency, TaskInput, TaskLocation, payload_key, raw_into_bytes,
@@ -103,6 +103,12 @@ fn conflict_with(
     }
 }
 
+/// A task status that frees its key to an `if_task_failed: new_task`
+/// submit; `None`: no task (yet), which frees nothing.
+fn frees(status: Option<&str>) -> bool {
+    status.is_some_and(IfTaskFailed::frees)
+}
+
 /// The idempotency part of a request.
 #[derive(Debug, Clone)]
 pub struct KeySpec {
@@ -123,6 +129,8 @@ pub struct SubmitRequest {
     /// The caller's tenant under tenant isolation: folded into the key hash,
     /// stored in the record and in the task object's `idempotency`.
     pub(crate) tenant: Option<Tenant>,
+    /// What to do when the key's task ended failed or cancelled.
+    pub(crate) if_task_failed: IfTaskFailed,
 }
 
 /// What a successful submit answers.
@@ -139,6 +147,11 @@ pub struct Submitted {
     /// of the key did (200).
     pub replayed: bool,
     pub idempotency: Option<IdempotencyInfo>,
+    /// The key's earlier task, which had ended failed or cancelled, when
+    /// this task replaced it (`if_task_failed: new_task`); kept in the
+    /// record, so that replays name it too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaces_task_id: Option<Uuid>,
     /// This submit finished an interrupted earlier one (for metrics only).
     #[serde(skip)]
     pub recovered: bool,
@@ -184,6 +197,7 @@ fn unserializable(what: &str, e: serde_json::Error) -> SubmitError {
 
 /// What a keyed submit writes, built once and kept across every retry (its
 /// task id and write_id are how a retry recognizes its own earlier write).
+#[derive(Clone)]
 struct Claim<'r> {
     req: &'r SubmitRequest,
     rkey: String,
@@ -303,6 +317,7 @@ impl Engine {
             created_at: now,
             replayed: false,
             idempotency: None,
+            replaces_task_id: None,
             recovered: false,
         })
     }
@@ -384,6 +399,9 @@ impl Engine {
         // What the next claim writes over: nothing (If-None-Match), or the
         // expired record just read (If-Match its ETag).
         let mut replace: Option<ETag> = None;
+        // The claim that replaces a record whose task failed: ours, naming
+        // that task (same task, same write_id).
+        let mut reuse: Option<Claim<'_>> = None;
         let mut payload = Payload::Unsent;
         // S3's time, whole seconds, once the first claim was answered: what
         // a reset record's `reset_at` is compared with.
@@ -392,6 +410,7 @@ impl Engine {
         let mut first_answer: Option<Option<DateTime<Utc>>> = None;
         let mut rounds = 0;
         while rounds < MAX_ROUNDS {
+            let mine = reuse.as_ref().unwrap_or(mine);
             // 1. Claim the key: create the record, or replace the expired one.
             let replacing = replace.is_some();
             let mode = replace.take().map_or(PutMode::Create, PutMode::Update);
@@ -421,11 +440,24 @@ impl Engine {
                 }
                 // Counts as absent: replaced, if it is still the one we read.
                 Held::Expired { etag } => replace = Some(etag),
-                // 3. The same key: the same request, or a conflict.
+                // 3. The same key: the same request, or a conflict; or, with
+                // `if_task_failed: new_task`, a key whose task failed, claimed
+                // over its record as if it had expired.
                 Held::Other { record, meta } => {
+                    let status = match mine.req.if_task_failed {
+                        IfTaskFailed::Replay => None,
+                        IfTaskFailed::NewTask => {
+                            Some(self.read_status(&record.task_key, op_deadline).await?)
+                        }
+                    };
+                    if status.as_ref().is_some_and(|s| frees(s.as_deref())) {
+                        reuse = Some(self.replacing(mine, record.task_id)?);
+                        replace = Some(meta.etag);
+                        continue;
+                    }
                     let sent = payload != Payload::Unsent;
                     return self
-                        .replay_or_conflict(mine, &record, &meta, sent, op_deadline)
+                        .replay_or_conflict(mine, &record, &meta, sent, status, op_deadline)
                         .await;
                 }
                 // Answered as the record was before the reset, and nothing
@@ -486,6 +518,7 @@ impl Engine {
             // Carried by the record's bytes, not copied into it.
             pending_task: None,
             pending_input: None,
+            replaces_task_id: None,
             reset_at: None,
         };
         let offloaded = task.offloaded.then_some(&req.input);
@@ -504,6 +537,21 @@ impl Engine {
             },
             offloaded,
         })
+    }
+
+    /// Our claim again, naming the failed task its task replaces: the same
+    /// task and write_id (a retry still knows its own write), the record's
+    /// bytes rebuilt with `replaces_task_id`.
+    fn replacing<'r>(&self, mine: &Claim<'r>, failed: Uuid) -> Result<Claim<'r>, SubmitError> {
+        let mut next = mine.clone();
+        next.record.replaces_task_id = Some(failed);
+        let task: &RawValue = serde_json::from_slice(&mine.task.body)
+            .map_err(|e| unserializable("the task object", e))?;
+        next.body = next
+            .record
+            .to_bytes_carrying(task, mine.offloaded.map(|i| &*i.canonical))
+            .map_err(|e| unserializable(&mine.rkey, e))?;
+        Ok(next)
     }
 
     /// A new record's `created_at` and `expires_at` for a submit made at
@@ -715,6 +763,7 @@ impl Engine {
         held: &Record,
         meta: &ObjectMeta,
         sent_payload: bool,
+        known_status: Option<Option<String>>,
         op_deadline: DateTime<Utc>,
     ) -> Result<Submitted, SubmitError> {
         let my_task_id = mine.task.loc.id;
@@ -731,7 +780,14 @@ impl Engine {
             });
         }
         let (answer, ()) = tokio::join!(
-            self.answer_existing(&mine.rkey, held, meta, my_task_id, op_deadline),
+            self.answer_existing(
+                &mine.rkey,
+                held,
+                meta,
+                my_task_id,
+                known_status,
+                op_deadline
+            ),
             orphan
         );
         answer
@@ -770,13 +826,15 @@ impl Engine {
     }
 
     /// The key holds a record of the same request: replay it, finishing it
-    /// first if it was interrupted.
+    /// first if it was interrupted. `known_status`: the task's status, when
+    /// this submit has just read it.
     pub(super) async fn answer_existing(
         &self,
         rkey: &str,
         rec: &Record,
         meta: &ObjectMeta,
         my_task_id: Uuid,
+        known_status: Option<Option<String>>,
         op_deadline: DateTime<Utc>,
     ) -> Result<Submitted, SubmitError> {
         // Our own task id on a record we did not recognize by write_id: we
@@ -786,7 +844,10 @@ impl Engine {
         let finish_deadline = meta.last_modified + self.settings.finish_window;
         match rec.status {
             Some(RecordStatus::Ready) => {
-                let status = self.read_status(&rec.task_key, op_deadline).await?;
+                let status = match known_status {
+                    Some(s) => s,
+                    None => self.read_status(&rec.task_key, op_deadline).await?,
+                };
                 Ok(self.answer(
                     rec,
                     status.unwrap_or_else(|| "missing".into()),
@@ -809,7 +870,9 @@ impl Engine {
             // A `creating` record past its finish deadline, or one without
             // `status` (buquet's): nothing is written for it.
             _ => {
-                let status = self.settled_status(rec, meta, op_deadline).await?;
+                let status = self
+                    .settled_status(rec, meta, known_status, op_deadline)
+                    .await?;
                 Ok(self.answer(rec, status, replayed, false))
             }
         }
@@ -822,9 +885,14 @@ impl Engine {
         &self,
         rec: &Record,
         meta: &ObjectMeta,
+        known_status: Option<Option<String>>,
         op_deadline: DateTime<Utc>,
     ) -> Result<String, SubmitError> {
-        if let Some(status) = self.read_status(&rec.task_key, op_deadline).await? {
+        let status = match known_status {
+            Some(s) => s,
+            None => self.read_status(&rec.task_key, op_deadline).await?,
+        };
+        if let Some(status) = status {
             return Ok(status);
         }
         // `missing` only once S3's earliest possible time is past the last
@@ -944,6 +1012,7 @@ impl Engine {
                 key_hash: rec.key_hash.clone(),
                 expires_at: rec.expires_at,
             }),
+            replaces_task_id: rec.replaces_task_id,
             recovered,
         }
     }
@@ -1055,10 +1124,29 @@ impl Engine {
                 task_id: existing.task_id,
             });
         }
+        // A key whose task failed is free to a `new_task` submit, which
+        // this one would have claimed: the refusal stands.
+        let status = match req.if_task_failed {
+            IfTaskFailed::Replay => None,
+            IfTaskFailed::NewTask => {
+                let s = self.read_status(&existing.task_key, op_deadline).await?;
+                if frees(s.as_deref()) {
+                    return Err(refusal);
+                }
+                Some(s)
+            }
+        };
         // A task id of nobody's: this submit wrote nothing, so the answer is
         // a replay.
-        self.answer_existing(&rkey, &existing, &obj.meta, uuid::Uuid::nil(), op_deadline)
-            .await
+        self.answer_existing(
+            &rkey,
+            &existing,
+            &obj.meta,
+            uuid::Uuid::nil(),
+            status,
+            op_deadline,
+        )
+        .await
     }
 }
 
@@ -1083,6 +1171,7 @@ mod tests {
             options_hash: options_hash.map(str::to_owned),
             pending_task: None,
             pending_input: None,
+            replaces_task_id: None,
             reset_at: None,
         }
     }
@@ -1095,6 +1184,7 @@ mod tests {
             idempotency: None,
             options: TaskOptions::default(),
             tenant: None,
+            if_task_failed: IfTaskFailed::Replay,
         }
     }
 
@@ -1155,6 +1245,7 @@ mod tests {
             created_at: DateTime::<Utc>::default(),
             replayed: false,
             idempotency: None,
+            replaces_task_id: None,
             recovered: false,
         };
         assert!(s.created());

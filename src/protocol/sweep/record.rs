@@ -431,6 +431,7 @@ mod tests {
             options_hash: None,
             pending_task: None,
             pending_input: None,
+            replaces_task_id: None,
             reset_at: None,
         }
     }

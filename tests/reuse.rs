@@ -1,0 +1,349 @@
+//! A failed task's key claimed again for a new task (`if_task_failed:
+//! new_task`; docs/protocol.md, "Reusing a failed task's key"): in memory
+//! with faults and races, then on moto and SeaweedFS. The body field and the
+//! SQS attribute are tested in `submit_handler.rs`, buquet's worker failing
+//! the task for real in `interop.rs`.
+
+use crate::common;
+
+use common::World;
+use futures::future::join_all;
+use idempotent_submit::store::{Fault, Op, PutMode, Store, StoreError};
+use idempotent_submit::{ConflictKind, IfTaskFailed, Queue, SubmitError, Submitted};
+use serde_json::{Value, json};
+
+/// Ends the task at `task_key` with `status`, as buquet's worker (or its
+/// cancel) does: the task object rewritten, `If-Match` on what it read.
+async fn end_task(store: &impl Store, task_key: &str, status: &str) {
+    let o = store.get(task_key).await.unwrap();
+    let mut task: Value = serde_json::from_slice(&o.body).unwrap();
+    task["status"] = json!(status);
+    store
+        .put(
+            task_key,
+            task.to_string().into(),
+            PutMode::Update(o.meta.etag),
+        )
+        .await
+        .unwrap();
+}
+
+/// A submit of key `k` with `input`, asking for a new task if the key's
+/// task failed.
+async fn resubmit(q: &Queue, input: Value) -> Result<Submitted, SubmitError> {
+    q.submit("t", input)
+        .idempotency_key("k")
+        .if_task_failed(IfTaskFailed::NewTask)
+        .await
+}
+
+/// The key's first task, submitted and then failed for good.
+async fn failed_first(w: &World) -> Submitted {
+    let first = w
+        .queue()
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .await
+        .unwrap();
+    end_task(&w.bucket, &first.task_key, "failed").await;
+    first
+}
+
+#[tokio::test]
+async fn a_failed_tasks_key_is_replayed_by_default_and_claimed_for_a_new_task_in_six_requests_with_new_task()
+ {
+    let w = World::new();
+    let first = failed_first(&w).await;
+    let q = w.process();
+    let replay = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    assert!(replay.replayed);
+    assert_eq!(
+        (replay.task_id, replay.status.as_str()),
+        (first.task_id, "failed")
+    );
+    assert_eq!(replay.replaces_task_id, None);
+
+    w.faulty.reset_log();
+    let new = resubmit(&q, json!(1)).await.unwrap();
+    assert!(new.created());
+    assert_ne!(new.task_id, first.task_id);
+    assert_eq!(new.replaces_task_id, Some(first.task_id));
+    assert_eq!(new.status, "pending");
+    // The claim's 412, the record, its task, the claim over the record
+    // (If-Match), then the new task and its marker side by side.
+    let calls = w.faulty.calls();
+    let ops: Vec<(usize, Op)> = calls.iter().map(|c| (c.round_trip, c.op)).collect();
+    assert_eq!(
+        ops[..4],
+        [
+            (1, Op::PutCreate),
+            (2, Op::Get),
+            (3, Op::Get),
+            (4, Op::PutUpdate)
+        ]
+    );
+    let mut last: Vec<&str> = calls[4..].iter().map(|c| &c.key[..6]).collect();
+    last.sort_unstable();
+    assert_eq!(last, ["ready/", "tasks/"]);
+    assert_eq!(w.faulty.round_trips(), 5);
+    // The old task is left as it ended; the record names the new one and
+    // the one it replaces, so that every replay links it too.
+    assert_eq!(w.count("tasks/"), 2);
+    assert_eq!(w.json(&first.task_key).await["status"], "failed");
+    let record = w.record("k").await;
+    assert_eq!(
+        (record.task_id, record.replaces_task_id),
+        (new.task_id, Some(first.task_id))
+    );
+    let again = resubmit(&q, json!(1)).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(
+        (again.task_id, again.replaces_task_id),
+        (new.task_id, Some(first.task_id))
+    );
+    let task = w.json(&new.task_key).await;
+    assert_eq!(task["input"], json!(1));
+}
+
+#[tokio::test]
+async fn only_failed_and_cancelled_free_the_key_every_other_status_and_a_missing_task_are_replayed()
+{
+    for (status, frees) in [
+        ("pending", false),
+        ("running", false),
+        ("completed", false),
+        ("expired", false),
+        ("archived", false),
+        ("failed", true),
+        ("cancelled", true),
+    ] {
+        let w = World::new();
+        let q = w.queue();
+        let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+        end_task(&w.bucket, &first.task_key, status).await;
+        let again = resubmit(&q, json!(1)).await.unwrap();
+        assert_eq!(again.created(), frees, "{status}");
+        assert_eq!(again.task_id != first.task_id, frees, "{status}");
+        assert_eq!(w.count("tasks/"), 1 + usize::from(frees), "{status}");
+    }
+    // A task gone from the bucket is no failure: `missing`, replayed, once
+    // no late write of it can land.
+    let w = World::new();
+    let q = w.queue();
+    let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    w.bucket.delete(&first.task_key, None).await.unwrap();
+    w.clock.advance(chrono::Duration::hours(1));
+    let again = resubmit(&q, json!(1)).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(
+        (again.task_id, again.status.as_str()),
+        (first.task_id, "missing")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_new_task_submits_of_a_failed_key_make_exactly_one_new_task() {
+    let w = World::new();
+    let first = failed_first(&w).await;
+    let processes: Vec<Queue> = (0..8).map(|_| w.next_process().queue()).collect();
+    let answers: Vec<Submitted> = join_all(processes.iter().map(|q| resubmit(q, json!(1))))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let created = answers.iter().filter(|a| a.created()).count();
+    assert_eq!(created, 1, "{answers:#?}");
+    let new = answers.iter().find(|a| a.created()).unwrap();
+    for a in &answers {
+        assert_eq!(
+            (a.task_id, a.replaces_task_id),
+            (new.task_id, Some(first.task_id))
+        );
+    }
+    assert_eq!(w.count("tasks/"), 2);
+    assert_eq!(w.record("k").await.task_id, new.task_id);
+}
+
+#[tokio::test]
+async fn a_reuse_whose_answer_was_lost_is_still_its_own_201_naming_the_failed_task() {
+    let w = World::new();
+    let first = failed_first(&w).await;
+    let faulty = common::world::dying_at(
+        w.bucket.clone(),
+        Op::PutUpdate,
+        "idempotency/",
+        Fault::FailAfter(StoreError::Unavailable("answer lost".into())),
+    );
+    let new = resubmit(&w.queue_over(faulty), json!(1)).await.unwrap();
+    assert!(new.created(), "{new:?}");
+    assert_eq!(new.replaces_task_id, Some(first.task_id));
+    assert_eq!(w.count("tasks/"), 2);
+    assert_eq!(w.record("k").await.task_id, new.task_id);
+}
+
+#[tokio::test]
+async fn a_reuse_that_died_after_its_claim_is_finished_by_the_next_submit_or_by_the_sweeper() {
+    for by_sweeper in [false, true] {
+        let w = World::new();
+        let first = failed_first(&w).await;
+        let dying = common::world::dying_at(
+            w.bucket.clone(),
+            Op::PutUpdate,
+            "idempotency/",
+            Fault::CrashAfter,
+        );
+        resubmit(&w.queue_over(dying), json!(1))
+            .await
+            .expect_err("the process dies after its claim");
+        let record = w.record("k").await;
+        assert_ne!(record.task_id, first.task_id);
+        assert_eq!(w.count("tasks/"), 1);
+        if by_sweeper {
+            w.sweep_event("k").await;
+        } else {
+            // Even a submit that would replay a failed task finishes the new
+            // one: the key is the new record's now.
+            let next = w
+                .queue()
+                .submit("t", json!(1))
+                .idempotency_key("k")
+                .await
+                .unwrap();
+            assert!(next.replayed && next.recovered);
+            assert_eq!(
+                (next.task_id, next.replaces_task_id),
+                (record.task_id, Some(first.task_id))
+            );
+        }
+        assert_eq!(w.count("tasks/"), 2, "by the sweeper: {by_sweeper}");
+        let task = w.json(&record.task_key).await;
+        assert_eq!(task["status"], "pending");
+    }
+}
+
+#[tokio::test]
+async fn with_new_task_a_failed_key_takes_another_input_and_with_replay_that_is_a_conflict() {
+    let w = World::new();
+    let first = failed_first(&w).await;
+    let q = w.queue();
+    let refused = q.submit("t", json!(2)).idempotency_key("k").await;
+    assert!(
+        matches!(
+            refused,
+            Err(SubmitError::Conflict {
+                kind: ConflictKind::Input,
+                task_id
+            }) if task_id == first.task_id
+        ),
+        "{refused:?}"
+    );
+    let new = resubmit(&q, json!(2)).await.unwrap();
+    assert!(new.created());
+    assert_eq!(w.json(&new.task_key).await["input"], json!(2));
+    // The key is the new record's: its own input again is a replay, the
+    // old one a conflict (its task is pending, not failed).
+    assert!(resubmit(&q, json!(2)).await.unwrap().replayed);
+    assert!(matches!(
+        resubmit(&q, json!(1)).await,
+        Err(SubmitError::Conflict { .. })
+    ));
+}
+
+#[tokio::test]
+async fn if_task_failed_new_task_by_deployment_frees_a_failed_key_unless_the_submit_asks_for_replay()
+ {
+    let w = World::new();
+    let first = failed_first(&w).await;
+    let q = Queue::with_clock(
+        w.bucket.clone(),
+        std::sync::Arc::new(w.clock.clone()),
+        idempotent_submit::Settings {
+            if_task_failed: IfTaskFailed::NewTask,
+            ..common::settings()
+        },
+    );
+    let replay = q
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .if_task_failed(IfTaskFailed::Replay)
+        .await
+        .unwrap();
+    assert_eq!((replay.task_id, replay.replayed), (first.task_id, true));
+    let new = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+    assert!(new.created());
+    assert_eq!(new.replaces_task_id, Some(first.task_id));
+}
+
+#[tokio::test]
+async fn a_record_of_buquets_own_submit_whose_task_failed_is_claimed_over_too() {
+    let w = World::new();
+    let first = failed_first(&w).await;
+    // buquet's record: no status, no write_id, no scope.
+    let rkey = w.record_key("k");
+    let mut record = w.json(&rkey).await;
+    for field in ["status", "write_id", "scope", "pending_task"] {
+        record.as_object_mut().unwrap().remove(field);
+    }
+    w.bucket
+        .put(&rkey, record.to_string().into(), PutMode::Overwrite)
+        .await
+        .unwrap();
+    let new = resubmit(&w.queue(), json!(1)).await.unwrap();
+    assert!(new.created());
+    assert_eq!(new.replaces_task_id, Some(first.task_id));
+    assert_eq!(w.count("tasks/"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_s3_and_seaweedfs_racing_new_task_submits_of_a_failed_key_make_one_new_task_and_a_late_old_claim_changes_nothing()
+ {
+    for store in [
+        common::moto_store().await,
+        common::moto_store_versioned().await,
+        common::seaweedfs_store().await,
+        common::seaweedfs_store_versioned().await,
+    ] {
+        let bucket = store.bucket().to_owned();
+        let q = Queue::new(store.clone(), common::settings());
+        let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+        let rkey = idempotent_submit::protocol::KeyRef::parse("t", "k", None)
+            .unwrap()
+            .record_key();
+        let old_claim = store.get(&rkey).await.unwrap().body;
+        end_task(&store, &first.task_key, "cancelled").await;
+        let processes: Vec<Queue> = (0..4)
+            .map(|_| Queue::new(store.clone(), common::settings()))
+            .collect();
+        let answers: Vec<Submitted> = join_all(processes.iter().map(|q| resubmit(q, json!(1))))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            answers.iter().filter(|a| a.created()).count(),
+            1,
+            "{bucket}: {answers:#?}"
+        );
+        let new = &answers[0];
+        assert!(
+            answers
+                .iter()
+                .all(|a| a.task_id == new.task_id && a.replaces_task_id == Some(first.task_id))
+        );
+        assert_ne!(new.task_id, first.task_id);
+        let tasks = common::all_keys(&store)
+            .await
+            .into_iter()
+            .filter(|k| k.starts_with("tasks/"))
+            .count();
+        assert_eq!(tasks, 2, "{bucket}");
+        let late = store.put(&rkey, old_claim, PutMode::Create).await;
+        assert!(
+            matches!(late, Err(StoreError::PreconditionFailed)),
+            "{bucket}: {late:?}"
+        );
+        let view = q.lookup_key("t", "k", None).await.unwrap().unwrap();
+        assert_eq!(view.task_id, new.task_id, "{bucket}");
+        assert_eq!(view.task_status, "pending", "{bucket}");
+    }
+}
