@@ -59,7 +59,7 @@ pub enum Command {
         scope: Option<String>,
         /// When the key's task ended failed or cancelled: `replay` it, or
         /// claim the key for a `new_task` (default: `IF_TASK_FAILED`).
-        #[arg(long, value_parser = ["replay", "new_task"])]
+        #[arg(long)]
         if_task_failed: Option<String>,
         #[command(flatten)]
         options: Box<TaskOptionArgs>,

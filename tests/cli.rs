@@ -288,3 +288,53 @@ async fn submit_takes_a_flag_for_each_task_option_and_names_a_bad_one() {
     assert_eq!(code, 2, "{v}");
     assert!(v.to_string().contains("delay_seconds"), "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_if_task_failed_new_task_makes_a_new_task_for_a_key_whose_task_failed() {
+    use idempotent_submit::Store;
+    let store = common::moto_store().await;
+    let idem = Idem {
+        bucket: store.bucket().to_owned(),
+    };
+    let args = ["submit", "--type", "t", "--input", "1", "--key", "k"];
+    let (code, first) = idem.run(&args).await;
+    assert_eq!(code, 0, "{first}");
+    let task_key = first["task_key"].as_str().unwrap();
+    let o = store.get(task_key).await.unwrap();
+    let mut task: Value = serde_json::from_slice(&o.body).unwrap();
+    task["status"] = "cancelled".into();
+    store
+        .put(
+            task_key,
+            task.to_string().into(),
+            idempotent_submit::store::PutMode::Update(o.meta.etag),
+        )
+        .await
+        .unwrap();
+    let (_, replay) = idem.run(&args).await;
+    assert_eq!(
+        (&replay["task_id"], &replay["status"]),
+        (&first["task_id"], &"cancelled".into())
+    );
+    let mut new_task = args.to_vec();
+    new_task.extend(["--if-task-failed", "new_task"]);
+    let (code, new) = idem.run(&new_task).await;
+    assert_eq!(code, 0, "{new}");
+    assert_eq!(new["replayed"], false);
+    assert_eq!(new["replaces_task_id"], first["task_id"]);
+    let (code, bad) = idem
+        .run(&[
+            "submit",
+            "--type",
+            "t",
+            "--input",
+            "1",
+            "--key",
+            "k",
+            "--if-task-failed",
+            "maybe",
+        ])
+        .await;
+    assert_eq!(code, 2, "{bad}");
+    assert!(bad.to_string().contains("if_task_failed"), "{bad}");
+}

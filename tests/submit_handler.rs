@@ -668,6 +668,18 @@ async fn every_bad_http_input_gets_its_4xx_and_writes_nothing() {
             "invalid_request",
         ),
         (
+            "if_task_failed not one of replay, new_task",
+            v2_post(json!({"task_type": "t", "input": 1, "if_task_failed": "retry"})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "if_task_failed not a string",
+            v2_post(json!({"task_type": "t", "input": 1, "if_task_failed": true})),
+            400,
+            "invalid_request",
+        ),
+        (
             "task_type a number",
             v2_post(json!({"task_type": 5, "input": 1})),
             400,
@@ -1016,6 +1028,7 @@ async fn every_bad_sqs_message_is_rejected_to_its_own_object_and_writes_nothing_
         r#"{"task_type": "t", "input": 1, "idempotency_ttl_seconds": 1}"#,
         r#"{"task_type": "t", "input": 1, "idempotency_scope": "no way"}"#,
         r#"{"task_type": "t", "input": 1, "extra": true}"#,
+        r#"{"task_type": "t", "input": 1, "if_task_failed": "NEW_TASK"}"#,
         big.as_str(),
     ];
     let (h, store) = Harness::memory();
@@ -1256,4 +1269,109 @@ async fn task_options_come_through_sqs_bodies_and_batch_items_and_bad_ones_are_r
     let task: Value =
         serde_json::from_slice(&h.app.queue.task(id).await.unwrap().unwrap()).unwrap();
     assert_eq!(task["timeout_seconds"], 1800);
+}
+
+/// Ends `task_key`'s task as buquet's worker does when it gives up.
+async fn fail_task(h: &Harness, task_key: &str) {
+    let store = h.app.queue.engine().store();
+    let o = store.get(task_key).await.unwrap();
+    let mut task: Value = serde_json::from_slice(&o.body).unwrap();
+    task["status"] = json!("failed");
+    store
+        .put(
+            task_key,
+            task.to_string().into(),
+            idempotent_submit::store::PutMode::Update(o.meta.etag),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_tasks_key_is_a_200_replay_unless_the_post_says_if_task_failed_new_task_then_a_201_naming_it()
+ {
+    let h = Harness::moto().await;
+    let body = json!({"task_type": "t", "input": 1, "idempotency_key": "k"});
+    let first = h.http(v2_post(body.clone())).await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    fail_task(&h, first.body["task_key"].as_str().unwrap()).await;
+
+    let replay = h.http(v2_post(body.clone())).await;
+    assert_eq!(replay.status, 200, "{}", replay.body);
+    assert_eq!(replay.body["task_id"], first.body["task_id"]);
+    assert_eq!(replay.body["status"], "failed");
+    assert!(replay.body.get("replaces_task_id").is_none());
+
+    let mut again = body;
+    again["if_task_failed"] = json!("new_task");
+    let new = h.http(v2_post(again.clone())).await;
+    assert_eq!(new.status, 201, "{}", new.body);
+    assert_ne!(new.body["task_id"], first.body["task_id"]);
+    assert_eq!(new.body["replaces_task_id"], first.body["task_id"]);
+    assert_eq!(new.headers["idempotent-replayed"], "false");
+    let id = new.body["task_id"].as_str().unwrap();
+    assert_eq!(new.headers["location"], format!("/tasks/{id}"));
+    // A retry of that POST replays the new task, and still names the old.
+    let retried = h.http(v2_post(again)).await;
+    assert_eq!(retried.status, 200);
+    assert_eq!(retried.body["task_id"], id);
+    assert_eq!(retried.body["replaces_task_id"], first.body["task_id"]);
+    assert_eq!(h.count("tasks/").await, 2);
+    let reused: u64 = h
+        .app
+        .metrics
+        .lines()
+        .iter()
+        .filter_map(|l| l["FailedKeyReuses"].as_u64())
+        .sum();
+    assert_eq!(reused, 1);
+}
+
+#[tokio::test]
+async fn the_if_task_failed_attribute_asks_an_sqs_message_for_a_new_task_and_a_bad_one_is_rejected()
+{
+    let (h, store) = Harness::memory();
+    let body = r#"{"task_type": "t", "input": 1, "idempotency_key": "k"}"#;
+    assert!(h.sqs(sqs_with_bodies(&[body])).await.is_empty());
+    let record = h.app.queue.record("t", "k", None).await.unwrap().unwrap().0;
+    fail_task(&h, &record.task_key).await;
+    let with_attribute = |value: &str| {
+        let mut e = sqs_with_bodies(&[body]);
+        e["Records"][0]["messageId"] = json!(format!("m-{value}"));
+        e["Records"][0]["messageAttributes"] = json!({"If-Task-Failed": {
+            "stringValue": value, "stringListValues": [], "binaryListValues": [], "dataType": "String"
+        }});
+        e
+    };
+    assert!(h.sqs(with_attribute("sometimes")).await.is_empty());
+    let rejected = h.rejected().await;
+    assert_eq!(rejected.len(), 1);
+    assert!(
+        rejected[0]["error"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("If-Task-Failed"),
+        "{}",
+        rejected[0]
+    );
+    assert_eq!(
+        store
+            .keys()
+            .iter()
+            .filter(|k| k.starts_with("tasks/"))
+            .count(),
+        1
+    );
+    assert!(h.sqs(with_attribute("new_task")).await.is_empty());
+    let now = h.app.queue.record("t", "k", None).await.unwrap().unwrap().0;
+    assert_ne!(now.task_id, record.task_id);
+    assert_eq!(now.replaces_task_id, Some(record.task_id));
+    assert_eq!(
+        store
+            .keys()
+            .iter()
+            .filter(|k| k.starts_with("tasks/"))
+            .count(),
+        2
+    );
 }
