@@ -3,6 +3,12 @@
 
     buquet_client.py submit TYPE INPUT_JSON KEY [SCOPE]   -> {"id", "status"}
     buquet_client.py work TYPE COUNT                      -> {"processed"}
+    buquet_client.py fail TYPE COUNT                      -> a worker whose handler raises buquet's
+                                                           PermanentError (the task ends `failed`
+                                                           at once, whatever its max_retries):
+                                                           {"processed"}
+    buquet_client.py cancel TASK_ID REASON                -> queue.cancel of a pending task:
+                                                           {"id", "status"}
     buquet_client.py get TASK_ID                          -> the task as buquet sees it
     buquet_client.py idle TYPE SECONDS                    -> a worker polls that long: {"processed"}
     buquet_client.py submit_opts TYPE INPUT_JSON OPTS_JSON  -> {"id"}: buquet's submit with task options
@@ -61,6 +67,20 @@ async def main(argv):
         opts = buquet.WorkerRunOptions(max_tasks=count, with_monitor=False, poll_interval_ms=100)
         processed = await asyncio.wait_for(worker.run(opts), timeout=60)
         print(json.dumps({"processed": processed}))
+    elif cmd == "fail":
+        task_type, count = argv[1], int(argv[2])
+        worker = buquet.Worker(q, "failing-worker", [format(i, "x") for i in range(16)])
+
+        @worker.task(task_type)
+        async def handle(data):
+            raise buquet.PermanentError(f"declined: {json.dumps(data, sort_keys=True)}")
+
+        opts = buquet.WorkerRunOptions(max_tasks=count, with_monitor=False, poll_interval_ms=100)
+        processed = await asyncio.wait_for(worker.run(opts), timeout=60)
+        print(json.dumps({"processed": processed}))
+    elif cmd == "cancel":
+        t = await q.cancel(argv[1], reason=argv[2])
+        print(json.dumps({"id": str(t.id), "status": str(t.status)}))
     elif cmd == "idle":
         task_type, seconds = argv[1], float(argv[2])
         worker = buquet.Worker(q, "idle-worker", [format(i, "x") for i in range(16)])
@@ -152,7 +172,8 @@ async def main(argv):
         if t is None:
             print("null")
         else:
-            print(json.dumps({"id": str(t.id), "status": str(t.status), "output": await q.load_output(t)}))
+            print(json.dumps({"id": str(t.id), "status": str(t.status), "output": await q.load_output(t),
+                              "last_error": t.last_error}))
     else:
         sys.exit(f"unknown command {cmd}")
 
