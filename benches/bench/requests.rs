@@ -171,6 +171,47 @@ pub(crate) async fn requests(r: &mut Report) {
         idempotent_submit::Reset::Done { .. }
     ));
     rows.push(("key reset of a record a moment old", count(&f), (3, 3)));
+    // A key whose task failed for good (buquet's worker gave up on it):
+    // replayed by default, claimed over for a new task with
+    // `if_task_failed: new_task` (one compare-and-swap).
+    let failed = q
+        .submit("t", json!(1))
+        .idempotency_key("failed")
+        .await
+        .unwrap();
+    let o = mem.get(&failed.task_key).await.expect("the task");
+    let mut t: serde_json::Value = serde_json::from_slice(&o.body).expect("a task's JSON");
+    t["status"] = json!("failed");
+    mem.put(
+        &failed.task_key,
+        bytes::Bytes::from(t.to_string()),
+        PutMode::Update(o.meta.etag),
+    )
+    .await
+    .expect("the worker's failure");
+    f.reset_log();
+    q.submit("t", json!(1))
+        .idempotency_key("failed")
+        .await
+        .unwrap();
+    rows.push((
+        "replay of a failed task's key (if_task_failed: replay, the default)",
+        count(&f),
+        (3, 3),
+    ));
+    f.reset_log();
+    let reused = q
+        .submit("t", json!(1))
+        .idempotency_key("failed")
+        .if_task_failed(idempotent_submit::IfTaskFailed::NewTask)
+        .await
+        .unwrap();
+    assert!(reused.created() && reused.replaces_task_id == Some(failed.task_id));
+    rows.push((
+        "failed-key reuse (if_task_failed: new_task, a new task)",
+        count(&f),
+        (6, 5),
+    ));
     let crash = FaultyStore::new(mem.clone());
     crash.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
     Queue::with_clock(crash, Arc::new(clock.clone()), Settings::default())
