@@ -179,6 +179,8 @@ pub(crate) async fn requests(r: &mut Report) {
         .idempotency_key("failed")
         .await
         .unwrap();
+    // The worker claims it (its marker goes) and gives up on it.
+    worker_claims_every_task(&mem).await;
     let o = mem.get(&failed.task_key).await.expect("the task");
     let mut t: serde_json::Value = serde_json::from_slice(&o.body).expect("a task's JSON");
     t["status"] = json!("failed");
