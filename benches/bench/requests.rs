@@ -199,7 +199,7 @@ pub(crate) async fn requests(r: &mut Report) {
     rows.push((
         "replay of a failed task's key (if_task_failed: replay, the default)",
         count(&f),
-        (3, 3),
+        (4, 3),
     ));
     f.reset_log();
     let reused = q
