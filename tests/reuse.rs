@@ -9,8 +9,9 @@ use crate::common;
 use common::World;
 use futures::future::join_all;
 use idempotent_submit::store::{Fault, Op, PutMode, Store, StoreError};
-use idempotent_submit::{ConflictKind, IfTaskFailed, Queue, SubmitError, Submitted};
+use idempotent_submit::{ConflictKind, IfTaskFailed, Queue, Reset, SubmitError, Submitted};
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Ends the task at `task_key` with `status`, as buquet's worker (or its
 /// cancel) does: the task object rewritten, `If-Match` on what it read.
@@ -181,6 +182,66 @@ async fn a_reuse_whose_answer_was_lost_is_still_its_own_201_naming_the_failed_ta
     assert_eq!(w.record("k").await.task_id, new.task_id);
 }
 
+/// A store on which, right before this process's claim over the failed
+/// task's record (its first `If-Match` record PUT), another process claims
+/// the key over that record itself, and an operator resets the key.
+struct BeatenThenReset {
+    bucket: idempotent_submit::store::MemoryStore,
+    other: Queue,
+    done: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl common::Hooks for BeatenThenReset {
+    type Inner = idempotent_submit::store::MemoryStore;
+
+    fn inner(&self) -> &Self::Inner {
+        &self.bucket
+    }
+
+    async fn before(&self, call: &common::Call<'_>) -> Result<(), StoreError> {
+        if call.op == Op::PutUpdate
+            && call.key.starts_with("idempotency/")
+            && !self.done.swap(true, Ordering::SeqCst)
+        {
+            let won = resubmit(&self.other, json!(2)).await.unwrap();
+            assert!(won.created(), "{won:?}");
+            let reset = self.other.reset_key("t", "k", None).await.unwrap();
+            assert!(matches!(reset, Reset::Done { old_task_id } if old_task_id == won.task_id));
+        }
+        Ok(())
+    }
+}
+
+// Found by the model test (a seed of `make soak`): the loser of the race
+// claimed over the reset record still naming the failed task, so two
+// records replaced one failed task.
+#[tokio::test]
+async fn a_reuse_that_lost_its_race_and_then_met_a_reset_record_claims_it_naming_no_failed_task() {
+    let w = World::new();
+    let first = failed_first(&w).await;
+    let store = common::Wrapped(BeatenThenReset {
+        bucket: w.bucket.clone(),
+        other: w.queue(),
+        done: AtomicBool::new(false),
+    });
+    let new = resubmit(&w.queue_over(store), json!(3)).await.unwrap();
+    // Its If-Match PUT met the winner's record: 412. Then it read the reset
+    // record, which it began after (the same S3 second), and claimed the key
+    // over it as over an expired record: a new task, for the reset, not for
+    // the failed task, which the winner already replaced.
+    assert!(new.created(), "{new:?}");
+    assert_eq!(new.replaces_task_id, None);
+    let record = w.record("k").await;
+    assert_eq!(
+        (record.task_id, record.replaces_task_id),
+        (new.task_id, None)
+    );
+    assert_eq!(w.json(&new.task_key).await["input"], json!(3));
+    assert_eq!(w.json(&first.task_key).await["status"], "failed");
+    assert_eq!(w.count("tasks/"), 3);
+}
+
 #[tokio::test]
 async fn a_reuse_that_died_after_its_claim_is_finished_by_the_next_submit_or_by_the_sweeper() {
     for by_sweeper in [false, true] {
@@ -345,5 +406,69 @@ async fn on_s3_and_seaweedfs_racing_new_task_submits_of_a_failed_key_make_one_ne
         let view = q.lookup_key("t", "k", None).await.unwrap().unwrap();
         assert_eq!(view.task_id, new.task_id, "{bucket}");
         assert_eq!(view.task_status, "pending", "{bucket}");
+    }
+}
+
+// Found by the model test (a seed of `make soak`, on a versioned store that
+// ignores If-Match on DELETE): the sweeper deleted the expired (or reset)
+// record of the new task by its version, which made the failed task's record
+// current again, live by its `expires_at`; the key answered the failed task.
+#[tokio::test]
+async fn where_the_sweeper_deletes_by_version_a_failed_tasks_record_never_comes_back_after_its_replacement_expires_or_is_reset()
+ {
+    use idempotent_submit::protocol::RecordOutcome;
+    use idempotent_submit::store::Behaviour;
+    let settings = common::settings();
+    for reset in [false, true] {
+        let clock = idempotent_submit::ManualClock::at_epoch();
+        let bucket = common::memory_store_versioned(&clock).with_behaviour(Behaviour::minio());
+        let w = World::over(clock, bucket);
+        let q = Queue::with_clock(
+            w.bucket.clone(),
+            std::sync::Arc::new(w.clock.clone()),
+            idempotent_submit::Settings {
+                conditional_delete: false,
+                ..common::settings()
+            },
+        );
+        // The failed task's record lives 30 days; its replacement an hour.
+        let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
+        end_task(&w.bucket, &first.task_key, "failed").await;
+        let new = q
+            .submit("t", json!(2))
+            .idempotency_key("k")
+            .idempotency_ttl(chrono::Duration::hours(1))
+            .if_task_failed(IfTaskFailed::NewTask)
+            .await
+            .unwrap();
+        assert_eq!(new.replaces_task_id, Some(first.task_id));
+        if reset {
+            assert!(matches!(
+                q.reset_key("t", "k", None).await.unwrap(),
+                Reset::Done { .. }
+            ));
+            w.clock
+                .advance(settings.operation_timeout + settings.late_write_margin);
+        } else {
+            w.clock.advance(chrono::Duration::hours(1));
+        }
+        let swept = q
+            .engine()
+            .sweep_record(&w.record_key("k"), false, None)
+            .await;
+        assert!(
+            matches!(swept, RecordOutcome::ExpiredDeleted),
+            "reset {reset}: {swept:?}"
+        );
+        // Every version of the key's history went: the failed task's record
+        // did not come back, and the key is free.
+        assert!(
+            w.bucket.get(&w.record_key("k")).await.is_err(),
+            "reset {reset}"
+        );
+        assert_eq!(q.lookup_key("t", "k", None).await.unwrap(), None);
+        let next = q.submit("t", json!(3)).idempotency_key("k").await.unwrap();
+        assert!(next.created() && next.task_id != first.task_id);
+        assert_eq!(next.replaces_task_id, None);
     }
 }

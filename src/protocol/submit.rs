@@ -428,9 +428,14 @@ impl Engine {
             };
 
             // 2. The key is taken: read what holds it.
+            // A claim over anything but the failed task's record replaces
+            // no failed task: the plain claim (the same task and write_id).
             match self.read_held(mine, first_answer, op_deadline).await? {
                 // Deleted since (it had expired): claim it again.
-                Held::Gone => continue,
+                Held::Gone => {
+                    reuse = None;
+                    continue;
+                }
                 // Our own write: its answer was lost, and a retry met it.
                 Held::Ours { last_modified } => {
                     let written = Written::LastModified(last_modified);
@@ -439,7 +444,12 @@ impl Engine {
                         .await;
                 }
                 // Counts as absent: replaced, if it is still the one we read.
-                Held::Expired { etag } => replace = Some(etag),
+                // (A reuse that lost its If-Match race to another reuse,
+                // whose record was then reset, lands here.)
+                Held::Expired { etag } => {
+                    reuse = None;
+                    replace = Some(etag);
+                }
                 // 3. The same key: the same request, or a conflict; or, with
                 // `if_task_failed: new_task`, a key whose task failed, claimed
                 // over its record as if it had expired.

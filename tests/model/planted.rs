@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::Duration;
-use idempotent_submit::Settings;
 use idempotent_submit::clock::Offset;
 use idempotent_submit::store::{ETag, Object, ObjectMeta, PutMode, PutResult, Store, StoreError};
+use idempotent_submit::{IfTaskFailed, Settings};
 use serde_json::Value;
 
 use super::Write;
@@ -77,6 +77,20 @@ pub enum Bug {
     /// store, so the sweeper's delete of an expired record can delete the
     /// live record that replaced it (breaks guarantee 1).
     TrustDeleteIfMatch,
+    /// Claims a failed task's key without `If-Match`, so that two
+    /// `new_task` submits racing over one failed task both win (breaks
+    /// guarantee 11's one new task per failed task): the record PUT that
+    /// names `replaces_task_id` overwrites whatever holds the key.
+    ReuseWithoutIfMatch,
+    /// Takes a completed task for a failed one, so that a `new_task` submit
+    /// runs again work that succeeded (breaks guarantee 11's "only over a
+    /// failed or cancelled task"): every read of a completed task by the
+    /// protocol answers it `failed`.
+    CompletedReadAsFailed,
+    /// Frees a failed task's key to every submit, as if the deployment's
+    /// default were `IF_TASK_FAILED=new_task` (breaks guarantee 11's
+    /// replay-mode answer): the engine's default is `new_task`.
+    ReuseByDefault,
 }
 
 /// The settings a process's engine runs with when `bug` is planted; the
@@ -87,6 +101,7 @@ pub fn engine_settings(bug: Option<Bug>, checker: &Settings) -> Settings {
         Some(Bug::IgnoreFinishDeadline) => s.finish_window = Duration::days(3650),
         Some(Bug::MissingWithoutMargin) => s.late_write_margin = Duration::zero(),
         Some(Bug::TrustDeleteIfMatch) => s.conditional_delete = true,
+        Some(Bug::ReuseByDefault) => s.if_task_failed = IfTaskFailed::NewTask,
         _ => {}
     }
     s
@@ -142,6 +157,17 @@ fn task_of_marker(marker: &str) -> Option<String> {
     Some(format!("tasks/{shard}/{id}.json"))
 }
 
+/// `CompletedReadAsFailed`: a completed task's body, `failed`.
+fn completed_as_failed(body: &Bytes) -> Bytes {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(mut v) if v["status"] == "completed" => {
+            v["status"] = Value::from("failed");
+            Bytes::from(serde_json::to_vec(&v).unwrap())
+        }
+        _ => body.clone(),
+    }
+}
+
 /// `ExpiryIgnored`: the record with its `expires_at` far in the future.
 fn never_expiring(body: &Bytes) -> Bytes {
     match serde_json::from_slice::<Value>(body) {
@@ -180,6 +206,9 @@ impl<S: Store> Hooks for Planted<S> {
             if untouched && let Some(first) = self.first_body(key) {
                 obj.body = first;
             }
+            if self.is(Bug::CompletedReadAsFailed) {
+                obj.body = completed_as_failed(&obj.body);
+            }
         } else if key.starts_with("idempotency/") && self.is(Bug::ExpiryIgnored) {
             obj.body = never_expiring(&obj.body);
         }
@@ -200,11 +229,13 @@ impl<S: Store> Hooks for Planted<S> {
     }
 
     async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
-        let mode = if self.is(Bug::OverwriteTask) && key.starts_with("tasks/") {
-            PutMode::Overwrite
-        } else {
-            mode
-        };
+        let overwrite = (self.is(Bug::OverwriteTask) && key.starts_with("tasks/"))
+            || (self.is(Bug::ReuseWithoutIfMatch)
+                && key.starts_with("idempotency/")
+                && matches!(mode, PutMode::Update(_))
+                && serde_json::from_slice::<Value>(&body)
+                    .is_ok_and(|r| r["replaces_task_id"].is_string() && r["reset_at"].is_null()));
+        let mode = if overwrite { PutMode::Overwrite } else { mode };
         let r = self.inner.put(&self.key(key), body, mode).await;
         if self.is(Bug::MarkerUnverified)
             && r.is_ok()

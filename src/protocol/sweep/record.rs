@@ -230,7 +230,7 @@ impl Engine {
                 self.delete_expired(key, &meta, op_deadline).await
             }
             Owed::Deletion => {
-                self.delete_expired_version(key, meta, rec.is_reset(), op_deadline)
+                self.delete_expired_version(key, meta, &rec, op_deadline)
                     .await
             }
             Owed::Nothing => RecordOutcome::Nothing,
@@ -308,16 +308,17 @@ impl Engine {
     /// the version that was read is deleted (`DELETE ?versionId=`): a record
     /// that replaced it since is another version, never touched. If it was
     /// current, the version before it is current again: a record that was
-    /// replaced only once it had expired (or a delete marker). A re-read
-    /// decides: an expired record that came back is deleted the same way, a
-    /// few times at most; anything else stays. On an unversioned bucket no
+    /// replaced only once it had expired, reset, or claimed over its failed
+    /// task (or a delete marker). A re-read decides: such a record that came
+    /// back is deleted the same way, a few times at most; anything else
+    /// stays. On an unversioned bucket no
     /// DELETE is safe: the record is left to the lifecycle rule and counted
     /// (it counts as absent whether or not it is deleted).
     async fn delete_expired_version(
         &self,
         key: &str,
         meta: ObjectMeta,
-        deleted_is_reset: bool,
+        deleted: &Record,
         op_deadline: DateTime<Utc>,
     ) -> RecordOutcome {
         let Some(mut version) = meta.version_id else {
@@ -328,9 +329,14 @@ impl Engine {
             return RecordOutcome::ExpiredKept;
         };
         let mut deleted_at = meta.last_modified;
-        // A version a reset record replaced is the reset key's old record:
-        // live by its `expires_at`, and dead all the same.
-        let mut replaced_by_reset = deleted_is_reset;
+        // A version a reset record replaced is the reset key's old record,
+        // and one a record naming its task in `replaces_task_id` replaced
+        // is a failed task's (`if_task_failed: new_task`): live by their
+        // `expires_at`, and dead all the same. (A reset record keeps the
+        // `replaces_task_id` of the record it reset, which names the
+        // version before that one.)
+        let ended_by = |r: &Record| (r.is_reset(), r.replaces_task_id.filter(|_| !r.is_reset()));
+        let mut replaced = ended_by(deleted);
         for _ in 0..MAX_VERSIONS_DELETED {
             match self
                 .with_retries(op_deadline, || self.store.delete_version(key, &version))
@@ -352,14 +358,19 @@ impl Engine {
             };
             let came_back = now_meta.last_modified <= deleted_at;
             match now_meta.version_id {
-                Some(v) if came_back && (replaced_by_reset || rec.is_expired(earliest)) => {
+                Some(v)
+                    if came_back
+                        && (replaced.0
+                            || replaced.1 == Some(rec.task_id)
+                            || rec.is_expired(earliest)) =>
+                {
                     tracing::info!(
                         record = key,
-                        "an older expired or reset version came back: deleted too"
+                        "an older expired, reset or replaced version came back: deleted too"
                     );
                     version = v;
                     deleted_at = now_meta.last_modified;
-                    replaced_by_reset = rec.is_reset();
+                    replaced = ended_by(&rec);
                 }
                 _ => break,
             }
