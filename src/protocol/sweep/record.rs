@@ -332,11 +332,11 @@ impl Engine {
         // A version a reset record replaced is the reset key's old record,
         // and one a record naming its task in `replaces_task_id` replaced
         // is a failed task's (`if_task_failed: new_task`): live by their
-        // `expires_at`, and dead all the same. (A reset record keeps the
-        // `replaces_task_id` of the record it reset, which names the
-        // version before that one.)
-        let ended_by = |r: &Record| (r.is_reset(), r.replaces_task_id.filter(|_| !r.is_reset()));
-        let mut replaced = ended_by(deleted);
+        // `expires_at`, and dead all the same.
+        let ended = |newer: &Record, older: &Record| {
+            newer.is_reset() || newer.replaces_task_id == Some(older.task_id)
+        };
+        let mut newer = deleted.clone();
         for _ in 0..MAX_VERSIONS_DELETED {
             match self
                 .with_retries(op_deadline, || self.store.delete_version(key, &version))
@@ -358,19 +358,14 @@ impl Engine {
             };
             let came_back = now_meta.last_modified <= deleted_at;
             match now_meta.version_id {
-                Some(v)
-                    if came_back
-                        && (replaced.0
-                            || replaced.1 == Some(rec.task_id)
-                            || rec.is_expired(earliest)) =>
-                {
+                Some(v) if came_back && (ended(&newer, &rec) || rec.is_expired(earliest)) => {
                     tracing::info!(
                         record = key,
                         "an older expired, reset or replaced version came back: deleted too"
                     );
                     version = v;
                     deleted_at = now_meta.last_modified;
-                    replaced = ended_by(&rec);
+                    newer = rec;
                 }
                 _ => break,
             }
