@@ -11,10 +11,6 @@ use crate::protocol::finish::Start;
 use crate::protocol::record::{Record, RecordStatus};
 use crate::store::{ObjectMeta, StoreError};
 
-/// How many versions of one key an expiry deletes at most (under
-/// `CONDITIONAL_DELETE=off`, expired older versions that come back).
-const MAX_VERSIONS_DELETED: usize = 4;
-
 /// What the sweeper owes a record it read, by the record's current state
 /// (docs/protocol.md, "Record events").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,10 +225,7 @@ impl Engine {
             Owed::Deletion if self.settings.conditional_delete => {
                 self.delete_expired(key, &meta, op_deadline).await
             }
-            Owed::Deletion => {
-                self.delete_expired_version(key, meta, &rec, op_deadline)
-                    .await
-            }
+            Owed::Deletion => self.delete_expired_version(key, meta, op_deadline).await,
             Owed::Nothing => RecordOutcome::Nothing,
             Owed::Settled => self.check_settled(key, &rec, dry_run, op_deadline).await,
             Owed::Early => RecordOutcome::Early,
@@ -306,71 +299,82 @@ impl Engine {
     /// `CONDITIONAL_DELETE=off`: the store may ignore `If-Match` on DELETE,
     /// so nothing is deleted on the strength of it. On a versioned bucket
     /// the version that was read is deleted (`DELETE ?versionId=`): a record
-    /// that replaced it since is another version, never touched. If it was
-    /// current, the version before it is current again: a record that was
-    /// replaced only once it had expired, reset, or claimed over its failed
-    /// task (or a delete marker). A re-read decides: such a record that came
-    /// back is deleted the same way, a few times at most; anything else
-    /// stays. On an unversioned bucket no
-    /// DELETE is safe: the record is left to the lifecycle rule and counted
-    /// (it counts as absent whether or not it is deleted).
+    /// that replaced it since is another version, never touched.
+    ///
+    /// Deleting the current version makes the one before it current again.
+    /// Every version before it is dead: an older write of the same record,
+    /// or a record the key was claimed over once it had expired, reset, or
+    /// lost its failed task to a `new_task` submit. But a reset key's old
+    /// record and a failed task's record are live by their `expires_at`,
+    /// and one made current, if only until the sweeper's next request,
+    /// would answer a submit with a task whose life is over. So the versions
+    /// beneath go first and the read one last: list the key's versions,
+    /// read again that the version is still the current one (then every
+    /// other version listed is older), delete those, then it. If a record
+    /// replaced it meanwhile, only the version read is deleted. On an
+    /// unversioned bucket no DELETE is safe: the record is left to the
+    /// lifecycle rule and counted (it counts as absent whether or not it is
+    /// deleted).
     async fn delete_expired_version(
         &self,
         key: &str,
         meta: ObjectMeta,
-        deleted: &Record,
         op_deadline: DateTime<Utc>,
     ) -> RecordOutcome {
-        let Some(mut version) = meta.version_id else {
+        let Some(version) = meta.version_id else {
             tracing::info!(
                 record = key,
                 "an expired record is left for the lifecycle rule (CONDITIONAL_DELETE=off, unversioned)"
             );
             return RecordOutcome::ExpiredKept;
         };
-        let mut deleted_at = meta.last_modified;
-        // A version a reset record replaced is the reset key's old record,
-        // and one a record naming its task in `replaces_task_id` replaced
-        // is a failed task's (`if_task_failed: new_task`): live by their
-        // `expires_at`, and dead all the same.
-        let ended = |newer: &Record, older: &Record| {
-            newer.is_reset() || newer.replaces_task_id == Some(older.task_id)
+        let listed = match self
+            .with_retries(op_deadline, || self.store.list_versions(key))
+            .await
+        {
+            Ok(listed) => listed,
+            Err(e) => return self.failed(key, e.into()),
         };
-        let mut newer = deleted.clone();
-        for _ in 0..MAX_VERSIONS_DELETED {
-            match self
-                .with_retries(op_deadline, || self.store.delete_version(key, &version))
-                .await
-            {
-                Ok(()) | Err(Failure::Store(StoreError::NotFound)) => {}
-                Err(e) => return self.failed(key, e.into()),
-            }
-            // What the key holds now: nothing, a newer record, or the one
-            // before the version just deleted.
-            let (rec, now_meta) = match self.read_swept(key, op_deadline).await {
-                Ok(Some(read)) => read,
-                Ok(None) | Err(RecordOutcome::Corrupt) => break,
+        // The prefix is the record's whole key: only that key's versions.
+        let beneath: Vec<String> = listed
+            .into_iter()
+            .filter(|(k, v)| k == key && *v != version)
+            .map(|(_, v)| v)
+            .collect();
+        if !beneath.is_empty() {
+            let still_current = match self.read_swept(key, op_deadline).await {
+                Ok(Some((_, now))) => now.version_id.as_deref() == Some(version.as_str()),
+                Ok(None) | Err(RecordOutcome::Corrupt) => false,
                 Err(outcome) => return outcome,
             };
-            let earliest = match self.s3_earliest() {
-                Ok(t) => t,
-                Err(e) => return self.failed(key, e),
-            };
-            let came_back = now_meta.last_modified <= deleted_at;
-            match now_meta.version_id {
-                Some(v) if came_back && (ended(&newer, &rec) || rec.is_expired(earliest)) => {
-                    tracing::info!(
-                        record = key,
-                        "an older expired, reset or replaced version came back: deleted too"
-                    );
-                    version = v;
-                    deleted_at = now_meta.last_modified;
-                    newer = rec;
+            if still_current {
+                for v in &beneath {
+                    if let Err(e) = self.delete_version(key, v, op_deadline).await {
+                        return self.failed(key, e);
+                    }
                 }
-                _ => break,
             }
         }
-        RecordOutcome::ExpiredDeleted
+        match self.delete_version(key, &version, op_deadline).await {
+            Ok(()) => RecordOutcome::ExpiredDeleted,
+            Err(e) => self.failed(key, e),
+        }
+    }
+
+    /// `DELETE ?versionId=`, a version already gone counting as deleted.
+    async fn delete_version(
+        &self,
+        key: &str,
+        version: &str,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<(), SubmitError> {
+        match self
+            .with_retries(op_deadline, || self.store.delete_version(key, version))
+            .await
+        {
+            Ok(()) | Err(Failure::Store(StoreError::NotFound)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// A record settled or settling: only a submit that never got its task
