@@ -13,22 +13,6 @@ use idempotent_submit::{ConflictKind, IfTaskFailed, Queue, Reset, SubmitError, S
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Ends the task at `task_key` with `status`, as buquet's worker (or its
-/// cancel) does: the task object rewritten, `If-Match` on what it read.
-async fn end_task(store: &impl Store, task_key: &str, status: &str) {
-    let o = store.get(task_key).await.unwrap();
-    let mut task: Value = serde_json::from_slice(&o.body).unwrap();
-    task["status"] = json!(status);
-    store
-        .put(
-            task_key,
-            task.to_string().into(),
-            PutMode::Update(o.meta.etag),
-        )
-        .await
-        .unwrap();
-}
-
 /// A submit of key `k` with `input`, asking for a new task if the key's
 /// task failed.
 async fn resubmit(q: &Queue, input: Value) -> Result<Submitted, SubmitError> {
@@ -46,7 +30,7 @@ async fn failed_first(w: &World) -> Submitted {
         .idempotency_key("k")
         .await
         .unwrap();
-    end_task(&w.bucket, &first.task_key, "failed").await;
+    common::end_task(&w.bucket, &first.task_key, "failed").await;
     first
 }
 
@@ -121,7 +105,7 @@ async fn only_failed_and_cancelled_free_the_key_every_other_status_and_a_missing
         let w = World::new();
         let q = w.queue();
         let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
-        end_task(&w.bucket, &first.task_key, status).await;
+        common::end_task(&w.bucket, &first.task_key, status).await;
         let again = resubmit(&q, json!(1)).await.unwrap();
         assert_eq!(again.created(), frees, "{status}");
         assert_eq!(again.task_id != first.task_id, frees, "{status}");
@@ -371,7 +355,7 @@ async fn on_s3_and_seaweedfs_racing_new_task_submits_of_a_failed_key_make_one_ne
             .unwrap()
             .record_key();
         let old_claim = store.get(&rkey).await.unwrap().body;
-        end_task(&store, &first.task_key, "cancelled").await;
+        common::end_task(&store, &first.task_key, "cancelled").await;
         let processes: Vec<Queue> = (0..4)
             .map(|_| Queue::new(store.clone(), common::settings()))
             .collect();
@@ -476,7 +460,7 @@ async fn where_the_sweeper_deletes_by_version_no_older_record_is_ever_current_ag
         );
         // The failed task's record lives 30 days; its replacement an hour.
         let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
-        end_task(&w.bucket, &first.task_key, "failed").await;
+        common::end_task(&w.bucket, &first.task_key, "failed").await;
         let new = q
             .submit("t", json!(2))
             .idempotency_key("k")

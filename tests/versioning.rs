@@ -1,6 +1,7 @@
 //! The protocol on a versioned bucket (README, "The bucket",
 //! "Versioning and lifecycle"), in memory and
-//! on moto: what a delete leaves behind, and that nothing of it is seen.
+//! on moto (and SeaweedFS): what a delete leaves behind, and that nothing of
+//! it is seen.
 
 use crate::common;
 
@@ -201,4 +202,100 @@ async fn a_delete_marker_event_is_acknowledged_without_a_read() {
     assert!(b.retry.is_empty(), "{:?}", b.retry);
     assert_eq!((b.summary.ignored, b.summary.scanned), (1, 0));
     assert!(f.calls().is_empty(), "{:?}", f.calls());
+}
+
+/// `CONDITIONAL_DELETE=off` on a versioned bucket: a key with a history (a
+/// failed task's record, the record of its replacement, that record's reset
+/// record) is swept with version deletes, the versions beneath first and the
+/// reset record last, and nothing of the history is left: no version, no
+/// record current again, the key free. On the store's own ListObjectVersions
+/// and `DELETE ?versionId=`.
+async fn with_conditional_delete_off_a_reset_key_with_a_failed_task_beneath_leaves_no_version(
+    store: Arc<dyn Store>,
+    clock: ManualClock,
+) {
+    use idempotent_submit::protocol::RecordOutcome;
+    use idempotent_submit::{IfTaskFailed, Reset};
+    let settings = Settings {
+        clock_check: ClockCheck::TrustClock,
+        conditional_delete: false,
+        ..common::settings()
+    };
+    let queue = Queue::with_clock(store.clone(), Arc::new(clock.clone()), settings.clone());
+    let first = queue
+        .submit("t", json!(1))
+        .idempotency_key("k")
+        .await
+        .unwrap();
+    common::end_task(&store, &first.task_key, "failed").await;
+    let new = queue
+        .submit("t", json!(2))
+        .idempotency_key("k")
+        .idempotency_ttl(Duration::hours(1))
+        .if_task_failed(IfTaskFailed::NewTask)
+        .await
+        .unwrap();
+    assert_eq!(new.replaces_task_id, Some(first.task_id));
+    assert!(matches!(
+        queue.reset_key("t", "k", None).await.unwrap(),
+        Reset::Done { .. }
+    ));
+    let rkey = common::all_keys(&*store)
+        .await
+        .into_iter()
+        .find(|k| k.starts_with("idempotency/"))
+        .expect("a record");
+    // Three versions: the failed task's record, its replacement, the reset.
+    let versions = store.list_versions(&rkey).await.unwrap();
+    assert_eq!(versions.len(), 3, "{versions:?}");
+
+    clock.advance(settings.operation_timeout + settings.late_write_margin);
+    let swept = queue.engine().sweep_record(&rkey, false, None).await;
+    assert!(matches!(swept, RecordOutcome::ExpiredDeleted), "{swept:?}");
+    assert_eq!(store.list_versions(&rkey).await.unwrap(), Vec::new());
+    assert_eq!(
+        store.get(&rkey).await.map(|_| ()),
+        Err(idempotent_submit::StoreError::NotFound)
+    );
+    assert_eq!(queue.lookup_key("t", "k", None).await.unwrap(), None);
+    let next = queue
+        .submit("t", json!(3))
+        .idempotency_key("k")
+        .await
+        .unwrap();
+    assert!(next.created());
+    assert_eq!(next.replaces_task_id, None);
+}
+
+#[tokio::test]
+async fn in_memory_with_conditional_delete_off_a_reset_key_with_a_failed_task_beneath_leaves_no_version()
+ {
+    let clock = ManualClock::at_epoch();
+    let store = common::memory_store_versioned(&clock)
+        .with_behaviour(idempotent_submit::store::Behaviour::minio());
+    with_conditional_delete_off_a_reset_key_with_a_failed_task_beneath_leaves_no_version(
+        Arc::new(store),
+        clock,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_moto_with_conditional_delete_off_a_reset_key_with_a_failed_task_beneath_leaves_no_version()
+ {
+    with_conditional_delete_off_a_reset_key_with_a_failed_task_beneath_leaves_no_version(
+        Arc::new(common::moto_store_versioned().await),
+        ManualClock::new(chrono::Utc::now()),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_seaweedfs_with_conditional_delete_off_a_reset_key_with_a_failed_task_beneath_leaves_no_version()
+ {
+    with_conditional_delete_off_a_reset_key_with_a_failed_task_beneath_leaves_no_version(
+        Arc::new(common::seaweedfs_store_with(common::Versioning::On).await),
+        ManualClock::new(chrono::Utc::now()),
+    )
+    .await;
 }

@@ -136,3 +136,19 @@ pub async fn idem(bucket: &str, env: &[(&str, &str)], args: &[&str]) -> (i32, se
     });
     (out.status.code().unwrap_or(-1), v)
 }
+
+/// Ends the task at `task_key` with `status`, as buquet's worker (or its
+/// cancel) does: the task object rewritten, `If-Match` on what it read.
+pub async fn end_task(store: &impl idempotent_submit::store::Store, task_key: &str, status: &str) {
+    let o = store.get(task_key).await.unwrap();
+    let mut task: serde_json::Value = serde_json::from_slice(&o.body).unwrap();
+    task["status"] = serde_json::json!(status);
+    store
+        .put(
+            task_key,
+            task.to_string().into(),
+            idempotent_submit::store::PutMode::Update(o.meta.etag),
+        )
+        .await
+        .unwrap();
+}
