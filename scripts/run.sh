@@ -13,7 +13,7 @@
 # configured, and the submit function sends each record's due message to
 # the same due queue itself (DUE_QUEUE_URL); the drain is the same.
 # Uses the pinned Python tools (.venv/, scripts/tools.sh); installs
-# cargo-lambda with pip (into .venv/) where it is missing.
+# cargo-lambda, pinned in requirements-lambda.txt, with pip (into .venv/).
 # Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +36,7 @@ esac
 if [ -z "${S3_TEST_ENDPOINT:-}" ]; then
   MOTO_PORT="$MOTO_PORT" exec ./scripts/with-moto.sh "$(pwd)/scripts/run.sh" "$@"
 fi
-command -v cargo-lambda >/dev/null 2>&1 || python3 -m pip install --quiet cargo-lambda
+python3 -m pip install --quiet --disable-pip-version-check -r requirements-lambda.txt
 hash -r
 
 cleanup() {

