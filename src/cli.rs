@@ -392,20 +392,6 @@ async fn reset_key(queue: &Queue, scope: &str, key: &str, tenant: Option<&Tenant
     }
 }
 
-/// An SQS client configured from the environment as the SDK reads it
-/// (`AWS_ENDPOINT_URL_SQS` for a local SQS).
-async fn sqs_client_from_env() -> aws_sdk_sqs::Client {
-    let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .http_client(crate::store::s3::https_client())
-        .load()
-        .await;
-    let mut conf = aws_sdk_sqs::config::Builder::from(&shared);
-    if shared.region().is_none() {
-        conf = conf.region(aws_sdk_sqs::config::Region::new("us-east-1"));
-    }
-    aws_sdk_sqs::Client::from_conf(conf.build())
-}
-
 /// Receives the due queue's messages, ten at a time, and handles them as the
 /// function does: handled messages are deleted, the ones to retry are left
 /// to come back after their visibility timeout. Stops at the first empty
@@ -609,7 +595,7 @@ pub async fn run(command: Command, queue: &Queue, config: &Config) -> Outcome {
             due_queue: Some(url),
             wait_seconds,
         } => {
-            let sqs = sqs_client_from_env().await;
+            let sqs = crate::aws::sqs_client(crate::aws::Retries::ByTheSdk).await;
             match drain_due_queue(&sqs, &url, queue, bucket, dry_run, wait_seconds).await {
                 Ok(v) => ok(v),
                 Err(e) => error(exit::FAILED, "queue_error", e),
@@ -719,13 +705,13 @@ async fn doctor(
 ) -> Outcome {
     // The store's own client: its endpoint, path style and key pair
     // (S3_CREDENTIALS_SECRET, read again here).
-    let client = match crate::store::S3Store::for_config(config).await {
+    let client = match crate::queue::s3_store(config).await {
         Ok(s) => s.client().clone(),
         Err(e) => return invalid_configuration(&e),
     };
     let submitter = match (&config.record_events, &config.due_queue_url) {
         (crate::RecordEvents::Submitter, Some(url)) => {
-            let sqs = sqs_client_from_env().await;
+            let sqs = crate::aws::sqs_client(crate::aws::Retries::ByTheSdk).await;
             Some(crate::doctor::DueQueueSeen {
                 url: url.clone(),
                 delay_seconds: due_queue_delay(&sqs, url).await,

@@ -79,6 +79,7 @@ pub mod config;
 pub mod due_sender;
 pub mod store;
 
+mod aws;
 mod queue;
 
 #[doc(hidden)]

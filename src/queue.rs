@@ -53,7 +53,7 @@ impl Queue {
     /// `RECORD_EVENTS=submitter`, the due queue's at `DUE_QUEUE_URL`. An
     /// error names the variable it comes from; it never carries a secret.
     pub async fn from_config(config: &Config) -> Result<Self, ConfigError> {
-        let store = S3Store::for_config(config).await?;
+        let store = s3_store(config).await?;
         let queue = Self::new(store, config.settings.clone());
         match (&config.record_events, &config.due_queue_url) {
             (RecordEvents::Bucket, _) => Ok(queue),
@@ -481,4 +481,30 @@ impl<'q> IntoFuture for SubmitBuilder<'q> {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(self.send())
     }
+}
+
+/// The store that `config` names: a client configured from the environment
+/// (the endpoint, `AWS_ENDPOINT_URL_S3`, included) with
+/// `S3_FORCE_PATH_STYLE`, signing with the key pair of
+/// `S3_CREDENTIALS_SECRET` when it is set (read here, once), else with the
+/// credentials the SDK finds. An error names the variable; it never carries
+/// the secret.
+pub(crate) async fn s3_store(config: &Config) -> Result<S3Store, ConfigError> {
+    let credentials = match &config.s3_credentials_secret {
+        None => None,
+        Some(id) => Some(secret_key_pair(id).await.map_err(|reason| ConfigError {
+            var: "S3_CREDENTIALS_SECRET",
+            reason,
+        })?),
+    };
+    let client = crate::aws::s3_client(config.force_path_style, credentials).await;
+    Ok(S3Store::new(client, config.bucket.clone()))
+}
+
+#[cfg(feature = "secrets")]
+use crate::aws::secret::key_pair as secret_key_pair;
+
+#[cfg(not(feature = "secrets"))]
+async fn secret_key_pair(_id: &str) -> Result<aws_sdk_s3::config::Credentials, String> {
+    Err("needs the `secrets` feature of the library".into())
 }

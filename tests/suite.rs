@@ -21,6 +21,7 @@ mod fuzz;
 mod interop;
 mod keys;
 mod lambda_e2e;
+mod layout;
 mod model;
 mod numbers;
 mod options;

@@ -1,12 +1,8 @@
 //! The due queue on SQS: `SendMessage` for one message, `SendMessageBatch`
 //! for 2 to 10. The one place where SQS's answers become [`SendError`]s.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::config::retry::RetryConfig;
-use aws_sdk_sqs::config::timeout::TimeoutConfig;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 
@@ -27,29 +23,6 @@ impl SqsDueSender {
             client,
             queue_url: queue_url.into(),
         }
-    }
-
-    /// A client configured from the environment as the SDK reads it (the
-    /// role's credentials, the region, `AWS_ENDPOINT_URL_SQS` for a local
-    /// SQS), with its own retries off: the engine retries, within each
-    /// submit's deadline.
-    pub async fn from_env(queue_url: impl Into<String>) -> Self {
-        let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .http_client(crate::store::s3::https_client())
-            .retry_config(RetryConfig::disabled())
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .connect_timeout(Duration::from_secs(3))
-                    .read_timeout(Duration::from_secs(10))
-                    .build(),
-            )
-            .load()
-            .await;
-        let mut conf = aws_sdk_sqs::config::Builder::from(&shared);
-        if shared.region().is_none() {
-            conf = conf.region(aws_sdk_sqs::config::Region::new("us-east-1"));
-        }
-        Self::new(Client::from_conf(conf.build()), queue_url)
     }
 
     /// The queue's URL.

@@ -40,8 +40,6 @@ use crate::clock::Offset;
 pub mod faulty;
 pub mod memory;
 pub mod s3;
-#[cfg(feature = "secrets")]
-pub mod s3_secret;
 
 #[cfg(feature = "testing")]
 pub use faulty::{Call, Fault, FaultyStore, Op};

@@ -2,13 +2,9 @@
 //! become outcomes; each quirk is commented where it is mapped.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
-use aws_sdk_s3::config::retry::RetryConfig;
-use aws_sdk_s3::config::timeout::TimeoutConfig;
-use aws_sdk_s3::config::{RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
@@ -46,65 +42,6 @@ impl S3Store {
             bucket: bucket.into(),
             offset,
         }
-    }
-
-    /// A client configured from the environment, as the SDK reads it
-    /// (credentials, region, `AWS_ENDPOINT_URL_S3`), plus
-    /// `S3_FORCE_PATH_STYLE`. The SDK's own retries are off: the protocol
-    /// retries itself so that it can check its deadlines before every attempt.
-    pub async fn from_env(bucket: impl Into<String>, force_path_style: bool) -> Self {
-        Self::new(client_from_env(force_path_style).await, bucket)
-    }
-
-    /// The store that `config` names: a client configured from the
-    /// environment (the endpoint, `AWS_ENDPOINT_URL_S3`, included) with
-    /// `S3_FORCE_PATH_STYLE`, signing with the key pair of
-    /// `S3_CREDENTIALS_SECRET` when it is set (read here, once), else with
-    /// the credentials the SDK finds.
-    pub async fn for_config(config: &crate::Config) -> Result<Self, crate::ConfigError> {
-        let credentials = match &config.s3_credentials_secret {
-            None => None,
-            Some(id) => Some(secret_key_pair(id).await?),
-        };
-        let client = client_with(config.force_path_style, credentials).await;
-        Ok(Self::new(client, config.bucket.clone()))
-    }
-
-    /// A store on a local S3 endpoint (moto, MinIO) with static test
-    /// credentials and path-style URLs, for tests and benchmarks: the
-    /// `testing` feature only, never in what ships.
-    #[cfg(feature = "testing")]
-    pub fn for_endpoint(endpoint: &str, bucket: impl Into<String>) -> Self {
-        Self::for_endpoint_as(endpoint, bucket, "test", "test")
-    }
-
-    /// [`S3Store::for_endpoint`] signing with the key pair given (a local
-    /// store that checks signatures, as SeaweedFS does).
-    pub fn for_endpoint_as(
-        endpoint: &str,
-        bucket: impl Into<String>,
-        access_key_id: &str,
-        secret_access_key: &str,
-    ) -> Self {
-        let conf = aws_sdk_s3::config::Builder::new()
-            .behavior_version(aws_config::BehaviorVersion::latest())
-            .http_client(https_client())
-            .endpoint_url(endpoint)
-            .region(aws_sdk_s3::config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_s3::config::Credentials::new(
-                access_key_id,
-                secret_access_key,
-                None,
-                None,
-                "static",
-            ))
-            .force_path_style(true)
-            .retry_config(RetryConfig::disabled())
-            .timeout_config(timeouts())
-            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
-            .build();
-        Self::new(Client::from_conf(conf), bucket)
     }
 
     /// The S3 client, with its `Date` interceptor.
@@ -168,78 +105,6 @@ impl Intercept for DateWatch {
     }
 }
 
-/// The key pair of `S3_CREDENTIALS_SECRET`, or why not (never its content).
-#[cfg(feature = "secrets")]
-async fn secret_key_pair(id: &str) -> Result<aws_sdk_s3::config::Credentials, crate::ConfigError> {
-    super::s3_secret::key_pair(id)
-        .await
-        .map_err(|reason| crate::ConfigError {
-            var: "S3_CREDENTIALS_SECRET",
-            reason,
-        })
-}
-
-#[cfg(not(feature = "secrets"))]
-async fn secret_key_pair(_id: &str) -> Result<aws_sdk_s3::config::Credentials, crate::ConfigError> {
-    Err(crate::ConfigError {
-        var: "S3_CREDENTIALS_SECRET",
-        reason: "needs the `secrets` feature of the library".into(),
-    })
-}
-
-/// See [`S3Store::from_env`].
-pub async fn client_from_env(force_path_style: bool) -> Client {
-    client_with(force_path_style, None).await
-}
-
-/// [`client_from_env`], signing with `credentials` when given (only this
-/// client: the SDK's other clients keep the environment's).
-async fn client_with(
-    force_path_style: bool,
-    credentials: Option<aws_sdk_s3::config::Credentials>,
-) -> Client {
-    let http = https_client();
-    let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .http_client(http)
-        .retry_config(RetryConfig::disabled())
-        .timeout_config(timeouts())
-        .load()
-        .await;
-    let mut conf = aws_sdk_s3::config::Builder::from(&shared);
-    if shared.region().is_none() {
-        // A local S3 does not care; AWS always sets AWS_REGION in Lambda.
-        conf = conf.region(aws_sdk_s3::config::Region::new("us-east-1"));
-    }
-    if let Some(c) = credentials {
-        conf = conf.credentials_provider(c);
-    }
-    let conf = conf
-        .force_path_style(force_path_style)
-        // Checksums only where S3 requires them: the bodies are small JSON,
-        // and trailing checksums cost a chunked upload on every write.
-        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-        .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
-        .build();
-    Client::from_conf(conf)
-}
-
-/// The HTTPS client of every SDK client here: rustls on ring.
-pub(crate) fn https_client() -> aws_sdk_s3::config::SharedHttpClient {
-    aws_smithy_http_client::Builder::new()
-        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-        ))
-        .build_https()
-}
-
-fn timeouts() -> TimeoutConfig {
-    TimeoutConfig::builder()
-        .connect_timeout(Duration::from_secs(3))
-        .read_timeout(Duration::from_secs(10))
-        .build()
-}
-
-/// Maps any SDK failure to the protocol's outcome.
 fn map_err<E, R>(err: SdkError<E, R>) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,

@@ -21,9 +21,10 @@ struct KeyPair {
 /// Reads the key pair in the secret `secret_id` (its name or ARN), with the
 /// credentials the SDK finds (the role's), from Secrets Manager's endpoint
 /// for the region (`AWS_ENDPOINT_URL_SECRETS_MANAGER` for a local one).
-pub async fn key_pair(secret_id: &str) -> Result<Credentials, String> {
+pub(crate) async fn key_pair(secret_id: &str) -> Result<Credentials, String> {
     let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .http_client(super::s3::https_client())
+        .http_client(super::https_client())
+        .timeout_config(super::timeouts())
         .load()
         .await;
     let mut conf = aws_sdk_secretsmanager::config::Builder::from(&shared);
