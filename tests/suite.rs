@@ -49,11 +49,13 @@ mod versioning;
 /// another, so neither meets another test.
 const OWN_CRATES: [&str; 2] = ["concurrency", "s3_faults"];
 
-/// Every `.rs` file of tests/ is declared above, or is a crate of its own:
-/// a file left out would compile nowhere and run never.
+/// Every `.rs` file of tests/ is declared above, or is a crate of its own,
+/// and every `.rs` file of a module's folder (tests/sweep/ beside
+/// tests/sweep.rs) is declared in that module's file: a file left out would
+/// compile nowhere and run never.
 #[test]
 fn every_test_file_is_a_module_of_the_suite() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests");
+    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests"));
     let declared = include_str!("suite.rs");
     let manifest = include_str!("../Cargo.toml");
     for own in OWN_CRATES {
@@ -62,19 +64,45 @@ fn every_test_file_is_a_module_of_the_suite() {
             "tests/{own}.rs is a crate of its own: Cargo.toml declares it as a [[test]]"
         );
     }
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
-            continue;
-        };
-        if path.extension().is_some_and(|e| e == "rs")
-            && stem != "suite"
-            && !OWN_CRATES.contains(&stem)
-        {
+    for (stem, is_rs) in entries(dir) {
+        if is_rs && stem != "suite" && !OWN_CRATES.contains(&stem.as_str()) {
             assert!(
                 declared.contains(&format!("\nmod {stem};\n")),
                 "tests/{stem}.rs is not a module of tests/suite.rs: add `mod {stem};`"
             );
         }
+        // A module's folder: each file in it a `mod` of the module's file
+        // (tests/common/ has its own mod.rs, which the same check reads).
+        let folder = dir.join(&stem);
+        let parent = [dir.join(format!("{stem}.rs")), folder.join("mod.rs")]
+            .into_iter()
+            .find(|p| p.is_file());
+        if let (false, Some(parent)) = (is_rs, parent) {
+            let text = std::fs::read_to_string(&parent).unwrap();
+            let line = |child: &str| format!("mod {child};");
+            let declares = |child: &str| {
+                text.lines()
+                    .any(|l| l.trim_start_matches("pub ") == line(child))
+            };
+            for (child, child_rs) in entries(&folder) {
+                assert!(
+                    !child_rs || child == "mod" || declares(&child),
+                    "tests/{stem}/{child}.rs is not a module of {}: add `mod {child};`",
+                    parent.display()
+                );
+            }
+        }
     }
+}
+
+/// The entries of `dir`: each one's stem, and whether it is a `.rs` file.
+fn entries(dir: &std::path::Path) -> Vec<(String, bool)> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter_map(|path| {
+            let stem = path.file_stem()?.to_str()?.to_owned();
+            Some((stem, path.extension().is_some_and(|e| e == "rs")))
+        })
+        .collect()
 }
