@@ -9,7 +9,9 @@ use std::sync::Arc;
 use chrono::Duration;
 use idempotent_submit::protocol::{ConflictKind, RecordOutcome, RecordStatus};
 use idempotent_submit::store::Store;
-use idempotent_submit::{Clock, ManualClock, Queue, Scope, SubmitError, ValidationError};
+use idempotent_submit::{
+    Clock, ManualClock, Queue, Scope, SubmitError, Submitted, ValidationError,
+};
 use serde_json::{Value, json};
 
 struct Env {
@@ -54,6 +56,29 @@ impl Env {
                 );
             }
         }
+    }
+
+    /// A submit of `input` as `task_type` under `key`: its answer.
+    async fn keyed_result(
+        &self,
+        task_type: &str,
+        input: Value,
+        key: &str,
+    ) -> Result<Submitted, SubmitError> {
+        self.queue
+            .submit(task_type, input)
+            .idempotency_key(key)
+            .await
+    }
+
+    /// The same, answered.
+    async fn keyed(&self, task_type: &str, input: Value, key: &str) -> Submitted {
+        self.keyed_result(task_type, input, key).await.unwrap()
+    }
+
+    /// The same, refused: its error.
+    async fn keyed_err(&self, task_type: &str, input: Value, key: &str) -> SubmitError {
+        self.keyed_result(task_type, input, key).await.unwrap_err()
     }
 
     async fn task(&self, key: &str) -> Value {
@@ -127,19 +152,9 @@ async fn a_new_key_creates_one_task_its_marker_and_a_record_written_once(env: En
 }
 
 async fn a_replay_answers_the_same_task_and_writes_nothing(env: Env) {
-    let first = env
-        .queue
-        .submit("t", json!({"a": 1}))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let first = env.keyed("t", json!({"a": 1}), "k").await;
     let before = env.keys().await;
-    let again = env
-        .queue
-        .submit("t", json!({"a": 1}))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let again = env.keyed("t", json!({"a": 1}), "k").await;
     assert!(again.replayed);
     assert_eq!(again.task_id, first.task_id);
     assert_eq!(again.task_key, first.task_key);
@@ -149,12 +164,7 @@ async fn a_replay_answers_the_same_task_and_writes_nothing(env: Env) {
 }
 
 async fn a_replay_reports_the_tasks_current_status(env: Env) {
-    let first = env
-        .queue
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let first = env.keyed("t", json!(1), "k").await;
     // A worker claims the task, and deletes its marker, as buquet's does.
     let mut task = env.task(&first.task_key).await;
     task["status"] = json!("running");
@@ -172,36 +182,21 @@ async fn a_replay_reports_the_tasks_current_status(env: Env) {
         }
     }
     let before = env.keys().await;
-    let again = env
-        .queue
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let again = env.keyed("t", json!(1), "k").await;
     assert_eq!(again.status, "running");
     // No marker for a task a worker has taken.
     assert_eq!(env.keys().await, before);
 }
 
 async fn a_settled_record_whose_task_is_gone_answers_missing_and_writes_nothing(env: Env) {
-    let first = env
-        .queue
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let first = env.keyed("t", json!(1), "k").await;
     env.sweep_events().await;
     // An hour on, past its finish deadline and the 15 minutes after it, the
     // queue deletes the task.
     env.clock.advance(Duration::hours(1));
     env.store().delete(&first.task_key, None).await.unwrap();
     let before = env.keys().await;
-    let again = env
-        .queue
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let again = env.keyed("t", json!(1), "k").await;
     assert_eq!(again.task_id, first.task_id);
     assert_eq!(again.status, "missing");
     assert_eq!(
@@ -218,12 +213,7 @@ async fn a_record_an_earlier_version_turned_ready_whose_task_is_deleted_at_once_
     // seen both objects) says the task was created: no late write can land,
     // so a task gone (an operator deleted it) is `missing` without waiting
     // out the deadline's 15 minutes.
-    let first = env
-        .queue
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let first = env.keyed("t", json!(1), "k").await;
     let (rec, meta) = env.queue.record("t", "k", None).await.unwrap().unwrap();
     let mut v = serde_json::to_value(&rec).unwrap();
     v["status"] = json!("ready");
@@ -238,30 +228,15 @@ async fn a_record_an_earlier_version_turned_ready_whose_task_is_deleted_at_once_
         .await
         .unwrap();
     env.store().delete(&first.task_key, None).await.unwrap();
-    let again = env
-        .queue
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let again = env.keyed("t", json!(1), "k").await;
     assert_eq!(again.task_id, first.task_id);
     assert_eq!(again.status, "missing");
 }
 
 async fn another_input_under_the_same_key_is_a_conflict_and_writes_nothing(env: Env) {
-    let first = env
-        .queue
-        .submit("t", json!({"a": 1}))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let first = env.keyed("t", json!({"a": 1}), "k").await;
     let before = env.keys().await;
-    let e = env
-        .queue
-        .submit("t", json!({"a": 2}))
-        .idempotency_key("k")
-        .await
-        .unwrap_err();
+    let e = env.keyed_err("t", json!({"a": 2}), "k").await;
     assert_eq!(
         e,
         SubmitError::Conflict {
@@ -343,18 +318,8 @@ async fn scopes_keep_keys_apart(env: Env) {
 async fn key_order_and_whitespace_in_the_input_do_not_matter(env: Env) {
     let one: Value = serde_json::from_str(r#"{"b": {"y": 1, "x": [1, 2]}, "a": "s"}"#).unwrap();
     let two: Value = serde_json::from_str(r#"{"a":"s","b":{"x":[1,2],"y":1}}"#).unwrap();
-    let first = env
-        .queue
-        .submit("t", one)
-        .idempotency_key("k")
-        .await
-        .unwrap();
-    let again = env
-        .queue
-        .submit("t", two)
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let first = env.keyed("t", one, "k").await;
+    let again = env.keyed("t", two, "k").await;
     assert_eq!(first.task_id, again.task_id);
     assert!(again.replayed);
 }
@@ -369,12 +334,7 @@ async fn an_expired_record_is_replaced_and_a_new_task_made(env: Env) {
         .unwrap();
     env.clock.advance(Duration::hours(1) + Duration::seconds(1));
     // Even another input: an expired record counts as absent.
-    let second = env
-        .queue
-        .submit("t", json!(2))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let second = env.keyed("t", json!(2), "k").await;
     assert!(second.created());
     assert_ne!(second.task_id, first.task_id);
     let (rec, _) = env.queue.record("t", "k", None).await.unwrap().unwrap();
@@ -385,12 +345,7 @@ async fn an_expired_record_is_replaced_and_a_new_task_made(env: Env) {
         2,
         "the old task is the queue's to keep"
     );
-    let third = env
-        .queue
-        .submit("t", json!(2))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let third = env.keyed("t", json!(2), "k").await;
     assert_eq!(third.task_id, second.task_id);
 }
 
@@ -411,71 +366,27 @@ async fn every_invalid_part_is_refused_before_anything_is_written(env: Env) {
         SubmitError::Invalid(ValidationError::Field { field, .. }) => field,
         other => panic!("expected a field error, got {other:?}"),
     };
-    assert_eq!(
-        field(q.submit("", json!(1)).await.unwrap_err()),
-        "task_type"
-    );
-    assert_eq!(
-        field(q.submit("a/b", json!(1)).await.unwrap_err()),
-        "task_type"
-    );
-    assert_eq!(
-        field(q.submit(".x", json!(1)).await.unwrap_err()),
-        "task_type"
-    );
-    assert_eq!(
-        field(
-            q.submit("t", json!(1))
-                .idempotency_key("")
-                .await
-                .unwrap_err()
+    let key = |k: String| q.submit("t", json!(1)).idempotency_key(k);
+    let ttl = |d: Duration| key("k".into()).idempotency_ttl(d);
+    let refused = [
+        (q.submit("", json!(1)).await, "task_type"),
+        (q.submit("a/b", json!(1)).await, "task_type"),
+        (q.submit(".x", json!(1)).await, "task_type"),
+        (key("".into()).await, "idempotency_key"),
+        (key("x".repeat(256)).await, "idempotency_key"),
+        (key("a\tb".into()).await, "idempotency_key"),
+        // A custom scope's name is checked where it is made: no unchecked
+        // one can reach a submit.
+        (
+            Err(Scope::custom("no spaces").unwrap_err().into()),
+            "idempotency_scope",
         ),
-        "idempotency_key"
-    );
-    assert_eq!(
-        field(
-            q.submit("t", json!(1))
-                .idempotency_key("x".repeat(256))
-                .await
-                .unwrap_err()
-        ),
-        "idempotency_key"
-    );
-    assert_eq!(
-        field(
-            q.submit("t", json!(1))
-                .idempotency_key("a\tb")
-                .await
-                .unwrap_err()
-        ),
-        "idempotency_key"
-    );
-    // A custom scope's name is checked where it is made: no unchecked one
-    // can reach a submit.
-    assert_eq!(
-        field(Scope::custom("no spaces").unwrap_err().into()),
-        "idempotency_scope"
-    );
-    assert_eq!(
-        field(
-            q.submit("t", json!(1))
-                .idempotency_key("k")
-                .idempotency_ttl(Duration::minutes(59))
-                .await
-                .unwrap_err()
-        ),
-        "idempotency_ttl_seconds"
-    );
-    assert_eq!(
-        field(
-            q.submit("t", json!(1))
-                .idempotency_key("k")
-                .idempotency_ttl(Duration::days(366))
-                .await
-                .unwrap_err()
-        ),
-        "idempotency_ttl_seconds"
-    );
+        (ttl(Duration::minutes(59)).await, "idempotency_ttl_seconds"),
+        (ttl(Duration::days(366)).await, "idempotency_ttl_seconds"),
+    ];
+    for (r, want) in refused {
+        assert_eq!(field(r.unwrap_err()), want);
+    }
     let big = "x".repeat(262_144);
     let e = q.submit("t", json!(big)).await.unwrap_err();
     assert_eq!(
