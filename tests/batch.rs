@@ -353,7 +353,7 @@ async fn a_batch_whose_every_item_failed_retryably_is_a_503_and_a_retry_succeeds
         "idempotency/",
         1,
         usize::MAX,
-        Fault::Fail(StoreError::Unavailable("503 SlowDown".into())),
+        common::unavailable("503 SlowDown"),
     );
     let body = json!({"tasks": [item("a", 1), item("b", 2)]});
     let r = h.http(batch(body.clone())).await;

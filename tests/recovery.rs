@@ -105,23 +105,21 @@ fn queue_writes(f: &FaultyStore<impl Store + Clone>) -> Vec<(Op, String)> {
         .collect()
 }
 
-/// A submit that wrote its record and its task, and died before its marker
-/// landed (the marker's first attempt failed; the process died before the
-/// retry). A new world over the same bucket, with a fresh call log.
-async fn died_before_the_marker() -> World {
-    let w = World::new();
-    w.faulty.inject(
-        Some(Op::Put),
-        "ready/",
-        1,
-        1,
-        Fault::Fail(StoreError::Unavailable("503".into())),
-    );
-    w.faulty
-        .inject(Some(Op::PutCreate), "tasks/", 1, 1, Fault::CrashAfter);
+/// A submit in `w` that wrote its record and its task, and died before its
+/// marker landed (the marker's first attempt failed; the process died
+/// before the retry).
+async fn dies_before_the_marker(w: &World) {
+    w.fault_once(Op::Put, "ready/", common::unavailable("503"));
+    w.fault_once(Op::PutCreate, "tasks/", Fault::CrashAfter);
     submit(&w.process()).await.unwrap_err();
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 0, "the crash came before the marker");
+}
+
+/// The same, then a new world over the same bucket, with a fresh call log.
+async fn died_before_the_marker() -> World {
+    let w = World::new();
+    dies_before_the_marker(&w).await;
     w.next_process()
 }
 
@@ -157,8 +155,7 @@ async fn next_submit_recovers(w: &World) {
 #[tokio::test]
 async fn a_crash_after_the_record_is_finished_by_the_next_submit() {
     let w = World::new();
-    w.faulty
-        .inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+    w.fault_once(Op::PutCreate, "idempotency/", Fault::CrashAfter);
     next_submit_recovers(&w).await;
 }
 
@@ -196,8 +193,7 @@ async fn a_crash_after_the_task_before_the_marker_is_finished_by_the_next_submit
 #[tokio::test]
 async fn a_crash_before_the_marker_is_finished_by_the_sweeper_event_alone() {
     let w = World::new();
-    w.faulty
-        .inject(Some(Op::Put), "ready/", 1, 1, Fault::CrashBefore);
+    w.fault_once(Op::Put, "ready/", Fault::CrashBefore);
     submit(&w.process()).await.unwrap_err();
     assert_eq!(w.count("ready/"), 0);
     let written = w.record_meta("k").await;
@@ -255,11 +251,9 @@ async fn a_crash_before_the_record_leaves_nothing_and_the_next_submit_creates() 
 #[tokio::test]
 async fn a_lost_answer_to_our_own_record_write_is_recognized_by_write_id() {
     let w = World::new();
-    w.faulty.inject(
-        Some(Op::PutCreate),
+    w.fault_once(
+        Op::PutCreate,
         "idempotency/",
-        1,
-        1,
         Fault::FailAfter(StoreError::Unavailable("connection reset".into())),
     );
     let r = submit(&w.process()).await.unwrap();
@@ -272,11 +266,9 @@ async fn a_lost_answer_to_our_own_record_write_is_recognized_by_write_id() {
 #[tokio::test]
 async fn a_lost_answer_to_the_task_write_still_creates_one_task() {
     let w = World::new();
-    w.faulty.inject(
-        Some(Op::PutCreate),
+    w.fault_once(
+        Op::PutCreate,
         "tasks/",
-        1,
-        1,
         Fault::FailAfter(StoreError::Unavailable("timeout".into())),
     );
     let r = submit(&w.process()).await.unwrap();
@@ -292,19 +284,12 @@ async fn a_lost_answer_to_the_task_write_still_creates_one_task() {
 async fn a_lost_answer_to_the_sweepers_marker_write_is_retried_and_the_record_is_never_written() {
     let w = died_before_the_marker().await;
     let written = w.record_meta("k").await;
-    w.faulty.inject(
-        Some(Op::Put),
+    w.fault_once(
+        Op::Put,
         "ready/",
-        1,
-        1,
         Fault::FailAfter(StoreError::Unavailable("timeout".into())),
     );
-    w.clock.advance(common::settings().stale_creating_after);
-    let outcome = w
-        .process()
-        .engine()
-        .sweep_record(&w.record_key("k"), false, None)
-        .await;
+    let outcome = w.logged_sweep_event("k").await;
     assert_eq!(outcome, RecordOutcome::Finished);
     w.assert_written_once(&written).await;
     // After the record's GET and the task's GET and the marker's HEAD: the
@@ -344,20 +329,8 @@ async fn conflicts_409_and_503s_are_retried() {
         2,
         Fault::Fail(StoreError::Conflict),
     );
-    w.faulty.inject(
-        Some(Op::Put),
-        "ready/",
-        1,
-        1,
-        Fault::Fail(StoreError::Unavailable("503 SlowDown".into())),
-    );
-    w.faulty.inject(
-        Some(Op::PutCreate),
-        "tasks/",
-        1,
-        1,
-        Fault::Fail(StoreError::Unavailable("500".into())),
-    );
+    w.fault_once(Op::Put, "ready/", common::unavailable("503 SlowDown"));
+    w.fault_once(Op::PutCreate, "tasks/", common::unavailable("500"));
     let r = submit(&w.process()).await.unwrap();
     assert!(r.created());
     assert_eq!(w.count("tasks/"), 1);
@@ -373,8 +346,7 @@ async fn conflicts_409_and_503s_are_retried() {
 #[tokio::test]
 async fn a_hung_request_is_abandoned_and_retried() {
     let w = World::new();
-    w.faulty
-        .inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::Hang);
+    w.fault_once(Op::PutCreate, "idempotency/", Fault::Hang);
     let r = submit(&w.process()).await.unwrap();
     assert!(r.created());
 }
@@ -382,13 +354,8 @@ async fn a_hung_request_is_abandoned_and_retried() {
 #[tokio::test]
 async fn storage_that_keeps_failing_is_a_retryable_error_never_a_success() {
     let w = World::new();
-    w.faulty.inject(
-        None,
-        "",
-        1,
-        usize::MAX,
-        Fault::Fail(StoreError::Unavailable("500".into())),
-    );
+    w.faulty
+        .inject(None, "", 1, usize::MAX, common::unavailable("500"));
     let e = submit(&w.process()).await.unwrap_err();
     assert!(
         matches!(e, SubmitError::Storage(StoreError::Unavailable(_))),
@@ -416,8 +383,7 @@ async fn a_412_is_never_retried_blindly() {
 
 /// A `creating` record whose submit died right after writing it.
 async fn interrupted(w: &World) -> idempotent_submit::protocol::Record {
-    w.faulty
-        .inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
+    w.fault_once(Op::PutCreate, "idempotency/", Fault::CrashAfter);
     submit(&w.process()).await.unwrap_err();
     w.record("k").await
 }

@@ -47,13 +47,7 @@ use serde_json::json;
 /// Every `op` on a key under `prefix` fails with a retryable 503 until
 /// `heal`.
 fn fail_until_healed(f: &FaultyStore<MemoryStore>, op: Op, prefix: &str) {
-    f.inject(
-        Some(op),
-        prefix,
-        1,
-        usize::MAX,
-        Fault::Fail(StoreError::Unavailable("503".into())),
-    );
+    f.inject(Some(op), prefix, 1, usize::MAX, common::unavailable("503"));
 }
 
 impl World {

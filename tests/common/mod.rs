@@ -38,7 +38,7 @@ pub use seaweedfs::{
     seaweedfs_store_with,
 };
 #[allow(unused_imports)]
-pub use world::World;
+pub use world::{World, unavailable};
 #[allow(unused_imports)]
 pub use wrap::{Call, Hooks, Wrapped};
 

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use idempotent_submit::protocol::IdempotencyKey;
 use idempotent_submit::protocol::{Record, RecordOutcome};
-use idempotent_submit::store::{ETag, Fault, FaultyStore, MemoryStore, ObjectMeta, Op, Store};
+use idempotent_submit::store::{
+    ETag, Fault, FaultyStore, MemoryStore, ObjectMeta, Op, Store, StoreError,
+};
 use idempotent_submit::{ManualClock, Queue, SubmitError};
 use serde_json::Value;
 
@@ -67,6 +69,11 @@ impl World {
     /// A queue whose store calls go through the fault injector.
     pub fn process(&self) -> Queue {
         self.queue_over(self.faulty.clone())
+    }
+
+    /// The first `op` of `process()` on a key under `prefix` meets `fault`.
+    pub fn fault_once(&self, op: Op, prefix: &str, fault: Fault) {
+        self.faulty.inject(Some(op), prefix, 1, 1, fault);
     }
 
     /// A submit of `key` with `input` through a store on the bucket whose
@@ -178,4 +185,9 @@ pub fn dying_at<S: Store + Clone>(store: S, op: Op, prefix: &str, fault: Fault) 
     let f = FaultyStore::new(store);
     f.inject(Some(op), prefix, 1, 1, fault);
     f
+}
+
+/// A retryable failure (a 503, a timeout) saying `why`.
+pub fn unavailable(why: &str) -> Fault {
+    Fault::Fail(StoreError::Unavailable(why.into()))
 }

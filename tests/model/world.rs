@@ -144,10 +144,10 @@ impl Model {
                 f.seed,
                 f.per_mille,
                 vec![
-                    Fault::Fail(StoreError::Unavailable("503 SlowDown".into())),
+                    common::unavailable("503 SlowDown"),
                     Fault::Fail(StoreError::Conflict),
                     Fault::FailAfter(StoreError::Unavailable("reset after landing".into())),
-                    Fault::Fail(StoreError::Unavailable("500".into())),
+                    common::unavailable("500"),
                 ],
             );
         }

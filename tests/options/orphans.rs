@@ -12,8 +12,7 @@ async fn the_scheduled_pass_deletes_a_payload_no_task_names_once_no_task_can_be_
         .await
         .unwrap();
     // A replay whose process dies before it deletes its own payload.
-    w.faulty
-        .inject(Some(Op::Delete), "payloads/", 1, 1, Fault::CrashBefore);
+    w.fault_once(Op::Delete, "payloads/", Fault::CrashBefore);
     w.process()
         .submit("t", &input)
         .idempotency_key("k")

@@ -226,11 +226,9 @@ async fn the_payload_written_beside_a_claim_that_lost_belongs_to_no_task_and_is_
 #[tokio::test]
 async fn a_lost_answer_to_the_payload_put_is_retried_and_its_412_is_our_own_write() {
     let w = World::new();
-    w.faulty.inject(
-        Some(Op::PutCreate),
+    w.fault_once(
+        Op::PutCreate,
         "payloads/",
-        1,
-        1,
         Fault::FailAfter(idempotent_submit::StoreError::Unavailable("lost".into())),
     );
     let s = w

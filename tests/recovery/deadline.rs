@@ -9,11 +9,9 @@ async fn a_marker_that_landed_without_its_task_gets_its_task_from_the_next_submi
     // task: the task is what is missing, and it writes it (the marker, there
     // already, is not written again).
     let w = World::new();
-    w.faulty.inject(
-        Some(Op::PutCreate),
+    w.fault_once(
+        Op::PutCreate,
         "tasks/",
-        1,
-        1,
         Fault::Fail(StoreError::Fatal("403".into())),
     );
     submit(&w.process()).await.unwrap_err();
@@ -322,17 +320,7 @@ async fn no_task_write_is_attempted_once_the_finish_deadline_has_passed_even_by_
 async fn no_marker_write_is_attempted_once_the_finish_deadline_has_passed_even_by_a_retry() {
     let w = World::new();
     // The task landed; the marker did not, and the submit died.
-    w.faulty.inject(
-        Some(Op::Put),
-        "ready/",
-        1,
-        1,
-        Fault::Fail(StoreError::Unavailable("503".into())),
-    );
-    w.faulty
-        .inject(Some(Op::PutCreate), "tasks/", 1, 1, Fault::CrashAfter);
-    submit(&w.process()).await.unwrap_err();
-    assert_eq!(w.count("tasks/"), 1);
+    dies_before_the_marker(&w).await;
     refused_at_the_deadline(&w, Op::Put, "ready/").await;
     assert_eq!(w.count("ready/"), 0);
 }

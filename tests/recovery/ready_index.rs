@@ -306,13 +306,7 @@ async fn a_keyless_submits_marker_answered_with_its_task_is_not_read_again() {
 #[tokio::test]
 async fn a_keyless_submits_marker_that_took_a_retry_is_checked() {
     let w = World::new();
-    w.faulty.inject(
-        Some(Op::Put),
-        "ready/",
-        1,
-        1,
-        Fault::Fail(StoreError::Unavailable("503".into())),
-    );
+    w.fault_once(Op::Put, "ready/", common::unavailable("503"));
     let r = w.process().submit("t", json!({"n": 1})).await.unwrap();
     // Nobody took the task: the marker stays, after one GET.
     assert_eq!(r.status, "pending");

@@ -101,12 +101,7 @@ async fn an_answered_submits_event_checks_both_objects_in_three_requests_and_wri
     submit(&w.restarted()).await.unwrap();
     let written = w.record_meta("k").await;
     let before = w.bucket.snapshot();
-    w.clock.advance(common::settings().stale_creating_after);
-    let outcome = w
-        .process()
-        .engine()
-        .sweep_record(&w.record_key("k"), false, None)
-        .await;
+    let outcome = w.logged_sweep_event("k").await;
     assert_eq!(outcome, RecordOutcome::Nothing);
     // GET record, then GET task + HEAD marker in parallel: 3 requests in 2
     // round trips, and no PUT (the record is not promoted any more).
@@ -125,12 +120,7 @@ async fn an_interrupted_submits_event_writes_both_objects_in_five_requests_and_n
     interrupted(&crashed).await;
     let w = crashed.next_process();
     let written = w.record_meta("k").await;
-    w.clock.advance(common::settings().stale_creating_after);
-    let outcome = w
-        .process()
-        .engine()
-        .sweep_record(&w.record_key("k"), false, None)
-        .await;
+    let outcome = w.logged_sweep_event("k").await;
     assert_eq!(outcome, RecordOutcome::Finished);
     // GET record, GET task + HEAD marker (both 404), PUT task + PUT marker:
     // 5 requests in 3 round trips, no record write. The task is not read
@@ -173,7 +163,7 @@ async fn retries_wait_between_attempts() {
         "idempotency/",
         1,
         4,
-        Fault::Fail(StoreError::Unavailable("503 SlowDown".into())),
+        common::unavailable("503 SlowDown"),
     );
     let settings = idempotent_submit::Settings {
         retry: idempotent_submit::RetryPolicy {

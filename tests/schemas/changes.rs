@@ -148,7 +148,7 @@ async fn a_schema_that_cannot_be_read_fails_the_submit_as_storage_does_unless_a_
         "schemas/",
         1,
         100,
-        Fault::Fail(StoreError::Unavailable("503".into())),
+        common::unavailable("503"),
     );
     let e = b.send("t", json!({})).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e:?}");

@@ -121,7 +121,7 @@ async fn a_fifo_group_stops_at_its_first_failure_and_lists_the_rest_untouched() 
         &record_prefix("ship", "A-1"),
         1,
         usize::MAX,
-        Fault::Fail(StoreError::Unavailable("503 SlowDown".into())),
+        common::unavailable("503 SlowDown"),
     );
     let h = Harness::over(f.clone(), Some(&clock), false);
     let failures = h.sqs(event("sqs-fifo-batch.json")).await;
@@ -158,7 +158,7 @@ async fn a_standard_batch_lists_exactly_the_storage_failures() {
         &record_prefix("charge_customer", "charge-ORD-200"),
         1,
         usize::MAX,
-        Fault::Fail(StoreError::Unavailable("500".into())),
+        common::unavailable("500"),
     );
     let h = Harness::over(f, Some(&clock), false);
     let failures = h.sqs(event("sqs-standard-batch.json")).await;
@@ -174,7 +174,7 @@ async fn a_rejection_that_cannot_be_written_is_retried() {
         "rejected/",
         1,
         usize::MAX,
-        Fault::Fail(StoreError::Unavailable("503".into())),
+        common::unavailable("503"),
     );
     let h = Harness::over(f, Some(&clock), false);
     let mut failures = h.sqs(event("sqs-standard-batch.json")).await;
@@ -192,13 +192,7 @@ async fn a_rejection_that_cannot_be_written_is_retried() {
 async fn storage_failures_are_503_with_retry_after_never_success() {
     let clock = ManualClock::at_epoch();
     let f = FaultyStore::new(common::memory_store(&clock));
-    f.inject(
-        None,
-        "",
-        1,
-        usize::MAX,
-        Fault::Fail(StoreError::Unavailable("503 SlowDown".into())),
-    );
+    f.inject(None, "", 1, usize::MAX, common::unavailable("503 SlowDown"));
     let h = Harness::over(f, Some(&clock), false);
     let r = h.http(event("http-v2-post.json")).await;
     assert_problem(&r, 503, "storage_unavailable");
