@@ -35,5 +35,19 @@ sns = json.load(open("sns-notification.json"))["Records"][0]["Sns"]
 wrap("sqs-sns-envelope.json", sns, "orders-inbox")
 wrap("sqs-s3-put.json", json.load(open("s3-put.json")), "uploads-inbox")
 wrap("sqs-eventbridge.json", json.load(open("eventbridge-scheduled.json")), "events-inbox")
+# S3's "Object Created" through EventBridge: SAM's EventBridge envelope with
+# the detail S3 sends there, of SAM's S3 put (the key as S3 names it, not
+# URL-encoded).
+eb = json.load(open("eventbridge-scheduled.json"))
+obj = json.load(open("s3-put.json"))["Records"][0]["s3"]
+eb.update({"id": "17793124-05d4-b198-2fde-7ededc63b103", "source": "aws.s3",
+           "detail-type": "Object Created", "resources": [obj["bucket"]["arn"]]})
+eb["detail"] = {"version": "0", "bucket": {"name": obj["bucket"]["name"]},
+                "object": {"key": "incoming/report 1.csv", "size": obj["object"]["size"],
+                           "etag": obj["object"]["eTag"], "sequencer": obj["object"]["sequencer"]},
+                "request-id": "EXAMPLE123456789", "requester": "123456789012",
+                "source-ip-address": "127.0.0.1", "reason": "PutObject"}
+json.dump(eb, open("eventbridge-s3-object-created.json", "w"), indent=2)
+open("eventbridge-s3-object-created.json", "a").write("\n")
 PY
 rm -f /tmp/sqs-$$.json

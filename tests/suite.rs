@@ -34,6 +34,7 @@ mod reuse;
 mod s3_status;
 mod schemas;
 mod seaweedfs;
+mod sources_events;
 mod store_conformance;
 mod submit_handler;
 mod sweep;
