@@ -59,8 +59,9 @@ impl Harness {
         out
     }
 
-    /// The keys of the records in the bucket.
-    async fn record_keys(&self) -> Vec<String> {
+    /// The keys of the records in the bucket, in order (tests/sources_moto.rs
+    /// reads them too).
+    pub(crate) async fn record_keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = self
             .objects("idempotency/")
             .await

@@ -35,6 +35,7 @@ mod s3_status;
 mod schemas;
 mod seaweedfs;
 mod sources_events;
+mod sources_moto;
 mod store_conformance;
 mod submit_handler;
 mod sweep;
