@@ -41,6 +41,7 @@ mod submit_handler;
 mod sweep;
 mod sweep_lambda;
 mod template;
+mod template_sources;
 mod versioning;
 
 /// The test files that are crates of their own (Cargo.toml's `[[test]]`),
