@@ -290,7 +290,7 @@ async fn failed_key_rows(w: &World) -> Vec<Row> {
 
 fn print_rows(r: &mut Report, rows: Vec<Row>) {
     r.line("## S3 requests per operation\n");
-    r.line("Counted by the fault-injecting store's call log (in-memory bucket, in which a worker claims the tasks as buquet's does); round trips are calls that did not overlap. The figures are upper bounds (docs/protocol.md, request counts). A submit that died after its task wrote no marker: its replay writes the marker and reads the task again, in case a worker claimed it in between.\n");
+    r.line("Counted by the fault-injecting store's call log (in-memory bucket, in which a worker claims the tasks as buquet's does); round trips are calls that did not overlap. The figures are upper bounds (docs/protocol.md, request counts). A submit that died after its task wrote no marker: its replay writes the marker and reads the task again, in case a worker claimed it in between. The event rows are events/'s samples (SAM CLI's shapes) through the `submit` handler with `SOURCES` (benches/bench/events.rs), each kind on a bucket of its own: an event costs what a `POST /tasks` of its key costs.\n");
     r.line("| operation | requests | sequential round trips | at most |");
     r.line("| --- | --- | --- | --- |");
     for (name, (calls, rts), (max_calls, max_rts)) in rows {
