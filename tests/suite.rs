@@ -34,6 +34,7 @@ mod reuse;
 mod s3_status;
 mod schemas;
 mod seaweedfs;
+mod sources_binary;
 mod sources_events;
 mod sources_moto;
 mod store_conformance;

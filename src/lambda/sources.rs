@@ -121,7 +121,7 @@ async fn run(app: &App, item: &Item, what: &str) -> Step {
 /// `what` with where it came from, for a refusal.
 fn describe(what: &str, readings: &[Delivery]) -> String {
     match readings.last().map(|d| &d.origin) {
-        Some(o) => format!("{what} ({o:?})"),
+        Some(o) => format!("{what} of {o}"),
         None => what.to_owned(),
     }
 }

@@ -29,6 +29,20 @@ impl Origin {
     }
 }
 
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Sqs { queue_arn } => write!(f, "queue {queue_arn}"),
+            Origin::Sns { topic_arn } => write!(f, "topic {topic_arn}"),
+            Origin::EventBridge {
+                source,
+                detail_type,
+            } => write!(f, "source {source:?}, detail-type {detail_type:?}"),
+            Origin::S3 { bucket, key } => write!(f, "bucket {bucket:?}, key {key:?}"),
+        }
+    }
+}
+
 /// One event read one way.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Delivery {
