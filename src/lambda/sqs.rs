@@ -191,19 +191,30 @@ pub async fn process(app: &App, m: &SqsMessage) -> Outcome {
     }
 }
 
+/// A `POST /tasks` body that can never succeed: its rejected object as it
+/// always was (no `source`).
 async fn reject(app: &App, m: &SqsMessage, p: &Problem) -> Outcome {
-    reject_from(app, m, None, p).await
+    let mut doc = super::sources::rejected_message_doc(m, None, p);
+    doc.remove("source");
+    write_rejected(app, m, None, doc, p).await
 }
 
-/// Writes `m` to `rejected/` with its problem and the source that took it
-/// (if one did); listed for retry if that write fails.
+/// An event of `SOURCES` that can never succeed, with the source that took
+/// it (`null`: none did).
 async fn reject_from(app: &App, m: &SqsMessage, source: Option<&str>, p: &Problem) -> Outcome {
+    let doc = super::sources::rejected_message_doc(m, source, p);
+    write_rejected(app, m, source, doc, p).await
+}
+
+/// Writes `doc` to `rejected/`, counted; listed for retry if that fails.
+async fn write_rejected(
+    app: &App,
+    m: &SqsMessage,
+    source: Option<&str>,
+    doc: serde_json::Map<String, serde_json::Value>,
+    p: &Problem,
+) -> Outcome {
     let id = m.message_id.as_deref().unwrap_or("");
-    let mut doc = super::sources::rejected_message_doc(m, source, p);
-    if source.is_none() {
-        // A message no source took reads as it always did.
-        doc.remove("source");
-    }
     match app.queue.write_rejected(id, doc).await {
         Ok(key) => {
             app.metrics.rejected();
