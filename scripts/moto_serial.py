@@ -8,6 +8,10 @@ depends on it. Served one request at a time, moto's conditional writes are
 atomic too. (It costs nothing measurable: moto holds the GIL while it works,
 so its threads never ran side by side anyway.)
 
+Its S3 event notifications get the two fields S3 sends and moto leaves out
+(`sequencer`, and `versionId` on a versioned bucket), see
+`_notifications_as_s3_sends_them`.
+
 It also rewrites two answers that moto gets wrong, GetBucketVersioning and
 GetBucketNotificationConfiguration. S3 answers
 `<VersioningConfiguration><Status>Enabled</Status>...` and
@@ -205,6 +209,37 @@ def _listings_by_prefix():
     S3Backend.list_objects = list_by_prefix
 
 
+def _notifications_as_s3_sends_them():
+    """moto's S3 event notifications, with `sequencer` and `versionId`.
+
+    S3 puts in every object-created record the object's `sequencer` (a hex
+    string that grows with each write of a key, the same in every
+    notification of one write) and, on a versioned bucket, its `versionId`;
+    moto 5 sends neither. They are what tells a new write of a key from a
+    redelivery of the same one (the default key of an S3 source, SOURCES),
+    so without them no moto notification could be taken. Each key object
+    (one per write) gets its sequencer once, from a counter.
+    """
+    import itertools
+
+    from moto.s3 import notifications
+
+    counter = itertools.count(1)
+    event = notifications._get_s3_event
+
+    def with_identity(event_name, bucket, key, notification_id):
+        body = event(event_name, bucket, key, notification_id)
+        if "_sequencer" not in key.__dict__:
+            key.__dict__["_sequencer"] = "%016X" % next(counter)
+        obj = body["Records"][0]["s3"]["object"]
+        obj["sequencer"] = key.__dict__["_sequencer"]
+        if getattr(bucket, "is_versioned", False) and getattr(key, "_version_id", None):
+            obj["versionId"] = key._version_id
+        return body
+
+    notifications._get_s3_event = with_identity
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-H", "--host", default="127.0.0.1")
@@ -213,6 +248,7 @@ def main():
     os.environ.setdefault("MOTO_PORT", str(args.port))
     _backends_found_once()
     _listings_by_prefix()
+    _notifications_as_s3_sends_them()
     app = s3_answers(DomainDispatcherApplication(create_backend_app))
     werkzeug.serving.selectors = _NoWaitSelectors
     # A burst of new connections (a batch's 200 writes) overflows werkzeug's

@@ -188,6 +188,39 @@ impl Queue {
             .await
     }
 
+    /// Writes `doc` (with its `rejected_at` added) to
+    /// `rejected/{yyyy}/{mm}/{dd}/{id}.json`, the bucket's record of a
+    /// message or event that can never succeed (docs/layout.md); the key
+    /// written. An id that is not a plain path segment is hashed, so that a
+    /// hand-made event cannot write outside `rejected/`. Retried like every
+    /// write, until the operation deadline.
+    pub async fn write_rejected(
+        &self,
+        id: &str,
+        mut doc: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, SubmitError> {
+        let now = self.engine.clock().now();
+        let key = format!(
+            "rejected/{}/{}.json",
+            now.format("%Y/%m/%d"),
+            rejected_id(id)
+        );
+        doc.insert(
+            "rejected_at".into(),
+            crate::protocol::rfc3339::format(&now).into(),
+        );
+        let body = Bytes::from(serde_json::Value::Object(doc).to_string());
+        let deadline = now + self.settings().operation_timeout;
+        self.engine
+            .with_retries(deadline, || {
+                self.engine
+                    .store()
+                    .put(&key, body.clone(), crate::store::PutMode::Overwrite)
+            })
+            .await?;
+        Ok(key)
+    }
+
     /// Reads a task object; `None` if there is none.
     pub async fn task(&self, task_id: Uuid) -> Result<Option<Bytes>, SubmitError> {
         let loc = TaskLocation::new(
@@ -507,4 +540,24 @@ use crate::aws::secret::key_pair as secret_key_pair;
 #[cfg(not(feature = "secrets"))]
 async fn secret_key_pair(_id: &str) -> Result<aws_sdk_s3::config::Credentials, String> {
     Err("needs the `secrets` feature of the library".into())
+}
+
+/// A path segment for a message or event id: itself when it is plain, else
+/// its hash.
+fn rejected_id(id: &str) -> String {
+    let plain = !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if plain {
+        id.to_owned()
+    } else {
+        use sha2::Digest;
+        format!(
+            "sha256-{}",
+            hex::encode(sha2::Sha256::digest(id.as_bytes()))
+        )
+    }
 }

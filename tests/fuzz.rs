@@ -346,6 +346,18 @@ async fn check_on(
     }
 }
 
+/// Two rejected objects that say the same but for `rejected_at`.
+fn same_rejection(a: &[u8], b: &[u8]) -> bool {
+    let without_time = |x: &[u8]| {
+        let mut v: Value = serde_json::from_slice(x).unwrap_or(Value::Null);
+        if let Some(o) = v.as_object_mut() {
+            o.remove("rejected_at");
+        }
+        v
+    };
+    without_time(a) == without_time(b)
+}
+
 /// What a call did to the bucket: the objects it created. Any change to an
 /// object that was there is an error at once.
 struct Effect {
@@ -361,17 +373,31 @@ type Snapshot = Vec<(
 
 impl Effect {
     fn between(before: &Snapshot, after: &Snapshot) -> Result<Effect, String> {
-        let old: std::collections::HashMap<&str, &bytes::Bytes> =
-            before.iter().map(|(k, b, _, _)| (k.as_str(), b)).collect();
+        let old: std::collections::HashMap<&str, (&bytes::Bytes, &chrono::DateTime<chrono::Utc>)> =
+            before
+                .iter()
+                .map(|(k, b, _, t)| (k.as_str(), (b, t)))
+                .collect();
         let mut created = Vec::new();
         for (k, _, _, _) in before {
             if !after.iter().any(|(a, _, _, _)| a == k) {
                 return Err(format!("{k} was deleted"));
             }
         }
-        for (k, body, _, _) in after {
+        for (k, body, _, modified) in after {
             match old.get(k.as_str()) {
-                Some(b) if *b == body => {}
+                // The same message rejected again (two inputs of one bucket
+                // that carry it): this input's rejection, the same as the
+                // first but for its time.
+                Some((b, t))
+                    if k.starts_with("rejected/") && *t != modified && same_rejection(b, body) =>
+                {
+                    created.push((
+                        k.clone(),
+                        serde_json::from_slice(body).unwrap_or(Value::Null),
+                    ));
+                }
+                Some((b, _)) if *b == body => {}
                 Some(_) => return Err(format!("{k} was rewritten")),
                 None => created.push((
                     k.clone(),
@@ -495,7 +521,13 @@ impl Effect {
     /// was asked for by a message, with its marker; nothing else.
     fn of_batch(&self, event: &Value, after: &Snapshot) -> Result<(), String> {
         let messages = event["Records"].as_array().cloned().unwrap_or_default();
-        let rejected: Vec<&Value> = self.under("rejected/").map(|(_, v)| v).collect();
+        // Every rejected object in the bucket: an earlier input of the same
+        // bucket may have rejected the same message, identically.
+        let rejected: Vec<Value> = after
+            .iter()
+            .filter(|(k, _, _, _)| k.starts_with("rejected/"))
+            .map(|(_, b, _, _)| serde_json::from_slice(b).unwrap_or(Value::Null))
+            .collect();
         let tasks: Vec<Value> = after
             .iter()
             .filter(|(k, _, _, _)| k.starts_with("tasks/"))

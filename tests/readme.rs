@@ -268,10 +268,13 @@ fn config_variables() -> BTreeSet<String> {
 
 /// Variables in the README's table that `src/config.rs` does not read,
 /// each read by something else the functions run.
-const READ_ELSEWHERE: [&str; 1] = [
+const READ_ELSEWHERE: [&str; 2] = [
     // The AWS SDK's own endpoint override for S3 (template.yaml sets it
     // from S3Endpoint).
     "AWS_ENDPOINT_URL_S3",
+    // The event sources, parsed by src/intake/sources/ (an s3:// value is
+    // read with an S3 client, which config.rs does not build).
+    "SOURCES",
 ];
 
 /// The README's table of variables, by name: (default, stack parameter).

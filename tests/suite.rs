@@ -34,11 +34,15 @@ mod reuse;
 mod s3_status;
 mod schemas;
 mod seaweedfs;
+mod sources_binary;
+mod sources_events;
+mod sources_moto;
 mod store_conformance;
 mod submit_handler;
 mod sweep;
 mod sweep_lambda;
 mod template;
+mod template_sources;
 mod versioning;
 
 /// The test files that are crates of their own (Cargo.toml's `[[test]]`),

@@ -1,7 +1,7 @@
 //! template.yaml, offline: cfn-lint is clean, the SAM translation succeeds,
 //! and the translated template has the properties operators rely on.
 //! Needs `cfn-lint` and `aws-sam-translator` (make test installs them); fails
-//! without them.
+//! without them. tests/template_sources.rs uses its translation too.
 
 mod modes;
 mod operations;
@@ -12,13 +12,13 @@ use std::process::Command;
 
 use serde_json::Value;
 
-fn root() -> &'static str {
+pub(crate) fn root() -> &'static str {
     env!("CARGO_MANIFEST_DIR")
 }
 
-struct Templates {
-    source: Value,
-    out: Value,
+pub(crate) struct Templates {
+    pub(crate) source: Value,
+    pub(crate) out: Value,
 }
 
 /// The template as SAM translates it, its conditions decided for the
@@ -31,7 +31,7 @@ fn templates() -> Templates {
 /// defaults), and then as CloudFormation would create it with them: every
 /// `Fn::If` decided, `AWS::NoValue` dropped, and resources whose condition
 /// is false gone.
-fn templates_with(params: &[(&str, &str)]) -> Templates {
+pub(crate) fn templates_with(params: &[(&str, &str)]) -> Templates {
     let o = Command::new("python3")
         .arg(format!("{}/scripts/translate_template.py", root()))
         .arg(format!("{}/template.yaml", root()))
@@ -138,13 +138,13 @@ impl Conditions {
 }
 
 impl Templates {
-    fn res(&self, name: &str) -> &Value {
+    pub(crate) fn res(&self, name: &str) -> &Value {
         let r = &self.out["Resources"][name];
         assert!(r.is_object(), "no resource {name}");
         r
     }
 
-    fn of_type(&self, ty: &str) -> Vec<(&String, &Value)> {
+    pub(crate) fn of_type(&self, ty: &str) -> Vec<(&String, &Value)> {
         self.out["Resources"]
             .as_object()
             .unwrap()
@@ -157,7 +157,7 @@ impl Templates {
         &self.out["Parameters"][name]["Default"]
     }
 
-    fn role_statements(&self, role: &str) -> Vec<Value> {
+    pub(crate) fn role_statements(&self, role: &str) -> Vec<Value> {
         self.res(role)["Properties"]["Policies"]
             .as_array()
             .unwrap()
@@ -167,14 +167,14 @@ impl Templates {
     }
 }
 
-fn as_list(v: &Value) -> Vec<Value> {
+pub(crate) fn as_list(v: &Value) -> Vec<Value> {
     match v {
         Value::Array(a) => a.clone(),
         other => vec![other.clone()],
     }
 }
 
-fn sub(v: &Value) -> String {
+pub(crate) fn sub(v: &Value) -> String {
     v["Fn::Sub"]
         .as_str()
         .map(str::to_owned)

@@ -26,6 +26,7 @@ mod batch;
 mod binaries;
 mod cost;
 mod cpu;
+mod events;
 mod link;
 mod list_order;
 mod options;

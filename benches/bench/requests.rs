@@ -41,54 +41,100 @@ pub(crate) async fn worker_claims_every_task(mem: &MemoryStore) {
     }
 }
 
-pub(crate) async fn requests(r: &mut Report) {
-    let clock = ManualClock::at_epoch();
-    let mem = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
-    let f = FaultyStore::new(mem.clone());
-    let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), Settings::default());
-    let count = |f: &FaultyStore<MemoryStore>| (f.calls().len(), f.round_trips());
-    let record = |mem: &MemoryStore| {
-        mem.keys()
+/// One row: the operation, its (requests, round trips), and at most.
+pub(crate) type Row = (&'static str, (usize, usize), (usize, usize));
+
+/// The requests and round trips logged since the last reset.
+pub(crate) fn count(f: &FaultyStore<MemoryStore>) -> (usize, usize) {
+    (f.calls().len(), f.round_trips())
+}
+
+/// One bucket in memory, seen through the fault-injecting store that counts
+/// its calls, and the queue over it, on one clock: the rows run on it one
+/// after another, each on what the last left.
+struct World {
+    clock: ManualClock,
+    mem: MemoryStore,
+    f: FaultyStore<MemoryStore>,
+    q: Queue,
+}
+
+impl World {
+    fn new() -> Self {
+        let clock = ManualClock::at_epoch();
+        let mem = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+        let f = FaultyStore::new(mem.clone());
+        let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), Settings::default());
+        World { clock, mem, f, q }
+    }
+
+    /// The key of the bucket's first record.
+    fn record(&self) -> String {
+        self.mem
+            .keys()
             .into_iter()
             .find(|k| k.starts_with("idempotency/"))
             .expect("a record")
-    };
+    }
+}
+
+pub(crate) async fn requests(r: &mut Report) {
+    let w = World::new();
+    let mut rows = submit_rows(&w).await;
+    rows.extend(interrupted_rows(&w).await);
+    rows.extend(key_rows(&w).await);
+    rows.extend(failed_key_rows(&w).await);
+    rows.extend(crate::events::event_rows().await);
+    print_rows(r, rows);
+}
+
+/// A key's first submit, its replays (before and after it settles), the
+/// sweeper's event, a conflict, and a submit without a key.
+async fn submit_rows(w: &World) -> Vec<Row> {
+    let World { clock, mem, f, q } = w;
     let mut rows = Vec::new();
     f.reset_log();
     q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
-    rows.push(("new submit", count(&f), (3, 2)));
+    rows.push(("new submit", count(f), (3, 2)));
     f.reset_log();
     q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
     rows.push((
         "replay of a record that can still be finished",
-        count(&f),
+        count(f),
         (4, 3),
     ));
     // A worker claims the task, as buquet's does: a CAS to running, then it
     // deletes the marker. The queue's requests, not ours: not counted.
-    worker_claims_every_task(&mem).await;
+    worker_claims_every_task(mem).await;
     clock.advance(Settings::default().stale_creating_after);
     f.reset_log();
-    q.engine().sweep_record(&record(&mem), false, None).await;
+    q.engine().sweep_record(&w.record(), false, None).await;
     rows.push((
         "the sweeper's event: a task the worker took",
-        count(&f),
+        count(f),
         (3, 2),
     ));
     let s = Settings::default();
     clock.advance(s.finish_window + ChronoDuration::minutes(15));
     f.reset_log();
     q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
-    rows.push(("replay of a settled record", count(&f), (3, 3)));
+    rows.push(("replay of a settled record", count(f), (3, 3)));
     f.reset_log();
     q.submit("t", json!(2))
         .idempotency_key("k")
         .await
         .unwrap_err();
-    rows.push(("conflict", count(&f), (2, 2)));
+    rows.push(("conflict", count(f), (2, 2)));
     f.reset_log();
     q.submit("t", json!(1)).await.unwrap();
-    rows.push(("submit without a key", count(&f), (2, 1)));
+    rows.push(("submit without a key", count(f), (2, 1)));
+    rows
+}
+
+/// Replays that finish a submit that died after its record, or its task.
+async fn interrupted_rows(w: &World) -> Vec<Row> {
+    let World { clock, mem, f, q } = w;
+    let mut rows = Vec::new();
     // An interrupted submit, finished by the next one: it died after its
     // record, and then after its task.
     for (name, prefix, counts) in [
@@ -126,9 +172,16 @@ pub(crate) async fn requests(r: &mut Report) {
             .unwrap_err();
         f.reset_log();
         q.submit("t", json!(1)).idempotency_key(&key).await.unwrap();
-        rows.push((name, count(&f), counts));
+        rows.push((name, count(f), counts));
     }
+    rows
+}
 
+/// A key's record looked up and reset, the reset key's next submit, and a
+/// reset of a record a moment old.
+async fn key_rows(w: &World) -> Vec<Row> {
+    let World { f, q, .. } = w;
+    let mut rows = Vec::new();
     // A key's record looked up, and reset on purpose (`GET`/`DELETE
     // /idempotency-keys/{key}`): the settled `k`; then one in flight whose
     // task is not there yet, which a reset refuses.
@@ -137,16 +190,12 @@ pub(crate) async fn requests(r: &mut Report) {
         .await
         .unwrap()
         .expect("a record");
-    rows.push((
-        "key lookup (GET /idempotency-keys/{key})",
-        count(&f),
-        (2, 2),
-    ));
+    rows.push(("key lookup (GET /idempotency-keys/{key})", count(f), (2, 2)));
     f.reset_log();
     q.reset_key("t", "k", None).await.unwrap();
     rows.push((
         "key reset (DELETE /idempotency-keys/{key})",
-        count(&f),
+        count(f),
         (3, 3),
     ));
     // The reset key's next submit: it claims over the reset record as over
@@ -156,7 +205,7 @@ pub(crate) async fn requests(r: &mut Report) {
     assert!(again.created());
     rows.push((
         "the next submit of a reset key (a new task)",
-        count(&f),
+        count(f),
         (5, 4),
     ));
     // A reset of a record a moment old: answered at once (its task is
@@ -170,7 +219,15 @@ pub(crate) async fn requests(r: &mut Report) {
         q.reset_key("t", "young", None).await.unwrap(),
         idempotent_submit::Reset::Done { .. }
     ));
-    rows.push(("key reset of a record a moment old", count(&f), (3, 3)));
+    rows.push(("key reset of a record a moment old", count(f), (3, 3)));
+    rows
+}
+
+/// A failed task's key replayed and reused, and a reset refused while a
+/// record is in flight.
+async fn failed_key_rows(w: &World) -> Vec<Row> {
+    let World { clock, mem, f, q } = w;
+    let mut rows = Vec::new();
     // A key whose task failed for good (buquet's worker gave up on it):
     // replayed by default, claimed over for a new task with
     // `if_task_failed: new_task` (one compare-and-swap).
@@ -180,7 +237,7 @@ pub(crate) async fn requests(r: &mut Report) {
         .await
         .unwrap();
     // The worker claims it (its marker goes) and gives up on it.
-    worker_claims_every_task(&mem).await;
+    worker_claims_every_task(mem).await;
     let o = mem.get(&failed.task_key).await.expect("the task");
     let mut t: serde_json::Value = serde_json::from_slice(&o.body).expect("a task's JSON");
     t["status"] = json!("failed");
@@ -198,7 +255,7 @@ pub(crate) async fn requests(r: &mut Report) {
         .unwrap();
     rows.push((
         "replay of a failed task's key (if_task_failed: replay, the default)",
-        count(&f),
+        count(f),
         (4, 3),
     ));
     f.reset_log();
@@ -211,7 +268,7 @@ pub(crate) async fn requests(r: &mut Report) {
     assert!(reused.created() && reused.replaces_task_id == Some(failed.task_id));
     rows.push((
         "failed-key reuse (if_task_failed: new_task, a new task)",
-        count(&f),
+        count(f),
         (6, 5),
     ));
     let crash = FaultyStore::new(mem.clone());
@@ -225,12 +282,15 @@ pub(crate) async fn requests(r: &mut Report) {
     q.reset_key("t", "in-flight", None).await.unwrap();
     rows.push((
         "key reset refused (in flight, its task not there yet)",
-        count(&f),
+        count(f),
         (2, 2),
     ));
+    rows
+}
 
+fn print_rows(r: &mut Report, rows: Vec<Row>) {
     r.line("## S3 requests per operation\n");
-    r.line("Counted by the fault-injecting store's call log (in-memory bucket, in which a worker claims the tasks as buquet's does); round trips are calls that did not overlap. The figures are upper bounds (docs/protocol.md, request counts). A submit that died after its task wrote no marker: its replay writes the marker and reads the task again, in case a worker claimed it in between.\n");
+    r.line("Counted by the fault-injecting store's call log (in-memory bucket, in which a worker claims the tasks as buquet's does); round trips are calls that did not overlap. The figures are upper bounds (docs/protocol.md, request counts). A submit that died after its task wrote no marker: its replay writes the marker and reads the task again, in case a worker claimed it in between. The event rows are events/'s samples (SAM CLI's shapes) through the `submit` handler with `SOURCES` (benches/bench/events.rs), each kind on a bucket of its own: an event costs what a `POST /tasks` of its key costs.\n");
     r.line("| operation | requests | sequential round trips | at most |");
     r.line("| --- | --- | --- | --- |");
     for (name, (calls, rts), (max_calls, max_rts)) in rows {

@@ -138,7 +138,7 @@ fn is_record_key(key: &str) -> bool {
 }
 
 /// S3 notifications carry keys URL-encoded as in a form (`+` for a space).
-fn decode_key(s: &str) -> Option<String> {
+pub(crate) fn decode_key(s: &str) -> Option<String> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

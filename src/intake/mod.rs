@@ -1,7 +1,8 @@
 //! What the service takes in, whatever carried it: the `POST /tasks` body
 //! (which every SQS message and every line of `idem submit --batch` is too),
-//! a batch's items and their results, the due queue's messages, and the
-//! problems that answer a refusal. Shared by the Lambda adapters
+//! a batch's items and their results, the due queue's messages, the events
+//! of other systems that `SOURCES` maps to submits, and the problems that
+//! answer a refusal. Shared by the Lambda adapters
 //! (`src/lambda/`: they read Lambda's events and write Lambda's answers) and
 //! the CLI, so that neither needs the other: the CLI builds without the
 //! Lambda runtime.
@@ -10,6 +11,7 @@ pub mod batch;
 pub mod due;
 pub mod problem;
 pub mod request;
+pub mod sources;
 
 pub use problem::Problem;
 pub use request::SubmitBody;

@@ -11,13 +11,17 @@ pub mod keys;
 pub mod metrics;
 pub mod routes;
 pub mod schedule;
+pub mod sources;
 pub mod sqs;
+
+use std::sync::Arc;
 
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 use tracing_subscriber::filter::Targets;
 
 use crate::config::Config;
+use crate::intake::sources::Sources;
 use crate::protocol::SweepSummary;
 use crate::queue::Queue;
 
@@ -33,6 +37,8 @@ pub struct App {
     /// How many messages of a standard batch (or FIFO groups) run at once.
     pub sqs_concurrency: usize,
     pub metrics: Metrics,
+    /// The event sources of `SOURCES` (none by default).
+    pub sources: Arc<Sources>,
 }
 
 impl App {
@@ -43,20 +49,29 @@ impl App {
             allow_key_reset: config.allow_key_reset,
             sqs_concurrency: 10,
             metrics,
+            sources: Arc::new(Sources::none()),
         }
+    }
+
+    /// This app, taking the events `sources` declares.
+    pub fn with_sources(mut self, sources: Sources) -> Self {
+        self.sources = Arc::new(sources);
+        self
     }
 }
 
 /// An event the `submit` function does not take.
 #[derive(Debug, thiserror::Error)]
 pub enum UnrecognizedEvent {
-    #[error("unrecognized event: neither an HTTP request nor an SQS batch")]
+    #[error(
+        "unrecognized event: neither an HTTP request nor an SQS batch (nor, with SOURCES declared, an SNS, S3 or EventBridge event)"
+    )]
     Shape,
     /// `Records` from a source other than SQS: an S3 notification or an SNS
     /// message wired to `submit` by mistake. Refused whole, so that nothing
     /// is written (it is no submit, and its records share no message id).
     #[error(
-        "unrecognized event: Records from {0:?}; the submit function takes HTTP requests and SQS batches (eventSource aws:sqs)"
+        "unrecognized event: Records from {0:?}; the submit function takes HTTP requests and SQS batches (eventSource aws:sqs), and aws:sns or aws:s3 Records only when SOURCES declares sources"
     )]
     Records(String),
 }
@@ -87,13 +102,16 @@ fn sqs_records(records: &Value) -> Result<(), String> {
 }
 
 /// The `submit` function: HTTP events (REST, HTTP API, function URLs) and
-/// SQS batches, told apart by their records' `eventSource`.
+/// SQS batches, told apart by their records' `eventSource`; with `SOURCES`,
+/// SNS and S3 `Records` and EventBridge events too (src/lambda/sources.rs).
 pub async fn handle_submit(
     app: &App,
     event: LambdaEvent<Value>,
 ) -> Result<Value, lambda_runtime::Error> {
     let (payload, context) = (event.payload, event.context);
-    let answer = if let Some(records) = payload.get("Records") {
+    let answer = if !app.sources.is_empty() && sources::is_direct(&payload) {
+        sources::handle_direct(app, payload).await?
+    } else if let Some(records) = payload.get("Records") {
         sqs_records(records).map_err(UnrecognizedEvent::Records)?;
         let batch: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(payload)?;
         let resp = sqs::handle(app, batch).await;

@@ -1,19 +1,16 @@
 //! SQS events, standard and FIFO (docs/operations.md, "The `submit` function").
 //!
-//! Every message is a `POST /tasks` body. The answer lists exactly the
-//! messages to retry (storage failures); a message that can never succeed is
-//! written to `rejected/{yyyy}/{mm}/{dd}/{message_id}.json` and not retried.
+//! Every message is a `POST /tasks` body, or an event a source of `SOURCES`
+//! takes (src/lambda/sources.rs). The answer lists exactly the messages to
+//! retry (storage failures); a message that can never succeed is written to
+//! `rejected/{yyyy}/{mm}/{dd}/{message_id}.json` and not retried.
 
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-use bytes::Bytes;
 use futures::StreamExt;
-use serde_json::json;
-use sha2::{Digest, Sha256};
 
 use super::App;
 use crate::intake::{Problem, SubmitBody};
 use crate::protocol::{IfTaskFailed, ValidationError};
-use crate::store::PutMode;
 
 /// What became of one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +20,8 @@ pub enum Outcome {
     Rejected,
     /// Listed in `batchItemFailures`.
     Retry,
+    /// Acknowledged with nothing to do (S3's test event).
+    Ignored,
 }
 
 fn is_fifo(event: &SqsEvent) -> bool {
@@ -112,16 +111,17 @@ async fn process_in_groups(
     results.into_iter().flatten().collect()
 }
 
-/// The key of a message: the body's, else the `Idempotency-Key` attribute,
-/// else the FIFO deduplication id, else the message id.
+/// The key of a message: the body's, else [`message_identity`].
 fn message_key(body: &SubmitBody, m: &SqsMessage) -> Option<String> {
-    body.idempotency_key
-        .clone()
-        .or_else(|| {
-            m.message_attributes
-                .get("Idempotency-Key")
-                .and_then(|a| a.string_value.clone())
-        })
+    body.idempotency_key.clone().or_else(|| message_identity(m))
+}
+
+/// A message's own identity: the `Idempotency-Key` attribute, else the FIFO
+/// deduplication id, else the message id.
+fn message_identity(m: &SqsMessage) -> Option<String> {
+    m.message_attributes
+        .get("Idempotency-Key")
+        .and_then(|a| a.string_value.clone())
         .or_else(|| m.attributes.get("MessageDeduplicationId").cloned())
         .or_else(|| m.message_id.clone())
 }
@@ -158,6 +158,11 @@ pub async fn process(app: &App, m: &SqsMessage) -> Outcome {
         ));
         return reject(app, m, &p).await;
     }
+    match super::sources::sqs_message(app, m, message_identity(m)).await {
+        None => {}
+        Some(Ok(o)) => return o,
+        Some(Err((source, p))) => return reject_from(app, m, source.as_deref(), &p).await,
+    }
     let mut body = match SubmitBody::parse(raw.as_bytes()) {
         Ok(b) => b,
         Err(e) => return reject(app, m, &Problem::invalid(e.to_string())).await,
@@ -186,43 +191,34 @@ pub async fn process(app: &App, m: &SqsMessage) -> Outcome {
     }
 }
 
-/// A path segment for a message id: itself when it is plain, else a hash
-/// (so a hand-made event cannot write outside `rejected/`).
-fn safe_id(id: &str) -> String {
-    let plain = !id.is_empty()
-        && id.len() <= 128
-        && !id.starts_with('.')
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if plain {
-        id.to_owned()
-    } else {
-        format!("sha256-{}", hex::encode(Sha256::digest(id.as_bytes())))
-    }
+/// A `POST /tasks` body that can never succeed: its rejected object as it
+/// always was (no `source`).
+async fn reject(app: &App, m: &SqsMessage, p: &Problem) -> Outcome {
+    let mut doc = super::sources::rejected_message_doc(m, None, p);
+    doc.remove("source");
+    write_rejected(app, m, None, doc, p).await
 }
 
-async fn reject(app: &App, m: &SqsMessage, p: &Problem) -> Outcome {
-    let engine = app.queue.engine();
-    let now = engine.clock().now();
+/// An event of `SOURCES` that can never succeed, with the source that took
+/// it (`null`: none did).
+async fn reject_from(app: &App, m: &SqsMessage, source: Option<&str>, p: &Problem) -> Outcome {
+    let doc = super::sources::rejected_message_doc(m, source, p);
+    write_rejected(app, m, source, doc, p).await
+}
+
+/// Writes `doc` to `rejected/`, counted; listed for retry if that fails.
+async fn write_rejected(
+    app: &App,
+    m: &SqsMessage,
+    source: Option<&str>,
+    doc: serde_json::Map<String, serde_json::Value>,
+    p: &Problem,
+) -> Outcome {
     let id = m.message_id.as_deref().unwrap_or("");
-    let key = format!("rejected/{}/{}.json", now.format("%Y/%m/%d"), safe_id(id));
-    let doc = json!({
-        "message": m,
-        "error": p.body(),
-        "rejected_at": crate::protocol::rfc3339::format(&now),
-    });
-    let body = Bytes::from(doc.to_string());
-    let deadline = now + engine.settings().operation_timeout;
-    let put = engine
-        .with_retries(deadline, || {
-            engine.store().put(&key, body.clone(), PutMode::Overwrite)
-        })
-        .await;
-    match put {
-        Ok(_) => {
+    match app.queue.write_rejected(id, doc).await {
+        Ok(key) => {
             app.metrics.rejected();
-            tracing::warn!(message_id = id, code = p.code, detail = %p.detail, rejected = %key, "message rejected");
+            tracing::warn!(message_id = id, source, code = p.code, detail = %p.detail, rejected = %key, "message rejected");
             Outcome::Rejected
         }
         Err(e) => {
