@@ -427,7 +427,7 @@ async fn drain_due_queue(
                 body: m.body.clone().unwrap_or_default(),
             })
             .collect();
-        let batch = handle_messages(queue.engine(), bucket, &due, dry_run, None).await;
+        let batch = handle_messages(queue, bucket, &due, dry_run, None).await;
         summary.add(&batch.summary);
         retried += batch.retry.len();
         // A retried message is left to come back after its visibility
@@ -671,7 +671,7 @@ async fn sweep_pass(queue: &Queue, dry_run: bool) -> Outcome {
         dry_run,
         ..Default::default()
     };
-    match queue.engine().sweep(&opts).await {
+    match queue.sweep(&opts).await {
         Ok(summary) => ok(serde_json::to_value(&summary).unwrap_or(Value::Null)),
         Err(e) => submit_error(&e),
     }

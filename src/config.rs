@@ -6,7 +6,6 @@ use std::time::Duration as StdDuration;
 use chrono::Duration;
 
 pub use crate::due_sender::DueOrder;
-use crate::protocol::IfTaskFailed;
 
 /// How the protocol retries one request: on 409 and on S3's retryable
 /// failures, with capped exponential backoff and full jitter.
@@ -472,12 +471,52 @@ fn parse_if_task_failed(
 ) -> Result<IfTaskFailed, ConfigError> {
     match get("IF_TASK_FAILED").as_deref().map(str::trim) {
         None | Some("") => Ok(IfTaskFailed::Replay),
-        Some(v) => IfTaskFailed::parse(&v.to_ascii_lowercase()).map_err(|_| {
+        Some(v) => IfTaskFailed::from_name(&v.to_ascii_lowercase()).ok_or_else(|| {
             err(
                 "IF_TASK_FAILED",
                 format!("{v:?} is not one of replay/new_task"),
             )
         }),
+    }
+}
+
+/// What a keyed submit does when its key's task ended failed or cancelled
+/// for good (buquet's terminal `failed` and `cancelled`): the body's
+/// `if_task_failed`, else `IF_TASK_FAILED` (docs/protocol.md, "Reusing a
+/// failed task's key").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IfTaskFailed {
+    /// Answer that task, as for any other status (the default).
+    #[default]
+    Replay,
+    /// Claim the key over its record (`If-Match`) and create a new task,
+    /// whose answer names the failed one.
+    NewTask,
+}
+
+impl IfTaskFailed {
+    /// The name the body, the environment and the CLI use.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            IfTaskFailed::Replay => "replay",
+            IfTaskFailed::NewTask => "new_task",
+        }
+    }
+
+    /// The policy `name` names (exactly `replay` or `new_task`); its
+    /// refusal is the reader's to word (`protocol::names`' `parse` for a
+    /// body, the environment's for `IF_TASK_FAILED`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [IfTaskFailed::Replay, IfTaskFailed::NewTask]
+            .into_iter()
+            .find(|p| p.as_str() == name)
+    }
+
+    /// A task status after which the key may be claimed again: buquet's
+    /// terminal failures. `expired` (never claimed before its own expiry)
+    /// and `archived` are not failures of the task's work and are replayed.
+    pub fn frees(status: &str) -> bool {
+        matches!(status, "failed" | "cancelled")
     }
 }
 

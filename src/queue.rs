@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use chrono::Duration;
+use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -17,8 +17,8 @@ use crate::protocol::options::{OptionValue, TaskOption};
 use crate::protocol::record::{TaskLocation, record_key};
 use crate::protocol::{
     DueMessages, Engine, IdempotencyKey, IfTaskFailed, Input, KeyRef, KeySpec, KeyView, Record,
-    Reset, Scope, ScopeName, SubmitError, SubmitRequest, Submitted, TaskOptions, TaskRetryPolicy,
-    TaskType, Tenant, Ttl, ValidationError,
+    RecordOutcome, Reset, Scope, ScopeName, SubmitError, SubmitRequest, Submitted, SweepOptions,
+    SweepSummary, TaskOptions, TaskRetryPolicy, TaskType, Tenant, Ttl, ValidationError,
 };
 use crate::store::{ObjectMeta, S3Store, Store, StoreError};
 
@@ -108,6 +108,31 @@ impl Queue {
     #[doc(hidden)]
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// One sweeper pass over the bucket (docs/protocol.md, "The sweeper"):
+    /// what the scheduled `sweep` function and `idem sweep` run.
+    pub async fn sweep(&self, opts: &SweepOptions) -> Result<SweepSummary, SubmitError> {
+        self.engine.sweep(opts).await
+    }
+
+    /// The sweeper on the record a due message names (`key`), sent at
+    /// `sent_at`: what the due queue's batches run, one record each.
+    pub(crate) async fn sweep_due_record(
+        &self,
+        key: &str,
+        sent_at: Option<DateTime<Utc>>,
+        dry_run: bool,
+        deadline: Option<DateTime<Utc>>,
+    ) -> RecordOutcome {
+        self.engine
+            .sweep_due_record(key, sent_at, dry_run, deadline)
+            .await
+    }
+
+    /// The clock the queue's deadlines follow.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        self.engine.clock()
     }
 
     /// The settings the queue runs with.

@@ -8,7 +8,7 @@
 //!
 //! Per message: an S3 notification names records; each named record is read
 //! once (a batch that names one record twice reads it once) and handled by
-//! [`Engine::sweep_record`]. A message is handed back to the queue (listed
+//! the sweeper (`sweep_record`). A message is handed back to the queue (listed
 //! for retry) when one of its records came early or failed retryably. S3's
 //! `s3:TestEvent`, keys outside `idempotency/`, other buckets and removals
 //! (`ObjectRemoved:*`, e.g. the `DeleteMarkerCreated` of a versioned bucket,
@@ -22,8 +22,9 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde_json::Value;
 
+use crate::Queue;
+use crate::protocol::SweepSummary;
 use crate::protocol::sweep::{READS_AT_ONCE, RECORDS_PREFIX, RecordOutcome};
-use crate::protocol::{Engine, SweepSummary};
 
 /// One record write that a due message names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -239,7 +240,7 @@ fn records_named(bucket: &str, messages: &[DueMessage], summary: &mut SweepSumma
 /// bucket are acknowledged and ignored). No request starts after
 /// `deadline`.
 pub async fn handle_messages(
-    engine: &Engine,
+    queue: &Queue,
     bucket: &str,
     messages: &[DueMessage],
     dry_run: bool,
@@ -262,7 +263,7 @@ pub async fn handle_messages(
             .map(|(k, (key, sent))| async move {
                 (
                     k,
-                    engine.sweep_due_record(key, sent, dry_run, deadline).await,
+                    queue.sweep_due_record(key, sent, dry_run, deadline).await,
                 )
             })
             .buffer_unordered(READS_AT_ONCE)

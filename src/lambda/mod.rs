@@ -139,13 +139,13 @@ pub async fn handle_sweep(
     sweeper: &Sweeper,
     event: LambdaEvent<Value>,
 ) -> Result<Value, lambda_runtime::Error> {
-    let engine = sweeper.queue.engine();
+    let queue = &sweeper.queue;
     let (payload, context) = (event.payload, event.context);
     if let Some(records) = payload.get("Records") {
         sqs_records(records).map_err(UnrecognizedSweepEvent)?;
         let batch: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(payload)?;
         let resp = due_queue::handle(
-            engine,
+            queue,
             &sweeper.metrics,
             &sweeper.bucket,
             LambdaEvent::new(batch, context),
@@ -154,7 +154,7 @@ pub async fn handle_sweep(
         return Ok(serde_json::to_value(resp)?);
     }
     let summary =
-        schedule::handle(engine, &sweeper.metrics, LambdaEvent::new(payload, context)).await?;
+        schedule::handle(queue, &sweeper.metrics, LambdaEvent::new(payload, context)).await?;
     Ok(serde_json::to_value(summary)?)
 }
 

@@ -2,6 +2,7 @@
 //! way to make a store request (retries, deadlines, timeouts).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use chrono::{DateTime, Utc};
 
@@ -11,7 +12,7 @@ use super::record::task_status;
 use super::schema::SchemaCache;
 use crate::clock::Clock;
 use crate::config::Settings;
-use crate::due_sender::{DueMessages, Route};
+use crate::due_sender::{Coalescer, DueMessages, DueOrder, Route};
 use crate::store::{Store, StoreError};
 
 pub(crate) use super::error::Failure;
@@ -50,6 +51,47 @@ impl Engine {
     pub fn with_due_messages(mut self, due: DueMessages) -> Self {
         self.due = Some(Arc::new(due));
         self
+    }
+
+    /// Under `RECORD_EVENTS=submitter` (nothing otherwise): how this
+    /// engine's messages go against the record's PUT.
+    pub(crate) fn due_order(&self) -> Option<DueOrder> {
+        self.due.as_ref().map(|d| d.order())
+    }
+
+    /// This submit will send no due message through its batch (it has no
+    /// key, or was refused before its claim).
+    pub(crate) fn send_no_due(&self) {
+        if let Route::Batch(p) = &self.due_route {
+            p.done();
+        }
+    }
+
+    /// Due messages that could not be sent since the last call (the
+    /// `DueMessageUnsent` metric).
+    pub fn take_unsent_due_messages(&self) -> u64 {
+        self.due
+            .as_ref()
+            .map_or(0, |d| d.unsent.swap(0, Ordering::Relaxed))
+    }
+
+    /// Whether this engine's submits send their records' due messages.
+    pub fn sends_due_messages(&self) -> bool {
+        self.due.is_some()
+    }
+
+    /// A batch's gathering of due messages, when they are sent at all.
+    pub(crate) fn due_batch(&self) -> Option<Arc<Coalescer>> {
+        self.due.as_ref().map(|d| Coalescer::new(d.clone()))
+    }
+
+    /// This engine, as one item of `batch`.
+    pub(crate) fn in_batch(&self, batch: &Option<Arc<Coalescer>>) -> Engine {
+        let mut e = self.clone();
+        if let Some(b) = batch {
+            e.due_route = Route::Batch(b.join());
+        }
+        e
     }
 
     /// How many fetches found an unusable schema document since the last

@@ -1,7 +1,6 @@
 //! The idempotency-key protocol: names and hashes, the objects of the bucket
 //! layout, the submit state machine, and the sweep.
 
-mod due;
 pub mod engine;
 pub mod error;
 mod finish;

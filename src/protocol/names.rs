@@ -6,6 +6,8 @@ use std::fmt;
 use chrono::Duration;
 use sha2::{Digest, Sha256};
 
+pub use crate::config::IfTaskFailed;
+
 /// Why a request is invalid. `field` names the request field as producers
 /// send it (`task_type`, `idempotency_key`, ...).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -207,46 +209,15 @@ impl Ttl {
     }
 }
 
-/// What a keyed submit does when its key's task ended failed or cancelled
-/// for good (buquet's terminal `failed` and `cancelled`): the body's
-/// `if_task_failed`, else `IF_TASK_FAILED` (docs/protocol.md, "Reusing a
-/// failed task's key").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IfTaskFailed {
-    /// Answer that task, as for any other status (the default).
-    #[default]
-    Replay,
-    /// Claim the key over its record (`If-Match`) and create a new task,
-    /// whose answer names the failed one.
-    NewTask,
-}
-
 impl IfTaskFailed {
-    /// The name the body, the environment and the CLI use.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            IfTaskFailed::Replay => "replay",
-            IfTaskFailed::NewTask => "new_task",
-        }
-    }
-
     /// Reads a value as the body writes it (exactly `replay` or `new_task`).
     pub fn parse(v: &str) -> Result<Self, ValidationError> {
-        match v {
-            "replay" => Ok(IfTaskFailed::Replay),
-            "new_task" => Ok(IfTaskFailed::NewTask),
-            _ => Err(ValidationError::field(
+        Self::from_name(v).ok_or_else(|| {
+            ValidationError::field(
                 "if_task_failed",
                 format!("{v:?} is not one of replay, new_task"),
-            )),
-        }
-    }
-
-    /// A task status after which the key may be claimed again: buquet's
-    /// terminal failures. `expired` (never claimed before its own expiry)
-    /// and `archived` are not failures of the task's work and are replayed.
-    pub fn frees(status: &str) -> bool {
-        matches!(status, "failed" | "cancelled")
+            )
+        })
     }
 }
 

@@ -7,9 +7,21 @@
 //! objects and writes what is missing, through [`Engine::finish`], a marker
 //! only for a task no worker has touched. Past the deadline a record is
 //! settled: its task object alone says what became of the submit.
+//!
+//! Under `RECORD_EVENTS=submitter` a keyed submit sends its record's due
+//! message itself (docs/protocol.md, "Due messages from the submitter"),
+//! retried like a store request within its operation deadline: accepted
+//! before its record's PUT (`DUE_MESSAGE=before_claim`: one that still fails
+//! fails the submit, retryably, with nothing written), or beside it
+//! (`with_claim`: one that still fails is counted and logged). It carries its
+//! send time, so that the sweeper knows how long a record it does not find
+//! yet may still land. How a batch's items share their requests is
+//! src/due_sender/gather.rs; the engine's due state, src/protocol/engine.rs.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, Duration, SubsecRound, Utc};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
@@ -23,7 +35,7 @@ use super::record::{
     Record, RecordStatus, TaskIdempotency, TaskInput, TaskLocation, payload_key, raw_into_bytes,
     record_key, task_json_with,
 };
-use crate::due_sender::DueOrder;
+use crate::due_sender::{DueOrder, RecordDue, Route, SendError};
 use crate::store::{ETag, ObjectMeta, PutMode, StoreError};
 
 /// How many times a submit starts over when the record changes under it
@@ -388,6 +400,90 @@ impl Engine {
             }
             None => self.claim_rounds(&mine, op_deadline).await,
         }
+    }
+
+    /// Queues the due message of the record at `rkey` (under
+    /// `RECORD_EVENTS=submitter`; nothing otherwise), with retries within
+    /// `op_deadline`. A message that still fails is counted
+    /// ([`Engine::take_unsent_due_messages`]) and logged; under
+    /// [`DueOrder::BeforeClaim`] it is the submit's error (retryable: no
+    /// record is written), under [`DueOrder::WithClaim`] the submit goes on.
+    pub(crate) async fn send_due(
+        &self,
+        rkey: &str,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<(), SubmitError> {
+        let Some(due) = &self.due else { return Ok(()) };
+        let message = RecordDue::new(due.bucket(), rkey).sent_at(self.signing_time());
+        let first = AtomicBool::new(true);
+        let attempt = || {
+            let m = message.clone();
+            let through_batch = first.swap(false, Ordering::Relaxed);
+            async move {
+                let batched = match (&self.due_route, through_batch) {
+                    (Route::Batch(p), true) => p.send(m.clone()).await,
+                    _ => None,
+                };
+                let outcome = match batched {
+                    Some(o) => o,
+                    None => due
+                        .sender
+                        .send(std::slice::from_ref(&m))
+                        .await
+                        .pop()
+                        .unwrap_or_else(|| {
+                            Err(SendError::Unavailable("the sender answered nothing".into()))
+                        }),
+                };
+                outcome.map_err(|e| match e {
+                    SendError::Unavailable(w) => StoreError::Unavailable(w),
+                    SendError::Refused(w) => StoreError::Fatal(w),
+                })
+            }
+        };
+        let Err(e) = self.with_retries(op_deadline, attempt).await else {
+            return Ok(());
+        };
+        due.unsent.fetch_add(1, Ordering::Relaxed);
+        let error = match e {
+            Failure::Deadline => "the submit's operation deadline came first".to_owned(),
+            Failure::Store(e) => e.to_string(),
+        };
+        match due.order() {
+            DueOrder::BeforeClaim => {
+                tracing::error!(
+                    record = rkey,
+                    error = %error,
+                    "the record's due message was not accepted: nothing is written, the submit answers retryably"
+                );
+                // Retryable whatever the queue said: nothing was written,
+                // and the key is as free as it was.
+                Err(SubmitError::Storage(StoreError::Unavailable(format!(
+                    "the due queue did not accept the record's due message: {error}"
+                ))))
+            }
+            DueOrder::WithClaim => {
+                tracing::error!(
+                    record = rkey,
+                    error = %error,
+                    "the record's due message was not sent: if this process dies before its task is written, only the next submit of its key finishes it"
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// The time a message sent now says it was sent: the clock this
+    /// process's S3 requests are signed with. Once S3's answers have told
+    /// its offset, S3's latest time now (the SDK signs with the skew it has
+    /// learnt); before that, the machine's own clock, which the first
+    /// claim's signature uses too (docs/protocol.md, "Due messages from the
+    /// submitter").
+    fn signing_time(&self) -> DateTime<Utc> {
+        let ahead = self
+            .judged_offset()
+            .map_or(Duration::zero(), |o| o.high.max(Duration::zero()));
+        self.now() + ahead
     }
 
     /// Steps 1 to 3, over again while the record changes under the claim.
