@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use chrono::{DateTime, Duration, Utc};
+use chrono::Duration;
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -17,8 +17,8 @@ use crate::protocol::options::{OptionValue, TaskOption};
 use crate::protocol::record::{TaskLocation, record_key};
 use crate::protocol::{
     DueMessages, Engine, IdempotencyKey, IfTaskFailed, Input, KeyRef, KeySpec, KeyView, Record,
-    RecordOutcome, Reset, Scope, ScopeName, SubmitError, SubmitRequest, Submitted, SweepOptions,
-    SweepSummary, TaskOptions, TaskRetryPolicy, TaskType, Tenant, Ttl, ValidationError,
+    Reset, Scope, ScopeName, SubmitError, SubmitRequest, Submitted, SweepOptions, SweepSummary,
+    TaskOptions, TaskRetryPolicy, TaskType, Tenant, Ttl, ValidationError,
 };
 use crate::store::{ObjectMeta, S3Store, Store, StoreError};
 
@@ -118,13 +118,14 @@ impl Queue {
 
     /// The sweeper on the record a due message names (`key`), sent at
     /// `sent_at`: what the due queue's batches run, one record each.
+    #[cfg(any(feature = "lambda", feature = "cli"))]
     pub(crate) async fn sweep_due_record(
         &self,
         key: &str,
-        sent_at: Option<DateTime<Utc>>,
+        sent_at: Option<chrono::DateTime<chrono::Utc>>,
         dry_run: bool,
-        deadline: Option<DateTime<Utc>>,
-    ) -> RecordOutcome {
+        deadline: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> crate::protocol::RecordOutcome {
         self.engine
             .sweep_due_record(key, sent_at, dry_run, deadline)
             .await
@@ -239,16 +240,8 @@ impl Queue {
         let name = ScopeName::parse(scope)?.as_str().to_owned();
         let key = IdempotencyKey::parse(key)?;
         let rkey = record_key(&name, &hash::key_hash(&name, &key, tenant));
-        match self.get_optional(&rkey).await? {
-            None => Ok(None),
-            Some((body, meta)) => {
-                let rec = Record::parse(&body).map_err(|e| SubmitError::Corrupt {
-                    key: rkey,
-                    reason: e.to_string(),
-                })?;
-                Ok(Some((rec, meta)))
-            }
-        }
+        let deadline = self.engine.now() + self.settings().operation_timeout;
+        self.engine.read_record(&rkey, deadline).await
     }
 
     /// What a producer may see of its key's record (docs/protocol.md,

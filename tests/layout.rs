@@ -89,6 +89,26 @@ fn no_layer_imports_a_layer_above_it() {
     assert_eq!(a_cycle(&layers), None, "layers in a circle: {layers:#?}");
 }
 
+/// The guide's sizes: a file does one job in at most 700 lines, a function
+/// one step in at most 100 (its `fn` line to its closing brace).
+#[test]
+fn every_file_of_src_is_at_most_700_lines_and_every_function_100() {
+    let mut over = Vec::new();
+    for file in rust_files(&src()) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines = text.lines().count();
+        if lines > 700 {
+            over.push(format!("{}: {lines} lines", file.display()));
+        }
+        for (name, len) in functions(&text) {
+            if len > 100 {
+                over.push(format!("{}: fn {name}, {len} lines", file.display()));
+            }
+        }
+    }
+    assert!(over.is_empty(), "{over:#?}");
+}
+
 #[test]
 fn the_function_scan_measures_a_body_from_its_fn_line_to_its_closing_brace() {
     let text = "impl A {\n    pub async fn f(x: &'a str) {\n        let c = '{';\n        g(\"}\");\n    }\n    fn declared();\n}\nfn h() {}\n";

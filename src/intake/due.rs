@@ -288,6 +288,76 @@ pub async fn handle_messages(
     DueBatch { summary, retry }
 }
 
+/// What a drain of the due queue did: the sweep's summary, the messages
+/// received, and those left to come back.
+#[cfg(feature = "sqs")]
+pub struct Drained {
+    /// The records' outcomes, summed over every receive.
+    pub summary: SweepSummary,
+    /// Messages received.
+    pub received: usize,
+    /// Messages left to be delivered again.
+    pub retried: usize,
+}
+
+/// Receives the due queue's messages, ten at a time, and handles them as the
+/// function does (`idem sweep --due-queue`): handled messages are deleted,
+/// the ones to retry are left to come back after their visibility timeout,
+/// as the function's batch failures do. Stops at the first empty receive. A
+/// dry run deletes nothing and makes what it received visible again at the
+/// end.
+#[cfg(feature = "sqs")]
+pub async fn drain(
+    queue: &Queue,
+    source: &crate::due_sender::SqsDueQueue,
+    bucket: &str,
+    dry_run: bool,
+    wait_seconds: i32,
+) -> Result<Drained, String> {
+    let mut drained = Drained {
+        summary: SweepSummary {
+            dry_run,
+            complete: true,
+            ..Default::default()
+        },
+        received: 0,
+        retried: 0,
+    };
+    // A dry run's messages, to make visible again at the end.
+    let mut to_release: Vec<String> = Vec::new();
+    loop {
+        let msgs = source.receive(wait_seconds).await?;
+        if msgs.is_empty() {
+            break;
+        }
+        drained.received += msgs.len();
+        let due: Vec<DueMessage> = msgs
+            .iter()
+            .map(|m| DueMessage {
+                id: m.id.clone(),
+                body: m.body.clone(),
+            })
+            .collect();
+        let batch = handle_messages(queue, bucket, &due, dry_run, None).await;
+        drained.summary.add(&batch.summary);
+        drained.retried += batch.retry.len();
+        if dry_run {
+            to_release.extend(msgs.into_iter().filter_map(|m| m.handle));
+        } else {
+            let handled: Vec<&str> = msgs
+                .iter()
+                .filter(|m| !batch.retry.contains(&m.id))
+                .filter_map(|m| m.handle.as_deref())
+                .collect();
+            source.delete(&handled).await?;
+        }
+    }
+    if dry_run {
+        source.release(&to_release).await?;
+    }
+    Ok(drained)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

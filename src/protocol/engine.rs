@@ -7,13 +7,13 @@ use std::sync::atomic::Ordering;
 use chrono::{DateTime, Utc};
 
 use super::error::SubmitError;
-use super::record::task_status;
+use super::record::{Record, task_status};
 #[cfg(feature = "schemas")]
 use super::schema::SchemaCache;
 use crate::clock::Clock;
 use crate::config::Settings;
 use crate::due_sender::{Coalescer, DueMessages, DueOrder, Route};
-use crate::store::{Store, StoreError};
+use crate::store::{ObjectMeta, Store, StoreError};
 
 pub(crate) use super::error::Failure;
 
@@ -159,6 +159,28 @@ impl Engine {
             }
         }
         Err(Failure::Store(last))
+    }
+
+    /// The record at `rkey`, parsed, with its object's metadata; `None` if
+    /// there is none. A body that is no record is `Corrupt`, naming `rkey`.
+    pub(crate) async fn read_record(
+        &self,
+        rkey: &str,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Option<(Record, ObjectMeta)>, SubmitError> {
+        let obj = match self
+            .with_retries(op_deadline, || self.store.get(rkey))
+            .await
+        {
+            Ok(o) => o,
+            Err(Failure::Store(StoreError::NotFound)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let record = Record::parse(&obj.body).map_err(|e| SubmitError::Corrupt {
+            key: rkey.to_owned(),
+            reason: e.to_string(),
+        })?;
+        Ok(Some((record, obj.meta)))
     }
 
     /// The task's current status; `None` if it is not there.

@@ -246,19 +246,9 @@ impl Engine {
         at: &KeyRef,
         op_deadline: DateTime<Utc>,
     ) -> Result<Option<Held>, SubmitError> {
-        let rkey = at.record_key();
-        let obj = match self
-            .with_retries(op_deadline, || self.store.get(&rkey))
-            .await
-        {
-            Ok(o) => o,
-            Err(Failure::Store(StoreError::NotFound)) => return Ok(None),
-            Err(e) => return Err(e.into()),
+        let Some((record, meta)) = self.read_record(&at.record_key(), op_deadline).await? else {
+            return Ok(None);
         };
-        let record = Record::parse(&obj.body).map_err(|e| SubmitError::Corrupt {
-            key: rkey,
-            reason: e.to_string(),
-        })?;
         // The tenant is folded into the record's path already; a record that
         // names another tenant (or one where the caller names none) is not
         // the caller's all the same.
@@ -269,10 +259,7 @@ impl Engine {
         if record.is_reset() || record.is_expired(self.s3_earliest()?) {
             return Ok(None);
         }
-        Ok(Some(Held {
-            record,
-            meta: obj.meta,
-        }))
+        Ok(Some(Held { record, meta }))
     }
 
     /// When a reset refused may succeed: once the record's own submit has
@@ -293,7 +280,7 @@ impl Engine {
     }
 }
 
-fn view(at: &KeyRef, rec: Record, phase: super::submit::Phase) -> KeyView {
+fn view(at: &KeyRef, rec: Record, phase: super::request::Phase) -> KeyView {
     KeyView {
         key: rec.key,
         scope: rec.scope.unwrap_or_else(|| at.scope.clone()),

@@ -1,20 +1,26 @@
 //! The idempotency-key protocol: names and hashes, the objects of the bucket
 //! layout, the submit state machine, and the sweep.
 
+mod claim;
 pub mod engine;
 pub mod error;
 mod finish;
 pub mod hash;
+mod input_check;
 pub mod keys;
 pub mod names;
 pub mod options;
 pub mod record;
+mod replay;
+pub mod request;
+mod retry_policy;
 pub mod rfc3339;
 mod s3_time;
 #[cfg(feature = "schemas")]
 mod schema;
 pub mod submit;
 pub mod sweep;
+mod task_options;
 
 pub use crate::due_sender::DueMessages;
 pub use engine::Engine;
@@ -23,7 +29,8 @@ pub use keys::{KeyRef, KeyView, Reset};
 pub use names::{
     IdempotencyKey, IfTaskFailed, Scope, ScopeName, TaskType, Tenant, Ttl, ValidationError,
 };
-pub use options::{TaskOptions, TaskRetryPolicy};
 pub use record::{Record, RecordStatus, TaskLocation};
-pub use submit::{IdempotencyInfo, Input, KeySpec, Phase, SubmitRequest, Submitted};
+pub use request::{IdempotencyInfo, Input, KeySpec, Phase, SubmitRequest, Submitted};
+pub use retry_policy::TaskRetryPolicy;
 pub use sweep::{RecordOutcome, SweepOptions, SweepSummary};
+pub use task_options::{TaskFields, TaskOptions};

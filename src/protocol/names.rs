@@ -382,6 +382,19 @@ impl fmt::Display for Principal {
     }
 }
 
+/// A whole number, written either way (`60` or `60.0`): JSON does not tell
+/// them apart, and neither does JSON Schema.
+pub(crate) fn whole(v: &serde_json::Value) -> Option<u64> {
+    let serde_json::Value::Number(n) = v else {
+        return None;
+    };
+    n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 9_007_199_254_740_992.0)
+            .map(|f| f as u64)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

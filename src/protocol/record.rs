@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
-use super::options::{TaskFields, TaskRetryPolicy};
+use super::retry_policy::TaskRetryPolicy;
 use super::rfc3339;
+use super::task_options::TaskFields;
 
 /// `status` of a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
