@@ -13,6 +13,7 @@ use crate::protocol::{
 };
 use crate::queue::Queue;
 
+/// The command line of `idem`.
 #[derive(Debug, Parser)]
 #[command(
     name = "idem",
@@ -23,10 +24,12 @@ pub struct Cli {
     /// The bucket (default: BUCKET_NAME).
     #[arg(long, global = true)]
     pub bucket: Option<String>,
+    /// The command.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The commands of `idem`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Submit a task; prints the success body of the HTTP API. With
@@ -61,6 +64,7 @@ pub enum Command {
         /// claim the key for a `new_task` (default: `IF_TASK_FAILED`).
         #[arg(long)]
         if_task_failed: Option<String>,
+        /// The task options, one flag each (src/protocol/options.rs's table).
         #[command(flatten)]
         options: Box<TaskOptionArgs>,
     },
@@ -71,6 +75,7 @@ pub enum Command {
         /// The scope's name: the task type, `queue`, or a custom name.
         #[arg(long)]
         scope: String,
+        /// The key.
         #[arg(long)]
         key: String,
         /// The tenant, under TENANT_ISOLATION=on: the caller's principal as
@@ -85,7 +90,10 @@ pub enum Command {
         reset: bool,
     },
     /// Print a task object.
-    Task { task_id: String },
+    Task {
+        /// The task's id.
+        task_id: String,
+    },
     /// Run one scheduled-style pass and print its summary; with
     /// `--due-queue`, handle the due queue's messages until it is empty.
     Sweep {
@@ -202,10 +210,15 @@ impl clap::FromArgMatches for TaskOptionArgs {
 
 /// Exit codes.
 pub mod exit {
+    /// Done.
     pub const OK: i32 = 0;
+    /// Failed: storage, a corrupt object, a retryable refusal.
     pub const FAILED: i32 = 1;
+    /// The request or the configuration is invalid.
     pub const INVALID: i32 = 2;
+    /// An idempotency conflict.
     pub const CONFLICT: i32 = 3;
+    /// No such key or task.
     pub const NOT_FOUND: i32 = 4;
     /// `idem doctor`: something a guarantee depends on is missing.
     pub const UNHEALTHY: i32 = 5;
@@ -214,7 +227,9 @@ pub mod exit {
 /// What a command prints and how the process exits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
+    /// The process's exit code ([`exit`]).
     pub exit: i32,
+    /// What it prints, as JSON.
     pub output: Value,
 }
 

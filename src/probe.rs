@@ -64,14 +64,18 @@ pub struct Capabilities {
 /// What one check saw.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
+    /// What was measured.
     pub capability: &'static str,
+    /// Whether the store has it.
     pub ok: bool,
+    /// What was seen.
     pub detail: String,
 }
 
 /// The probe's answer: `idem doctor --probe` prints it as `probe`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProbeReport {
+    /// The capabilities found.
     pub capabilities: Capabilities,
     /// The settings this store needs, variable by variable (section 7).
     pub settings: BTreeMap<&'static str, &'static str>,
@@ -86,6 +90,7 @@ pub struct ProbeReport {
     /// (SeaweedFS), or `wrote` (no compare-and-swap). The protocol treats
     /// 404 and 412 alike.
     pub compare_and_swap_missing_key: String,
+    /// Each measurement.
     pub findings: Vec<Finding>,
     /// Probe objects it could not remove (empty when it left nothing).
     pub left_behind: Vec<String>,

@@ -29,6 +29,7 @@ use crate::protocol::sweep::{READS_AT_ONCE, RECORDS_PREFIX, RecordOutcome};
 /// One record write that a due message names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordWrite {
+    /// The bucket the write is in.
     pub bucket: String,
     /// The object key, decoded.
     pub key: String,
@@ -161,7 +162,9 @@ fn decode_key(s: &str) -> Option<String> {
 /// One message of the due queue.
 #[derive(Debug, Clone)]
 pub struct DueMessage {
+    /// The queue's message id.
     pub id: String,
+    /// The body, as sent.
     pub body: String,
 }
 
@@ -169,7 +172,9 @@ pub struct DueMessage {
 /// again.
 #[derive(Debug, Clone, Default)]
 pub struct DueBatch {
+    /// The records' outcomes.
     pub summary: SweepSummary,
+    /// The ids of the messages to deliver again.
     pub retry: Vec<String>,
 }
 

@@ -26,16 +26,20 @@ pub use metrics::Metrics;
 /// What the `submit` function holds between invocations.
 #[derive(Clone)]
 pub struct App {
+    /// The queue every door submits to.
     pub queue: Queue,
+    /// `TENANT_ISOLATION`.
     pub tenant_isolation: bool,
     /// `DELETE /idempotency-keys/{key}` is routed (`ALLOW_KEY_RESET`).
     pub allow_key_reset: bool,
     /// How many messages of a standard batch (or FIFO groups) run at once.
     pub sqs_concurrency: usize,
+    /// Where its metrics go.
     pub metrics: Metrics,
 }
 
 impl App {
+    /// The function's state, from the queue and the configuration.
     pub fn new(queue: Queue, config: &Config, metrics: Metrics) -> Self {
         App {
             queue,
@@ -50,6 +54,7 @@ impl App {
 /// An event the `submit` function does not take.
 #[derive(Debug, thiserror::Error)]
 pub enum UnrecognizedEvent {
+    /// Neither an HTTP request nor an SQS batch.
     #[error("unrecognized event: neither an HTTP request nor an SQS batch")]
     Shape,
     /// `Records` from a source other than SQS: an S3 notification or an SNS
@@ -117,9 +122,11 @@ pub async fn handle_submit(
 /// What the `sweep` function holds between invocations.
 #[derive(Clone)]
 pub struct Sweeper {
+    /// The queue it sweeps.
     pub queue: Queue,
     /// The bucket whose record events this function takes.
     pub bucket: String,
+    /// Where its metrics go.
     pub metrics: Metrics,
 }
 

@@ -107,14 +107,17 @@ impl Engine {
         0
     }
 
+    /// The settings it runs with.
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
 
+    /// The store under it.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
+    /// The clock its deadlines follow.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }

@@ -85,13 +85,20 @@ fn rename(e: ValidationError, field: &'static str) -> ValidationError {
 /// What a lookup shows of a key's record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KeyView {
+    /// The key, as the producer sent it.
     pub key: String,
+    /// The scope it lives in: a task type, `queue`, or a custom name.
     pub scope: String,
+    /// `sha256:` of the scope, the key and the tenant, if any.
     pub key_hash: String,
+    /// The task the key maps to.
     pub task_id: Uuid,
+    /// Its task type.
     pub task_type: String,
+    /// When the record was written (S3's time).
     #[serde(with = "super::rfc3339")]
     pub created_at: DateTime<Utc>,
+    /// When the key is forgotten.
     #[serde(with = "super::rfc3339")]
     pub expires_at: DateTime<Utc>,
     /// `in_flight` (a write for the record may still land) or `settled`, in
@@ -107,14 +114,19 @@ pub struct KeyView {
 pub enum Reset {
     /// The record is a reset record now: the next submit of the key creates
     /// a new task. `old_task_id` is left as it is.
-    Done { old_task_id: Uuid },
+    Done {
+        /// The task the key mapped to.
+        old_task_id: Uuid,
+    },
     /// No live record holds the key (none, expired, reset already, or
     /// another tenant's).
     NotFound,
     /// The record is in flight and its task is not there yet: nothing was
     /// written. Try again after `retry_after`.
     InProgress {
+        /// The task the key maps to.
         task_id: Uuid,
+        /// When a reset may succeed.
         retry_after: StdDuration,
     },
     /// The record changed between the read and the write (a new submit

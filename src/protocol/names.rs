@@ -12,14 +12,21 @@ pub use crate::config::IfTaskFailed;
 /// send it (`task_type`, `idempotency_key`, ...).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValidationError {
+    /// A field is wrong.
     #[error("{field}: {reason}")]
-    Field { field: &'static str, reason: String },
+    Field {
+        /// The field, as producers send it.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The service requires a key (`REQUIRE_IDEMPOTENCY_KEY`) and none came.
     #[error("idempotency_key: an idempotency key is required")]
     KeyRequired,
 }
 
 impl ValidationError {
+    /// `field` refused for `reason`.
     pub fn field(field: &'static str, reason: impl Into<String>) -> Self {
         ValidationError::Field {
             field,
@@ -54,12 +61,14 @@ fn check_name(field: &'static str, s: &str) -> Result<(), ValidationError> {
 pub struct TaskType(String);
 
 impl TaskType {
+    /// Checks a task type: 1 to 128 of `A-Z a-z 0-9 _ . -`, not starting with `.`.
     pub fn parse(s: impl Into<String>) -> Result<Self, ValidationError> {
         let s = s.into();
         check_name("task_type", &s)?;
         Ok(TaskType(s))
     }
 
+    /// The task type, as sent.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -134,8 +143,11 @@ impl Scope {
 pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {
+    /// The longest key, in characters.
     pub const MAX_CHARS: usize = 255;
 
+    /// Checks a key: 1 to [`Self::MAX_CHARS`] characters, none a control
+    /// character.
     pub fn parse(s: impl Into<String>) -> Result<Self, ValidationError> {
         let s = s.into();
         if s.is_empty() {
@@ -159,6 +171,7 @@ impl IdempotencyKey {
         Ok(IdempotencyKey(s))
     }
 
+    /// The key, as sent.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -175,8 +188,10 @@ impl fmt::Display for IdempotencyKey {
 pub struct Ttl(Duration);
 
 impl Ttl {
+    /// The shortest record life.
     pub const MIN: Duration = Duration::hours(1);
 
+    /// `d`, if it is [`Self::MIN`] to `max`.
     pub fn new(d: Duration, max: Duration) -> Result<Self, ValidationError> {
         if d < Self::MIN || d > max {
             return Err(ValidationError::field(
@@ -204,6 +219,7 @@ impl Ttl {
             .ok_or_else(|| ValidationError::field("idempotency_ttl_seconds", "out of range"))
     }
 
+    /// The life, as a duration.
     pub fn duration(self) -> Duration {
         self.0
     }
@@ -235,6 +251,8 @@ impl fmt::Debug for Tenant {
 }
 
 impl Tenant {
+    /// The tenant of an authenticated principal (its id, as the door
+    /// reads it); only its hash is kept.
     pub fn from_principal(principal: &str) -> Result<Self, ValidationError> {
         if principal.is_empty() {
             return Err(ValidationError::field("principal", "must not be empty"));

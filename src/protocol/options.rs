@@ -247,7 +247,7 @@ pub const FIELDS: [&str; 10] = {
     names
 };
 
-/// One option's value, within its bounds once it is in a [`TaskOptions`].
+/// One option's value, within its bounds once it is in a [`crate::protocol::TaskOptions`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum OptionValue {
     /// A whole number.

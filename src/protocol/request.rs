@@ -84,16 +84,21 @@ pub struct SubmitRequest {
 /// What a successful submit answers.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Submitted {
+    /// The task's id (the same for every submit of one key).
     pub task_id: Uuid,
+    /// The task object's key in the bucket.
     pub task_key: String,
+    /// Its task type.
     pub task_type: String,
     /// The task object's current status; `missing` when it is gone.
     pub status: String,
+    /// When the task was created (the record's time, S3's).
     #[serde(with = "super::rfc3339")]
     pub created_at: DateTime<Utc>,
     /// `false`: this submit created the task (201). `true`: an earlier submit
     /// of the key did (200).
     pub replayed: bool,
+    /// The key it was submitted with; `None` without one.
     pub idempotency: Option<IdempotencyInfo>,
     /// The key's earlier task, which had ended failed or cancelled, when
     /// this task replaced it (`if_task_failed: new_task`); kept in the
@@ -106,6 +111,7 @@ pub struct Submitted {
 }
 
 impl Submitted {
+    /// This submit created the task (a 201), as opposed to a replay.
     pub fn created(&self) -> bool {
         !self.replayed
     }
@@ -127,9 +133,13 @@ pub struct Phase {
 /// The key a submit was made with, as answered.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct IdempotencyInfo {
+    /// The key, as sent.
     pub key: String,
+    /// The scope it lives in: a task type, `queue`, or a custom name.
     pub scope: String,
+    /// `sha256:` of the scope, the key and the tenant, if any.
     pub key_hash: String,
+    /// When the key is forgotten (its record expires).
     #[serde(with = "super::rfc3339")]
     pub expires_at: DateTime<Utc>,
 }
