@@ -107,15 +107,19 @@
 //!   `submit`, `sweep` and `idem`; the library alone builds without them.
 //! - `schemas`: inputs checked against their task type's published JSON
 //!   Schema (`VALIDATE_INPUT_SCHEMAS`); without it that setting is refused.
-//! - `testing`: test machinery (fault injection); never in a release build.
+//! - `testing`: test machinery (fault injection, the stores' conformance
+//!   suite `store::conformance`), and the service's internals public for
+//!   the tests; never in a release build.
 
 #![warn(missing_docs)]
 
 // The public API: the queue and its builder, what a submit answers, the
 // stores, the configuration and the clocks. The rest is the service's own
-// (the protocol's engine, the doors, the CLI): public only so that the
-// binaries and the tests reach it, and hidden from the documentation.
-// Hidden only outside the unit tests' build: `missing_docs` skips what is
+// (the protocol's engine, the doors, the CLI), hidden from the
+// documentation and public only where something outside the library needs
+// it: `cli` and `lambda` for the binaries; `protocol`, `intake` and `probe`
+// for the tests and the bench, with the `testing` feature only (private
+// modules without it). Hidden only outside the unit tests' build: `missing_docs` skips what is
 // hidden, so the test build (which `make test`'s lints compile with
 // `-D warnings`) is where every public item of those modules must be
 // documented too.
@@ -133,15 +137,23 @@ pub mod cli;
 #[cfg(feature = "cli")]
 mod doctor;
 #[cfg_attr(not(test), doc(hidden))]
-#[cfg(any(feature = "lambda", feature = "cli"))]
+#[cfg(all(feature = "testing", any(feature = "lambda", feature = "cli")))]
 pub mod intake;
+#[cfg(all(not(feature = "testing"), any(feature = "lambda", feature = "cli")))]
+mod intake;
 #[cfg_attr(not(test), doc(hidden))]
 #[cfg(feature = "lambda")]
 pub mod lambda;
 #[cfg_attr(not(test), doc(hidden))]
+#[cfg(feature = "testing")]
 pub mod probe;
+#[cfg(all(not(feature = "testing"), feature = "cli"))]
+mod probe;
 #[cfg_attr(not(test), doc(hidden))]
+#[cfg(feature = "testing")]
 pub mod protocol;
+#[cfg(not(feature = "testing"))]
+mod protocol;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ClockCheck, Config, ConfigError, ListOrder, RecordEvents, RetryPolicy, Settings};

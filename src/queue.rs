@@ -17,8 +17,8 @@ use crate::protocol::options::{OptionValue, TaskOption};
 use crate::protocol::record::{TaskLocation, record_key};
 use crate::protocol::{
     DueMessages, Engine, IdempotencyKey, IfTaskFailed, Input, KeyRef, KeySpec, KeyView, Record,
-    Reset, Scope, ScopeName, SubmitError, SubmitRequest, Submitted, SweepOptions, SweepSummary,
-    TaskOptions, TaskRetryPolicy, TaskType, Tenant, Ttl, ValidationError,
+    Reset, Scope, ScopeName, SubmitError, SubmitRequest, Submitted, TaskOptions, TaskRetryPolicy,
+    TaskType, Tenant, Ttl, ValidationError,
 };
 use crate::store::{ObjectMeta, S3Store, Store, StoreError};
 
@@ -103,16 +103,28 @@ impl Queue {
         }
     }
 
-    /// The protocol's engine under the queue (the sweeper's passes, the
-    /// CLI's record reads, the tests).
+    /// The protocol's engine under the queue: the tests' way past the
+    /// facade, with the `testing` feature only (the crate's own doors use it
+    /// inside the crate).
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
+    /// The protocol's engine under the queue, for the crate's own doors.
+    #[cfg(all(not(feature = "testing"), any(feature = "lambda", feature = "cli")))]
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// One sweeper pass over the bucket (docs/protocol.md, "The sweeper"):
     /// what the scheduled `sweep` function and `idem sweep` run.
-    pub async fn sweep(&self, opts: &SweepOptions) -> Result<SweepSummary, SubmitError> {
+    #[cfg(any(feature = "lambda", feature = "cli"))]
+    pub(crate) async fn sweep(
+        &self,
+        opts: &crate::protocol::SweepOptions,
+    ) -> Result<crate::protocol::SweepSummary, SubmitError> {
         self.engine.sweep(opts).await
     }
 
@@ -132,7 +144,8 @@ impl Queue {
     }
 
     /// The clock the queue's deadlines follow.
-    pub fn clock(&self) -> &Arc<dyn Clock> {
+    #[cfg(feature = "lambda")]
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
         self.engine.clock()
     }
 
