@@ -13,6 +13,7 @@ use crate::protocol::{
 };
 use crate::queue::Queue;
 
+/// The command line of `idem`.
 #[derive(Debug, Parser)]
 #[command(
     name = "idem",
@@ -23,10 +24,12 @@ pub struct Cli {
     /// The bucket (default: BUCKET_NAME).
     #[arg(long, global = true)]
     pub bucket: Option<String>,
+    /// The command.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The commands of `idem`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Submit a task; prints the success body of the HTTP API. With
@@ -61,6 +64,7 @@ pub enum Command {
         /// claim the key for a `new_task` (default: `IF_TASK_FAILED`).
         #[arg(long)]
         if_task_failed: Option<String>,
+        /// The task options, one flag each (src/protocol/options.rs's table).
         #[command(flatten)]
         options: Box<TaskOptionArgs>,
     },
@@ -71,6 +75,7 @@ pub enum Command {
         /// The scope's name: the task type, `queue`, or a custom name.
         #[arg(long)]
         scope: String,
+        /// The key.
         #[arg(long)]
         key: String,
         /// The tenant, under TENANT_ISOLATION=on: the caller's principal as
@@ -85,7 +90,10 @@ pub enum Command {
         reset: bool,
     },
     /// Print a task object.
-    Task { task_id: String },
+    Task {
+        /// The task's id.
+        task_id: String,
+    },
     /// Run one scheduled-style pass and print its summary; with
     /// `--due-queue`, handle the due queue's messages until it is empty.
     Sweep {
@@ -150,7 +158,11 @@ impl clap::Args for TaskOptionArgs {
         let mut cmd = cmd;
         for option in TaskOption::ALL {
             let spec = option.spec();
-            let arg = clap::Arg::new(spec.flag).long(spec.flag).help(spec.help);
+            let help = match option.default() {
+                Some(d) => format!("{} (default {d})", spec.help),
+                None => spec.help.to_owned(),
+            };
+            let arg = clap::Arg::new(spec.flag).long(spec.flag).help(help);
             cmd = cmd.arg(match spec.kind {
                 Kind::Flag => arg.action(clap::ArgAction::SetTrue),
                 Kind::Whole { .. } => arg.value_parser(clap::value_parser!(u64)),
@@ -198,10 +210,15 @@ impl clap::FromArgMatches for TaskOptionArgs {
 
 /// Exit codes.
 pub mod exit {
+    /// Done.
     pub const OK: i32 = 0;
+    /// Failed: storage, a corrupt object, a retryable refusal.
     pub const FAILED: i32 = 1;
+    /// The request or the configuration is invalid.
     pub const INVALID: i32 = 2;
+    /// An idempotency conflict.
     pub const CONFLICT: i32 = 3;
+    /// No such key or task.
     pub const NOT_FOUND: i32 = 4;
     /// `idem doctor`: something a guarantee depends on is missing.
     pub const UNHEALTHY: i32 = 5;
@@ -210,7 +227,9 @@ pub mod exit {
 /// What a command prints and how the process exits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
+    /// The process's exit code ([`exit`]).
     pub exit: i32,
+    /// What it prints, as JSON.
     pub output: Value,
 }
 
@@ -392,149 +411,6 @@ async fn reset_key(queue: &Queue, scope: &str, key: &str, tenant: Option<&Tenant
     }
 }
 
-/// Receives the due queue's messages, ten at a time, and handles them as the
-/// function does: handled messages are deleted, the ones to retry are left
-/// to come back after their visibility timeout. Stops at the first empty
-/// receive. A dry run deletes nothing and makes what it received visible
-/// again at the end.
-async fn drain_due_queue(
-    sqs: &aws_sdk_sqs::Client,
-    url: &str,
-    queue: &Queue,
-    bucket: &str,
-    dry_run: bool,
-    wait_seconds: i32,
-) -> Result<Value, String> {
-    use crate::intake::due::{DueMessage, handle_messages};
-    let mut summary = crate::protocol::SweepSummary {
-        dry_run,
-        complete: true,
-        ..Default::default()
-    };
-    let (mut received, mut retried) = (0usize, 0usize);
-    // A dry run's messages, to make visible again at the end.
-    let mut to_release: Vec<String> = Vec::new();
-    loop {
-        let msgs = receive(sqs, url, wait_seconds).await?;
-        if msgs.is_empty() {
-            break;
-        }
-        received += msgs.len();
-        let due: Vec<DueMessage> = msgs
-            .iter()
-            .map(|m| DueMessage {
-                id: m.message_id.clone().unwrap_or_default(),
-                body: m.body.clone().unwrap_or_default(),
-            })
-            .collect();
-        let batch = handle_messages(queue.engine(), bucket, &due, dry_run, None).await;
-        summary.add(&batch.summary);
-        retried += batch.retry.len();
-        // A retried message is left to come back after its visibility
-        // timeout, as the function's batch failures do.
-        let handles: Vec<(bool, String)> = msgs
-            .iter()
-            .filter_map(|m| {
-                let retry = batch.retry.iter().any(|r| Some(r) == m.message_id.as_ref());
-                Some((retry, m.receipt_handle.clone()?))
-            })
-            .collect();
-        if dry_run {
-            to_release.extend(handles.into_iter().map(|(_, h)| h));
-        } else {
-            delete_handled(sqs, url, &handles).await?;
-        }
-    }
-    if dry_run {
-        release(sqs, url, &to_release).await?;
-    }
-    let mut v = serde_json::to_value(&summary).unwrap_or(Value::Null);
-    v["messages"] = json!(received);
-    v["retried"] = json!(retried);
-    v["ignored"] = json!(summary.ignored);
-    v["unrecognized"] = json!(summary.unrecognized);
-    Ok(v)
-}
-
-fn sqs_error<E>(e: aws_sdk_sqs::error::SdkError<E>) -> String
-where
-    E: std::error::Error + 'static,
-{
-    aws_sdk_sqs::error::DisplayErrorContext(e).to_string()
-}
-
-/// Up to ten messages, long-polled for `wait_seconds`.
-async fn receive(
-    sqs: &aws_sdk_sqs::Client,
-    url: &str,
-    wait_seconds: i32,
-) -> Result<Vec<aws_sdk_sqs::types::Message>, String> {
-    let out = sqs
-        .receive_message()
-        .queue_url(url)
-        .max_number_of_messages(10)
-        .wait_time_seconds(wait_seconds)
-        .send()
-        .await
-        .map_err(sqs_error)?;
-    Ok(out.messages.unwrap_or_default())
-}
-
-/// Deletes the messages of one receive (`(retry, receipt handle)`, in the
-/// receive's order) that are not to be retried.
-async fn delete_handled(
-    sqs: &aws_sdk_sqs::Client,
-    url: &str,
-    handles: &[(bool, String)],
-) -> Result<(), String> {
-    let mut delete = Vec::new();
-    for (i, (retry, handle)) in handles.iter().enumerate() {
-        if !retry {
-            delete.push(
-                aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .receipt_handle(handle)
-                    .build()
-                    .map_err(|e| e.to_string())?,
-            );
-        }
-    }
-    if !delete.is_empty() {
-        sqs.delete_message_batch()
-            .queue_url(url)
-            .set_entries(Some(delete))
-            .send()
-            .await
-            .map_err(sqs_error)?;
-    }
-    Ok(())
-}
-
-/// Makes a dry run's messages visible again at once, ten at a time.
-async fn release(sqs: &aws_sdk_sqs::Client, url: &str, handles: &[String]) -> Result<(), String> {
-    for chunk in handles.chunks(10) {
-        let entries = chunk
-            .iter()
-            .enumerate()
-            .map(|(i, h)| {
-                aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .receipt_handle(h)
-                    .visibility_timeout(0)
-                    .build()
-                    .map_err(|e| e.to_string())
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        sqs.change_message_visibility_batch()
-            .queue_url(url)
-            .set_entries(Some(entries))
-            .send()
-            .await
-            .map_err(sqs_error)?;
-    }
-    Ok(())
-}
-
 /// Runs one command against `queue` in the bucket that `config` names.
 pub async fn run(command: Command, queue: &Queue, config: &Config) -> Outcome {
     let bucket = config.bucket.as_str();
@@ -595,9 +471,16 @@ pub async fn run(command: Command, queue: &Queue, config: &Config) -> Outcome {
             due_queue: Some(url),
             wait_seconds,
         } => {
-            let sqs = crate::aws::sqs_client(crate::aws::Retries::ByTheSdk).await;
-            match drain_due_queue(&sqs, &url, queue, bucket, dry_run, wait_seconds).await {
-                Ok(v) => ok(v),
+            let source = crate::due_sender::SqsDueQueue::from_env(url).await;
+            match crate::intake::due::drain(queue, &source, bucket, dry_run, wait_seconds).await {
+                Ok(d) => {
+                    let mut v = serde_json::to_value(&d.summary).unwrap_or(Value::Null);
+                    v["messages"] = json!(d.received);
+                    v["retried"] = json!(d.retried);
+                    v["ignored"] = json!(d.summary.ignored);
+                    v["unrecognized"] = json!(d.summary.unrecognized);
+                    ok(v)
+                }
                 Err(e) => error(exit::FAILED, "queue_error", e),
             }
         }
@@ -605,7 +488,17 @@ pub async fn run(command: Command, queue: &Queue, config: &Config) -> Outcome {
         Command::Doctor {
             due_queue_arn,
             probe,
-        } => doctor(queue, config, due_queue_arn, probe).await,
+        } => {
+            let (healthy, output) =
+                match crate::doctor::run(queue, config, due_queue_arn, probe).await {
+                    Ok(found) => found,
+                    Err(e) => return invalid_configuration(&e),
+                };
+            Outcome {
+                exit: if healthy { exit::OK } else { exit::UNHEALTHY },
+                output,
+            }
+        }
         Command::Task { task_id } => task(queue, &task_id).await,
     }
 }
@@ -671,109 +564,10 @@ async fn sweep_pass(queue: &Queue, dry_run: bool) -> Outcome {
         dry_run,
         ..Default::default()
     };
-    match queue.engine().sweep(&opts).await {
+    match queue.sweep(&opts).await {
         Ok(summary) => ok(serde_json::to_value(&summary).unwrap_or(Value::Null)),
         Err(e) => submit_error(&e),
     }
-}
-
-/// The due queue's `DelaySeconds`, or why it cannot be read.
-async fn due_queue_delay(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<u64, String> {
-    let out = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::DelaySeconds)
-        .send()
-        .await
-        .map_err(sqs_error)?;
-    out.attributes()
-        .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::DelaySeconds))
-        .and_then(|d| d.parse().ok())
-        .ok_or_else(|| "no DelaySeconds in its attributes".to_owned())
-}
-
-/// `idem doctor`: the bucket's configuration against what the guarantees
-/// need; exit 5 when one depends on something missing. With `probe`, the
-/// store's capabilities too (`crate::probe`), and exit 5 as well when the
-/// store cannot host the service or the settings it needs are not the
-/// process's.
-async fn doctor(
-    queue: &Queue,
-    config: &Config,
-    due_queue_arn: Option<String>,
-    probe: bool,
-) -> Outcome {
-    // The store's own client: its endpoint, path style and key pair
-    // (S3_CREDENTIALS_SECRET, read again here).
-    let client = match crate::queue::s3_store(config).await {
-        Ok(s) => s.client().clone(),
-        Err(e) => return invalid_configuration(&e),
-    };
-    let submitter = match (&config.record_events, &config.due_queue_url) {
-        (crate::RecordEvents::Submitter, Some(url)) => {
-            let sqs = crate::aws::sqs_client(crate::aws::Retries::ByTheSdk).await;
-            Some(crate::doctor::DueQueueSeen {
-                url: url.clone(),
-                delay_seconds: due_queue_delay(&sqs, url).await,
-                stale_seconds: queue.settings().stale_creating_after.num_seconds() as u64,
-                order: config.due_message,
-            })
-        }
-        _ => None,
-    };
-    let expect = crate::doctor::Expectations {
-        max_ttl_days: queue.settings().max_ttl.num_days(),
-        due_queue_arn,
-        submitter,
-    };
-    let report = crate::doctor::examine(&client, &config.bucket, &expect).await;
-    let mut output = serde_json::to_value(&report).unwrap_or(Value::Null);
-    let mut healthy = report.ok;
-    if probe {
-        let notifications = report.checks.iter().find(|c| c.check == "notification");
-        let notifications = notifications.map(|c| c.status == crate::doctor::Status::Ok);
-        let found = crate::probe::probe(queue.engine().store().clone(), notifications).await;
-        let mismatches = found.mismatches(&configured_settings(queue.settings()));
-        healthy &= probe_healthy(&found, &mismatches);
-        output["probe"] = serde_json::to_value(&found).unwrap_or(Value::Null);
-        output["probe"]["mismatches"] = Value::from(mismatches);
-        output["ok"] = Value::from(healthy);
-    }
-    Outcome {
-        exit: if healthy { exit::OK } else { exit::UNHEALTHY },
-        output,
-    }
-}
-
-/// Whether the store can host the service with the process's settings:
-/// it can (atomic create-only PUTs, compare-and-swap), and the settings it
-/// needs are set.
-pub fn probe_healthy(found: &crate::probe::ProbeReport, mismatches: &[String]) -> bool {
-    found.can_host && mismatches.is_empty()
-}
-
-/// The process's values of the settings the probe may ask for (section 7;
-/// `BUQUET_ALLOW_NO_VERSIONING` is the queue's workers', read as it is).
-fn configured_settings(s: &crate::Settings) -> std::collections::BTreeMap<&'static str, String> {
-    let mut m = std::collections::BTreeMap::new();
-    m.insert(
-        "CONDITIONAL_DELETE",
-        if s.conditional_delete { "on" } else { "off" }.to_owned(),
-    );
-    m.insert(
-        "LIST_ORDER",
-        match s.list_order {
-            crate::ListOrder::Bytes => "bytes",
-            crate::ListOrder::Any => "any",
-        }
-        .to_owned(),
-    );
-    for var in ["RECORD_EVENTS", "BUQUET_ALLOW_NO_VERSIONING"] {
-        if let Ok(v) = std::env::var(var) {
-            m.insert(var, v.trim().to_owned());
-        }
-    }
-    m
 }
 
 /// `idem task ID`: the task object as it is.

@@ -19,7 +19,12 @@ use aws_sdk_s3::types::{
 };
 use serde::Serialize;
 
+use serde_json::Value;
+
+use crate::config::{Config, ConfigError, RecordEvents};
+use crate::due_sender::SqsDueQueue;
 use crate::protocol::sweep::RECORDS_PREFIX;
+use crate::queue::Queue;
 
 /// What the bucket is checked against.
 #[derive(Debug, Clone)]
@@ -536,4 +541,63 @@ fn incomplete_uploads_check(rules: &[LifecycleRule]) -> Check {
             "incomplete multipart uploads are kept (and billed) until aborted",
         )
     }
+}
+/// `idem doctor`: the bucket's configuration against what the guarantees
+/// need, and whether it is healthy (false when one depends on something
+/// missing). With `probe`, the store's capabilities too (`crate::probe`),
+/// unhealthy as well when the store cannot host the service or the settings
+/// it needs are not the process's. The store's own client is built again
+/// here (its endpoint, path style and key pair: `S3_CREDENTIALS_SECRET`).
+pub async fn run(
+    queue: &Queue,
+    config: &Config,
+    due_queue_arn: Option<String>,
+    probe: bool,
+) -> Result<(bool, Value), ConfigError> {
+    let client = crate::queue::s3_store(config).await?.client().clone();
+    let submitter = match (&config.record_events, &config.due_queue_url) {
+        (RecordEvents::Submitter, Some(url)) => Some(DueQueueSeen {
+            url: url.clone(),
+            delay_seconds: SqsDueQueue::from_env(url.clone())
+                .await
+                .delay_seconds()
+                .await,
+            stale_seconds: queue.settings().stale_creating_after.num_seconds() as u64,
+            order: config.due_message,
+        }),
+        _ => None,
+    };
+    let expect = Expectations {
+        max_ttl_days: queue.settings().max_ttl.num_days(),
+        due_queue_arn,
+        submitter,
+    };
+    let report = examine(&client, &config.bucket, &expect).await;
+    let mut output = serde_json::to_value(&report).unwrap_or(Value::Null);
+    let mut healthy = report.ok;
+    if probe {
+        let notifications = report.checks.iter().find(|c| c.check == "notification");
+        let notifications = notifications.map(|c| c.status == Status::Ok);
+        let found = crate::probe::probe(queue.engine().store().clone(), notifications).await;
+        let mismatches = found.mismatches(&configured_settings(queue.settings()));
+        healthy &= crate::probe::probe_healthy(&found, &mismatches);
+        output["probe"] = serde_json::to_value(&found).unwrap_or(Value::Null);
+        output["probe"]["mismatches"] = Value::from(mismatches);
+        output["ok"] = Value::from(healthy);
+    }
+    Ok((healthy, output))
+}
+
+/// The process's values of the settings the probe may ask for (section 7):
+/// the settings' own ([`crate::Settings::probed_variables`]), and those of
+/// the environment it reads as they are (`BUQUET_ALLOW_NO_VERSIONING` is the
+/// queue's workers').
+fn configured_settings(s: &crate::Settings) -> std::collections::BTreeMap<&'static str, String> {
+    let mut m = s.probed_variables();
+    for var in ["RECORD_EVENTS", "BUQUET_ALLOW_NO_VERSIONING"] {
+        if let Ok(v) = std::env::var(var) {
+            m.insert(var, v.trim().to_owned());
+        }
+    }
+    m
 }

@@ -3,26 +3,37 @@
 //! The front door of a task queue that lives in one S3 bucket: submits that
 //! producers can retry safely, on S3 conditional writes.
 //!
+//! The whole producer path, on a bucket in memory:
+//!
 //! ```
-//! use idempotent_submit::{MemoryStore, Queue, Settings, SubmitError};
+//! use idempotent_submit::{MemoryStore, Queue, Scope, Settings, SubmitError};
 //! use serde_json::json;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), SubmitError> {
-//! // A queue over a bucket in memory; `Queue::from_config` (or
-//! // `S3Store::from_env`) puts one over S3.
+//! // A queue over a bucket. In memory here; over S3, `Queue::from_config`
+//! // (with `Config::from_env`) or `Queue::new(S3Store::from_env(..).await, ..)`.
 //! let queue = Queue::new(MemoryStore::default(), Settings::default());
+//!
+//! // A submit with a key: the task is written once, as buquet's submit
+//! // writes it, with the task options buquet's `SubmitOptions` has.
 //! let task = queue
 //!     .submit("charge_customer", json!({"order": "ORD-123"}))
 //!     .idempotency_key("charge-ORD-123")
 //!     .idempotency_ttl(chrono::Duration::days(30))
+//!     .max_retries(5)
 //!     .await?;
 //! assert!(task.created());
+//! assert_eq!(task.status, "pending");
+//! let key = task.idempotency.as_ref().expect("a keyed submit names its key");
+//! assert_eq!((key.key.as_str(), key.scope.as_str()), ("charge-ORD-123", "charge_customer"));
 //!
-//! // A retry of the key gets the same task, and writes nothing.
+//! // A retry of the key (a timeout, a crash, a redelivery) gets the same
+//! // task, and writes nothing.
 //! let retry = queue
 //!     .submit("charge_customer", json!({"order": "ORD-123"}))
 //!     .idempotency_key("charge-ORD-123")
+//!     .max_retries(5)
 //!     .await?;
 //! assert!(retry.replayed);
 //! assert_eq!(retry.task_id, task.task_id);
@@ -31,8 +42,38 @@
 //! let other = queue
 //!     .submit("charge_customer", json!({"order": "ORD-999"}))
 //!     .idempotency_key("charge-ORD-123")
+//!     .max_retries(5)
 //!     .await;
 //! assert!(matches!(other, Err(SubmitError::Conflict { .. })));
+//!
+//! // A key can be shared by task types: the `queue` scope.
+//! let shared = queue
+//!     .submit("refund_customer", json!({"order": "ORD-123"}))
+//!     .idempotency_key("order-ORD-123")
+//!     .idempotency_scope(Scope::Queue)
+//!     .await?;
+//! assert!(shared.created());
+//!
+//! // What the producer can see afterwards: the task object, as buquet's
+//! // workers read it, and its key's record.
+//! let body = queue.task(task.task_id).await?.expect("the task is written");
+//! let object: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+//! assert_eq!(object["input"], json!({"order": "ORD-123"}));
+//! let seen = queue
+//!     .lookup_key("charge_customer", "charge-ORD-123", None)
+//!     .await?
+//!     .expect("the key is held");
+//! assert_eq!(seen.task_id, task.task_id);
+//!
+//! // Many at once: one result per item, each replayed on its own key.
+//! let results = queue
+//!     .submit_many((0..3).map(|i| {
+//!         queue
+//!             .submit("charge_customer", json!({"order": i}))
+//!             .idempotency_key(format!("charge-{i}"))
+//!     }))
+//!     .await;
+//! assert!(results.iter().all(|r| r.as_ref().is_ok_and(|s| s.created())));
 //! # Ok(()) }
 //! ```
 //!
@@ -66,14 +107,22 @@
 //!   `submit`, `sweep` and `idem`; the library alone builds without them.
 //! - `schemas`: inputs checked against their task type's published JSON
 //!   Schema (`VALIDATE_INPUT_SCHEMAS`); without it that setting is refused.
-//! - `testing`: test machinery (fault injection); never in a release build.
+//! - `testing`: test machinery (fault injection, the stores' conformance
+//!   suite `store::conformance`), and the service's internals public for
+//!   the tests; never in a release build.
 
 #![warn(missing_docs)]
 
 // The public API: the queue and its builder, what a submit answers, the
 // stores, the configuration and the clocks. The rest is the service's own
-// (the protocol's engine, the doors, the CLI): public only so that the
-// binaries and the tests reach it, and hidden from the documentation.
+// (the protocol's engine, the doors, the CLI), hidden from the
+// documentation and public only where something outside the library needs
+// it: `cli` and `lambda` for the binaries; `protocol`, `intake` and `probe`
+// for the tests and the bench, with the `testing` feature only (private
+// modules without it). Hidden only outside the unit tests' build: `missing_docs` skips what is
+// hidden, so the test build (which `make test`'s lints compile with
+// `-D warnings`) is where every public item of those modules must be
+// documented too.
 pub mod clock;
 pub mod config;
 pub mod due_sender;
@@ -82,21 +131,29 @@ pub mod store;
 mod aws;
 mod queue;
 
-#[doc(hidden)]
+#[cfg_attr(not(test), doc(hidden))]
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "cli")]
 mod doctor;
-#[doc(hidden)]
-#[cfg(any(feature = "lambda", feature = "cli"))]
+#[cfg_attr(not(test), doc(hidden))]
+#[cfg(all(feature = "testing", any(feature = "lambda", feature = "cli")))]
 pub mod intake;
-#[doc(hidden)]
+#[cfg(all(not(feature = "testing"), any(feature = "lambda", feature = "cli")))]
+mod intake;
+#[cfg_attr(not(test), doc(hidden))]
 #[cfg(feature = "lambda")]
 pub mod lambda;
-#[doc(hidden)]
+#[cfg_attr(not(test), doc(hidden))]
+#[cfg(feature = "testing")]
 pub mod probe;
-#[doc(hidden)]
+#[cfg(all(not(feature = "testing"), feature = "cli"))]
+mod probe;
+#[cfg_attr(not(test), doc(hidden))]
+#[cfg(feature = "testing")]
 pub mod protocol;
+#[cfg(not(feature = "testing"))]
+mod protocol;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ClockCheck, Config, ConfigError, ListOrder, RecordEvents, RetryPolicy, Settings};

@@ -64,14 +64,18 @@ pub struct Capabilities {
 /// What one check saw.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
+    /// What was measured.
     pub capability: &'static str,
+    /// Whether the store has it.
     pub ok: bool,
+    /// What was seen.
     pub detail: String,
 }
 
 /// The probe's answer: `idem doctor --probe` prints it as `probe`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProbeReport {
+    /// The capabilities found.
     pub capabilities: Capabilities,
     /// The settings this store needs, variable by variable (section 7).
     pub settings: BTreeMap<&'static str, &'static str>,
@@ -86,6 +90,7 @@ pub struct ProbeReport {
     /// (SeaweedFS), or `wrote` (no compare-and-swap). The protocol treats
     /// 404 and 412 alike.
     pub compare_and_swap_missing_key: String,
+    /// Each measurement.
     pub findings: Vec<Finding>,
     /// Probe objects it could not remove (empty when it left nothing).
     pub left_behind: Vec<String>,
@@ -259,7 +264,64 @@ async fn probe_create(
         }
     };
 
-    let race = format!("{run}race");
+    let race = race_creates(store, format!("{run}race")).await;
+    let atomic = race.atomic();
+    findings.push(finding("create_only", refuses && atomic, race.describe()));
+    (refuses && atomic, race.won.len(), versioning)
+}
+
+/// What [`RACERS`] racing create-only PUTs of one key did.
+struct Race {
+    /// The racers whose PUT was answered 200.
+    won: Vec<usize>,
+    /// Those whose outcome is unknown: their answer timed out.
+    timed_out: Vec<usize>,
+    /// Answers no create-only PUT may give.
+    unexpected: Vec<String>,
+    /// Whether the object holds one racer's write, the winner's.
+    holds_winner: bool,
+}
+
+impl Race {
+    /// One winner at most, whose write the object holds, and nothing else.
+    fn atomic(&self) -> bool {
+        self.won.len() <= 1 && self.holds_winner && self.unexpected.is_empty()
+    }
+
+    /// The finding's words: how many won, and what else happened.
+    fn describe(&self) -> String {
+        format!(
+            "{} of {RACERS} racing If-None-Match: * creates won{}{}{}",
+            self.won.len(),
+            if self.timed_out.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", {} timed out waiting for the others (the object is {})",
+                    self.timed_out.len(),
+                    if self.holds_winner {
+                        "one write, as it must be"
+                    } else {
+                        "not the winner's"
+                    }
+                )
+            },
+            if self.won.len() == 1 && !self.holds_winner {
+                ", but the object is not the winner's"
+            } else {
+                ""
+            },
+            if self.unexpected.is_empty() {
+                String::new()
+            } else {
+                format!("; other answers: {}", self.unexpected.join(", "))
+            }
+        )
+    }
+}
+
+/// Races [`RACERS`] create-only PUTs of the key `race`, then reads it.
+async fn race_creates(store: &Arc<dyn Store>, race: String) -> Race {
     let racers = (0..RACERS).map(|i| {
         let (store, race) = (store.clone(), race.clone());
         async move {
@@ -299,39 +361,12 @@ async fn probe_create(
         ([], Some(k)) => timed_out.contains(&k),
         _ => false,
     };
-    let atomic = won.len() <= 1 && holds_winner && unexpected.is_empty();
-    findings.push(finding(
-        "create_only",
-        refuses && atomic,
-        format!(
-            "{} of {RACERS} racing If-None-Match: * creates won{}{}{}",
-            won.len(),
-            if timed_out.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    ", {} timed out waiting for the others (the object is {})",
-                    timed_out.len(),
-                    if holds_winner {
-                        "one write, as it must be"
-                    } else {
-                        "not the winner's"
-                    }
-                )
-            },
-            if won.len() == 1 && !holds_winner {
-                ", but the object is not the winner's"
-            } else {
-                ""
-            },
-            if unexpected.is_empty() {
-                String::new()
-            } else {
-                format!("; other answers: {}", unexpected.join(", "))
-            }
-        ),
-    ));
-    (refuses && atomic, won.len(), versioning)
+    Race {
+        won,
+        timed_out,
+        unexpected,
+        holds_winner,
+    }
 }
 
 /// `If-Match` writes over the current ETag only, and not to a missing key:
@@ -483,16 +518,44 @@ async fn probe_listing(
     }
     let want: Vec<String> = LIST_KEYS.iter().map(|k| format!("{dir}{k}")).collect();
 
-    // A key a page (the order of the store's walk) and all in one page:
-    // SeaweedFS's versioned buckets sort each page, and walk folders first
-    // from page to page.
+    let (listed, trouble) = walk_listing(store, &dir, &want).await;
+    let mut sorted = listed.clone();
+    sorted.sort();
+    let complete = sorted == want;
+    let byte_order = complete && listed == want;
+    let names: Vec<&str> = listed.iter().map(|k| &k[dir.len()..]).collect();
+    findings.push(finding(
+        "byte_order_listing",
+        byte_order,
+        match (&trouble, complete, byte_order) {
+            (Some(e), _, _) => format!("the listing failed: {e}"),
+            (None, false, _) => format!("the listing did not give each key once: {names:?}"),
+            (None, true, true) => "listed in byte order, a key a page and all in one".to_owned(),
+            (None, true, false) => format!("listed in another order: {names:?} (LIST_ORDER=any)"),
+        },
+    ));
+
+    let start_after = probe_start_after(store, &dir, &want, findings).await;
+    probe_folders(store, &dir, findings).await;
+    (byte_order, start_after)
+}
+
+/// The keys under `dir` as the store walks them: a key a page, then all in
+/// one page (SeaweedFS's versioned buckets sort each page, and walk folders
+/// first from page to page). The first walk that is not `want` is the one
+/// returned; with the error that cut a walk short, if any.
+async fn walk_listing(
+    store: &Arc<dyn Store>,
+    dir: &str,
+    want: &[String],
+) -> (Vec<String>, Option<String>) {
     let mut listed = Vec::new();
     let mut trouble = None;
     for per_page in [1, 1000] {
         let mut one = Vec::new();
         let mut page = None;
         for _ in 0..LIST_KEYS.len() + 1 {
-            match again(|| store.list(&dir, None, page.clone(), per_page)).await {
+            match again(|| store.list(dir, None, page.clone(), per_page)).await {
                 Ok(p) => {
                     one.extend(p.objects.into_iter().map(|o| o.key));
                     match p.next {
@@ -511,26 +574,20 @@ async fn probe_listing(
             listed = one;
         }
     }
-    let mut sorted = listed.clone();
-    sorted.sort();
-    let complete = sorted == want;
-    let byte_order = complete && listed == want;
-    let names: Vec<&str> = listed.iter().map(|k| &k[dir.len()..]).collect();
-    findings.push(finding(
-        "byte_order_listing",
-        byte_order,
-        match (&trouble, complete, byte_order) {
-            (Some(e), _, _) => format!("the listing failed: {e}"),
-            (None, false, _) => format!("the listing did not give each key once: {names:?}"),
-            (None, true, true) => "listed in byte order, a key a page and all in one".to_owned(),
-            (None, true, false) => format!("listed in another order: {names:?} (LIST_ORDER=any)"),
-        },
-    ));
+    (listed, trouble)
+}
 
-    // After `a-b/1`: byte order has seven keys after it, a folders-first
-    // order six (`a/1` comes before `a-b/1` there).
+/// `StartAfter`, as the byte-order pass lists by it. After `a-b/1`: byte
+/// order has seven keys after it, a folders-first order six (`a/1` comes
+/// before `a-b/1` there).
+async fn probe_start_after(
+    store: &Arc<dyn Store>,
+    dir: &str,
+    want: &[String],
+    findings: &mut Vec<Finding>,
+) -> bool {
     let after = format!("{dir}a-b/1");
-    let start_after = match again(|| store.list(&dir, Some(&after), None, 100)).await {
+    match again(|| store.list(dir, Some(&after), None, 100)).await {
         Ok(p) => {
             let got: Vec<String> = p.objects.into_iter().map(|o| o.key).collect();
             let ok = got == want[1..];
@@ -554,10 +611,12 @@ async fn probe_listing(
             ));
             false
         }
-    };
+    }
+}
 
-    // What LIST_ORDER=any lists by: the folders right under a prefix.
-    let dirs = again(|| store.list_dirs(&dir, None)).await;
+/// What LIST_ORDER=any lists by: the folders right under a prefix.
+async fn probe_folders(store: &Arc<dyn Store>, dir: &str, findings: &mut Vec<Finding>) {
+    let dirs = again(|| store.list_dirs(dir, None)).await;
     let mut got = dirs
         .as_ref()
         .map(|d| d.prefixes.clone())
@@ -579,7 +638,6 @@ async fn probe_listing(
             Err(e) => format!("Delimiter: / is refused: {e}"),
         },
     ));
-    (byte_order, start_after)
 }
 
 /// Removes every version of every object under `run` (on an unversioned
@@ -619,4 +677,10 @@ async fn left_behind(store: &Arc<dyn Store>, run: &str) -> Vec<String> {
     left.sort();
     left.dedup();
     left
+}
+/// Whether the store can host the service with the process's settings:
+/// it can (atomic create-only PUTs, compare-and-swap), and the settings it
+/// needs are set.
+pub fn probe_healthy(found: &ProbeReport, mismatches: &[String]) -> bool {
+    found.can_host && mismatches.is_empty()
 }

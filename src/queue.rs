@@ -103,11 +103,50 @@ impl Queue {
         }
     }
 
-    /// The protocol's engine under the queue (the sweeper's passes, the
-    /// CLI's record reads, the tests).
+    /// The protocol's engine under the queue: the tests' way past the
+    /// facade, with the `testing` feature only (the crate's own doors use it
+    /// inside the crate).
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The protocol's engine under the queue, for the crate's own doors.
+    #[cfg(all(not(feature = "testing"), any(feature = "lambda", feature = "cli")))]
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// One sweeper pass over the bucket (docs/protocol.md, "The sweeper"):
+    /// what the scheduled `sweep` function and `idem sweep` run.
+    #[cfg(any(feature = "lambda", feature = "cli"))]
+    pub(crate) async fn sweep(
+        &self,
+        opts: &crate::protocol::SweepOptions,
+    ) -> Result<crate::protocol::SweepSummary, SubmitError> {
+        self.engine.sweep(opts).await
+    }
+
+    /// The sweeper on the record a due message names (`key`), sent at
+    /// `sent_at`: what the due queue's batches run, one record each.
+    #[cfg(any(feature = "lambda", feature = "cli"))]
+    pub(crate) async fn sweep_due_record(
+        &self,
+        key: &str,
+        sent_at: Option<chrono::DateTime<chrono::Utc>>,
+        dry_run: bool,
+        deadline: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> crate::protocol::RecordOutcome {
+        self.engine
+            .sweep_due_record(key, sent_at, dry_run, deadline)
+            .await
+    }
+
+    /// The clock the queue's deadlines follow.
+    #[cfg(feature = "lambda")]
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        self.engine.clock()
     }
 
     /// The settings the queue runs with.
@@ -247,16 +286,8 @@ impl Queue {
         let name = ScopeName::parse(scope)?.as_str().to_owned();
         let key = IdempotencyKey::parse(key)?;
         let rkey = record_key(&name, &hash::key_hash(&name, &key, tenant));
-        match self.get_optional(&rkey).await? {
-            None => Ok(None),
-            Some((body, meta)) => {
-                let rec = Record::parse(&body).map_err(|e| SubmitError::Corrupt {
-                    key: rkey,
-                    reason: e.to_string(),
-                })?;
-                Ok(Some((rec, meta)))
-            }
-        }
+        let deadline = self.engine.now() + self.settings().operation_timeout;
+        self.engine.read_record(&rkey, deadline).await
     }
 
     /// What a producer may see of its key's record (docs/protocol.md,

@@ -54,7 +54,7 @@ impl World {
     /// Hands `messages` to the sweeper over this bucket.
     async fn deliver(&self, messages: &[DueMessage]) -> idempotent_submit::intake::due::DueBatch {
         let q = self.queue_over(self.bucket.clone());
-        handle_messages(q.engine(), BUCKET, messages, false, None).await
+        handle_messages(&q, BUCKET, messages, false, None).await
     }
 
     async fn status(&self, rkey: &str) -> Option<RecordStatus> {
@@ -118,7 +118,7 @@ async fn an_answered_submits_event_checks_both_objects_and_writes_nothing() {
     w.clock.advance(Duration::seconds(600));
     let f = FaultyStore::new(w.bucket.clone());
     let m = [msg("m1", notification(BUCKET, &rkey))];
-    let b = handle_messages(w.queue_over(f.clone()).engine(), BUCKET, &m, false, None).await;
+    let b = handle_messages(&w.queue_over(f.clone()), BUCKET, &m, false, None).await;
     assert!(b.retry.is_empty());
     assert_eq!(
         (b.summary.scanned, b.summary.finished, b.summary.errors),
@@ -147,7 +147,7 @@ async fn a_record_an_earlier_version_turned_ready_is_read_once_by_its_event_and_
     w.clock.advance(Duration::seconds(600));
     let f = FaultyStore::new(w.bucket.clone());
     let m = [msg("m1", notification(BUCKET, &rkey))];
-    let b = handle_messages(w.queue_over(f.clone()).engine(), BUCKET, &m, false, None).await;
+    let b = handle_messages(&w.queue_over(f.clone()), BUCKET, &m, false, None).await;
     assert!(b.retry.is_empty());
     assert_eq!((b.summary.scanned, b.summary.errors), (1, 0));
     let calls: Vec<(Op, String)> = f.calls().into_iter().map(|c| (c.op, c.key)).collect();
@@ -178,12 +178,12 @@ async fn a_record_whose_marker_is_missing_keeps_its_message_until_the_marker_is_
         Fault::Fail(idempotent_submit::StoreError::Unavailable("503".into())),
     );
     let m = [msg("m1", notification(BUCKET, &rkey))];
-    let b = handle_messages(w.queue_over(f.clone()).engine(), BUCKET, &m, false, None).await;
+    let b = handle_messages(&w.queue_over(f.clone()), BUCKET, &m, false, None).await;
     assert_eq!(b.retry, ["m1"]);
     assert_eq!(b.summary.errors, 1);
     assert_eq!(w.count("ready/"), 0);
     f.heal();
-    let b = handle_messages(w.queue_over(f).engine(), BUCKET, &m, false, None).await;
+    let b = handle_messages(&w.queue_over(f), BUCKET, &m, false, None).await;
     assert!(b.retry.is_empty());
     assert_eq!(b.summary.finished, 1);
     assert_eq!(w.status(&rkey).await, Some(RecordStatus::Creating));
@@ -244,11 +244,11 @@ async fn a_storage_failure_sends_the_message_back_and_the_redelivery_finishes_it
         Fault::Fail(idempotent_submit::StoreError::Unavailable("503".into())),
     );
     let m = [msg("m1", notification(BUCKET, &rkey))];
-    let b = handle_messages(w.queue_over(f.clone()).engine(), BUCKET, &m, false, None).await;
+    let b = handle_messages(&w.queue_over(f.clone()), BUCKET, &m, false, None).await;
     assert_eq!(b.retry, ["m1"]);
     assert_eq!(b.summary.errors, 1);
     f.heal();
-    let b = handle_messages(w.queue_over(f).engine(), BUCKET, &m, false, None).await;
+    let b = handle_messages(&w.queue_over(f), BUCKET, &m, false, None).await;
     assert!(b.retry.is_empty());
     assert_eq!(b.summary.finished, 1);
     assert_eq!(w.status(&rkey).await, Some(RecordStatus::Creating));
@@ -276,7 +276,7 @@ async fn test_events_foreign_keys_other_buckets_and_junk_are_acknowledged_withou
         ),
         msg("empty", "{}".into()),
     ];
-    let b = handle_messages(q.engine(), BUCKET, &messages, false, None).await;
+    let b = handle_messages(&q, BUCKET, &messages, false, None).await;
     assert!(b.retry.is_empty(), "{:?}", b.retry);
     assert_eq!((b.summary.ignored, b.summary.unrecognized), (3, 3));
     assert_eq!((b.summary.scanned, b.summary.reads), (0, 0));
@@ -299,7 +299,7 @@ async fn a_record_named_twice_in_a_batch_is_read_once_and_both_messages_are_answ
         msg("e1", notification(BUCKET, &early)),
         msg("e2", notification(BUCKET, &early)),
     ];
-    let b = handle_messages(q.engine(), BUCKET, &messages, false, None).await;
+    let b = handle_messages(&q, BUCKET, &messages, false, None).await;
     let mut retry = b.retry.clone();
     retry.sort();
     assert_eq!(retry, ["e1", "e2"]);
@@ -347,7 +347,7 @@ async fn requests_for_events(size: usize) -> BTreeMap<String, usize> {
         msg("i", notification(BUCKET, &interrupted)),
         msg("a", notification(BUCKET, &answered)),
     ];
-    let b = handle_messages(q.engine(), BUCKET, &messages, false, None).await;
+    let b = handle_messages(&q, BUCKET, &messages, false, None).await;
     assert!(b.retry.is_empty());
     assert_eq!((b.summary.finished, b.summary.reads), (1, 2));
     let mut by_op = BTreeMap::new();

@@ -88,7 +88,7 @@ impl Due {
                 body: q.body.clone(),
             })
             .collect();
-        let b = handle_messages(self.w.queue().engine(), BUCKET, &messages, false, None).await;
+        let b = handle_messages(&self.w.queue(), BUCKET, &messages, false, None).await;
         (b, taken)
     }
 

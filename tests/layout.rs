@@ -1,26 +1,13 @@
-//! What docs/layout.md claims of the imports, checked on the source: the
-//! store layer stands on the clock alone, and every AWS SDK client is built
-//! in src/aws/.
+//! What docs/layout.md claims of the code, checked on the source: no two
+//! files import each other, even through others, and no layer imports one
+//! above it; the store layer stands on the clock alone; every AWS SDK client
+//! is built in src/aws/; no file is over 700 lines, no function over 100.
 
-use std::path::{Path, PathBuf};
+mod scan;
 
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(rust_files(&path));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-    out.sort();
-    out
-}
+use std::collections::{BTreeMap, BTreeSet};
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
-}
+use scan::{a_cycle, functions, import_graph, layer, rust_files, src};
 
 /// Each `crate::<module>` a file names, in code or in `use`.
 fn crate_modules(text: &str) -> Vec<String> {
@@ -69,4 +56,64 @@ fn every_aws_sdk_client_is_configured_in_src_aws_only() {
     // And the check can see one: src/aws/ does build them.
     let here = std::fs::read_to_string(aws.join("mod.rs")).unwrap();
     assert!(here.contains("aws_config::defaults") && here.contains("tls_provider("));
+}
+
+#[test]
+fn no_file_of_the_library_imports_itself_through_others() {
+    let graph = import_graph();
+    // The scan sees imports: `use`, `super::`, and a name followed through
+    // its folder's re-export to the file that defines it.
+    assert!(
+        graph["queue.rs"].contains("protocol/engine.rs"),
+        "{:?}",
+        graph["queue.rs"]
+    );
+    assert!(graph["protocol/submit.rs"].contains("protocol/engine.rs"));
+    assert_eq!(a_cycle(&graph), None, "an import cycle among src/'s files");
+}
+
+#[test]
+fn no_layer_imports_a_layer_above_it() {
+    let mut layers: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (file, imports) in import_graph() {
+        let from = layer(&file);
+        for to in imports.iter().map(|f| layer(f)) {
+            if to != from && from != "lib" {
+                layers.entry(from.clone()).or_default().insert(to);
+            }
+        }
+    }
+    assert!(layers["protocol"].contains("store") && layers["queue"].contains("protocol"));
+    // Layers that import each other, through others or not, stand on no
+    // floors: one of them imports back up.
+    assert_eq!(a_cycle(&layers), None, "layers in a circle: {layers:#?}");
+}
+
+/// The guide's sizes: a file does one job in at most 700 lines, a function
+/// one step in at most 100 (its `fn` line to its closing brace).
+#[test]
+fn every_file_of_src_is_at_most_700_lines_and_every_function_100() {
+    let mut over = Vec::new();
+    for file in rust_files(&src()) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines = text.lines().count();
+        if lines > 700 {
+            over.push(format!("{}: {lines} lines", file.display()));
+        }
+        for (name, len) in functions(&text) {
+            if len > 100 {
+                over.push(format!("{}: fn {name}, {len} lines", file.display()));
+            }
+        }
+    }
+    assert!(over.is_empty(), "{over:#?}");
+}
+
+#[test]
+fn the_function_scan_measures_a_body_from_its_fn_line_to_its_closing_brace() {
+    let text = "impl A {\n    pub async fn f(x: &'a str) {\n        let c = '{';\n        g(\"}\");\n    }\n    fn declared();\n}\nfn h() {}\n";
+    assert_eq!(
+        functions(text),
+        vec![("f".to_owned(), 4), ("h".to_owned(), 1)]
+    );
 }

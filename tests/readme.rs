@@ -226,7 +226,7 @@ fn template_env() -> BTreeMap<String, String> {
 /// readers (`get`, `parse_num`, `parse_bool`, `days`, `secs`, `nonempty`),
 /// and each `&str` constant passed to `get`, outside its tests.
 fn config_variables() -> BTreeSet<String> {
-    let src = read("src/config.rs");
+    let src = read("src/config/env.rs");
     let code = &src[..src.find("#[cfg(test)]\nmod tests").unwrap_or(src.len())];
     let consts: BTreeMap<String, String> = code
         .lines()

@@ -32,7 +32,7 @@ async fn a_scheduled_event_runs_a_sweep_and_answers_its_summary() {
     let q = Queue::with_clock(bucket.clone(), Arc::new(clock), common::settings());
     let metrics = Metrics::collecting("sweep");
     let s = schedule::handle(
-        q.engine(),
+        &q,
         &metrics,
         LambdaEvent::new(event("sweep-scheduled.json"), Context::default()),
     )
@@ -73,7 +73,7 @@ async fn a_dry_run_event_changes_nothing() {
     let q = Queue::with_clock(bucket.clone(), Arc::new(clock), common::settings());
     let metrics = Metrics::collecting("sweep");
     let s = schedule::handle(
-        q.engine(),
+        &q,
         &metrics,
         LambdaEvent::new(event("sweep-dry-run.json"), Context::default()),
     )
@@ -84,7 +84,7 @@ async fn a_dry_run_event_changes_nothing() {
     assert_eq!(bucket.snapshot(), before, "keys, bytes and ETags");
     // The real pass then does what the dry run said.
     let real = schedule::handle(
-        q.engine(),
+        &q,
         &metrics,
         LambdaEvent::new(json!({}), Context::default()),
     )
@@ -98,7 +98,7 @@ async fn an_empty_event_is_a_plain_sweep() {
     let (clock, bucket) = interrupted_bucket().await;
     let q = Queue::with_clock(bucket, Arc::new(clock), common::settings());
     let s = schedule::handle(
-        q.engine(),
+        &q,
         &Metrics::collecting("sweep"),
         LambdaEvent::new(json!({}), Context::default()),
     )

@@ -198,7 +198,7 @@ async fn a_delete_marker_event_is_acknowledged_without_a_read() {
         id: "m1".into(),
         body: delete_marker_event("queue-bucket", &rkey),
     }];
-    let b = handle_messages(q.engine(), "queue-bucket", &m, false, None).await;
+    let b = handle_messages(&q, "queue-bucket", &m, false, None).await;
     assert!(b.retry.is_empty(), "{:?}", b.retry);
     assert_eq!((b.summary.ignored, b.summary.scanned), (1, 0));
     assert!(f.calls().is_empty(), "{:?}", f.calls());

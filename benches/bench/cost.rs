@@ -193,7 +193,7 @@ async fn measure(mode: Mode, n: usize) -> Bill {
     clock.advance(stale);
     f.reset_log();
     for chunk in messages.chunks(10) {
-        handle_messages(sweeper.engine(), "b", chunk, false, None).await;
+        handle_messages(&sweeper, "b", chunk, false, None).await;
     }
     let (due_puts, due_gets) = priced(&f.calls());
     assert_eq!(
@@ -299,7 +299,7 @@ pub(crate) async fn cost(r: &mut Report) {
         .collect();
     let t = Instant::now();
     for _ in 0..10 {
-        handle_messages(qm.engine(), store.bucket(), &msgs, false, None).await;
+        handle_messages(&qm, store.bucket(), &msgs, false, None).await;
     }
     let batch_s = t.elapsed().as_secs_f64() / 10.0;
     r.keep("lambda_submit_seconds", submit_s);

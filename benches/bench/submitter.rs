@@ -209,7 +209,7 @@ async fn per_submit(r: &mut Report) {
             })
             .collect();
         sweeper_store.reset_log();
-        handle_messages(sweeper.engine(), "b", &messages, false, None).await;
+        handle_messages(&sweeper, "b", &messages, false, None).await;
         let (_, sweep_gets) = priced(&sweeper_store.calls());
         clock.advance(chrono::Duration::seconds(1) - stale);
         rows.push((kind, puts, gets, sends, sweep_gets));
@@ -298,7 +298,7 @@ async fn receives_until_acknowledged(lag: Option<chrono::Duration>) -> (usize, &
         };
         receives += 1;
         let b = handle_messages(
-            sweeper.engine(),
+            &sweeper,
             "b",
             &[DueMessage {
                 id: m.id.clone(),

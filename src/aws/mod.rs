@@ -160,3 +160,12 @@ impl SqsDueSender {
         Self::new(sqs_client(Retries::ByTheCaller).await, queue_url)
     }
 }
+
+#[cfg(feature = "sqs")]
+impl crate::due_sender::sqs::SqsDueQueue {
+    /// The queue at `url` on a client configured from the environment (see
+    /// `sqs_client`), retried by the SDK: the CLI's drain and the doctor.
+    pub async fn from_env(url: impl Into<String>) -> Self {
+        Self::new(sqs_client(Retries::ByTheSdk).await, url)
+    }
+}

@@ -40,7 +40,7 @@ pub use gather::DueMessages;
 pub(crate) use gather::{Coalescer, Route};
 pub use memory::{DueFault, MemoryDueQueue, SentRequest};
 #[cfg(feature = "sqs")]
-pub use sqs::SqsDueSender;
+pub use sqs::{SqsDueQueue, SqsDueSender};
 
 /// The most messages of one request (SQS's `SendMessageBatch` takes 10).
 pub const MAX_PER_REQUEST: usize = 10;

@@ -1,5 +1,8 @@
-//! The due queue on SQS: `SendMessage` for one message, `SendMessageBatch`
-//! for 2 to 10. The one place where SQS's answers become [`SendError`]s.
+//! The due queue on SQS, every call this crate makes to it: the submitter's
+//! sends ([`SqsDueSender`]: `SendMessage` for one message,
+//! `SendMessageBatch` for 2 to 10; the one place where SQS's answers become
+//! [`SendError`]s), and the CLI's receives, deletes and releases and the
+//! doctor's read of its delay ([`SqsDueQueue`]).
 
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
@@ -156,5 +159,133 @@ where
             SendError::Unavailable(text())
         }
         _ => SendError::Refused(text()),
+    }
+}
+
+/// A message received from the due queue: its id, its body, and the handle
+/// that deletes or releases it.
+#[derive(Clone, Debug)]
+pub struct Received {
+    /// SQS's message id.
+    pub id: String,
+    /// The body, as sent.
+    pub body: String,
+    /// The receipt handle (none: the message cannot be deleted).
+    pub handle: Option<String>,
+}
+
+/// The due queue as a consumer of it sees it (`idem sweep --due-queue`,
+/// `idem doctor`): receives, deletes, releases, its delay. Errors are SQS's
+/// own words, for the operator.
+#[derive(Clone, Debug)]
+pub struct SqsDueQueue {
+    client: Client,
+    url: String,
+}
+
+fn sqs_error<E: std::error::Error + 'static>(e: SdkError<E>) -> String {
+    aws_sdk_sqs::error::DisplayErrorContext(e).to_string()
+}
+
+impl SqsDueQueue {
+    /// The queue at `url`, through `client`.
+    pub fn new(client: Client, url: impl Into<String>) -> Self {
+        SqsDueQueue {
+            client,
+            url: url.into(),
+        }
+    }
+
+    /// Up to ten messages, long-polled for `wait_seconds`.
+    pub async fn receive(&self, wait_seconds: i32) -> Result<Vec<Received>, String> {
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(&self.url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(wait_seconds)
+            .send()
+            .await
+            .map_err(sqs_error)?;
+        Ok(out
+            .messages
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| Received {
+                id: m.message_id.unwrap_or_default(),
+                body: m.body.unwrap_or_default(),
+                handle: m.receipt_handle,
+            })
+            .collect())
+    }
+
+    /// Deletes the messages of one receive by their receipt handles (at
+    /// most ten).
+    pub async fn delete(&self, handles: &[&str]) -> Result<(), String> {
+        if handles.is_empty() {
+            return Ok(());
+        }
+        let entries = handles
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(*h)
+                    .build()
+                    .map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.client
+            .delete_message_batch()
+            .queue_url(&self.url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(sqs_error)?;
+        Ok(())
+    }
+
+    /// Makes messages visible again at once, ten at a time (a dry run's).
+    pub async fn release(&self, handles: &[String]) -> Result<(), String> {
+        for chunk in handles.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(h)
+                        .visibility_timeout(0)
+                        .build()
+                        .map_err(|e| e.to_string())
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            self.client
+                .change_message_visibility_batch()
+                .queue_url(&self.url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(sqs_error)?;
+        }
+        Ok(())
+    }
+
+    /// The queue's `DelaySeconds`, or why it cannot be read.
+    pub async fn delay_seconds(&self) -> Result<u64, String> {
+        use aws_sdk_sqs::types::QueueAttributeName::DelaySeconds;
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.url)
+            .attribute_names(DelaySeconds)
+            .send()
+            .await
+            .map_err(sqs_error)?;
+        out.attributes()
+            .and_then(|a| a.get(&DelaySeconds))
+            .and_then(|d| d.parse().ok())
+            .ok_or_else(|| "no DelaySeconds in its attributes".to_owned())
     }
 }

@@ -8,7 +8,7 @@
 //!
 //! Per message: an S3 notification names records; each named record is read
 //! once (a batch that names one record twice reads it once) and handled by
-//! [`Engine::sweep_record`]. A message is handed back to the queue (listed
+//! the sweeper (`sweep_record`). A message is handed back to the queue (listed
 //! for retry) when one of its records came early or failed retryably. S3's
 //! `s3:TestEvent`, keys outside `idempotency/`, other buckets and removals
 //! (`ObjectRemoved:*`, e.g. the `DeleteMarkerCreated` of a versioned bucket,
@@ -22,12 +22,14 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde_json::Value;
 
+use crate::Queue;
+use crate::protocol::SweepSummary;
 use crate::protocol::sweep::{READS_AT_ONCE, RECORDS_PREFIX, RecordOutcome};
-use crate::protocol::{Engine, SweepSummary};
 
 /// One record write that a due message names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordWrite {
+    /// The bucket the write is in.
     pub bucket: String,
     /// The object key, decoded.
     pub key: String,
@@ -160,7 +162,9 @@ pub(crate) fn decode_key(s: &str) -> Option<String> {
 /// One message of the due queue.
 #[derive(Debug, Clone)]
 pub struct DueMessage {
+    /// The queue's message id.
     pub id: String,
+    /// The body, as sent.
     pub body: String,
 }
 
@@ -168,7 +172,9 @@ pub struct DueMessage {
 /// again.
 #[derive(Debug, Clone, Default)]
 pub struct DueBatch {
+    /// The records' outcomes.
     pub summary: SweepSummary,
+    /// The ids of the messages to deliver again.
     pub retry: Vec<String>,
 }
 
@@ -239,7 +245,7 @@ fn records_named(bucket: &str, messages: &[DueMessage], summary: &mut SweepSumma
 /// bucket are acknowledged and ignored). No request starts after
 /// `deadline`.
 pub async fn handle_messages(
-    engine: &Engine,
+    queue: &Queue,
     bucket: &str,
     messages: &[DueMessage],
     dry_run: bool,
@@ -262,7 +268,7 @@ pub async fn handle_messages(
             .map(|(k, (key, sent))| async move {
                 (
                     k,
-                    engine.sweep_due_record(key, sent, dry_run, deadline).await,
+                    queue.sweep_due_record(key, sent, dry_run, deadline).await,
                 )
             })
             .buffer_unordered(READS_AT_ONCE)
@@ -285,6 +291,76 @@ pub async fn handle_messages(
         .map(|(m, _)| m.id.clone())
         .collect();
     DueBatch { summary, retry }
+}
+
+/// What a drain of the due queue did: the sweep's summary, the messages
+/// received, and those left to come back.
+#[cfg(feature = "sqs")]
+pub struct Drained {
+    /// The records' outcomes, summed over every receive.
+    pub summary: SweepSummary,
+    /// Messages received.
+    pub received: usize,
+    /// Messages left to be delivered again.
+    pub retried: usize,
+}
+
+/// Receives the due queue's messages, ten at a time, and handles them as the
+/// function does (`idem sweep --due-queue`): handled messages are deleted,
+/// the ones to retry are left to come back after their visibility timeout,
+/// as the function's batch failures do. Stops at the first empty receive. A
+/// dry run deletes nothing and makes what it received visible again at the
+/// end.
+#[cfg(feature = "sqs")]
+pub async fn drain(
+    queue: &Queue,
+    source: &crate::due_sender::SqsDueQueue,
+    bucket: &str,
+    dry_run: bool,
+    wait_seconds: i32,
+) -> Result<Drained, String> {
+    let mut drained = Drained {
+        summary: SweepSummary {
+            dry_run,
+            complete: true,
+            ..Default::default()
+        },
+        received: 0,
+        retried: 0,
+    };
+    // A dry run's messages, to make visible again at the end.
+    let mut to_release: Vec<String> = Vec::new();
+    loop {
+        let msgs = source.receive(wait_seconds).await?;
+        if msgs.is_empty() {
+            break;
+        }
+        drained.received += msgs.len();
+        let due: Vec<DueMessage> = msgs
+            .iter()
+            .map(|m| DueMessage {
+                id: m.id.clone(),
+                body: m.body.clone(),
+            })
+            .collect();
+        let batch = handle_messages(queue, bucket, &due, dry_run, None).await;
+        drained.summary.add(&batch.summary);
+        drained.retried += batch.retry.len();
+        if dry_run {
+            to_release.extend(msgs.into_iter().filter_map(|m| m.handle));
+        } else {
+            let handled: Vec<&str> = msgs
+                .iter()
+                .filter(|m| !batch.retry.contains(&m.id))
+                .filter_map(|m| m.handle.as_deref())
+                .collect();
+            source.delete(&handled).await?;
+        }
+    }
+    if dry_run {
+        source.release(&to_release).await?;
+    }
+    Ok(drained)
 }
 
 #[cfg(test)]

@@ -10,10 +10,15 @@ use crate::protocol::{ErrorKind, InputError, Reset, SubmitError};
 /// An HTTP error answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Problem {
+    /// The HTTP status.
     pub status: u16,
+    /// The stable error code (`type`'s last segment).
     pub code: &'static str,
+    /// A short, fixed title.
     pub title: &'static str,
+    /// What went wrong, for a person.
     pub detail: String,
+    /// How long to wait before a retry, when one helps.
     pub retry_after: Option<Duration>,
     /// The task a conflict is about (a `task_id` member).
     pub task_id: Option<uuid::Uuid>,
@@ -29,6 +34,7 @@ pub struct Problem {
 pub const ACCEPT_POST: &str = "application/json";
 
 impl Problem {
+    /// A problem of its parts.
     pub fn new(
         status: u16,
         code: &'static str,
@@ -47,14 +53,17 @@ impl Problem {
         }
     }
 
+    /// 400: the request is invalid.
     pub fn invalid(detail: impl Into<String>) -> Self {
         Self::new(400, "invalid_request", "Invalid request", detail)
     }
 
+    /// 404: no such resource.
     pub fn not_found(detail: impl Into<String>) -> Self {
         Self::new(404, "not_found", "Not found", detail)
     }
 
+    /// 405: the method is not one of `allow`.
     pub fn method_not_allowed(allow: &'static str) -> Self {
         Problem {
             allow: Some(allow),
@@ -98,6 +107,7 @@ impl Problem {
         )
     }
 
+    /// 413: the body is too large.
     pub fn too_large(detail: impl Into<String>) -> Self {
         Self::new(413, "input_too_large", "Input too large", detail)
     }
@@ -188,6 +198,7 @@ impl Problem {
         b
     }
 
+    /// The problem+json body.
     pub fn body(&self) -> Value {
         let mut b = json!({
             "type": format!("urn:idempotent-submit:problem:{}", self.code),

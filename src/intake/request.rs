@@ -10,10 +10,15 @@ use crate::queue::{Queue, SubmitBuilder};
 /// `idempotency_key` must not silently turn a safe retry into a duplicate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubmitBody {
+    /// `task_type`.
     pub task_type: String,
+    /// `input`, any JSON.
     pub input: Value,
+    /// `idempotency_key`.
     pub idempotency_key: Option<String>,
+    /// `idempotency_ttl_seconds`.
     pub idempotency_ttl_seconds: Option<i64>,
+    /// `idempotency_scope`.
     pub idempotency_scope: Option<String>,
     /// `replay` or `new_task`; `None`: `IF_TASK_FAILED`.
     pub if_task_failed: Option<IfTaskFailed>,
@@ -46,6 +51,7 @@ fn optional_string(
 }
 
 impl SubmitBody {
+    /// Parses a body; the first invalid field is the error.
     pub fn parse(body: &[u8]) -> Result<Self, ValidationError> {
         let v: Value = serde_json::from_slice(body)
             .map_err(|e| ValidationError::field("body", format!("is not valid JSON: {e}")))?;

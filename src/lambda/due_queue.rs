@@ -6,13 +6,13 @@ use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
 
 use super::Metrics;
+use crate::Queue;
 use crate::intake::due::{DueMessage, handle_messages};
-use crate::protocol::Engine;
 
 /// The `sweep` function on a batch of the due queue: the SQS partial batch
 /// response, its summary logged and counted.
 pub async fn handle(
-    engine: &Engine,
+    queue: &Queue,
     metrics: &Metrics,
     bucket: &str,
     event: LambdaEvent<SqsEvent>,
@@ -26,8 +26,8 @@ pub async fn handle(
             body: m.body.unwrap_or_default(),
         })
         .collect();
-    let deadline = super::schedule::stop_at(engine, event.context.deadline());
-    let batch = handle_messages(engine, bucket, &messages, false, deadline).await;
+    let deadline = super::schedule::stop_at(queue, event.context.deadline());
+    let batch = handle_messages(queue, bucket, &messages, false, deadline).await;
     super::report_sweep(
         metrics,
         &event.context.request_id,

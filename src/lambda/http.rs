@@ -43,17 +43,22 @@ struct RawHttp {
 /// One HTTP request, whatever shape it came in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpRequest {
+    /// The HTTP method, upper-case.
     pub method: String,
+    /// The path the routes match, without a REST API's stage.
     pub path: String,
     /// The path as the caller addressed it: a REST API's includes its stage
     /// (`requestContext.path`), an HTTP API's raw path does already.
     pub public_path: String,
+    /// A REST API's stage, if any.
     pub stage: Option<String>,
     /// Lower-case names.
     pub headers: Vec<(String, String)>,
     /// The raw body text and whether it is base64.
     pub body: Option<String>,
+    /// Whether `body` is base64.
     pub base64: bool,
+    /// The invocation's request id.
     pub request_id: String,
     /// The authenticated caller, in an injective text form.
     pub principal: Option<Principal>,
@@ -75,6 +80,7 @@ impl HttpRequest {
             || event.get("rawPath").is_some()
     }
 
+    /// Reads an API Gateway (REST or HTTP API) or function URL event.
     pub fn from_event(event: Value) -> Result<Self, Problem> {
         let raw: RawHttp = serde_json::from_value(event)
             .map_err(|e| Problem::invalid(format!("malformed HTTP event: {e}")))?;
@@ -151,6 +157,7 @@ impl HttpRequest {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The header `name` (lower-case), if sent.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -333,10 +340,15 @@ pub fn parse_key_header(value: &str) -> Result<String, String> {
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpResponse {
+    /// The HTTP status.
     pub status_code: u16,
+    /// The headers.
     pub headers: Map<String, Value>,
+    /// The body text.
     pub body: String,
+    /// Whether `body` is base64.
     pub is_base64_encoded: bool,
+    /// An HTTP API's cookies (none here).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cookies: Option<Vec<String>>,
 }

@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::protocol::{ErrorKind, SubmitError, Submitted, SweepSummary};
 
+/// The CloudWatch namespace of every metric.
 pub const NAMESPACE: &str = "IdempotentSubmit";
 
 /// Where metric lines go.
@@ -20,6 +21,7 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Metrics of `function`, written to stdout as EMF lines.
     pub fn stdout(function: &str) -> Self {
         Metrics {
             function: function.to_owned(),

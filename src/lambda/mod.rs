@@ -30,18 +30,22 @@ pub use metrics::Metrics;
 /// What the `submit` function holds between invocations.
 #[derive(Clone)]
 pub struct App {
+    /// The queue every door submits to.
     pub queue: Queue,
+    /// `TENANT_ISOLATION`.
     pub tenant_isolation: bool,
     /// `DELETE /idempotency-keys/{key}` is routed (`ALLOW_KEY_RESET`).
     pub allow_key_reset: bool,
     /// How many messages of a standard batch (or FIFO groups) run at once.
     pub sqs_concurrency: usize,
+    /// Where its metrics go.
     pub metrics: Metrics,
     /// The event sources of `SOURCES` (none by default).
     pub sources: Arc<Sources>,
 }
 
 impl App {
+    /// The function's state, from the queue and the configuration.
     pub fn new(queue: Queue, config: &Config, metrics: Metrics) -> Self {
         App {
             queue,
@@ -63,6 +67,7 @@ impl App {
 /// An event the `submit` function does not take.
 #[derive(Debug, thiserror::Error)]
 pub enum UnrecognizedEvent {
+    /// Neither an HTTP request nor an SQS batch (nor a declared source's event).
     #[error(
         "unrecognized event: neither an HTTP request nor an SQS batch (nor, with SOURCES declared, an SNS, S3 or EventBridge event)"
     )]
@@ -135,9 +140,11 @@ pub async fn handle_submit(
 /// What the `sweep` function holds between invocations.
 #[derive(Clone)]
 pub struct Sweeper {
+    /// The queue it sweeps.
     pub queue: Queue,
     /// The bucket whose record events this function takes.
     pub bucket: String,
+    /// Where its metrics go.
     pub metrics: Metrics,
 }
 
@@ -157,13 +164,13 @@ pub async fn handle_sweep(
     sweeper: &Sweeper,
     event: LambdaEvent<Value>,
 ) -> Result<Value, lambda_runtime::Error> {
-    let engine = sweeper.queue.engine();
+    let queue = &sweeper.queue;
     let (payload, context) = (event.payload, event.context);
     if let Some(records) = payload.get("Records") {
         sqs_records(records).map_err(UnrecognizedSweepEvent)?;
         let batch: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(payload)?;
         let resp = due_queue::handle(
-            engine,
+            queue,
             &sweeper.metrics,
             &sweeper.bucket,
             LambdaEvent::new(batch, context),
@@ -172,7 +179,7 @@ pub async fn handle_sweep(
         return Ok(serde_json::to_value(resp)?);
     }
     let summary =
-        schedule::handle(engine, &sweeper.metrics, LambdaEvent::new(payload, context)).await?;
+        schedule::handle(queue, &sweeper.metrics, LambdaEvent::new(payload, context)).await?;
     Ok(serde_json::to_value(summary)?)
 }
 

@@ -9,7 +9,8 @@ use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
 use super::Metrics;
-use crate::protocol::{Engine, SubmitError, SweepOptions, SweepSummary};
+use crate::Queue;
+use crate::protocol::{SubmitError, SweepOptions, SweepSummary};
 
 /// How long before the invocation's deadline the sweep stops, to save its
 /// place and answer.
@@ -17,7 +18,7 @@ pub const DEADLINE_MARGIN: StdDuration = StdDuration::from_secs(10);
 
 /// Runs one sweep for one invocation, and logs its summary.
 pub async fn handle(
-    engine: &Engine,
+    queue: &Queue,
     metrics: &Metrics,
     event: LambdaEvent<Value>,
 ) -> Result<SweepSummary, SubmitError> {
@@ -28,10 +29,10 @@ pub async fn handle(
         .unwrap_or(false);
     let opts = SweepOptions {
         dry_run,
-        deadline: stop_at(engine, event.context.deadline()),
+        deadline: stop_at(queue, event.context.deadline()),
         max_records: None,
     };
-    let summary = engine.sweep(&opts).await;
+    let summary = queue.sweep(&opts).await;
     match &summary {
         Ok(s) => super::report_sweep(
             metrics,
@@ -47,10 +48,10 @@ pub async fn handle(
     summary
 }
 
-/// The invocation's deadline, less the margin, on the engine's clock. A
+/// The invocation's deadline, less the margin, on the queue's clock. A
 /// context without a deadline (tests, `Context::default()`) has none.
-pub(crate) fn stop_at(engine: &Engine, deadline: SystemTime) -> Option<DateTime<Utc>> {
+pub(crate) fn stop_at(queue: &Queue, deadline: SystemTime) -> Option<DateTime<Utc>> {
     let left = deadline.duration_since(SystemTime::now()).ok()?;
     let left = chrono::Duration::from_std(left.saturating_sub(DEADLINE_MARGIN)).ok()?;
-    Some(engine.clock().now() + left)
+    Some(queue.clock().now() + left)
 }

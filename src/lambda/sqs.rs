@@ -15,6 +15,7 @@ use crate::protocol::{IfTaskFailed, ValidationError};
 /// What became of one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
+    /// Submitted: a new task or a replay.
     Submitted,
     /// Written to `rejected/`: never retried.
     Rejected,
@@ -148,6 +149,7 @@ fn if_task_failed_attribute(body: &mut SubmitBody, m: &SqsMessage) -> Result<(),
     Ok(())
 }
 
+/// Submits one message of a batch: its outcome.
 pub async fn process(app: &App, m: &SqsMessage) -> Outcome {
     let id = m.message_id.as_deref().unwrap_or("");
     let limit = app.queue.settings().max_input_bytes;

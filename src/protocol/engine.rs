@@ -2,17 +2,18 @@
 //! way to make a store request (retries, deadlines, timeouts).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use chrono::{DateTime, Utc};
 
 use super::error::SubmitError;
-use super::record::task_status;
+use super::record::{Record, task_status};
 #[cfg(feature = "schemas")]
 use super::schema::SchemaCache;
 use crate::clock::Clock;
 use crate::config::Settings;
-use crate::due_sender::{DueMessages, Route};
-use crate::store::{Store, StoreError};
+use crate::due_sender::{Coalescer, DueMessages, DueOrder, Route};
+use crate::store::{ObjectMeta, Store, StoreError};
 
 pub(crate) use super::error::Failure;
 
@@ -52,6 +53,47 @@ impl Engine {
         self
     }
 
+    /// Under `RECORD_EVENTS=submitter` (nothing otherwise): how this
+    /// engine's messages go against the record's PUT.
+    pub(crate) fn due_order(&self) -> Option<DueOrder> {
+        self.due.as_ref().map(|d| d.order())
+    }
+
+    /// This submit will send no due message through its batch (it has no
+    /// key, or was refused before its claim).
+    pub(crate) fn send_no_due(&self) {
+        if let Route::Batch(p) = &self.due_route {
+            p.done();
+        }
+    }
+
+    /// Due messages that could not be sent since the last call (the
+    /// `DueMessageUnsent` metric).
+    pub fn take_unsent_due_messages(&self) -> u64 {
+        self.due
+            .as_ref()
+            .map_or(0, |d| d.unsent.swap(0, Ordering::Relaxed))
+    }
+
+    /// Whether this engine's submits send their records' due messages.
+    pub fn sends_due_messages(&self) -> bool {
+        self.due.is_some()
+    }
+
+    /// A batch's gathering of due messages, when they are sent at all.
+    pub(crate) fn due_batch(&self) -> Option<Arc<Coalescer>> {
+        self.due.as_ref().map(|d| Coalescer::new(d.clone()))
+    }
+
+    /// This engine, as one item of `batch`.
+    pub(crate) fn in_batch(&self, batch: &Option<Arc<Coalescer>>) -> Engine {
+        let mut e = self.clone();
+        if let Some(b) = batch {
+            e.due_route = Route::Batch(b.join());
+        }
+        e
+    }
+
     /// How many fetches found an unusable schema document since the last
     /// call (for the `InvalidSchema` metric).
     #[cfg(feature = "schemas")]
@@ -65,14 +107,17 @@ impl Engine {
         0
     }
 
+    /// The settings it runs with.
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
 
+    /// The store under it.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
+    /// The clock its deadlines follow.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }
@@ -117,6 +162,28 @@ impl Engine {
             }
         }
         Err(Failure::Store(last))
+    }
+
+    /// The record at `rkey`, parsed, with its object's metadata; `None` if
+    /// there is none. A body that is no record is `Corrupt`, naming `rkey`.
+    pub(crate) async fn read_record(
+        &self,
+        rkey: &str,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Option<(Record, ObjectMeta)>, SubmitError> {
+        let obj = match self
+            .with_retries(op_deadline, || self.store.get(rkey))
+            .await
+        {
+            Ok(o) => o,
+            Err(Failure::Store(StoreError::NotFound)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let record = Record::parse(&obj.body).map_err(|e| SubmitError::Corrupt {
+            key: rkey.to_owned(),
+            reason: e.to_string(),
+        })?;
+        Ok(Some((record, obj.meta)))
     }
 
     /// The task's current status; `None` if it is not there.

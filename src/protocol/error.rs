@@ -35,7 +35,9 @@ pub struct InputError {
 /// What differs between a replay and the record it met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConflictKind {
+    /// Another task type.
     TaskType,
+    /// Another input (its canonical JSON's hash differs).
     Input,
     /// The task options (records written by this service only: buquet's
     /// clients keep no options hash).
@@ -51,7 +53,12 @@ pub enum SubmitError {
     Invalid(#[from] ValidationError),
     /// The input is over the limit (413).
     #[error("input is {size} bytes; the limit is {limit}")]
-    InputTooLarge { size: usize, limit: usize },
+    InputTooLarge {
+        /// The input's size: its canonical JSON, in bytes.
+        size: usize,
+        /// `MAX_INPUT_BYTES`.
+        limit: usize,
+    },
     /// The input fails the JSON Schema published for its task type
     /// (`VALIDATE_INPUT_SCHEMAS`): `errors` lists the first failures (at
     /// most [`MAX_LISTED_ERRORS`]), `omitted` counts the rest.
@@ -59,20 +66,30 @@ pub enum SubmitError {
     #[error("the input does not match the schema published for task type {task_type}: {}",
         input_errors_summary(.errors, *.omitted))]
     InputInvalid {
+        /// The task type whose schema refused it.
         task_type: String,
+        /// The first failures.
         errors: Vec<InputError>,
+        /// How many more failures there were.
         omitted: usize,
     },
     /// The key is taken by a submit of another task type or input (422).
     /// Nothing was written.
     #[error("idempotency conflict: the key was used with another {}",
         match .kind { ConflictKind::TaskType => "task type", ConflictKind::Input => "input", ConflictKind::Options => "set of task options" })]
-    Conflict { kind: ConflictKind, task_id: Uuid },
+    Conflict {
+        /// What differs.
+        kind: ConflictKind,
+        /// The task the key maps to.
+        task_id: Uuid,
+    },
     /// A submit of this key may still be landing: it cannot be said yet
     /// whether its task exists. Retry after `retry_after`.
     #[error("the submit of this key is still undetermined; retry in {} s", .retry_after.as_secs())]
     Undetermined {
+        /// The task the key maps to, if its submit lands.
         task_id: Uuid,
+        /// When a retry can tell.
         retry_after: StdDuration,
     },
     /// S3 failed after retries.
@@ -83,13 +100,21 @@ pub enum SubmitError {
     DeadlineExceeded,
     /// The object at `key` is not what the layout says it should be.
     #[error("corrupt object at {key}: {reason}")]
-    Corrupt { key: String, reason: String },
+    Corrupt {
+        /// The object's key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// S3's clock cannot be told well enough to judge a deadline: no answer
     /// has dated it yet, or it stands more than 60 s from ours. Nothing
     /// deadline-bound was written.
     #[error("S3's clock is {}; nothing bound by a deadline is written",
         match .offset { Some(o) => format!("{o} off ours, over the 60 s allowed"), None => "unknown".to_owned() })]
-    ClockOffset { offset: Option<Offset> },
+    ClockOffset {
+        /// S3's time minus ours, as far as it is known.
+        offset: Option<Offset>,
+    },
 }
 
 impl SubmitError {

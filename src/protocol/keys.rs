@@ -85,13 +85,20 @@ fn rename(e: ValidationError, field: &'static str) -> ValidationError {
 /// What a lookup shows of a key's record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KeyView {
+    /// The key, as the producer sent it.
     pub key: String,
+    /// The scope it lives in: a task type, `queue`, or a custom name.
     pub scope: String,
+    /// `sha256:` of the scope, the key and the tenant, if any.
     pub key_hash: String,
+    /// The task the key maps to.
     pub task_id: Uuid,
+    /// Its task type.
     pub task_type: String,
+    /// When the record was written (S3's time).
     #[serde(with = "super::rfc3339")]
     pub created_at: DateTime<Utc>,
+    /// When the key is forgotten.
     #[serde(with = "super::rfc3339")]
     pub expires_at: DateTime<Utc>,
     /// `in_flight` (a write for the record may still land) or `settled`, in
@@ -107,14 +114,19 @@ pub struct KeyView {
 pub enum Reset {
     /// The record is a reset record now: the next submit of the key creates
     /// a new task. `old_task_id` is left as it is.
-    Done { old_task_id: Uuid },
+    Done {
+        /// The task the key mapped to.
+        old_task_id: Uuid,
+    },
     /// No live record holds the key (none, expired, reset already, or
     /// another tenant's).
     NotFound,
     /// The record is in flight and its task is not there yet: nothing was
     /// written. Try again after `retry_after`.
     InProgress {
+        /// The task the key maps to.
         task_id: Uuid,
+        /// When a reset may succeed.
         retry_after: StdDuration,
     },
     /// The record changed between the read and the write (a new submit
@@ -246,19 +258,9 @@ impl Engine {
         at: &KeyRef,
         op_deadline: DateTime<Utc>,
     ) -> Result<Option<Held>, SubmitError> {
-        let rkey = at.record_key();
-        let obj = match self
-            .with_retries(op_deadline, || self.store.get(&rkey))
-            .await
-        {
-            Ok(o) => o,
-            Err(Failure::Store(StoreError::NotFound)) => return Ok(None),
-            Err(e) => return Err(e.into()),
+        let Some((record, meta)) = self.read_record(&at.record_key(), op_deadline).await? else {
+            return Ok(None);
         };
-        let record = Record::parse(&obj.body).map_err(|e| SubmitError::Corrupt {
-            key: rkey,
-            reason: e.to_string(),
-        })?;
         // The tenant is folded into the record's path already; a record that
         // names another tenant (or one where the caller names none) is not
         // the caller's all the same.
@@ -269,10 +271,7 @@ impl Engine {
         if record.is_reset() || record.is_expired(self.s3_earliest()?) {
             return Ok(None);
         }
-        Ok(Some(Held {
-            record,
-            meta: obj.meta,
-        }))
+        Ok(Some(Held { record, meta }))
     }
 
     /// When a reset refused may succeed: once the record's own submit has
@@ -293,7 +292,7 @@ impl Engine {
     }
 }
 
-fn view(at: &KeyRef, rec: Record, phase: super::submit::Phase) -> KeyView {
+fn view(at: &KeyRef, rec: Record, phase: super::request::Phase) -> KeyView {
     KeyView {
         key: rec.key,
         scope: rec.scope.unwrap_or_else(|| at.scope.clone()),

@@ -6,18 +6,27 @@ use std::fmt;
 use chrono::Duration;
 use sha2::{Digest, Sha256};
 
+pub use crate::config::IfTaskFailed;
+
 /// Why a request is invalid. `field` names the request field as producers
 /// send it (`task_type`, `idempotency_key`, ...).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValidationError {
+    /// A field is wrong.
     #[error("{field}: {reason}")]
-    Field { field: &'static str, reason: String },
+    Field {
+        /// The field, as producers send it.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The service requires a key (`REQUIRE_IDEMPOTENCY_KEY`) and none came.
     #[error("idempotency_key: an idempotency key is required")]
     KeyRequired,
 }
 
 impl ValidationError {
+    /// `field` refused for `reason`.
     pub fn field(field: &'static str, reason: impl Into<String>) -> Self {
         ValidationError::Field {
             field,
@@ -52,12 +61,14 @@ fn check_name(field: &'static str, s: &str) -> Result<(), ValidationError> {
 pub struct TaskType(String);
 
 impl TaskType {
+    /// Checks a task type: 1 to 128 of `A-Z a-z 0-9 _ . -`, not starting with `.`.
     pub fn parse(s: impl Into<String>) -> Result<Self, ValidationError> {
         let s = s.into();
         check_name("task_type", &s)?;
         Ok(TaskType(s))
     }
 
+    /// The task type, as sent.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -132,8 +143,11 @@ impl Scope {
 pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {
+    /// The longest key, in characters.
     pub const MAX_CHARS: usize = 255;
 
+    /// Checks a key: 1 to [`Self::MAX_CHARS`] characters, none a control
+    /// character.
     pub fn parse(s: impl Into<String>) -> Result<Self, ValidationError> {
         let s = s.into();
         if s.is_empty() {
@@ -157,6 +171,7 @@ impl IdempotencyKey {
         Ok(IdempotencyKey(s))
     }
 
+    /// The key, as sent.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -173,8 +188,10 @@ impl fmt::Display for IdempotencyKey {
 pub struct Ttl(Duration);
 
 impl Ttl {
+    /// The shortest record life.
     pub const MIN: Duration = Duration::hours(1);
 
+    /// `d`, if it is [`Self::MIN`] to `max`.
     pub fn new(d: Duration, max: Duration) -> Result<Self, ValidationError> {
         if d < Self::MIN || d > max {
             return Err(ValidationError::field(
@@ -202,51 +219,21 @@ impl Ttl {
             .ok_or_else(|| ValidationError::field("idempotency_ttl_seconds", "out of range"))
     }
 
+    /// The life, as a duration.
     pub fn duration(self) -> Duration {
         self.0
     }
 }
 
-/// What a keyed submit does when its key's task ended failed or cancelled
-/// for good (buquet's terminal `failed` and `cancelled`): the body's
-/// `if_task_failed`, else `IF_TASK_FAILED` (docs/protocol.md, "Reusing a
-/// failed task's key").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IfTaskFailed {
-    /// Answer that task, as for any other status (the default).
-    #[default]
-    Replay,
-    /// Claim the key over its record (`If-Match`) and create a new task,
-    /// whose answer names the failed one.
-    NewTask,
-}
-
 impl IfTaskFailed {
-    /// The name the body, the environment and the CLI use.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            IfTaskFailed::Replay => "replay",
-            IfTaskFailed::NewTask => "new_task",
-        }
-    }
-
     /// Reads a value as the body writes it (exactly `replay` or `new_task`).
     pub fn parse(v: &str) -> Result<Self, ValidationError> {
-        match v {
-            "replay" => Ok(IfTaskFailed::Replay),
-            "new_task" => Ok(IfTaskFailed::NewTask),
-            _ => Err(ValidationError::field(
+        Self::from_name(v).ok_or_else(|| {
+            ValidationError::field(
                 "if_task_failed",
                 format!("{v:?} is not one of replay, new_task"),
-            )),
-        }
-    }
-
-    /// A task status after which the key may be claimed again: buquet's
-    /// terminal failures. `expired` (never claimed before its own expiry)
-    /// and `archived` are not failures of the task's work and are replayed.
-    pub fn frees(status: &str) -> bool {
-        matches!(status, "failed" | "cancelled")
+            )
+        })
     }
 }
 
@@ -264,6 +251,8 @@ impl fmt::Debug for Tenant {
 }
 
 impl Tenant {
+    /// The tenant of an authenticated principal (its id, as the door
+    /// reads it); only its hash is kept.
     pub fn from_principal(principal: &str) -> Result<Self, ValidationError> {
         if principal.is_empty() {
             return Err(ValidationError::field("principal", "must not be empty"));
@@ -409,6 +398,19 @@ impl fmt::Display for Principal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// A whole number, written either way (`60` or `60.0`): JSON does not tell
+/// them apart, and neither does JSON Schema.
+pub(crate) fn whole(v: &serde_json::Value) -> Option<u64> {
+    let serde_json::Value::Number(n) = v else {
+        return None;
+    };
+    n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 9_007_199_254_740_992.0)
+            .map(|f| f as u64)
+    })
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
-use super::options::{TaskFields, TaskRetryPolicy};
+use super::retry_policy::TaskRetryPolicy;
 use super::rfc3339;
+use super::task_options::TaskFields;
 
 /// `status` of a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,22 +28,34 @@ pub enum RecordStatus {
 /// reading: buquet's own clients write records without them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
+    /// The producer's key.
     pub key: String,
+    /// `sha256:` of the scope, the key and the tenant.
     pub key_hash: String,
+    /// The scope (this service's records only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
+    /// The task the key maps to.
     pub task_id: Uuid,
+    /// Its object's key.
     pub task_key: String,
+    /// Its task type.
     pub task_type: String,
+    /// `sha256:` of the input's canonical JSON.
     pub input_hash: String,
+    /// `creating` (this service's records), `ready` (earlier versions').
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<RecordStatus>,
+    /// When it was written (S3's time, whole seconds).
     #[serde(with = "rfc3339")]
     pub created_at: DateTime<Utc>,
+    /// When the key is forgotten.
     #[serde(with = "rfc3339")]
     pub expires_at: DateTime<Utc>,
+    /// The writing submit's own id: how a retry knows its own record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_id: Option<Uuid>,
+    /// The tenant's hash, under tenant isolation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
     /// The hash of the task options the submit sent; absent when it sent
@@ -119,10 +132,12 @@ impl Record {
         Ok(bytes::Bytes::from(out))
     }
 
+    /// A record from its object's body.
     pub fn parse(body: &[u8]) -> Result<Self, serde_json::Error> {
         serde_json::from_slice(body)
     }
 
+    /// Past its `expires_at` at `now`.
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
         self.expires_at <= now
     }
@@ -139,10 +154,13 @@ impl Record {
 /// tenants. A keyless submit of a tenant carries the tenant alone.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct TaskIdempotency<'a> {
+    /// The record's scope.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scope: Option<&'a str>,
+    /// The record's key hash.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key_hash: Option<&'a str>,
+    /// The submitter's tenant hash.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tenant: Option<&'a str>,
 }
@@ -196,12 +214,16 @@ struct TaskObject<'a> {
 /// Where a task lives, derived from its id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskLocation {
+    /// The task's id.
     pub id: Uuid,
+    /// Its shard: the first hex digits of its id.
     pub shard: String,
+    /// When it becomes available (its marker's minute).
     pub available_at: DateTime<Utc>,
 }
 
 impl TaskLocation {
+    /// The task `id`'s place, in shards of `shard_len` hex digits.
     pub fn new(id: Uuid, shard_len: usize, available_at: DateTime<Utc>) -> Self {
         let mut buf = Uuid::encode_buffer();
         let hyphenated = id.hyphenated().encode_lower(&mut buf);
@@ -254,7 +276,9 @@ pub fn task_json(
 /// A task's input: inline, or offloaded (`input` null, `input_ref` its key).
 #[derive(Debug, Clone, Copy)]
 pub enum TaskInput<'a> {
+    /// In the task object.
     Inline(&'a RawValue),
+    /// In its payload object.
     Offloaded,
 }
 

@@ -27,13 +27,16 @@ pub fn format_precise(t: &DateTime<Utc>) -> String {
 pub mod precise {
     use super::*;
 
+    /// Writes `t` as [`format_precise`] does.
     pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&format_precise(t))
     }
 
+    /// An optional time, written the same way.
     pub mod option {
         use super::*;
 
+        /// Writes `t`, or null.
         pub fn serialize<S: Serializer>(
             t: &Option<DateTime<Utc>>,
             s: S,
@@ -46,6 +49,7 @@ pub mod precise {
     }
 }
 
+/// Reads an RFC 3339 time, any offset, as UTC.
 pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
     let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
     DateTime::parse_from_rfc3339(&s)
@@ -57,6 +61,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::
 pub mod option {
     use super::*;
 
+    /// Reads an optional RFC 3339 time.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
         #[derive(Deserialize)]
         struct W(#[serde(deserialize_with = "super::deserialize")] DateTime<Utc>);

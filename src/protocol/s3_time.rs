@@ -5,8 +5,11 @@ use chrono::{DateTime, Utc};
 
 use super::engine::Engine;
 use super::error::SubmitError;
+use super::record::{Record, RecordStatus};
+use super::request::Phase;
 use crate::clock::Offset;
 use crate::config::{ClockCheck, MAX_CLOCK_OFFSET};
+use crate::store::ObjectMeta;
 
 impl Engine {
     /// S3's time minus ours, as far as S3's answers have told it: the bounds
@@ -77,5 +80,29 @@ impl Engine {
             self.s3_offset()?;
         }
         Ok(())
+    }
+
+    /// The last instant a write for the record read with `meta` can land:
+    /// its finish deadline, plus how late a signed request can still land.
+    pub(super) fn late_writes_end(&self, meta: &ObjectMeta) -> DateTime<Utc> {
+        meta.last_modified + self.settings.finish_window + self.settings.late_write_margin
+    }
+
+    /// Judges `rec` (read with `meta`) as a replay would, without writing
+    /// anything: one GET of its task.
+    pub async fn phase(&self, rec: &Record, meta: &ObjectMeta) -> Result<Phase, SubmitError> {
+        let op_deadline = self.now() + self.settings.operation_timeout;
+        let until = self.late_writes_end(meta);
+        // A `ready` record (earlier versions) was written once its task was.
+        let settled = rec.status == Some(RecordStatus::Ready) || self.s3_earliest()? >= until;
+        let status = self.read_status(&rec.task_key, op_deadline).await?;
+        Ok(Phase {
+            phase: if settled { "settled" } else { "in_flight" },
+            task_status: match status {
+                Some(s) => Some(s),
+                None if settled => Some("missing".into()),
+                None => None,
+            },
+        })
     }
 }

@@ -37,6 +37,8 @@ use crate::clock::Offset;
 // Fault injection is test machinery: only in a build with the `testing`
 // feature (which `make test` turns on), never in what ships.
 #[cfg(feature = "testing")]
+pub mod conformance;
+#[cfg(feature = "testing")]
 pub mod faulty;
 pub mod memory;
 pub mod s3;

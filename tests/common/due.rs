@@ -141,7 +141,7 @@ pub async fn drain_until_finished(
                 body: m.body().unwrap_or_default().to_owned(),
             })
             .collect();
-        let out = handle_messages(queue.engine(), bucket, &batch, false, None).await;
+        let out = handle_messages(queue, bucket, &batch, false, None).await;
         summary.add(&out.summary);
         for m in got {
             if !out.retry.iter().any(|r| Some(r.as_str()) == m.message_id()) {

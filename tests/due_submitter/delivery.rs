@@ -66,18 +66,11 @@ async fn a_record_written_after_its_messages_operation_deadline_is_judged_by_its
     };
     d.w.clock
         .set(sent + common::settings().stale_creating_after);
-    let b = handle_messages(
-        d.w.queue().engine(),
-        BUCKET,
-        std::slice::from_ref(&m),
-        false,
-        None,
-    )
-    .await;
+    let b = handle_messages(&d.w.queue(), BUCKET, std::slice::from_ref(&m), false, None).await;
     assert_eq!((b.summary.finished, b.summary.early), (0, 1));
     assert_eq!(b.retry, ["m"]);
     d.w.clock.advance(Duration::seconds(720));
-    let b = handle_messages(d.w.queue().engine(), BUCKET, &[m], false, None).await;
+    let b = handle_messages(&d.w.queue(), BUCKET, &[m], false, None).await;
     assert_eq!((b.summary.finished, b.summary.early), (1, 0));
     assert_eq!(d.w.count("tasks/"), 1);
 }
@@ -107,8 +100,8 @@ async fn a_message_whose_submit_wrote_nothing_is_handed_back_until_its_claim_can
     let queued = d.due.queued();
     assert_eq!(queued.len(), 1);
     let sent = queued[0].message.sent_at.unwrap();
-    let engine = d.w.queue().engine().clone();
-    let bound = engine.claim_may_land(sent);
+    let queue = d.w.queue();
+    let bound = queue.engine().claim_may_land(sent);
     assert_eq!(
         bound - sent,
         Duration::seconds(25) + Duration::minutes(15) + Duration::seconds(60)
@@ -123,7 +116,7 @@ async fn a_message_whose_submit_wrote_nothing_is_handed_back_until_its_claim_can
             id: m.id.clone(),
             body: m.body.clone(),
         };
-        let b = handle_messages(&engine, BUCKET, &[msg], false, None).await;
+        let b = handle_messages(&queue, BUCKET, &[msg], false, None).await;
         if b.retry.is_empty() {
             acknowledged = Some((d.w.clock.now(), b.summary));
             break;
@@ -210,7 +203,7 @@ async fn a_replay_and_a_conflict_send_a_message_too_which_finds_nothing_missing(
         })
         .collect();
     assert_eq!(messages.len(), 3);
-    let b = handle_messages(faulty.engine(), BUCKET, &messages, false, None).await;
+    let b = handle_messages(&faulty, BUCKET, &messages, false, None).await;
     // One record, read once for the three; nothing missing, nothing written.
     assert_eq!((b.summary.scanned, b.summary.finished), (1, 0));
     let calls = d.w.faulty.calls();

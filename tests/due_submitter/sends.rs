@@ -217,7 +217,7 @@ async fn a_due_message_that_names_no_record_of_this_bucket_is_acknowledged_count
         body,
     })
     .collect();
-    let b = handle_messages(q.engine(), BUCKET, &messages, false, None).await;
+    let b = handle_messages(&q, BUCKET, &messages, false, None).await;
     assert_eq!((b.summary.unrecognized, b.summary.scanned), (5, 0));
     assert!(b.retry.is_empty(), "never retried");
     assert!(w.faulty.calls().is_empty());
@@ -226,6 +226,6 @@ async fn a_due_message_that_names_no_record_of_this_bucket_is_acknowledged_count
         id: "ok".into(),
         body: body(BUCKET, &format!("idempotency/t/{hex}.json")),
     };
-    let b = handle_messages(q.engine(), BUCKET, &[m], false, None).await;
+    let b = handle_messages(&q, BUCKET, &[m], false, None).await;
     assert_eq!((b.summary.unrecognized, b.summary.scanned), (0, 1));
 }

@@ -218,7 +218,7 @@ impl Model {
             id: "m1".into(),
             body: body.into(),
         };
-        let batch = due::handle_messages(q.engine(), BUCKET, &[m], false, None).await;
+        let batch = due::handle_messages(q, BUCKET, &[m], false, None).await;
         let s = &batch.summary;
         // A message that finds no record while its claim may still land is
         // handed back as an early one is.

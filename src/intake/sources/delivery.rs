@@ -11,10 +11,30 @@ use crate::intake::due::decode_key;
 /// Where a delivery came from: what a source's `match` is compared with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
-    Sqs { queue_arn: String },
-    Sns { topic_arn: String },
-    EventBridge { source: String, detail_type: String },
-    S3 { bucket: String, key: String },
+    /// A message of an SQS queue.
+    Sqs {
+        /// The queue's ARN (the record's `eventSourceARN`).
+        queue_arn: String,
+    },
+    /// A notification of an SNS topic.
+    Sns {
+        /// The topic's ARN (`TopicArn`).
+        topic_arn: String,
+    },
+    /// An EventBridge event.
+    EventBridge {
+        /// The event's `source`.
+        source: String,
+        /// The event's `detail-type`.
+        detail_type: String,
+    },
+    /// An S3 object-created notification.
+    S3 {
+        /// The bucket's name.
+        bucket: String,
+        /// The object's key, decoded.
+        key: String,
+    },
 }
 
 impl Origin {
@@ -46,6 +66,7 @@ impl std::fmt::Display for Origin {
 /// One event read one way.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Delivery {
+    /// Where it came from.
     pub origin: Origin,
     /// The source's own delivery identity: the key when a source names no
     /// `key_pointer`. `None` when the event carries none.

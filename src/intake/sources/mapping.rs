@@ -16,6 +16,7 @@ use crate::protocol::IdempotencyKey;
 pub struct Mapped {
     /// The source's name.
     pub source: String,
+    /// The submit it makes, as a `POST /tasks` body would.
     pub body: SubmitBody,
     /// `<source name>:<key found>`.
     pub key: String,
@@ -27,6 +28,7 @@ pub struct Mapped {
 pub struct Refusal {
     /// The source that matched, if one did.
     pub source_name: Option<String>,
+    /// What was wrong, for the rejected object and the log.
     pub detail: String,
 }
 

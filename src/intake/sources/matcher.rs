@@ -10,20 +10,33 @@ use super::delivery::Origin;
 pub enum Match {
     /// Every message of one SQS queue whose body is not read as an
     /// envelope by an earlier source (`{"sqs": {"queue_arn": ...}}`).
-    Sqs { queue_arn: String },
+    Sqs {
+        /// The queue's ARN.
+        queue_arn: String,
+    },
     /// The notifications of one SNS topic: invoked directly, or through an
     /// SQS subscription with raw delivery off (`{"sns": {"topic_arn": ...}}`).
-    Sns { topic_arn: String },
+    Sns {
+        /// The topic's ARN.
+        topic_arn: String,
+    },
     /// EventBridge events of one `source`, and of one `detail-type` when
     /// given: invoked directly (a rule's target) or through SQS.
     EventBridge {
+        /// The events' `source`.
         source: String,
+        /// The events' `detail-type`; `None`: any.
         detail_type: Option<String>,
     },
     /// S3's object-created notifications of one bucket under a key prefix
     /// (empty: all): through SQS, directly, or as EventBridge's
     /// `Object Created` events.
-    S3 { bucket: String, prefix: String },
+    S3 {
+        /// The bucket's name.
+        bucket: String,
+        /// The key prefix the objects are under (empty: any).
+        prefix: String,
+    },
 }
 
 fn fields<'a>(
@@ -68,6 +81,7 @@ fn arn(kind: &str, field: &str, value: String, service: &str) -> Result<String, 
 }
 
 impl Match {
+    /// Reads a source's `match` object; the error names what is wrong.
     pub fn from_value(v: &Value) -> Result<Self, String> {
         let Value::Object(obj) = v else {
             return Err("match must be a JSON object".into());

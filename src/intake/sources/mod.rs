@@ -45,7 +45,9 @@ pub enum TaskTypeFrom {
 pub struct Source {
     /// 1 to 64 of `A-Z a-z 0-9 _ . -`: the prefix of every key it makes.
     pub name: String,
+    /// What it takes.
     pub matches: Match,
+    /// The task type of its tasks: fixed, or read from the event.
     pub task_type: TaskTypeFrom,
     /// Where the key is; `None`: the delivery's own identity.
     pub key_pointer: Option<String>,
@@ -212,10 +214,12 @@ impl Sources {
         Ok(Sources(out))
     }
 
+    /// No source declared: `submit` takes only its own shapes.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// The sources, in declared order (the first that matches takes an event).
     pub fn iter(&self) -> impl Iterator<Item = &Source> {
         self.0.iter()
     }

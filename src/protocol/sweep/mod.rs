@@ -84,6 +84,7 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 pub struct SweepOptions {
     /// Report what would be done, reading as the real run reads; change
     /// nothing (not even the checkpoint).
+    /// Report what would be done; write and delete nothing.
     pub dry_run: bool,
     /// Start no request at or after this time (by the engine's clock),
     /// keeping the place.
@@ -102,6 +103,7 @@ pub struct SweepSummary {
     /// marker) and the sweeper wrote it. A dry run reads as the real run
     /// does and counts the records it would write for.
     pub finished: u64,
+    /// Expired records deleted (or, in a dry run, that would be).
     pub expired_deleted: u64,
     /// Expired records left for the lifecycle rule: `CONDITIONAL_DELETE=off`
     /// on an unversioned bucket, where no DELETE can be made safe (an
@@ -113,6 +115,7 @@ pub struct SweepSummary {
     pub errors: u64,
     /// The pass reached the end of every range (events: always true).
     pub complete: bool,
+    /// A dry run: nothing was written or deleted.
     pub dry_run: bool,
     /// Records read (GET) in this run.
     #[serde(skip)]
