@@ -317,3 +317,19 @@ async fn without_sources_the_source_events_are_refused_as_before() {
     }
     assert!(h.keys().await.is_empty());
 }
+
+#[tokio::test]
+async fn records_mixing_sources_are_refused_whole_even_with_sources() {
+    let (h, _) = Harness::memory();
+    let h = with_sources(h, &sample_sources());
+    let mut mixed = event("sns-notification.json");
+    let s3 = event("s3-put.json")["Records"][0].clone();
+    mixed["Records"].as_array_mut().unwrap().push(s3);
+    let err = h.invoke(mixed).await.expect_err("refused whole");
+    assert!(err.contains("aws:sns"), "{err}");
+    let mut with_sqs = event("sqs-standard-batch.json");
+    let sns = event("sns-notification.json")["Records"][0].clone();
+    with_sqs["Records"].as_array_mut().unwrap().push(sns);
+    assert!(h.invoke(with_sqs).await.is_err());
+    assert!(h.keys().await.is_empty());
+}

@@ -191,10 +191,15 @@ pub async fn sqs_message(
         readings: Ok(vec![Delivery::sqs(arn, identity, message, raw)]),
     };
     if taken(app, &as_is) {
-        return Some(run_all(app, std::slice::from_ref(&as_is), "an SQS message", None).await);
+        let id = m.message_id.as_deref();
+        return Some(run_all(app, std::slice::from_ref(&as_is), "an SQS message", id).await);
     }
-    let (what, _) = envelope?;
-    let p = Problem::invalid(Refusal::no_source(format!("{what} through {arn}")).to_string());
+    let (what, items) = envelope?;
+    let carried = match items.first().map(|i| &i.readings) {
+        Some(Ok(readings)) => describe(what, readings),
+        _ => what.to_owned(),
+    };
+    let p = Problem::invalid(Refusal::no_source(format!("{carried}, through {arn},")).to_string());
     Some(Err((None, p)))
 }
 
