@@ -99,20 +99,12 @@ fn statuses(report: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_documented_commands_add_our_notification_versioning_and_lifecycle_keeping_the_buckets_own()
- {
-    let store = common::moto_store().await;
-    let bucket = store.bucket().to_owned();
-    let s3 = store.client();
-    let due_arn = queue_arn(&format!("due-{bucket}")).await;
-    let theirs_arn = queue_arn(&format!("theirs-{bucket}")).await;
-
-    // What the bucket already has: a notification and a lifecycle rule of
-    // its own.
+/// The bucket's own notification (`uploads/` to `theirs_arn`) and
+/// lifecycle rule (`logs/` after 90 days), as a bucket in use has.
+async fn their_notification_and_lifecycle(s3: &aws_sdk_s3::Client, bucket: &str, theirs_arn: &str) {
     let theirs = QueueConfiguration::builder()
         .id("uploads")
-        .queue_arn(&theirs_arn)
+        .queue_arn(theirs_arn)
         .events(Event::S3ObjectCreated)
         .filter(
             NotificationConfigurationFilter::builder()
@@ -131,7 +123,7 @@ async fn the_documented_commands_add_our_notification_versioning_and_lifecycle_k
         .build()
         .unwrap();
     s3.put_bucket_notification_configuration()
-        .bucket(&bucket)
+        .bucket(bucket)
         .notification_configuration(
             NotificationConfiguration::builder()
                 .queue_configurations(theirs)
@@ -148,7 +140,7 @@ async fn the_documented_commands_add_our_notification_versioning_and_lifecycle_k
         .build()
         .unwrap();
     s3.put_bucket_lifecycle_configuration()
-        .bucket(&bucket)
+        .bucket(bucket)
         .lifecycle_configuration(
             BucketLifecycleConfiguration::builder()
                 .rules(logs)
@@ -158,6 +150,20 @@ async fn the_documented_commands_add_our_notification_versioning_and_lifecycle_k
         .send()
         .await
         .expect("their lifecycle rule");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_commands_add_our_notification_versioning_and_lifecycle_keeping_the_buckets_own()
+ {
+    let store = common::moto_store().await;
+    let bucket = store.bucket().to_owned();
+    let s3 = store.client();
+    let due_arn = queue_arn(&format!("due-{bucket}")).await;
+    let theirs_arn = queue_arn(&format!("theirs-{bucket}")).await;
+
+    // What the bucket already has: a notification and a lifecycle rule of
+    // its own.
+    their_notification_and_lifecycle(&s3, &bucket, &theirs_arn).await;
 
     let (code, before) = common::idem(&bucket, &[], &["doctor", "--due-queue-arn", &due_arn]).await;
     assert_eq!(code, 5, "{before}");
