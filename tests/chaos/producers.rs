@@ -310,63 +310,9 @@ impl Producer {
         let task_type = TASK_TYPES[self.rng.usize(..TASK_TYPES.len())].to_owned();
         let message_id = (door == Door::Sqs).then(|| message_id(&mut self.rng));
         let item = match kind {
-            Kind::New | Kind::Options => {
-                let key = fresh(&self.counter, &format!("k{}", self.index));
-                let scope_param = self.rng.u32(0..5) == 0;
-                let scope = if scope_param {
-                    "queue".to_owned()
-                } else {
-                    task_type.clone()
-                };
-                let input = self.input(&scope, &key, 0, kind == Kind::Options);
-                let mut body =
-                    json!({"task_type": task_type, "input": input, "idempotency_key": key});
-                if scope_param {
-                    body["idempotency_scope"] = json!("queue");
-                }
-                if kind == Kind::Options {
-                    self.options(&mut body);
-                }
-                Item {
-                    door,
-                    kind,
-                    key: Some((scope, key)),
-                    input: Some(input),
-                    valid: true,
-                    message_id,
-                    body: Body::Json(body),
-                }
-            }
+            Kind::New | Kind::Options => self.make_new(kind, door, task_type, message_id),
             Kind::SequentialDuplicate | Kind::Conflict => {
-                let l = self.ledger.lock().unwrap();
-                if l.good.is_empty() {
-                    return None;
-                }
-                let of = l.items[l.good[self.rng.usize(..l.good.len())]].clone();
-                drop(l);
-                let mut item = Item {
-                    door,
-                    kind,
-                    message_id,
-                    ..of
-                };
-                if kind == Kind::Conflict {
-                    let (scope, key) = item.key.clone()?;
-                    let v = self.rng.u64(1..4);
-                    let input = self.input(&scope, &key, v, false);
-                    if let Body::Json(b) = &mut item.body {
-                        b["input"] = input.clone();
-                    }
-                    item.input = Some(input);
-                }
-                // A message whose key was its message id carries it in the body
-                // now, or it would be another key.
-                if let (Body::Json(b), Some((_, key))) = (&mut item.body, &item.key)
-                    && b.get("idempotency_key").is_none()
-                {
-                    b["idempotency_key"] = json!(key);
-                }
-                item
+                self.make_again(kind, door, message_id)?
             }
             Kind::Keyless => {
                 // Through SQS, the message id is the key.
@@ -387,46 +333,119 @@ impl Producer {
                     body: Body::Json(json!({"task_type": task_type, "input": input})),
                 }
             }
-            Kind::Invalid => {
-                let n = fresh(&self.counter, "inv");
-                let input = json!({"inv": n});
-                let body = match self.rng.u32(0..7) {
-                    0 => Body::Json(
-                        json!({"task_type": "no such type!", "input": input, "idempotency_key": n}),
-                    ),
-                    1 => Body::Json(json!({"task_type": task_type, "idempotency_key": n})),
-                    2 => Body::Json(
-                        json!({"task_type": task_type, "input": input, "idempotency_key": n, "idempotency_ttl_seconds": 10}),
-                    ),
-                    3 => Body::Json(
-                        json!({"task_type": task_type, "input": input, "idempotency_key": n,
-                               "delay_seconds": 5, "schedule_at": "2030-01-01T00:00:00Z"}),
-                    ),
-                    4 => Body::Json(
-                        json!({"task_type": task_type, "input": input, "idempotency_key": "x".repeat(300)}),
-                    ),
-                    5 => Body::Json(
-                        json!({"task_type": task_type, "input": input, "idempotency_key": n, "what": 1}),
-                    ),
-                    _ => Body::Raw(format!(
-                        "{{\"task_type\": \"{task_type}\", \"input\": {{\"inv\": \"{n}\""
-                    )),
-                };
-                Item {
-                    door,
-                    kind,
-                    key: None,
-                    input: Some(input),
-                    valid: false,
-                    message_id,
-                    body,
-                }
-            }
+            Kind::Invalid => self.make_invalid(door, task_type, message_id),
             Kind::ConcurrentDuplicate => unreachable!("made by concurrent()"),
         };
         let mut l = self.ledger.lock().unwrap();
         l.items.push(item);
         Some(l.items.len() - 1)
+    }
+
+    /// A new key's item, with task options for `Kind::Options`.
+    fn make_new(
+        &mut self,
+        kind: Kind,
+        door: Door,
+        task_type: String,
+        message_id: Option<String>,
+    ) -> Item {
+        let key = fresh(&self.counter, &format!("k{}", self.index));
+        let scope_param = self.rng.u32(0..5) == 0;
+        let scope = if scope_param {
+            "queue".to_owned()
+        } else {
+            task_type.clone()
+        };
+        let input = self.input(&scope, &key, 0, kind == Kind::Options);
+        let mut body = json!({"task_type": task_type, "input": input, "idempotency_key": key});
+        if scope_param {
+            body["idempotency_scope"] = json!("queue");
+        }
+        if kind == Kind::Options {
+            self.options(&mut body);
+        }
+        Item {
+            door,
+            kind,
+            key: Some((scope, key)),
+            input: Some(input),
+            valid: true,
+            message_id,
+            body: Body::Json(body),
+        }
+    }
+
+    /// An item sent before, again (`Kind::SequentialDuplicate`), or with
+    /// another input (`Kind::Conflict`); `None` when nothing was answered
+    /// yet.
+    fn make_again(&mut self, kind: Kind, door: Door, message_id: Option<String>) -> Option<Item> {
+        let l = self.ledger.lock().unwrap();
+        if l.good.is_empty() {
+            return None;
+        }
+        let of = l.items[l.good[self.rng.usize(..l.good.len())]].clone();
+        drop(l);
+        let mut item = Item {
+            door,
+            kind,
+            message_id,
+            ..of
+        };
+        if kind == Kind::Conflict {
+            let (scope, key) = item.key.clone()?;
+            let v = self.rng.u64(1..4);
+            let input = self.input(&scope, &key, v, false);
+            if let Body::Json(b) = &mut item.body {
+                b["input"] = input.clone();
+            }
+            item.input = Some(input);
+        }
+        // A message whose key was its message id carries it in the body
+        // now, or it would be another key.
+        if let (Body::Json(b), Some((_, key))) = (&mut item.body, &item.key)
+            && b.get("idempotency_key").is_none()
+        {
+            b["idempotency_key"] = json!(key);
+        }
+        Some(item)
+    }
+
+    /// An invalid item, of one of seven kinds.
+    fn make_invalid(&mut self, door: Door, task_type: String, message_id: Option<String>) -> Item {
+        let kind = Kind::Invalid;
+        let n = fresh(&self.counter, "inv");
+        let input = json!({"inv": n});
+        let body = match self.rng.u32(0..7) {
+            0 => Body::Json(
+                json!({"task_type": "no such type!", "input": input, "idempotency_key": n}),
+            ),
+            1 => Body::Json(json!({"task_type": task_type, "idempotency_key": n})),
+            2 => Body::Json(
+                json!({"task_type": task_type, "input": input, "idempotency_key": n, "idempotency_ttl_seconds": 10}),
+            ),
+            3 => Body::Json(
+                json!({"task_type": task_type, "input": input, "idempotency_key": n,
+                       "delay_seconds": 5, "schedule_at": "2030-01-01T00:00:00Z"}),
+            ),
+            4 => Body::Json(
+                json!({"task_type": task_type, "input": input, "idempotency_key": "x".repeat(300)}),
+            ),
+            5 => Body::Json(
+                json!({"task_type": task_type, "input": input, "idempotency_key": n, "what": 1}),
+            ),
+            _ => Body::Raw(format!(
+                "{{\"task_type\": \"{task_type}\", \"input\": {{\"inv\": \"{n}\""
+            )),
+        };
+        Item {
+            door,
+            kind,
+            key: None,
+            input: Some(input),
+            valid: false,
+            message_id,
+            body,
+        }
     }
 
     /// An input tied to its key (`s`, `k`) and variant (`v`: 0 is the key's

@@ -114,88 +114,9 @@ impl Sender {
         };
         l.latency.entry(door).or_default().0.push(ms);
         match door {
-            Door::Sqs => {
-                let listed: Vec<String> = resp["batchItemFailures"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|f| f["itemIdentifier"].as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let mut again = vec![];
-                for (id, item) in todo.iter().zip(items) {
-                    let mid = item.message_id.clone().unwrap_or_default();
-                    if listed.contains(&mid) {
-                        l.sqs_listed += 1;
-                        again.push(*id);
-                    } else {
-                        *l.sqs_taken.entry(mid).or_default() += 1;
-                        if item.valid && item.kind != Kind::Conflict && item.key.is_some() {
-                            l.good.push(*id);
-                        }
-                    }
-                }
-                again
-            }
-            Door::Http => {
-                let status = resp["statusCode"].as_u64().unwrap_or(0) as u16;
-                let headers = &resp["headers"];
-                let retry_after = headers
-                    .as_object()
-                    .is_some_and(|h| h.keys().any(|k| k.eq_ignore_ascii_case("retry-after")));
-                let body: Value = resp["body"]
-                    .as_str()
-                    .and_then(|b| serde_json::from_str(b).ok())
-                    .unwrap_or(Value::Null);
-                let a = answer(todo[0], status, &body, retry_after);
-                let again = a.status == 503 && items[0].key.is_some();
-                if matches!(a.status, 200 | 201) && items[0].key.is_some() {
-                    l.good.push(todo[0]);
-                }
-                l.answers.push(a);
-                if again { vec![todo[0]] } else { vec![] }
-            }
-            Door::Batch => {
-                let status = resp["statusCode"].as_u64().unwrap_or(0) as u16;
-                let body: Value = resp["body"]
-                    .as_str()
-                    .and_then(|b| serde_json::from_str(b).ok())
-                    .unwrap_or(Value::Null);
-                let Some(results) = body["results"].as_array() else {
-                    // The whole batch's answer (a 503 with Retry-After, a 400...).
-                    let retry_after = resp["headers"]
-                        .as_object()
-                        .is_some_and(|h| h.keys().any(|k| k.eq_ignore_ascii_case("retry-after")));
-                    for id in todo {
-                        let a = answer(*id, status, &body, retry_after);
-                        l.answers.push(a);
-                    }
-                    return if status == 503 {
-                        retry_keyed(todo, items)
-                    } else {
-                        vec![]
-                    };
-                };
-                let mut again = vec![];
-                for ((id, item), r) in todo.iter().zip(items).zip(results) {
-                    let status = r["status_code"]
-                        .as_u64()
-                        .or_else(|| r["status"].as_u64())
-                        .unwrap_or(0) as u16;
-                    // An item cannot carry a header: its 503 is the batch's
-                    // way of saying "retry this one".
-                    let a = answer(*id, status, r, status == 503);
-                    if status == 503 && item.key.is_some() {
-                        again.push(*id);
-                    }
-                    if matches!(status, 200 | 201) && item.key.is_some() {
-                        l.good.push(*id);
-                    }
-                    l.answers.push(a);
-                }
-                again
-            }
+            Door::Sqs => settle_sqs(&mut l, todo, items, &resp),
+            Door::Http => settle_http(&mut l, todo, items, &resp),
+            Door::Batch => settle_batch(&mut l, todo, items, &resp),
         }
     }
 }
@@ -259,4 +180,93 @@ pub fn sqs_event(items: &[Item], receive_count: usize) -> Value {
         })
         .collect();
     json!({ "Records": records })
+}
+
+/// An SQS batch's answer: the messages it listed go again, the others
+/// were taken.
+fn settle_sqs(l: &mut Ledger, todo: &[usize], items: &[Item], resp: &Value) -> Vec<usize> {
+    let listed: Vec<String> = resp["batchItemFailures"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f["itemIdentifier"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut again = vec![];
+    for (id, item) in todo.iter().zip(items) {
+        let mid = item.message_id.clone().unwrap_or_default();
+        if listed.contains(&mid) {
+            l.sqs_listed += 1;
+            again.push(*id);
+        } else {
+            *l.sqs_taken.entry(mid).or_default() += 1;
+            if item.valid && item.kind != Kind::Conflict && item.key.is_some() {
+                l.good.push(*id);
+            }
+        }
+    }
+    again
+}
+
+/// An HTTP answer: a keyed item answered 503 goes again.
+fn settle_http(l: &mut Ledger, todo: &[usize], items: &[Item], resp: &Value) -> Vec<usize> {
+    let status = resp["statusCode"].as_u64().unwrap_or(0) as u16;
+    let headers = &resp["headers"];
+    let retry_after = headers
+        .as_object()
+        .is_some_and(|h| h.keys().any(|k| k.eq_ignore_ascii_case("retry-after")));
+    let body: Value = resp["body"]
+        .as_str()
+        .and_then(|b| serde_json::from_str(b).ok())
+        .unwrap_or(Value::Null);
+    let a = answer(todo[0], status, &body, retry_after);
+    let again = a.status == 503 && items[0].key.is_some();
+    if matches!(a.status, 200 | 201) && items[0].key.is_some() {
+        l.good.push(todo[0]);
+    }
+    l.answers.push(a);
+    if again { vec![todo[0]] } else { vec![] }
+}
+
+/// A `POST /tasks/batch` answer: item by item, or the whole batch's.
+fn settle_batch(l: &mut Ledger, todo: &[usize], items: &[Item], resp: &Value) -> Vec<usize> {
+    let status = resp["statusCode"].as_u64().unwrap_or(0) as u16;
+    let body: Value = resp["body"]
+        .as_str()
+        .and_then(|b| serde_json::from_str(b).ok())
+        .unwrap_or(Value::Null);
+    let Some(results) = body["results"].as_array() else {
+        // The whole batch's answer (a 503 with Retry-After, a 400...).
+        let retry_after = resp["headers"]
+            .as_object()
+            .is_some_and(|h| h.keys().any(|k| k.eq_ignore_ascii_case("retry-after")));
+        for id in todo {
+            let a = answer(*id, status, &body, retry_after);
+            l.answers.push(a);
+        }
+        return if status == 503 {
+            retry_keyed(todo, items)
+        } else {
+            vec![]
+        };
+    };
+    let mut again = vec![];
+    for ((id, item), r) in todo.iter().zip(items).zip(results) {
+        let status = r["status_code"]
+            .as_u64()
+            .or_else(|| r["status"].as_u64())
+            .unwrap_or(0) as u16;
+        // An item cannot carry a header: its 503 is the batch's
+        // way of saying "retry this one".
+        let a = answer(*id, status, r, status == 503);
+        if status == 503 && item.key.is_some() {
+            again.push(*id);
+        }
+        if matches!(status, 200 | 201) && item.key.is_some() {
+            l.good.push(*id);
+        }
+        l.answers.push(a);
+    }
+    again
 }
