@@ -163,7 +163,7 @@ async fn the_documented_commands_add_our_notification_versioning_and_lifecycle_k
 
     // What the bucket already has: a notification and a lifecycle rule of
     // its own.
-    their_notification_and_lifecycle(&s3, &bucket, &theirs_arn).await;
+    their_notification_and_lifecycle(s3, &bucket, &theirs_arn).await;
 
     let (code, before) = common::idem(&bucket, &[], &["doctor", "--due-queue-arn", &due_arn]).await;
     assert_eq!(code, 5, "{before}");

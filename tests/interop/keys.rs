@@ -142,7 +142,7 @@ fn end_by_buquet(s: &Shared, ending: Ending, old: &str) -> &'static str {
             ("failed", "PermanentError: declined")
         }
         Ending::Cancelled => {
-            let out = s.buquet(&["cancel", &old, "order withdrawn"]);
+            let out = s.buquet(&["cancel", old, "order withdrawn"]);
             assert_eq!(out["status"], "cancelled", "{out}");
             ("cancelled", "order withdrawn")
         }
