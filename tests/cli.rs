@@ -261,7 +261,6 @@ async fn submit_takes_a_flag_for_each_task_option_and_names_a_bad_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_if_task_failed_new_task_makes_a_new_task_for_a_key_whose_task_failed() {
-    use idempotent_submit::Store;
     let store = common::moto_store().await;
     let idem = Idem {
         bucket: store.bucket().to_owned(),
@@ -270,17 +269,7 @@ async fn submit_if_task_failed_new_task_makes_a_new_task_for_a_key_whose_task_fa
     let (code, first) = idem.run(&args).await;
     assert_eq!(code, 0, "{first}");
     let task_key = first["task_key"].as_str().unwrap();
-    let o = store.get(task_key).await.unwrap();
-    let mut task: Value = serde_json::from_slice(&o.body).unwrap();
-    task["status"] = "cancelled".into();
-    store
-        .put(
-            task_key,
-            task.to_string().into(),
-            idempotent_submit::store::PutMode::Update(o.meta.etag),
-        )
-        .await
-        .unwrap();
+    common::end_task(&store, task_key, "cancelled").await;
     let (_, replay) = idem.run(&args).await;
     assert_eq!(
         (&replay["task_id"], &replay["status"]),

@@ -15,22 +15,6 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
 /// A submit of `key` that died right after writing its record.
-/// Each test on an unversioned and on a versioned bucket.
-macro_rules! on_both_buckets {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn unversioned() {
-                super::$name(super::common::Versioning::Off).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn versioned() {
-                super::$name(super::common::Versioning::On).await;
-            }
-        }
-    };
-}
-
 async fn interrupted(store: &S3Store, key: &str) {
     let f = common::world::dying_at(
         store.clone(),
