@@ -10,7 +10,6 @@ use aws_sdk_s3::types::{
     LifecycleExpiration, LifecycleRule, LifecycleRuleFilter, NotificationConfiguration,
     NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter,
 };
-use serde_json::Value;
 
 /// The `sh` blocks of README.md's "An existing bucket" section, in order.
 fn existing_bucket_commands() -> String {
@@ -85,34 +84,12 @@ fn run_commands(script: &str, bucket: &str, due_arn: &str) {
     );
 }
 
-fn statuses(report: &Value) -> Vec<(String, String)> {
-    report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                c["check"].as_str().unwrap().to_owned(),
-                c["status"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_documented_commands_add_our_notification_versioning_and_lifecycle_keeping_the_buckets_own()
- {
-    let store = common::moto_store().await;
-    let bucket = store.bucket().to_owned();
-    let s3 = store.client();
-    let due_arn = queue_arn(&format!("due-{bucket}")).await;
-    let theirs_arn = queue_arn(&format!("theirs-{bucket}")).await;
-
-    // What the bucket already has: a notification and a lifecycle rule of
-    // its own.
+/// The bucket's own notification (`uploads/` to `theirs_arn`) and
+/// lifecycle rule (`logs/` after 90 days), as a bucket in use has.
+async fn their_notification_and_lifecycle(s3: &aws_sdk_s3::Client, bucket: &str, theirs_arn: &str) {
     let theirs = QueueConfiguration::builder()
         .id("uploads")
-        .queue_arn(&theirs_arn)
+        .queue_arn(theirs_arn)
         .events(Event::S3ObjectCreated)
         .filter(
             NotificationConfigurationFilter::builder()
@@ -131,7 +108,7 @@ async fn the_documented_commands_add_our_notification_versioning_and_lifecycle_k
         .build()
         .unwrap();
     s3.put_bucket_notification_configuration()
-        .bucket(&bucket)
+        .bucket(bucket)
         .notification_configuration(
             NotificationConfiguration::builder()
                 .queue_configurations(theirs)
@@ -148,7 +125,7 @@ async fn the_documented_commands_add_our_notification_versioning_and_lifecycle_k
         .build()
         .unwrap();
     s3.put_bucket_lifecycle_configuration()
-        .bucket(&bucket)
+        .bucket(bucket)
         .lifecycle_configuration(
             BucketLifecycleConfiguration::builder()
                 .rules(logs)
@@ -158,15 +135,29 @@ async fn the_documented_commands_add_our_notification_versioning_and_lifecycle_k
         .send()
         .await
         .expect("their lifecycle rule");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_commands_add_our_notification_versioning_and_lifecycle_keeping_the_buckets_own()
+ {
+    let store = common::moto_store().await;
+    let bucket = store.bucket().to_owned();
+    let s3 = store.client();
+    let due_arn = queue_arn(&format!("due-{bucket}")).await;
+    let theirs_arn = queue_arn(&format!("theirs-{bucket}")).await;
+
+    // What the bucket already has: a notification and a lifecycle rule of
+    // its own.
+    their_notification_and_lifecycle(s3, &bucket, &theirs_arn).await;
 
     let (code, before) = common::idem(&bucket, &[], &["doctor", "--due-queue-arn", &due_arn]).await;
     assert_eq!(code, 5, "{before}");
     assert!(
-        statuses(&before).contains(&("notification".into(), "error".into())),
+        common::doctor_checks(&before).contains(&("notification".into(), "error".into())),
         "{before}"
     );
     assert!(
-        statuses(&before).contains(&("versioning".into(), "warning".into())),
+        common::doctor_checks(&before).contains(&("versioning".into(), "warning".into())),
         "{before}"
     );
 
@@ -210,7 +201,7 @@ async fn the_documented_commands_add_our_notification_versioning_and_lifecycle_k
 
     let (code, after) = common::idem(&bucket, &[], &["doctor", "--due-queue-arn", &due_arn]).await;
     assert_eq!(code, 0, "{after}");
-    for (check, status) in statuses(&after) {
+    for (check, status) in common::doctor_checks(&after) {
         // moto has no default encryption; S3 always has (SSE-S3).
         if check != "encryption" {
             assert_eq!(status, "ok", "{check}: {after}");
@@ -250,7 +241,7 @@ async fn doctor_calls_a_record_expiry_shorter_than_the_longest_ttl_and_another_q
         .expect("a short rule");
     let (code, r) = common::idem(&bucket, &[], &["doctor"]).await;
     assert_eq!(code, 5, "{r}");
-    let s = statuses(&r);
+    let s = common::doctor_checks(&r);
     assert!(s.contains(&("versioning".into(), "ok".into())), "{r}");
     assert!(
         s.contains(&("notification".into(), "ok".into())),
@@ -274,7 +265,7 @@ async fn doctor_calls_a_record_expiry_shorter_than_the_longest_ttl_and_another_q
     let (code, r) = common::idem(&bucket, &env, &["doctor", "--due-queue-arn", other]).await;
     assert_eq!(code, 5, "{r}");
     assert!(
-        statuses(&r).contains(&("notification".into(), "error".into())),
+        common::doctor_checks(&r).contains(&("notification".into(), "error".into())),
         "{r}"
     );
 }

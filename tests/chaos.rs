@@ -15,12 +15,22 @@
 use crate::common;
 #[path = "chaos/audit.rs"]
 mod audit;
+#[path = "chaos/compare.rs"]
+mod compare;
+#[path = "chaos/config.rs"]
+mod config;
 #[path = "chaos/damage.rs"]
 mod damage;
+#[path = "chaos/evidence.rs"]
+mod evidence;
+#[path = "chaos/processes.rs"]
+mod processes;
 #[path = "chaos/producers.rs"]
 mod producers;
 #[path = "chaos/report.rs"]
 mod report;
+#[path = "chaos/sender.rs"]
+mod sender;
 #[path = "chaos/world.rs"]
 mod world;
 

@@ -19,6 +19,13 @@ impl Idem {
     async fn run(&self, args: &[&str]) -> (i32, Value) {
         common::idem(&self.bucket, &[], args).await
     }
+
+    /// `idem submit --type t --input <input>`, then `rest`.
+    async fn submit_t(&self, input: &str, rest: &[&str]) -> (i32, Value) {
+        let mut args = vec!["submit", "--type", "t", "--input", input];
+        args.extend_from_slice(rest);
+        self.run(&args).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,48 +56,22 @@ async fn submit_exits_2_when_invalid_and_3_on_conflict() {
     let idem = Idem::new().await;
     let (code, v) = idem.run(&["submit", "--type", "a/b", "--input", "1"]).await;
     assert_eq!((code, v["error"].as_str()), (2, Some("invalid_request")));
+    let (code, _) = idem.submit_t("{not json", &[]).await;
+    assert_eq!(code, 2);
     let (code, _) = idem
-        .run(&["submit", "--type", "t", "--input", "{not json"])
+        .submit_t("1", &["--key", "k", "--ttl-seconds", "60"])
         .await;
     assert_eq!(code, 2);
     let (code, _) = idem
-        .run(&[
-            "submit",
-            "--type",
-            "t",
-            "--input",
-            "1",
-            "--key",
-            "k",
-            "--ttl-seconds",
-            "60",
-        ])
+        .submit_t("1", &["--key", "k", "--scope", "bad scope"])
         .await;
     assert_eq!(code, 2);
     let (code, _) = idem
-        .run(&[
-            "submit",
-            "--type",
-            "t",
-            "--input",
-            "1",
-            "--key",
-            "k",
-            "--scope",
-            "bad scope",
-        ])
-        .await;
-    assert_eq!(code, 2);
-    let (code, _) = idem
-        .run(&[
-            "submit", "--type", "t", "--input", "1", "--key", "k", "--scope", "queue",
-        ])
+        .submit_t("1", &["--key", "k", "--scope", "queue"])
         .await;
     assert_eq!(code, 0);
     let (code, v) = idem
-        .run(&[
-            "submit", "--type", "t", "--input", "2", "--key", "k", "--scope", "queue",
-        ])
+        .submit_t("2", &["--key", "k", "--scope", "queue"])
         .await;
     assert_eq!(
         (code, v["error"].as_str()),
@@ -102,17 +83,7 @@ async fn submit_exits_2_when_invalid_and_3_on_conflict() {
 async fn key_and_task_print_the_objects_or_exit_4() {
     let idem = Idem::new().await;
     let (_, s) = idem
-        .run(&[
-            "submit",
-            "--type",
-            "t",
-            "--input",
-            r#"{"x":1}"#,
-            "--key",
-            "k1",
-            "--scope",
-            "billing",
-        ])
+        .submit_t(r#"{"x":1}"#, &["--key", "k1", "--scope", "billing"])
         .await;
     let id = s["task_id"].as_str().unwrap().to_owned();
 
@@ -157,8 +128,7 @@ async fn a_missing_bucket_name_is_named_in_the_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sweep_prints_its_summary() {
     let idem = Idem::new().await;
-    idem.run(&["submit", "--type", "t", "--input", "1", "--key", "k"])
-        .await;
+    idem.submit_t("1", &["--key", "k"]).await;
     let (code, dry) = idem.run(&["sweep", "--dry-run"]).await;
     assert_eq!(code, 0, "{dry}");
     assert_eq!(dry["dry_run"], true);
@@ -291,7 +261,6 @@ async fn submit_takes_a_flag_for_each_task_option_and_names_a_bad_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_if_task_failed_new_task_makes_a_new_task_for_a_key_whose_task_failed() {
-    use idempotent_submit::Store;
     let store = common::moto_store().await;
     let idem = Idem {
         bucket: store.bucket().to_owned(),
@@ -300,17 +269,7 @@ async fn submit_if_task_failed_new_task_makes_a_new_task_for_a_key_whose_task_fa
     let (code, first) = idem.run(&args).await;
     assert_eq!(code, 0, "{first}");
     let task_key = first["task_key"].as_str().unwrap();
-    let o = store.get(task_key).await.unwrap();
-    let mut task: Value = serde_json::from_slice(&o.body).unwrap();
-    task["status"] = "cancelled".into();
-    store
-        .put(
-            task_key,
-            task.to_string().into(),
-            idempotent_submit::store::PutMode::Update(o.meta.etag),
-        )
-        .await
-        .unwrap();
+    common::end_task(&store, task_key, "cancelled").await;
     let (_, replay) = idem.run(&args).await;
     assert_eq!(
         (&replay["task_id"], &replay["status"]),
@@ -323,17 +282,7 @@ async fn submit_if_task_failed_new_task_makes_a_new_task_for_a_key_whose_task_fa
     assert_eq!(new["replayed"], false);
     assert_eq!(new["replaces_task_id"], first["task_id"]);
     let (code, bad) = idem
-        .run(&[
-            "submit",
-            "--type",
-            "t",
-            "--input",
-            "1",
-            "--key",
-            "k",
-            "--if-task-failed",
-            "maybe",
-        ])
+        .submit_t("1", &["--key", "k", "--if-task-failed", "maybe"])
         .await;
     assert_eq!(code, 2, "{bad}");
     assert!(bad.to_string().contains("if_task_failed"), "{bad}");

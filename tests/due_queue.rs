@@ -15,22 +15,6 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
 /// A submit of `key` that died right after writing its record.
-/// Each test on an unversioned and on a versioned bucket.
-macro_rules! on_both_buckets {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn unversioned() {
-                super::$name(super::common::Versioning::Off).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn versioned() {
-                super::$name(super::common::Versioning::On).await;
-            }
-        }
-    };
-}
-
 async fn interrupted(store: &S3Store, key: &str) {
     let f = common::world::dying_at(
         store.clone(),
@@ -139,7 +123,19 @@ async fn a_record_event_from_moto_finishes_an_interrupted_submit_through_the_swe
     assert!(again.is_empty(), "{again:?}");
     // The record's event delivered once more (delivery is at least once):
     // the record read, its task and marker checked, nothing written.
-    let again = &messages[1..];
+    redelivered_reads_and_writes_nothing(&store, &clock, &messages[1..], &rkey, &rec).await;
+    assert_eq!(store.get(&rkey).await.unwrap().meta.etag, written);
+}
+
+/// The sweep function handles `again` (a record's event delivered once
+/// more): it reads the record at `rkey`, and checks its task and its marker.
+async fn redelivered_reads_and_writes_nothing(
+    store: &S3Store,
+    clock: &ManualClock,
+    again: &[aws_sdk_sqs::types::Message],
+    rkey: &str,
+    rec: &Record,
+) {
     let f = FaultyStore::new(store.clone());
     let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), common::settings());
     let s = Sweeper {
@@ -156,7 +152,7 @@ async fn a_record_event_from_moto_finishes_an_interrupted_submit_through_the_swe
     assert_eq!(out, json!({"batchItemFailures": []}));
     let calls: Vec<(Op, String)> = f.calls().into_iter().map(|c| (c.op, c.key)).collect();
     assert_eq!(calls.len(), 3, "{calls:?}");
-    assert_eq!(calls[0], (Op::Get, rkey.clone()));
+    assert_eq!(calls[0], (Op::Get, rkey.to_owned()));
     assert!(
         calls[1..].contains(&(Op::Get, rec.task_key.clone())),
         "{calls:?}"
@@ -167,7 +163,6 @@ async fn a_record_event_from_moto_finishes_an_interrupted_submit_through_the_swe
             .any(|(op, k)| *op == Op::Head && k.starts_with("ready/")),
         "{calls:?}"
     );
-    assert_eq!(store.get(&rkey).await.unwrap().meta.etag, written);
 }
 
 async fn idem(bucket: &str, stale: &str, args: &[&str]) -> (i32, Value) {

@@ -90,15 +90,7 @@ impl Shared {
     /// Runs the buquet client against `endpoint` (moto, or a proxy before it).
     fn buquet_via(&self, endpoint: &str, args: &[&str]) -> Value {
         let skip = self.versioning == common::Versioning::Off;
-        let out = self.buquet_run(endpoint, args, skip);
-        assert!(
-            out.status.success(),
-            "buquet {args:?} failed (is `buquet` installed? make test installs it): {:?} {} {}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        common::due::buquet_answer(&self.buquet_run(endpoint, args, skip), args)
     }
 
     fn buquet_skipping_check(&self, args: &[&str], skip: bool) -> std::process::Output {

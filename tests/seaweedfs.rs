@@ -6,22 +6,6 @@ use crate::common;
 use bytes::Bytes;
 use idempotent_submit::store::{PutMode, S3Store, Store, StoreError};
 
-/// Each test on an unversioned and on a versioned bucket.
-macro_rules! on_both_buckets {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn unversioned() {
-                super::$name(super::common::Versioning::Off).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn versioned() {
-                super::$name(super::common::Versioning::On).await;
-            }
-        }
-    };
-}
-
 #[tokio::test]
 async fn the_seaweedfs_harness_serves_on_loopback_and_refuses_any_other_key() {
     let s = common::seaweedfs();

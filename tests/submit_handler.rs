@@ -22,17 +22,7 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
 fn config(tenants: bool) -> Config {
-    Config {
-        bucket: "unused".into(),
-        force_path_style: true,
-        tenant_isolation: tenants,
-        allow_key_reset: false,
-        settings: common::settings(),
-        record_events: idempotent_submit::RecordEvents::Bucket,
-        due_queue_url: None,
-        due_message: Default::default(),
-        s3_credentials_secret: None,
-    }
+    common::lambda::config(tenants, common::settings())
 }
 
 impl Harness {

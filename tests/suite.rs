@@ -7,6 +7,7 @@
 //! Needs the `testing` feature (fault injection), which `make test` turns
 //! on: `cargo test --features testing` (one file: `-- recovery::`).
 
+#[macro_use]
 mod common;
 
 mod batch;

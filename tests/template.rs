@@ -187,6 +187,11 @@ fn cfn_lint_is_clean() {
         .arg(format!("{}/template.yaml", root()))
         .output()
         .expect("cfn-lint is installed (make test installs it)");
+    assert_lint_clean(&o);
+}
+
+/// cfn-lint's run `o` found nothing.
+fn assert_lint_clean(o: &std::process::Output) {
     assert!(
         o.status.success(),
         "cfn-lint: {}{}",

@@ -43,10 +43,18 @@ impl Report {
 
     pub fn markdown(&self) -> String {
         let mut o = String::new();
+        self.head(&mut o);
+        self.doors(&mut o);
+        self.traffic(&mut o);
+        self.due_queue(&mut o);
+        self.audit_and_memory(&mut o);
+        o
+    }
+
+    /// The run: its seed, its time, its world and its windows.
+    fn head(&self, o: &mut String) {
         let c = &self.config;
-        let l = &self.ledger;
         let secs = self.produced_for.as_secs_f64();
-        let (handled, accepted) = self.handled_and_accepted();
         let _ = writeln!(
             o,
             "Seed {}, {:.0} s of producing ({:.0} s in all, audit included), on {} with {} events{}{}; \
@@ -89,7 +97,13 @@ impl Report {
             self.load.0,
             self.load.1,
         );
+    }
 
+    /// Keys, submits and doors: what was sent and held.
+    fn doors(&self, o: &mut String) {
+        let l = &self.ledger;
+        let secs = self.produced_for.as_secs_f64();
+        let (handled, accepted) = self.handled_and_accepted();
         // Keys, submits and doors.
         let _ = writeln!(
             o,
@@ -163,7 +177,11 @@ impl Report {
             self.requests_by_client.2,
             self.store_requests_total,
         );
+    }
 
+    /// Where the store's requests went, latency, kills and faults.
+    fn traffic(&self, o: &mut String) {
+        let l = &self.ledger;
         // Where the store's requests went.
         let _ = writeln!(
             o,
@@ -221,7 +239,11 @@ impl Report {
             self.spike_ms as f64 / 1000.0,
             self.spikes
         );
+    }
 
+    /// The due queue and the passes: what finished interrupted submits, and how late due messages came.
+    fn due_queue(&self, o: &mut String) {
+        let c = &self.config;
         // The due queue and the passes.
         let s = &self.sweep;
         let _ = writeln!(
@@ -276,7 +298,11 @@ impl Report {
                 by.join(", ")
             );
         }
+    }
 
+    /// The audit's counts, and the processes' peak memory.
+    fn audit_and_memory(&self, o: &mut String) {
+        let a = &self.audit;
         // The audit.
         let _ = writeln!(o, "| audit | count |");
         let _ = writeln!(o, "| --- | ---: |");
@@ -339,6 +365,5 @@ impl Report {
             row.join(", "),
             max_submit as f64 / 1024.0
         );
-        o
     }
 }

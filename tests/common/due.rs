@@ -182,6 +182,11 @@ pub fn buquet(at: &BuquetAt<'_>, args: &[&str]) -> Value {
         .env("AWS_REGION", "us-east-1")
         .output()
         .expect("python3 runs");
+    buquet_answer(&out, args)
+}
+
+/// The JSON a run of buquet's client printed, which must have succeeded.
+pub fn buquet_answer(out: &std::process::Output, args: &[&str]) -> Value {
     assert!(
         out.status.success(),
         "buquet {args:?} failed (is `buquet` installed? make test installs it): {:?} {} {}",

@@ -8,20 +8,27 @@ use idempotent_submit::{Config, ManualClock, Queue, Settings, Store};
 use super::moto::moto_endpoint;
 use super::runtime_api::RuntimeApi;
 
-/// The `submit` function's `App` over `queue`, with tenant isolation on or
-/// off, collecting its metrics. (The rest of a `Config` is the queue's.)
-pub fn app(queue: Queue, tenant_isolation: bool) -> App {
-    let cfg = Config {
+/// The `submit` function's configuration in the tests: tenant isolation on
+/// or off, `settings`; the bucket is named by no request (the queue's store
+/// is the test's), and record events come from the bucket.
+pub fn config(tenant_isolation: bool, settings: Settings) -> Config {
+    Config {
         bucket: "unused".into(),
         force_path_style: true,
         tenant_isolation,
         allow_key_reset: false,
-        settings: Settings::default(),
+        settings,
         record_events: idempotent_submit::RecordEvents::Bucket,
         due_queue_url: None,
         due_message: Default::default(),
         s3_credentials_secret: None,
-    };
+    }
+}
+
+/// The `submit` function's `App` over `queue`, with tenant isolation on or
+/// off, collecting its metrics. (The rest of a `Config` is the queue's.)
+pub fn app(queue: Queue, tenant_isolation: bool) -> App {
+    let cfg = config(tenant_isolation, Settings::default());
     App::new(queue, &cfg, Metrics::collecting("submit"))
 }
 

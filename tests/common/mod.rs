@@ -139,7 +139,11 @@ pub async fn idem(bucket: &str, env: &[(&str, &str)], args: &[&str]) -> (i32, se
 
 /// Ends the task at `task_key` with `status`, as buquet's worker (or its
 /// cancel) does: the task object rewritten, `If-Match` on what it read.
-pub async fn end_task(store: &impl idempotent_submit::store::Store, task_key: &str, status: &str) {
+pub async fn end_task(
+    store: &(impl idempotent_submit::store::Store + ?Sized),
+    task_key: &str,
+    status: &str,
+) {
     let o = store.get(task_key).await.unwrap();
     let mut task: serde_json::Value = serde_json::from_slice(&o.body).unwrap();
     task["status"] = serde_json::json!(status);
@@ -151,4 +155,39 @@ pub async fn end_task(store: &impl idempotent_submit::store::Store, task_key: &s
         )
         .await
         .unwrap();
+}
+
+/// `(check, status)` of each finding of a doctor's report.
+pub fn doctor_checks(report: &serde_json::Value) -> Vec<(String, String)> {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["check"].as_str().unwrap().to_owned(),
+                c["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Each test on an unversioned and on a versioned bucket: `on_both_buckets!(f)`
+/// makes `f::unversioned` and `f::versioned`, each calling `f(versioning)`
+/// (the caller's module imports `common`).
+// Unused in the two crates of their own, which share this module.
+#[allow(unused_macros)]
+macro_rules! on_both_buckets {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn unversioned() {
+                super::$name(super::common::Versioning::Off).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn versioned() {
+                super::$name(super::common::Versioning::On).await;
+            }
+        }
+    };
 }

@@ -2,21 +2,6 @@ use super::*;
 
 // ---- idem doctor knows the mode ----
 
-/// `(check, status)` of each finding of a doctor's report.
-fn findings(r: &serde_json::Value) -> Vec<(String, String)> {
-    r["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                c["check"].as_str().unwrap().to_owned(),
-                c["status"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_submitter_the_doctor_expects_no_notification_and_checks_the_due_queue_instead() {
     let store = common::moto_store_versioned().await;
@@ -39,13 +24,13 @@ async fn under_submitter_the_doctor_expects_no_notification_and_checks_the_due_q
     let (code, r) = run(vec![]).await;
     assert_eq!(code, 5, "{r}");
     assert!(
-        findings(&r).contains(&("notification".into(), "error".into())),
+        common::doctor_checks(&r).contains(&("notification".into(), "error".into())),
         "{r}"
     );
     // ...expected under submitter, with a reachable queue of the right delay.
     let (code, r) = run(env(&url)).await;
     assert_eq!(code, 0, "{r}");
-    let f = findings(&r);
+    let f = common::doctor_checks(&r);
     assert!(f.contains(&("notification".into(), "ok".into())), "{r}");
     assert!(f.contains(&("due_queue".into(), "ok".into())), "{r}");
     // A delay that is not STALE_CREATING_AFTER_SECONDS, and a queue that is
@@ -55,7 +40,7 @@ async fn under_submitter_the_doctor_expects_no_notification_and_checks_the_due_q
     let (code, r) = run(other_stale).await;
     assert_eq!(code, 5, "{r}");
     assert!(
-        findings(&r).contains(&("due_queue".into(), "error".into())),
+        common::doctor_checks(&r).contains(&("due_queue".into(), "error".into())),
         "{r}"
     );
     assert!(r.to_string().contains("its delay is 600 s"), "{r}");
@@ -63,7 +48,7 @@ async fn under_submitter_the_doctor_expects_no_notification_and_checks_the_due_q
     let (code, r) = run(env(&gone)).await;
     assert_eq!(code, 5, "{r}");
     assert!(
-        findings(&r).contains(&("due_queue".into(), "error".into())),
+        common::doctor_checks(&r).contains(&("due_queue".into(), "error".into())),
         "{r}"
     );
     // Both the bucket and the submitter sending: a warning, not an error.
@@ -71,7 +56,7 @@ async fn under_submitter_the_doctor_expects_no_notification_and_checks_the_due_q
     let (code, r) = run(env(&url)).await;
     assert_eq!(code, 0, "{r}");
     assert!(
-        findings(&r).contains(&("notification".into(), "warning".into())),
+        common::doctor_checks(&r).contains(&("notification".into(), "warning".into())),
         "{r}"
     );
 }

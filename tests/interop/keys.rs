@@ -132,6 +132,56 @@ async fn on_seaweedfs_a_key_whose_task_buquet_cancelled_is_replayed_and_with_new
     .await;
 }
 
+/// buquet ends our task `old` as `ending` says (its worker fails it for
+/// good, or its client cancels it); the status it then has.
+fn end_by_buquet(s: &Shared, ending: Ending, old: &str) -> &'static str {
+    let (ended, why) = match ending {
+        Ending::Failed => {
+            let run = s.buquet(&["fail", "charge_card", "1"]);
+            assert_eq!(run["processed"], 1, "{run}");
+            ("failed", "PermanentError: declined")
+        }
+        Ending::Cancelled => {
+            let out = s.buquet(&["cancel", old, "order withdrawn"]);
+            assert_eq!(out["status"], "cancelled", "{out}");
+            ("cancelled", "order withdrawn")
+        }
+    };
+    let task = s.buquet(&["get", old]);
+    assert_eq!(task["status"], ended, "{task}");
+    assert!(task["last_error"].as_str().unwrap().contains(why), "{task}");
+    let task = s.buquet(&["get", old]);
+    assert_eq!(task["status"], ended, "{task}");
+    assert!(task["last_error"].as_str().unwrap().contains(why), "{task}");
+    ended
+}
+
+/// buquet's own submit of the key reads our record (its record type has
+/// no `replaces_task_id` and ignores it): the new task, and still a
+/// conflict for another input. It writes nothing.
+async fn theirs_reads_ours(s: &Shared, input: &Value, new: &str, path: &str, record: &Value) {
+    let theirs = s.buquet(&["submit", "charge_card", &input.to_string(), "pay-9"]);
+    assert_eq!(
+        (theirs["id"].as_str(), theirs["status"].as_str()),
+        (Some(new), Some("completed"))
+    );
+    let refused = s.buquet_skipping_check(
+        &[
+            "submit",
+            "charge_card",
+            r#"{"order":"ORD-9","cents":1}"#,
+            "pay-9",
+        ],
+        false,
+    );
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("Idempotency conflict"), "{why}");
+    assert_eq!(&s.object_json(path).await, record);
+    let keys = common::all_keys(&s.store).await;
+    assert_eq!(keys.iter().filter(|k| k.starts_with("tasks/")).count(), 2);
+}
+
 /// A keyed task of ours ended by buquet (`ending`): replayed as it ended,
 /// then, with `if_task_failed: new_task`, its key claimed over the record
 /// for a new task, which buquet's worker completes while the old task stays
@@ -143,21 +193,7 @@ async fn ended_key_reused(s: Shared, ending: Ending) {
     let (status, first) = s.post(submit.clone()).await;
     assert_eq!(status, 201, "{first}");
     let old = first["task_id"].as_str().unwrap().to_owned();
-    let (ended, why) = match ending {
-        Ending::Failed => {
-            let run = s.buquet(&["fail", "charge_card", "1"]);
-            assert_eq!(run["processed"], 1, "{run}");
-            ("failed", "PermanentError: declined")
-        }
-        Ending::Cancelled => {
-            let out = s.buquet(&["cancel", &old, "order withdrawn"]);
-            assert_eq!(out["status"], "cancelled", "{out}");
-            ("cancelled", "order withdrawn")
-        }
-    };
-    let task = s.buquet(&["get", &old]);
-    assert_eq!(task["status"], ended, "{task}");
-    assert!(task["last_error"].as_str().unwrap().contains(why), "{task}");
+    let ended = end_by_buquet(&s, ending, &old);
     let old_task = s.task_json(&old).await;
 
     // By default the key replays its task, as it ended.
@@ -226,29 +262,7 @@ async fn ended_key_reused(s: Shared, ending: Ending) {
         assert_eq!(again["replaces_task_id"], json!(old), "{again}");
     }
 
-    // buquet's own submit of the key reads our record (its record type has
-    // no `replaces_task_id` and ignores it): the new task, and still a
-    // conflict for another input. It writes nothing.
-    let theirs = s.buquet(&["submit", "charge_card", &input.to_string(), "pay-9"]);
-    assert_eq!(
-        (theirs["id"].as_str(), theirs["status"].as_str()),
-        (Some(new.as_str()), Some("completed"))
-    );
-    let refused = s.buquet_skipping_check(
-        &[
-            "submit",
-            "charge_card",
-            r#"{"order":"ORD-9","cents":1}"#,
-            "pay-9",
-        ],
-        false,
-    );
-    assert!(!refused.status.success());
-    let why = String::from_utf8_lossy(&refused.stderr);
-    assert!(why.contains("Idempotency conflict"), "{why}");
-    assert_eq!(s.object_json(&records[0]).await, record);
-    let keys = common::all_keys(&s.store).await;
-    assert_eq!(keys.iter().filter(|k| k.starts_with("tasks/")).count(), 2);
+    theirs_reads_ours(&s, &input, &new, &records[0], &record).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

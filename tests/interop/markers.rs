@@ -49,6 +49,44 @@ fn idle_worker_task_reads(s: &Shared, proxy: &ChaosProxy, seconds: &str) -> usiz
         .count()
 }
 
+/// The sweep function of `s`'s bucket, its clock `ahead` of now.
+fn sweeper_at(s: &Shared, ahead: Duration) -> Sweeper {
+    Sweeper {
+        queue: Queue::with_clock(
+            s.store.clone(),
+            Arc::new(ManualClock::new(Utc::now() + ahead)),
+            Settings::default(),
+        ),
+        bucket: s.bucket.clone(),
+        metrics: Metrics::collecting("sweep"),
+    }
+}
+
+/// Writes the marker the old rule left for the task `id` once a worker
+/// had run it: its minute of `available_at`.
+async fn stale_marker(s: &Shared, id: &str) {
+    let task: Value = serde_json::from_slice(
+        &s.app
+            .queue
+            .task(id.parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    let available: chrono::DateTime<Utc> = task["available_at"].as_str().unwrap().parse().unwrap();
+    let stale = format!(
+        "ready/{}/{:010}/{}",
+        task["shard"].as_str().unwrap(),
+        available.timestamp() / 60,
+        id
+    );
+    s.store
+        .put(&stale, bytes::Bytes::new(), PutMode::Overwrite)
+        .await
+        .unwrap();
+}
+
 /// Guarantee 10 with the queue's own worker consuming the bucket: tasks that
 /// buquet's worker ran get no marker again from their replays, from their
 /// records' real S3 events handed to `sweep`, or from a scheduled pass, so an
@@ -90,12 +128,7 @@ async fn tasks_a_buquet_worker_ran_get_no_marker_again_and_an_idle_worker_reads_
         .filter(|m| m.body().is_some_and(|b| b.contains("idempotency%2F")))
         .count();
     assert_eq!(events, 3, "one event per record write: {messages:?}");
-    let clock = ManualClock::new(Utc::now() + Duration::seconds(660));
-    let sweeper = Sweeper {
-        queue: Queue::with_clock(s.store.clone(), Arc::new(clock), Settings::default()),
-        bucket: s.bucket.clone(),
-        metrics: Metrics::collecting("sweep"),
-    };
+    let sweeper = sweeper_at(&s, Duration::seconds(660));
     let out = handle_sweep(
         &sweeper,
         LambdaEvent::new(common::sqs_event(&messages), Context::default()),
@@ -133,26 +166,7 @@ async fn tasks_a_buquet_worker_ran_get_no_marker_again_and_an_idle_worker_reads_
     );
 
     // The old rule's marker, for one finished task: read again and again.
-    let task: Value = serde_json::from_slice(
-        &s.app
-            .queue
-            .task(ids[0].parse().unwrap())
-            .await
-            .unwrap()
-            .unwrap(),
-    )
-    .unwrap();
-    let available: chrono::DateTime<Utc> = task["available_at"].as_str().unwrap().parse().unwrap();
-    let stale = format!(
-        "ready/{}/{:010}/{}",
-        task["shard"].as_str().unwrap(),
-        available.timestamp() / 60,
-        ids[0]
-    );
-    s.store
-        .put(&stale, bytes::Bytes::new(), PutMode::Overwrite)
-        .await
-        .unwrap();
+    stale_marker(&s, &ids[0]).await;
     let reads = idle_worker_task_reads(&s, &proxy, "3");
     assert!(
         reads >= 3,
@@ -163,15 +177,7 @@ async fn tasks_a_buquet_worker_ran_get_no_marker_again_and_an_idle_worker_reads_
     // stood for the late-write margin (its clock 17 minutes on): the task
     // is buquet's `completed`, so the marker goes, and the idle worker
     // reads no task again.
-    let later = Sweeper {
-        queue: Queue::with_clock(
-            s.store.clone(),
-            Arc::new(ManualClock::new(Utc::now() + Duration::minutes(17))),
-            Settings::default(),
-        ),
-        bucket: s.bucket.clone(),
-        metrics: Metrics::collecting("sweep"),
-    };
+    let later = sweeper_at(&s, Duration::minutes(17));
     let pass = handle_sweep(&later, LambdaEvent::new(json!({}), Context::default()))
         .await
         .unwrap();

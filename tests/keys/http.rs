@@ -1,6 +1,7 @@
+use super::*;
+
 // ---- the HTTP routes, every answer checked against docs/openapi.yaml ----
 
-use super::*;
 use common::handler::Harness;
 use idempotent_submit::MemoryStore;
 use idempotent_submit::lambda::Metrics;

@@ -3,17 +3,7 @@ use super::*;
 // ---- through the HTTP API ----
 
 fn app(w: &World) -> App {
-    let cfg = Config {
-        bucket: "unused".into(),
-        force_path_style: true,
-        tenant_isolation: false,
-        allow_key_reset: false,
-        settings: common::settings(),
-        record_events: idempotent_submit::RecordEvents::Bucket,
-        due_queue_url: None,
-        due_message: Default::default(),
-        s3_credentials_secret: None,
-    };
+    let cfg = common::lambda::config(false, common::settings());
     App::new(w.process(), &cfg, Metrics::collecting("submit"))
 }
 

@@ -205,18 +205,7 @@ async fn task_options_come_through_sqs_bodies_and_batch_items_and_bad_ones_are_r
 
 /// Ends `task_key`'s task as buquet's worker does when it gives up.
 async fn fail_task(h: &Harness, task_key: &str) {
-    let store = h.app.queue.engine().store();
-    let o = store.get(task_key).await.unwrap();
-    let mut task: Value = serde_json::from_slice(&o.body).unwrap();
-    task["status"] = json!("failed");
-    store
-        .put(
-            task_key,
-            task.to_string().into(),
-            idempotent_submit::store::PutMode::Update(o.meta.etag),
-        )
-        .await
-        .unwrap();
+    common::end_task(h.app.queue.engine().store().as_ref(), task_key, "failed").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -121,12 +121,7 @@ fn cfn_lint_is_clean_in_submitter_mode_at_another_provider() {
         ])
         .output()
         .expect("cfn-lint is installed (make test installs it)");
-    assert!(
-        o.status.success(),
-        "cfn-lint: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_lint_clean(&o);
 }
 
 #[test]
