@@ -79,7 +79,7 @@ impl Input {
 fn new_task_id(req: &SubmitRequest) -> Uuid {
     req.tenant
         .as_ref()
-        .map_or_else(Uuid::new_v4, Tenant::new_task_id)
+        .map_or_else(super::names::new_id, Tenant::new_task_id)
 }
 
 /// What differs between the record `existing` holds and the request `req`
@@ -522,7 +522,7 @@ impl Engine {
             expires_at,
             // With the task id, kept across retries: that is how a retry
             // recognizes its own earlier write.
-            write_id: Some(Uuid::new_v4()),
+            write_id: Some(super::names::new_id()),
             tenant: tenant_id,
             options_hash: req.options.hash(),
             // Carried by the record's bytes, not copied into it.
