@@ -13,6 +13,7 @@ mod actors;
 mod checks;
 mod explore;
 mod gate;
+mod planted_bugs;
 mod sim;
 mod worlds;
 

@@ -81,7 +81,7 @@ pub fn queue(gate: &GateStore, settings: &Settings, events: Events, bug: Option<
     let planted = Planted {
         inner: gate.clone(),
         bug,
-        writes: Arc::default(),
+        writes: super::gate::lock(&gate.state).writes.clone(),
         armed: Arc::default(),
     };
     let clock = Arc::new(gate.clock.clone()) as Arc<dyn Clock>;

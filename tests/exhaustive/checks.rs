@@ -51,6 +51,8 @@ pub struct Checks {
     seen: usize,
     /// Task objects created, by key.
     created: Vec<String>,
+    /// A guarantee seen broken while observing.
+    broken: Option<String>,
 }
 
 pub fn time_field(body: &[u8], field: &str) -> Option<DateTime<Utc>> {
@@ -67,6 +69,9 @@ pub fn hash_of(input: u8) -> String {
 /// Every guarantee, after one step.
 pub fn after_step(sim: &mut Sim) -> Result<(), String> {
     observe(sim);
+    if let Some(e) = sim.checks.broken.take() {
+        return Err(e);
+    }
     check_writes(sim)?;
     for i in 0..sim.actors.len() {
         let a = &sim.actors[i];
@@ -80,6 +85,7 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
 /// Notes each record's life as the bucket shows it now.
 fn observe(sim: &mut Sim) {
     let step = sim.step;
+    let now = sim.clock.now();
     let current: Vec<(String, Bytes, DateTime<Utc>)> = sim
         .bucket
         .snapshot()
@@ -94,6 +100,16 @@ fn observe(sim: &mut Sim) {
             .any(|(k, b, lm)| *k == life.key && *b == life.body && *lm == life.last_modified);
         if !still {
             life.to = Some(step);
+            if now < life.record.expires_at && !life.reset() {
+                let by = current.iter().find(|(k, ..)| *k == life.key);
+                let reset = by.and_then(|(_, b, _)| serde_json::from_slice::<Record>(b).ok());
+                if !reset.is_some_and(|r| r.reset_at.is_some()) {
+                    sim.checks.broken.get_or_insert(format!(
+                        "guarantee 1: the live record of {} (task {}) was deleted or replaced before it expired",
+                        life.key, life.record.task_id
+                    ));
+                }
+            }
         }
     }
     for (key, body, lm) in current {
@@ -128,9 +144,10 @@ fn life_of_task<'a>(lives: &'a [Life], id: &str) -> Option<&'a Life> {
 /// record, never rewritten by us; every task and marker write sent before
 /// its record's finish deadline.
 fn check_writes(sim: &mut Sim) -> Result<(), String> {
-    let log = gate::lock(&sim.gate.state).log.clone();
+    let log = gate::lock(&sim.gate.state).log[sim.checks.seen..].to_vec();
     let window = sim.settings.finish_window;
-    for l in &log[sim.checks.seen..] {
+    sim.checks.seen += log.len();
+    for l in &log {
         let ours = !matches!(sim.actors[l.actor].role, Role::Worker);
         let (Some(id), true) = (actors::id_of(&l.key), ours && l.kind.is_write()) else {
             continue;
@@ -161,16 +178,14 @@ fn check_writes(sim: &mut Sim) -> Result<(), String> {
             }
         }
     }
-    sim.checks.seen = log.len();
     Ok(())
 }
 
 fn object(sim: &Sim, key: &str) -> Option<Bytes> {
-    sim.bucket
-        .snapshot()
-        .into_iter()
-        .find(|(k, ..)| k == key)
-        .map(|(_, b, ..)| b)
+    use idempotent_submit::store::Store;
+    super::sim::now_or_never(sim.bucket.get(key))
+        .and_then(Result::ok)
+        .map(|o| o.body)
 }
 
 /// A marker of task `id` is in the bucket.
@@ -197,7 +212,37 @@ pub fn finished(sim: &Sim, life: &Life) -> Result<(), String> {
     Ok(())
 }
 
+/// Guarantee 10: once an actor of ours ended cleanly, no marker it wrote
+/// names a task a worker has taken.
+fn check_markers_of(sim: &Sim, i: usize) -> Result<(), String> {
+    let log: Vec<gate::Landed> = gate::lock(&sim.gate.state)
+        .log
+        .iter()
+        .filter(|l| l.actor == i && l.ok && l.key.starts_with("ready/"))
+        .filter(|l| matches!(l.kind, Kind::Put | Kind::PutCreate | Kind::PutUpdate))
+        .cloned()
+        .collect();
+    let keys = sim.bucket.keys();
+    for l in &log {
+        if !keys.contains(&l.key) {
+            continue;
+        }
+        let Some(task) = actors::task_of_marker(&l.key).and_then(|t| object(sim, &t)) else {
+            continue;
+        };
+        let v: serde_json::Value = serde_json::from_slice(&task).unwrap_or_default();
+        if v["status"] != "pending" {
+            return Err(format!(
+                "guarantee 10: #{i} ended, its marker {} (written at {}, {:?}) names a task that is {}",
+                l.key, l.at, l.kind, v["status"]
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
+    check_markers_of(sim, i)?;
     let a = &sim.actors[i];
     match (&a.role, &a.outcome) {
         (role, Some(Outcome::Submitted(rs))) => {
@@ -240,6 +285,12 @@ fn check_submit(
                     "guarantee 1: answered {id}, the task of no life of its record during the submit"
                 ));
             };
+            // Guarantee 6: S3's earliest time may stand a second behind.
+            if life.record.expires_at + Duration::seconds(1) <= a.started_at {
+                return Err(format!(
+                    "guarantee 6: answered {id} of a record expired before the submit began"
+                ));
+            }
             if life.record.input_hash != hash_of(input) {
                 return Err("guarantee 5: accepted over a record of another input".into());
             }
@@ -252,7 +303,19 @@ fn check_submit(
                 }
                 return Ok(());
             }
-            finished(sim, life).map_err(|e| format!("guarantee 3: answered {}: {e}", s.status))
+            let past = now >= life.last_modified + st.finish_window - Duration::seconds(2);
+            match finished(sim, life) {
+                Err(e) if !past || sim.spec.limits => Err(format!(
+                    "guarantee 3{}: answered {}: {e}",
+                    if past {
+                        " (past the finish deadline)"
+                    } else {
+                        ""
+                    },
+                    s.status
+                )),
+                _ => Ok(()),
+            }
         }
         Err(SubmitError::Conflict { .. }) => {
             if !lives.iter().any(|l| l.record.input_hash != hash_of(input)) {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::future::poll_fn;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::Poll;
+use std::task::{Poll, Waker};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -90,6 +90,9 @@ pub struct Request {
     pub kind: Kind,
     pub key: String,
     pub write: Option<Write>,
+    /// When it was sent (signed): it can land until the late-write margin
+    /// after that.
+    pub sent: DateTime<Utc>,
 }
 
 /// A request that reached the bucket (or the queue).
@@ -131,6 +134,9 @@ pub struct GateState {
     pub next_id: u64,
     pub pending: Vec<Request>,
     pub decided: HashMap<u64, Fault>,
+    /// Who to wake when a request is decided (a batch's items are polled
+    /// only when woken).
+    pub wakers: HashMap<u64, Waker>,
     /// Actors that died at a request: the explorer drops them.
     pub crashed: Vec<usize>,
     pub log: Vec<Landed>,
@@ -143,6 +149,8 @@ pub struct GateState {
     pub s3_events: bool,
     /// The due queue's delay (`STALE_CREATING_AFTER_SECONDS`).
     pub queue_delay: Duration,
+    /// Every write that landed, as the planted bugs read them.
+    pub writes: Arc<Mutex<Vec<super::Write>>>,
 }
 
 pub type Shared = Arc<Mutex<GateState>>;
@@ -162,6 +170,9 @@ impl GateState {
     pub fn decide(&mut self, id: u64, fault: Fault) {
         self.pending.retain(|r| r.id != id);
         self.decided.insert(id, fault);
+        if let Some(w) = self.wakers.remove(&id) {
+            w.wake();
+        }
     }
 
     /// Drops what a dead actor was still waiting for.
@@ -203,12 +214,19 @@ impl GateStore {
                 kind,
                 key: key.to_owned(),
                 write,
+                sent,
             });
             (id, actor)
         };
-        let fault = poll_fn(|_| match lock(&self.state).decided.remove(&id) {
-            Some(f) => Poll::Ready(f),
-            None => Poll::Pending,
+        let fault = poll_fn(|cx| {
+            let mut s = lock(&self.state);
+            match s.decided.remove(&id) {
+                Some(f) => Poll::Ready(f),
+                None => {
+                    s.wakers.insert(id, cx.waker().clone());
+                    Poll::Pending
+                }
+            }
         })
         .await;
         (fault, actor, sent)
@@ -272,6 +290,13 @@ impl GateStore {
                 sent_at: None,
                 visible,
             });
+        }
+        if let (true, Some(b)) = (ok, &body) {
+            let w = super::Write {
+                key: key.to_owned(),
+                body: b.clone(),
+            };
+            s.writes.lock().unwrap_or_else(|e| e.into_inner()).push(w);
         }
         s.log.push(Landed {
             actor,

@@ -55,6 +55,13 @@ pub struct Spec {
     pub deliver: bool,
     /// The longest schedule.
     pub depth: usize,
+    /// Actors start when the explorer chooses (a submit after expiry);
+    /// otherwise all at once, at the start.
+    pub late_starts: bool,
+    /// Check the documented limits too (docs/protocol.md names each with
+    /// its shortest trace): a replay past the finish deadline answering a
+    /// task whose marker never landed.
+    pub limits: bool,
     pub bug: Option<Bug>,
 }
 
@@ -187,8 +194,12 @@ impl Sim {
             ids,
         };
         for role in &spec.actors {
-            sim.add(role.clone());
+            let i = sim.add(role.clone());
+            if !spec.late_starts {
+                sim.launch(i);
+            }
         }
+        sim.settle();
         sim
     }
 
@@ -231,9 +242,10 @@ impl Sim {
             if !faults_left {
                 continue;
             }
-            let mut fs = vec![Fault::Unavailable];
+            // A read's 503 is only retried: its crashes are what a read adds.
+            let mut fs = Vec::new();
             if r.kind.is_write() {
-                fs.push(Fault::Lost);
+                fs.extend([Fault::Unavailable, Fault::Lost]);
                 if self.spec.slow {
                     fs.push(Fault::Slow);
                 }
@@ -259,22 +271,24 @@ impl Sim {
         if self.passes < self.spec.passes {
             out.push(Choice::Pass);
         }
-        if self.advances < self.spec.advances
-            && let Some(b) = self.next_boundary()
-        {
-            if b - Duration::seconds(1) > now {
-                out.push(Choice::Advance(b - Duration::seconds(1)));
+        if self.advances < self.spec.advances {
+            // Every boundary to come, and a second before the next one.
+            let bs = self.boundaries();
+            if let Some(b) = bs.first().map(|b| *b - Duration::seconds(1))
+                && b > now
+            {
+                out.push(Choice::Advance(b));
             }
-            out.push(Choice::Advance(b));
+            out.extend(bs.into_iter().map(Choice::Advance));
         }
         out
     }
 
-    /// The next instant at which something the protocol judges by time
-    /// changes: a record's staleness, finish deadline, late-write margin
+    /// The instants to come at which something the protocol judges by
+    /// time changes, in order: a record's staleness, finish deadline, late-write margin
     /// and expiry; a message's visibility; a slow write's last chance; a
     /// running actor's operation deadline.
-    pub fn next_boundary(&self) -> Option<DateTime<Utc>> {
+    pub fn boundaries(&self) -> Vec<DateTime<Utc>> {
         let now = self.clock.now();
         let st = &self.settings;
         let mut times = Vec::new();
@@ -300,7 +314,10 @@ impl Sim {
                 times.push(a.started_at + st.operation_timeout);
             }
         }
-        times.into_iter().filter(|t| *t > now).min()
+        let mut times: Vec<DateTime<Utc>> = times.into_iter().filter(|t| *t > now).collect();
+        times.sort();
+        times.dedup();
+        times
     }
 
     /// Takes `c`, runs every actor as far as it goes, and checks every
@@ -324,6 +341,7 @@ impl Sim {
             }
             Choice::Advance(t) => {
                 self.advances += 1;
+                self.time_out_in_flight();
                 self.clock.set(*t);
                 let margin = self.settings.late_write_margin;
                 gate::lock(&self.gate.state)
@@ -348,10 +366,34 @@ impl Sim {
             self.crashes += 1;
         }
         if f == Fault::Slow {
-            let sent = self.clock.now();
+            let sent = r.sent;
             s.ghosts.push(gate::Ghost { request: r, sent });
         }
         s.decide(id, f);
+    }
+
+    /// The clock jumps while requests are in flight: each attempt times
+    /// out, and a write among them may still land, up to the late-write
+    /// margin after it was sent.
+    fn time_out_in_flight(&mut self) {
+        let ids: Vec<(u64, usize, bool)> = gate::lock(&self.gate.state)
+            .pending
+            .iter()
+            .map(|r| (r.id, r.actor, r.kind.is_write()))
+            .collect();
+        for (id, actor, write) in ids {
+            self.actors[actor].faulted = true;
+            let mut s = gate::lock(&self.gate.state);
+            if write {
+                if let Some(r) = s.pending.iter().find(|r| r.id == id).cloned() {
+                    let sent = r.sent;
+                    s.ghosts.push(gate::Ghost { request: r, sent });
+                }
+                s.decide(id, Fault::Slow);
+            } else {
+                s.decide(id, Fault::Unavailable);
+            }
+        }
     }
 
     fn land(&mut self, id: u64) {
@@ -468,7 +510,7 @@ impl Sim {
         let s = gate::lock(&self.gate.state);
         s.queue.hash(&mut h);
         for r in &s.pending {
-            (r.actor, r.kind, &r.key).hash(&mut h);
+            (r.actor, r.kind, &r.key, r.sent).hash(&mut h);
         }
         for g in &s.ghosts {
             (g.request.actor, g.request.kind, &g.request.key, g.sent).hash(&mut h);

@@ -26,8 +26,10 @@ fn spec(name: &'static str, store: StoreKind, actors: Vec<Role>) -> Spec {
         advances: 0,
         passes: 0,
         deliver: false,
-        depth: 12,
+        depth: 10,
         bug: None,
+        late_starts: false,
+        limits: false,
     }
 }
 
@@ -68,7 +70,86 @@ fn two_submits_of_one_key_with_other_inputs_keep_every_guarantee_in_every_schedu
     }
 }
 
-#[allow(dead_code)]
-fn unused() -> DueOrder {
-    DueOrder::default()
+#[test]
+fn a_submit_with_the_sweeper_by_its_due_message_and_by_the_pass_then_expiry_and_a_submit_after_it()
+{
+    for store in STORES {
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            advances: 3,
+            passes: 1,
+            deliver: true,
+            late_starts: true,
+            depth: 10,
+            ..spec("sweeper, expiry, submit after", store, vec![a.clone(), a])
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_submit_its_replay_a_key_reset_and_a_submit_after_the_reset_keep_every_guarantee() {
+    for store in STORES {
+        let a = Role::Submit { key: "k", input: 1 };
+        let reset = Role::Reset { key: "k" };
+        let w = Spec {
+            depth: 11,
+            ..spec(
+                "submit, replay, reset, submit",
+                store,
+                vec![a.clone(), a.clone(), reset, a],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn submitter_due_messages_sent_before_the_claim_leave_no_record_behind() {
+    for store in STORES {
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            events: Events::Submitter(DueOrder::BeforeClaim),
+            advances: 2,
+            deliver: true,
+            depth: 10,
+            ..spec("submitter, before_claim", store, vec![a.clone(), a])
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_batch_of_two_items_sharing_one_send_message_batch_keeps_every_guarantee() {
+    for store in STORES {
+        let batch = Role::Batch {
+            items: vec![("k", 1), ("j", 1)],
+        };
+        let w = Spec {
+            events: Events::Submitter(DueOrder::BeforeClaim),
+            advances: 1,
+            deliver: true,
+            depth: 10,
+            ..spec("batch of two, one SendMessageBatch", store, vec![batch])
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn buquets_worker_claiming_and_deleting_the_marker_beside_submits_and_the_sweeper() {
+    for store in STORES {
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            advances: 1,
+            deliver: true,
+            depth: 10,
+            ..spec(
+                "worker beside submits",
+                store,
+                vec![a.clone(), a, Role::Worker],
+            )
+        };
+        holds(w);
+    }
 }
