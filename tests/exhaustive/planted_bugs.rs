@@ -93,6 +93,8 @@ fn the_checker_finds_a_finisher_that_never_writes_a_missing_marker() {
 fn the_checker_finds_a_write_past_the_finish_deadline() {
     let w = Spec {
         advances: 1,
+        faults: 0,
+        crashes: 0,
         late_starts: true,
         ..world("deadline", twice(), Some(Bug::IgnoreFinishDeadline))
     };
@@ -103,6 +105,8 @@ fn the_checker_finds_a_write_past_the_finish_deadline() {
 fn the_checker_finds_missing_answered_inside_the_late_write_margin() {
     let w = Spec {
         advances: 1,
+        faults: 0,
+        crashes: 0,
         late_starts: true,
         ..world("margin", twice(), Some(Bug::MissingWithoutMargin))
     };
