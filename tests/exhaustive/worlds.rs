@@ -26,7 +26,7 @@ fn spec(name: &'static str, store: StoreKind, actors: Vec<Role>) -> Spec {
         advances: 0,
         passes: 0,
         deliver: false,
-        depth: 10,
+        depth: 8,
         bug: None,
         late_starts: false,
         limits: false,
@@ -80,7 +80,7 @@ fn a_submit_with_the_sweeper_by_its_due_message_and_by_the_pass_then_expiry_and_
             passes: 1,
             deliver: true,
             late_starts: true,
-            depth: 10,
+            depth: 7,
             ..spec("sweeper, expiry, submit after", store, vec![a.clone(), a])
         };
         holds(w);
@@ -93,7 +93,7 @@ fn a_submit_its_replay_a_key_reset_and_a_submit_after_the_reset_keep_every_guara
         let a = Role::Submit { key: "k", input: 1 };
         let reset = Role::Reset { key: "k" };
         let w = Spec {
-            depth: 11,
+            depth: 7,
             ..spec(
                 "submit, replay, reset, submit",
                 store,
@@ -112,7 +112,7 @@ fn submitter_due_messages_sent_before_the_claim_leave_no_record_behind() {
             events: Events::Submitter(DueOrder::BeforeClaim),
             advances: 2,
             deliver: true,
-            depth: 10,
+            depth: 7,
             ..spec("submitter, before_claim", store, vec![a.clone(), a])
         };
         holds(w);
@@ -129,7 +129,7 @@ fn a_batch_of_two_items_sharing_one_send_message_batch_keeps_every_guarantee() {
             events: Events::Submitter(DueOrder::BeforeClaim),
             advances: 1,
             deliver: true,
-            depth: 10,
+            depth: 7,
             ..spec("batch of two, one SendMessageBatch", store, vec![batch])
         };
         holds(w);
@@ -143,7 +143,7 @@ fn buquets_worker_claiming_and_deleting_the_marker_beside_submits_and_the_sweepe
         let w = Spec {
             advances: 1,
             deliver: true,
-            depth: 10,
+            depth: 7,
             ..spec(
                 "worker beside submits",
                 store,
@@ -153,3 +153,4 @@ fn buquets_worker_claiming_and_deleting_the_marker_beside_submits_and_the_sweepe
         holds(w);
     }
 }
+
