@@ -252,6 +252,10 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
             Ok(())
         }
         (Role::Sweep(m), Some(Outcome::Swept(o))) => check_swept(sim, i, &m.key, o),
+        // The worker's reads meet no fault but a crash, which ends it.
+        (Role::Worker, Some(Outcome::Worked(w))) if w == "listing failed" => {
+            Err(format!("#{i}: the worker's listing failed without a fault"))
+        }
         (_, Some(Outcome::Reset(Err(e)))) | (_, Some(Outcome::Passed(Err(e)))) => {
             expected_error(sim, i, e)
         }

@@ -31,6 +31,8 @@ pub struct Report {
 #[derive(Debug, Clone)]
 pub struct Failure {
     pub message: String,
+    /// Its length in steps (the trace also says what each actor answered).
+    pub steps: usize,
     pub trace: Vec<String>,
 }
 
@@ -52,12 +54,7 @@ impl Report {
         match &self.failure {
             None => "no guarantee broke".into(),
             Some(f) => {
-                let steps: Vec<String> = f
-                    .trace
-                    .iter()
-                    .enumerate()
-                    .map(|(n, s)| format!("  {:>2}. {s}", n + 1))
-                    .collect();
+                let steps: Vec<String> = f.trace.iter().map(|s| format!("  {s}")).collect();
                 format!("{}\n{}", f.message, steps.join("\n"))
             }
         }
@@ -91,7 +88,7 @@ pub fn explore(spec: &Spec) -> Report {
         failure: None,
     };
     let mut visited: HashMap<u64, usize> = HashMap::new();
-    let mut stack: Vec<Vec<usize>> = vec![Vec::new()];
+    let mut stack: Vec<(Vec<usize>, u64)> = vec![(Vec::new(), 0)];
     while let Some(prefix) = stack.pop() {
         if let Err(f) = walk(spec, prefix, &mut visited, &mut stack, &mut report) {
             report.failure = Some(f);
@@ -107,13 +104,17 @@ pub fn explore(spec: &Spec) -> Report {
 /// others on `stack`, until the schedule ends.
 fn walk(
     spec: &Spec,
-    mut path: Vec<usize>,
+    (mut path, parent): (Vec<usize>, u64),
     visited: &mut HashMap<u64, usize>,
-    stack: &mut Vec<Vec<usize>>,
+    stack: &mut Vec<(Vec<usize>, u64)>,
     report: &mut Report,
 ) -> Result<(), Failure> {
     let mut sim = Sim::new(spec);
-    for &n in &path {
+    for (k, &n) in path.iter().enumerate() {
+        // A replay must reach the state the first run branched from.
+        if k + 1 == path.len() {
+            assert_eq!(sim.digest(), parent, "a replay diverged: {:?}", sim.trace);
+        }
         let c = sim.choices().swap_remove(n);
         step(&mut sim, &c, report)?;
     }
@@ -125,6 +126,7 @@ fn walk(
             return Ok(());
         }
         *seen = path.len();
+        let here = sim.digest();
         let choices = sim.choices();
         if path.len() >= spec.depth || choices.is_empty() {
             report.schedules += 1;
@@ -133,7 +135,7 @@ fn walk(
         for n in (1..choices.len()).rev() {
             let mut next = path.clone();
             next.push(n);
-            stack.push(next);
+            stack.push((next, here));
         }
         path.push(0);
         step(&mut sim, &choices[0], report)?;
@@ -144,6 +146,7 @@ fn step(sim: &mut Sim, c: &Choice, report: &mut Report) -> Result<(), Failure> {
     report.steps += 1;
     sim.apply(c).map_err(|message| Failure {
         message,
+        steps: sim.step,
         trace: sim.trace.clone(),
     })
 }

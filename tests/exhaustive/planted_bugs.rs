@@ -43,7 +43,7 @@ fn caught(spec: Spec, needle: &str) -> Report {
     println!(
         "planted {:?}: {} steps, {:.1} s, {} states\n{}",
         spec.bug,
-        r.failure.as_ref().map_or(0, |f| f.trace.len()),
+        r.failure.as_ref().map_or(0, |f| f.steps),
         r.elapsed.as_secs_f64(),
         r.states,
         r.trace()
@@ -52,7 +52,7 @@ fn caught(spec: Spec, needle: &str) -> Report {
     assert!(f.message.contains(needle), "{:?}: {}", spec.bug, f.message);
     let clean = explore::explore(&Spec {
         bug: None,
-        depth: f.trace.len(),
+        depth: f.steps,
         ..spec
     });
     assert!(
@@ -142,11 +142,7 @@ fn with_claim_a_process_dying_between_its_record_and_its_due_message_leaves_the_
     println!("model-check limit: {}\n{}", r.line(), r.trace());
     let f = r.failure.as_ref().expect("the documented window is found");
     assert!(f.message.contains("guarantee 4"), "{}", f.message);
-    assert!(
-        f.trace.len() <= 4,
-        "the window is a few steps: {}",
-        r.trace()
-    );
+    assert!(f.steps <= 4, "the window is a few steps: {}", r.trace());
 }
 
 /// The second limit, printed: a replay past the finish deadline answers the

@@ -18,7 +18,7 @@ use idempotent_submit::store::memory::Behaviour;
 use idempotent_submit::{Clock, ListOrder, ManualClock, Settings};
 
 use super::actors::{self, Events, Outcome, Role, Running};
-use super::gate::{self, Fault, GateState, GateStore, Kind};
+use super::gate::{self, Fault, GateState, GateStore};
 use super::planted::Bug;
 
 /// The store behaviours the protocol supports.
@@ -324,7 +324,8 @@ impl Sim {
     /// guarantee.
     pub fn apply(&mut self, c: &Choice) -> Result<(), String> {
         self.step += 1;
-        self.trace.push(self.describe(c));
+        let what = format!("{:>2}. {}", self.step, self.describe(c));
+        self.trace.push(what);
         match c {
             Choice::Start(i) => self.launch(*i),
             Choice::Decide(id, f) => self.decide(*id, *f),
@@ -438,6 +439,8 @@ impl Sim {
                 a.run = None;
                 a.span.1 = self.step;
                 a.outcome = Some(o);
+                let answered = format!("      #{i} answered {:?}", a.outcome);
+                self.trace.push(answered);
                 self.requeue_if_handed_back(i);
             }
         }
@@ -520,15 +523,6 @@ impl Sim {
         }
         (self.faults, self.crashes, self.advances, self.passes).hash(&mut h);
         h.finish()
-    }
-
-    /// The requests that reached the bucket whose kind is `kind`.
-    pub fn landed(&self, kind: Kind) -> usize {
-        gate::lock(&self.gate.state)
-            .log
-            .iter()
-            .filter(|l| l.kind == kind)
-            .count()
     }
 }
 
