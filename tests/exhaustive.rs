@@ -18,8 +18,10 @@ mod sim;
 mod worlds;
 
 // The model test's planted bugs, the same file: its store wrappers and
-// settings run here on the gate.
-#[allow(dead_code)]
+// settings run here on the gate. Included a second time (tests/model.rs
+// keeps its copy private, and each includer gives it its own history of
+// writes, `super::Write`).
+#[allow(dead_code, clippy::duplicate_mod)]
 #[path = "model/planted.rs"]
 mod planted;
 
