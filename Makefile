@@ -10,7 +10,7 @@ export PATH := $(VENV)/bin:$(PATH)
 # The pinned npm tools of tests/clients (make tools).
 NODE_TOOLS := $(CURDIR)/tests/clients/node_modules
 
-.PHONY: test tools fmt-check clippy clippy-unbuilt lib-only openapi sam-validate deploy-check api-fuzz clients build run clean soak fuzz bench mutants chaos chaos-damage chaos-seaweedfs
+.PHONY: test model-check tools fmt-check clippy clippy-unbuilt lib-only openapi sam-validate deploy-check api-fuzz clients build run clean soak fuzz bench mutants chaos chaos-damage chaos-seaweedfs
 
 # Every test once, with the testing feature (fault injection; it turns on
 # `schemas` too): the unit tests, the integration-test crates (tests/suite.rs
@@ -151,6 +151,18 @@ run:
 SOAK_SCHEDULES ?= 50000
 soak:
 	MODEL_SCHEDULES=$(SOAK_SCHEDULES) MODEL_BASE_SEED=$$(date +%s) $(CARGO) test --release --locked --features testing --test suite -- model:: --nocapture
+	MODEL_CHECK_DEPTH=$(SOAK_MODEL_CHECK_DEPTH) $(MAKE) --no-print-directory model-check
+
+# The exhaustive checker alone (tests/exhaustive/; docs/testing.md, "The
+# exhaustive checker"): every schedule of each small world up to its depth,
+# one line per world and store (states, schedules, depth, steps, time), the
+# planted bugs' shortest traces and the known window's. MODEL_CHECK_DEPTH=n
+# deepens every world by n steps (make soak: SOAK_MODEL_CHECK_DEPTH).
+MODEL_CHECK_DEPTH ?= 0
+SOAK_MODEL_CHECK_DEPTH ?= 2
+model-check:
+	MODEL_CHECK_DEPTH=$(MODEL_CHECK_DEPTH) $(CARGO) test --locked --features testing \
+	  --test suite -- exhaustive:: --nocapture --test-threads 2
 
 # The chaos world at length (tests/chaos.rs, a module of the suite;
 # docs/reliability.md): the release binaries (profile chaos: release's, into

@@ -18,6 +18,7 @@ mod clock;
 mod due_events;
 mod due_queue;
 mod due_submitter;
+mod exhaustive;
 mod fuzz;
 mod interop;
 mod keys;

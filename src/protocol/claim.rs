@@ -23,7 +23,7 @@ use super::task_options::TaskFields;
 fn new_task_id(req: &SubmitRequest) -> Uuid {
     req.tenant
         .as_ref()
-        .map_or_else(Uuid::new_v4, Tenant::new_task_id)
+        .map_or_else(super::names::new_id, Tenant::new_task_id)
 }
 
 /// A submit's own object that did not serialize: an error, never an empty
@@ -95,7 +95,7 @@ impl Engine {
             expires_at,
             // With the task id, kept across retries: that is how a retry
             // recognizes its own earlier write.
-            write_id: Some(Uuid::new_v4()),
+            write_id: Some(super::names::new_id()),
             tenant: tenant_id,
             options_hash: req.options.hash(),
             // Carried by the record's bytes, not copied into it.

@@ -237,6 +237,32 @@ impl IfTaskFailed {
     }
 }
 
+/// A new random id (task ids, write ids). With the `testing` feature a
+/// thread may take its ids from [`set_id_source`] instead: the exhaustive
+/// checker (tests/exhaustive/) replays a schedule from scratch and needs
+/// the same ids every time.
+pub fn new_id() -> uuid::Uuid {
+    #[cfg(feature = "testing")]
+    if let Some(id) = ID_SOURCE.with(|s| s.borrow_mut().as_mut().map(|f| f())) {
+        return id;
+    }
+    uuid::Uuid::new_v4()
+}
+
+#[cfg(feature = "testing")]
+type IdSource = Box<dyn FnMut() -> uuid::Uuid>;
+
+#[cfg(feature = "testing")]
+thread_local! {
+    static ID_SOURCE: std::cell::RefCell<Option<IdSource>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Where [`new_id`] takes this thread's ids from (`None`: random again).
+#[cfg(feature = "testing")]
+pub fn set_id_source(source: Option<IdSource>) {
+    ID_SOURCE.with(|s| *s.borrow_mut() = source);
+}
+
 /// An authenticated caller whose keys are kept apart from everyone else's
 /// (`TENANT_ISOLATION=on`). Only the principal's hash is kept.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -278,7 +304,7 @@ impl Tenant {
     /// (claim, complete); the seal lives in the id, which every writer
     /// keeps, so `GET /tasks/{id}` still knows whose task it is.
     pub fn new_task_id(&self) -> uuid::Uuid {
-        let random = *uuid::Uuid::new_v4().as_bytes();
+        let random = *new_id().as_bytes();
         let mut bytes = *uuid::Builder::from_custom_bytes(random)
             .into_uuid()
             .as_bytes();

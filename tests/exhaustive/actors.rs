@@ -1,0 +1,183 @@
+//! The actors of a world: what each one runs, as a future over the real
+//! `Queue`/`Engine` (or, for the worker, over the store as buquet 0.1's
+//! worker uses it). Each actor is one process: its own engine, its requests
+//! through the gate.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use idempotent_submit::due_sender::DueOrder;
+use idempotent_submit::protocol::{RecordOutcome, SweepOptions, SweepSummary};
+use idempotent_submit::store::{PutMode, Store};
+use idempotent_submit::{Clock, Queue, Reset, Settings, SubmitError, Submitted};
+use serde_json::{Value, json};
+
+use super::gate::{GateDue, GateStore, Message};
+use super::planted::{self, Bug, Planted};
+
+/// The scope every key of a world lives in (the task type's own).
+pub const TASK_TYPE: &str = "t";
+pub const BUCKET: &str = "exhaustive-bucket";
+
+/// What an actor does.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// A keyed submit of `key` with input number `input`.
+    Submit { key: &'static str, input: u8 },
+    /// `submit_many` of keyed items, one `SendMessageBatch` for their due
+    /// messages under `RECORD_EVENTS=submitter`.
+    Batch { items: Vec<(&'static str, u8)> },
+    /// An operator's key reset.
+    Reset { key: &'static str },
+    /// The sweeper on one due message.
+    Sweep(Message),
+    /// The sweeper's scheduled pass.
+    Pass,
+    /// buquet's worker: one poll of the ready index, claiming, deleting
+    /// the marker, completing.
+    Worker,
+}
+
+impl Role {
+    /// A submit's key and input, for the checks.
+    pub fn submits(&self) -> Vec<(&'static str, u8)> {
+        match self {
+            Role::Submit { key, input } => vec![(key, *input)],
+            Role::Batch { items } => items.clone(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// What an actor ended with.
+#[derive(Debug)]
+pub enum Outcome {
+    Submitted(Vec<Result<Submitted, SubmitError>>),
+    Reset(Result<Reset, SubmitError>),
+    Swept(RecordOutcome),
+    Passed(Result<SweepSummary, SubmitError>),
+    Worked(String),
+}
+
+pub type Running = Pin<Box<dyn Future<Output = Outcome>>>;
+
+/// How the records' due messages reach the sweeper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Events {
+    /// The bucket's S3 events.
+    S3,
+    /// `RECORD_EVENTS=submitter`, each message sent in this order.
+    Submitter(DueOrder),
+}
+
+pub fn input_of(input: u8) -> Value {
+    json!({ "n": input })
+}
+
+/// One process's queue over the gate, with the planted bug if any.
+pub fn queue(gate: &GateStore, settings: &Settings, events: Events, bug: Option<Bug>) -> Queue {
+    let planted = Planted {
+        inner: gate.clone(),
+        bug,
+        writes: super::gate::lock(&gate.state).writes.clone(),
+        armed: Arc::default(),
+    };
+    let clock = Arc::new(gate.clock.clone()) as Arc<dyn Clock>;
+    let s = planted::engine_settings(bug, settings);
+    let q = Queue::with_clock(crate::common::Wrapped(planted), clock, s);
+    match events {
+        Events::S3 => q,
+        Events::Submitter(order) => q.with_due_sender_ordered(GateDue(gate.clone()), BUCKET, order),
+    }
+}
+
+/// The future of `role` run by a process on `q` (`store`: the gate, for
+/// the worker).
+pub fn start(role: &Role, q: Queue, store: GateStore) -> Running {
+    match role.clone() {
+        Role::Submit { key, input } => Box::pin(async move {
+            let r = q
+                .submit(TASK_TYPE, input_of(input))
+                .idempotency_key(key)
+                .await;
+            Outcome::Submitted(vec![r])
+        }),
+        Role::Batch { items } => Box::pin(async move {
+            let builders = items
+                .iter()
+                .map(|(k, i)| q.submit(TASK_TYPE, input_of(*i)).idempotency_key(*k));
+            Outcome::Submitted(q.submit_many(builders).await)
+        }),
+        Role::Reset { key } => {
+            Box::pin(async move { Outcome::Reset(q.reset_key(TASK_TYPE, key, None).await) })
+        }
+        Role::Sweep(m) => Box::pin(async move {
+            let e = q.engine();
+            Outcome::Swept(e.sweep_due_record(&m.key, m.sent_at, false, None).await)
+        }),
+        Role::Pass => {
+            Box::pin(
+                async move { Outcome::Passed(q.engine().sweep(&SweepOptions::default()).await) },
+            )
+        }
+        Role::Worker => Box::pin(async move { Outcome::Worked(work(&store).await) }),
+    }
+}
+
+/// One poll of buquet 0.1's worker, by its ready index: the first marker's
+/// task, claimed by a compare-and-swap to `running` if it is pending, its
+/// marker deleted, then completed. What it did, for the trace.
+async fn work(store: &GateStore) -> String {
+    let Ok(page) = store.list("ready/", None, None, 1000).await else {
+        return "listing failed".into();
+    };
+    let Some(marker) = page.objects.first().map(|o| o.key.clone()) else {
+        return "no marker".into();
+    };
+    let Some(task_key) = task_of_marker(&marker) else {
+        return "not a marker".into();
+    };
+    let Ok(obj) = store.get(&task_key).await else {
+        return "no task".into();
+    };
+    let Ok(mut task) = serde_json::from_slice::<Value>(&obj.body) else {
+        return "unreadable task".into();
+    };
+    if task["status"] != "pending" {
+        return "not pending".into();
+    }
+    task["status"] = json!("running");
+    let body = Bytes::from(task.to_string());
+    let Ok(put) = store
+        .put(&task_key, body, PutMode::Update(obj.meta.etag))
+        .await
+    else {
+        return "claim lost".into();
+    };
+    if store.delete(&marker, None).await.is_err() {
+        return "claimed, marker kept".into();
+    }
+    task["status"] = json!("completed");
+    let done = Bytes::from(task.to_string());
+    match store.put(&task_key, done, PutMode::Update(put.etag)).await {
+        Ok(_) => "completed".into(),
+        Err(_) => "claimed".into(),
+    }
+}
+
+/// `ready/{shard}/{minute}/{id}` → `tasks/{shard}/{id}.json`.
+pub fn task_of_marker(marker: &str) -> Option<String> {
+    let mut parts = marker.strip_prefix("ready/")?.split('/');
+    let (shard, _minute, id) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(format!("tasks/{shard}/{id}.json"))
+}
+
+/// The task id a task object's or a marker's key names.
+pub fn id_of(key: &str) -> Option<&str> {
+    if let Some(rest) = key.strip_prefix("tasks/") {
+        return rest.rsplit('/').next()?.strip_suffix(".json");
+    }
+    key.strip_prefix("ready/")?.rsplit('/').next()
+}

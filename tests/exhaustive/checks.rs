@@ -1,0 +1,444 @@
+//! Every guarantee of docs/protocol.md that a world can break, checked after
+//! every step, with no exemptions: the first one that fails ends the schedule
+//! with its message. The checker judges from what reached the bucket (the
+//! gate's log), the records' lives as the bucket showed them after each step,
+//! and what each actor answered.
+
+use bytes::Bytes;
+use chrono::{DateTime, Duration, Utc};
+use idempotent_submit::Clock;
+use idempotent_submit::protocol::Record;
+use idempotent_submit::protocol::RecordOutcome;
+use idempotent_submit::protocol::hash::{canonical_json, input_hash};
+use idempotent_submit::{SubmitError, Submitted};
+
+use super::actors::{self, Events, Outcome, Role};
+use super::gate::{self, Kind};
+use super::sim::{Sim, State};
+
+/// One life of a record: from the step its write was first seen current to
+/// the step it was replaced or deleted.
+#[derive(Debug, Clone)]
+pub struct Life {
+    pub key: String,
+    pub record: Record,
+    pub body: Bytes,
+    pub last_modified: DateTime<Utc>,
+    pub from: usize,
+    pub to: Option<usize>,
+}
+
+impl Life {
+    pub fn reset(&self) -> bool {
+        self.record.reset_at.is_some()
+    }
+
+    fn during(&self, span: (usize, usize)) -> bool {
+        self.from <= span.1 && self.to.is_none_or(|t| t > span.0)
+    }
+
+    /// The task as the record will write it.
+    pub fn pending_task(&self) -> Option<&str> {
+        self.record.pending_task.as_ref().map(|t| t.get())
+    }
+}
+
+/// What the checker has seen so far.
+#[derive(Default)]
+pub struct Checks {
+    pub lives: Vec<Life>,
+    /// How much of the gate's log is checked.
+    seen: usize,
+    /// Task objects created, by key.
+    created: Vec<String>,
+    /// A guarantee seen broken while observing.
+    broken: Option<String>,
+}
+
+pub fn time_field(body: &[u8], field: &str) -> Option<DateTime<Utc>> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    DateTime::parse_from_rfc3339(v[field].as_str()?)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+pub fn hash_of(input: u8) -> String {
+    input_hash(&canonical_json(&actors::input_of(input)))
+}
+
+/// Every guarantee, after one step.
+pub fn after_step(sim: &mut Sim) -> Result<(), String> {
+    observe(sim);
+    if let Some(e) = sim.checks.broken.take() {
+        return Err(e);
+    }
+    check_writes(sim)?;
+    for i in 0..sim.actors.len() {
+        let a = &sim.actors[i];
+        if a.state == State::Done && a.span.1 == sim.step {
+            check_outcome(sim, i)?;
+        }
+    }
+    check_nothing_left_behind(sim)
+}
+
+/// Notes each record's life as the bucket shows it now.
+fn observe(sim: &mut Sim) {
+    let step = sim.step;
+    let now = sim.clock.now();
+    let current: Vec<(String, Bytes, DateTime<Utc>)> = sim
+        .bucket
+        .snapshot()
+        .into_iter()
+        .filter(|(k, ..)| k.starts_with("idempotency/"))
+        .map(|(k, b, _, lm)| (k, b, lm))
+        .collect();
+    let lives = &mut sim.checks.lives;
+    for life in lives.iter_mut().filter(|l| l.to.is_none()) {
+        let still = current
+            .iter()
+            .any(|(k, b, lm)| *k == life.key && *b == life.body && *lm == life.last_modified);
+        if !still {
+            life.to = Some(step);
+            if now < life.record.expires_at && !life.reset() {
+                let by = current.iter().find(|(k, ..)| *k == life.key);
+                let reset = by.and_then(|(_, b, _)| serde_json::from_slice::<Record>(b).ok());
+                if reset.is_none_or(|r| r.reset_at.is_none()) {
+                    sim.checks.broken.get_or_insert(format!(
+                        "guarantee 1: the live record of {} (task {}) was deleted or replaced before it expired",
+                        life.key, life.record.task_id
+                    ));
+                }
+            }
+        }
+    }
+    for (key, body, lm) in current {
+        let known = lives
+            .iter()
+            .any(|l| l.to.is_none() && l.key == key && l.body == body && l.last_modified == lm);
+        if known {
+            continue;
+        }
+        if let Ok(record) = serde_json::from_slice::<Record>(&body) {
+            lives.push(Life {
+                key,
+                record,
+                body,
+                last_modified: lm,
+                from: step,
+                to: None,
+            });
+        }
+    }
+}
+
+/// The life whose record names task `id`.
+fn life_of_task<'a>(lives: &'a [Life], id: &str) -> Option<&'a Life> {
+    lives
+        .iter()
+        .find(|l| !l.reset() && l.record.task_id.to_string() == id)
+}
+
+/// Guarantee 2 and the finish deadline, over every request that reached the
+/// bucket since the last step: each task object created once, only for a
+/// record, never rewritten by us; every task and marker write sent before
+/// its record's finish deadline.
+fn check_writes(sim: &mut Sim) -> Result<(), String> {
+    let log = gate::lock(&sim.gate.state).log[sim.checks.seen..].to_vec();
+    let window = sim.settings.finish_window;
+    sim.checks.seen += log.len();
+    for l in &log {
+        let ours = !matches!(sim.actors[l.actor].role, Role::Worker);
+        let (Some(id), true) = (actors::id_of(&l.key), ours && l.kind.is_write()) else {
+            continue;
+        };
+        if l.kind == Kind::Delete {
+            continue;
+        }
+        let Some(life) = life_of_task(&sim.checks.lives, id) else {
+            return Err(format!("guarantee 2: {} written for no record", l.key));
+        };
+        if l.sent >= life.last_modified + window {
+            return Err(format!(
+                "deadline: a write of {} was sent at {} past its record's finish deadline {}",
+                l.key,
+                l.sent,
+                life.last_modified + window
+            ));
+        }
+        if l.key.starts_with("tasks/") {
+            if l.kind != Kind::PutCreate && l.ok {
+                return Err(format!("guarantee 2: {} rewritten ({:?})", l.key, l.kind));
+            }
+            if l.ok && l.kind == Kind::PutCreate {
+                if sim.checks.created.contains(&l.key) {
+                    return Err(format!("guarantee 2: {} written twice", l.key));
+                }
+                sim.checks.created.push(l.key.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn object(sim: &Sim, key: &str) -> Option<Bytes> {
+    use idempotent_submit::store::Store;
+    super::sim::now_or_never(sim.bucket.get(key))
+        .and_then(Result::ok)
+        .map(|o| o.body)
+}
+
+/// A marker of task `id` is in the bucket.
+pub fn has_marker(sim: &Sim, id: &str) -> bool {
+    sim.bucket
+        .keys()
+        .iter()
+        .any(|k| k.starts_with("ready/") && k.ends_with(&format!("/{id}")))
+}
+
+/// The task of `life` is there, with its marker unless a worker took it.
+pub fn finished(sim: &Sim, life: &Life) -> Result<(), String> {
+    let Some(body) = object(sim, &life.record.task_key) else {
+        return Err(format!("{} is not in the bucket", life.record.task_key));
+    };
+    let untouched = life.pending_task().is_some_and(|p| p.as_bytes() == body);
+    let id = life.record.task_id.to_string();
+    if untouched && !has_marker(sim, &id) {
+        return Err(format!(
+            "{} is there but not its marker",
+            life.record.task_key
+        ));
+    }
+    Ok(())
+}
+
+/// Guarantee 10: once an actor of ours ended cleanly, no marker it wrote
+/// names a task a worker has taken.
+fn check_markers_of(sim: &Sim, i: usize) -> Result<(), String> {
+    let log: Vec<gate::Landed> = gate::lock(&sim.gate.state)
+        .log
+        .iter()
+        .filter(|l| l.actor == i && l.ok && l.key.starts_with("ready/"))
+        .filter(|l| matches!(l.kind, Kind::Put | Kind::PutCreate | Kind::PutUpdate))
+        .cloned()
+        .collect();
+    let keys = sim.bucket.keys();
+    for l in &log {
+        if !keys.contains(&l.key) {
+            continue;
+        }
+        let Some(task) = actors::task_of_marker(&l.key).and_then(|t| object(sim, &t)) else {
+            continue;
+        };
+        let v: serde_json::Value = serde_json::from_slice(&task).unwrap_or_default();
+        if v["status"] != "pending" {
+            return Err(format!(
+                "guarantee 10: #{i} ended, its marker {} (written at {}, {:?}) names a task that is {}",
+                l.key, l.at, l.kind, v["status"]
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
+    check_markers_of(sim, i)?;
+    let a = &sim.actors[i];
+    match (&a.role, &a.outcome) {
+        (role, Some(Outcome::Submitted(rs))) => {
+            for ((key, input), r) in role.submits().into_iter().zip(rs) {
+                check_submit(sim, i, key, input, r).map_err(|e| format!("#{i} {key}: {e}"))?;
+            }
+            Ok(())
+        }
+        (Role::Sweep(m), Some(Outcome::Swept(o))) => check_swept(sim, i, &m.key, o),
+        // The worker's reads meet no fault but a crash (which ends it) or a
+        // clock step that times them out.
+        (Role::Worker, Some(Outcome::Worked(w))) if w == "listing failed" && !a.faulted => {
+            Err(format!("#{i}: the worker's listing failed without a fault"))
+        }
+        (_, Some(Outcome::Reset(Err(e)))) | (_, Some(Outcome::Passed(Err(e)))) => {
+            expected_error(sim, i, e)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Guarantees 1, 3, 5, 6 and 7 for one answer of a submit of `key`.
+fn check_submit(
+    sim: &Sim,
+    i: usize,
+    key: &str,
+    input: u8,
+    r: &Result<Submitted, SubmitError>,
+) -> Result<(), String> {
+    let a = &sim.actors[i];
+    let rkey = record_key(key);
+    let lives: Vec<&Life> = sim
+        .checks
+        .lives
+        .iter()
+        .filter(|l| l.key == rkey && !l.reset() && l.during(a.span))
+        .collect();
+    let now = sim.clock.now();
+    let st = &sim.settings;
+    match r {
+        Ok(s) => {
+            let id = s.task_id.to_string();
+            let Some(life) = lives.iter().find(|l| l.record.task_id == s.task_id) else {
+                return Err(format!(
+                    "guarantee 1: answered {id}, the task of no life of its record during the submit"
+                ));
+            };
+            // Guarantee 6: S3's earliest time may stand a second behind.
+            if life.record.expires_at + Duration::seconds(1) <= a.started_at {
+                return Err(format!(
+                    "guarantee 6: answered {id} of a record expired before the submit began"
+                ));
+            }
+            if life.record.input_hash != hash_of(input) {
+                return Err("guarantee 5: accepted over a record of another input".into());
+            }
+            if s.status == "missing" {
+                let since = life.last_modified + st.finish_window + st.late_write_margin;
+                if object(sim, &life.record.task_key).is_some() || now < since {
+                    return Err(format!(
+                        "guarantee 7: missing at {now}, a late write could land until {since}"
+                    ));
+                }
+                return Ok(());
+            }
+            let past = now >= life.last_modified + st.finish_window - Duration::seconds(2);
+            match finished(sim, life) {
+                Err(e) if !past || sim.spec.limits => Err(format!(
+                    "guarantee 3{}: answered {}: {e}",
+                    if past {
+                        " (past the finish deadline)"
+                    } else {
+                        ""
+                    },
+                    s.status
+                )),
+                _ => Ok(()),
+            }
+        }
+        Err(SubmitError::Conflict { .. }) => {
+            if !lives.iter().any(|l| l.record.input_hash != hash_of(input)) {
+                return Err("guarantee 5: a conflict with no record of another input".into());
+            }
+            let wrote = gate::lock(&sim.gate.state).log.iter().any(|l| {
+                l.actor == i && l.ok && (l.key.starts_with("tasks/") || l.key.starts_with("ready/"))
+            });
+            if wrote {
+                return Err("guarantee 5: a conflict that wrote a task or a marker".into());
+            }
+            Ok(())
+        }
+        Err(SubmitError::Undetermined { .. }) => {
+            let near = |l: &&Life| now >= l.last_modified + st.finish_window - Duration::seconds(2);
+            if lives.iter().any(near) {
+                Ok(())
+            } else {
+                Err("undetermined before any record's finish deadline".into())
+            }
+        }
+        Err(e) => expected_error(sim, i, e),
+    }
+}
+
+/// An error that the actor's faults or the clock explain; any other error
+/// is a failure of its own.
+fn expected_error(sim: &Sim, i: usize, e: &SubmitError) -> Result<(), String> {
+    let a = &sim.actors[i];
+    let late = sim.clock.now() >= a.started_at + sim.settings.operation_timeout;
+    match e {
+        SubmitError::Storage(_) if a.faulted => Ok(()),
+        SubmitError::DeadlineExceeded if a.faulted || late => Ok(()),
+        SubmitError::Undetermined { .. } => Ok(()),
+        _ => Err(format!("#{i}: an error nothing explains: {e:?}")),
+    }
+}
+
+/// Guarantee 4 by the sweeper: a due message that met a stale `creating`
+/// record before its deadline leaves its task and marker in the bucket.
+fn check_swept(sim: &Sim, i: usize, key: &str, o: &RecordOutcome) -> Result<(), String> {
+    match o {
+        RecordOutcome::Failed(e) => return expected_error(sim, i, e),
+        RecordOutcome::Corrupt => return Err(format!("the sweeper found {key} corrupt")),
+        RecordOutcome::Nothing | RecordOutcome::Finished => {}
+        _ => return Ok(()),
+    }
+    let Some(life) = sim
+        .checks
+        .lives
+        .iter()
+        .rev()
+        .find(|l| l.key == key && l.to.is_none() && !l.reset())
+    else {
+        return Ok(());
+    };
+    let st = &sim.settings;
+    let stale = life.last_modified + st.stale_creating_after;
+    let deadline = life.last_modified + st.finish_window - Duration::seconds(1);
+    let now = sim.clock.now();
+    if now < stale || now >= deadline || life.pending_task().is_none() {
+        return Ok(());
+    }
+    finished(sim, life).map_err(|e| format!("guarantee 4: the sweeper's {o:?} on {key}: {e}"))
+}
+
+/// Guarantee 4, its promise that nothing is lost: after every step, every
+/// live `creating` record whose task is not written yet, before its finish
+/// deadline, will be finished by someone: its writer is alive, or a due
+/// message for it waits in the queue (or with a sweeper).
+fn check_nothing_left_behind(sim: &Sim) -> Result<(), String> {
+    let now = sim.clock.now();
+    let st = &sim.settings;
+    let s = gate::lock(&sim.gate.state);
+    for life in sim
+        .checks
+        .lives
+        .iter()
+        .filter(|l| l.to.is_none() && !l.reset())
+    {
+        if life.pending_task().is_none() || now >= life.last_modified + st.finish_window {
+            continue;
+        }
+        if object(sim, &life.record.task_key).is_some() {
+            continue;
+        }
+        let queued = s.queue.iter().any(|m| m.key == life.key);
+        let sweeping = sim.actors.iter().any(|a| {
+            a.state == State::Running && matches!(&a.role, Role::Sweep(m) if m.key == life.key)
+        });
+        let writer = s
+            .log
+            .iter()
+            .rev()
+            .find(|l| l.key == life.key && l.ok && l.body.as_ref() == Some(&life.body))
+            .map(|l| l.actor);
+        let alive = writer.is_some_and(|w| sim.actors[w].state == State::Running);
+        if !(queued || sweeping || alive) {
+            let how = match sim.spec.events {
+                Events::S3 => "S3 events",
+                Events::Submitter(_) => "the submitter's due messages",
+            };
+            return Err(format!(
+                "guarantee 4: {} is creating, its task not written, its writer gone and no due message for it ({how})",
+                life.key
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Where the record of `key` is (scope `t`, no tenant).
+pub fn record_key(key: &str) -> String {
+    let k = idempotent_submit::protocol::IdempotencyKey::parse(key).expect("a key");
+    let hash = idempotent_submit::protocol::hash::key_hash(actors::TASK_TYPE, &k, None);
+    format!(
+        "idempotency/{}/{}.json",
+        actors::TASK_TYPE,
+        hash.trim_start_matches("sha256:")
+    )
+}

@@ -1,0 +1,179 @@
+//! The worlds, one test each, on each store behaviour the protocol
+//! supports. Bounds keep all of them within minutes of `make test` on two
+//! cores; `MODEL_CHECK_DEPTH` deepens them (`make model-check`, `make soak`).
+
+use idempotent_submit::due_sender::DueOrder;
+
+use super::actors::{Events, Role};
+use super::explore::{self, Report};
+use super::sim::{Spec, StoreKind};
+
+const STORES: [StoreKind; 3] = [
+    StoreKind::S3,
+    StoreKind::Express,
+    StoreKind::VersionedNoConditionalDelete,
+];
+
+fn spec(name: &'static str, store: StoreKind, actors: Vec<Role>) -> Spec {
+    Spec {
+        name,
+        store,
+        events: Events::S3,
+        actors,
+        faults: 1,
+        crashes: 1,
+        slow: true,
+        advances: 0,
+        passes: 0,
+        deliver: false,
+        depth: 7,
+        bug: None,
+        late_starts: false,
+        limits: false,
+    }
+}
+
+/// Explores `spec` deepened by `MODEL_CHECK_DEPTH` and prints its line;
+/// fails with the counterexample if a guarantee broke.
+fn holds(spec: Spec) -> Report {
+    let spec = Spec {
+        depth: spec.depth + explore::deeper(),
+        ..spec
+    };
+    let r = explore::explore(&spec);
+    println!("model-check {} {:?}: {}", spec.name, spec.store, r.line());
+    assert!(
+        r.failure.is_none(),
+        "{} on {:?}: {}",
+        spec.name,
+        spec.store,
+        r.trace()
+    );
+    assert!(r.states > 1, "the world made no step");
+    r
+}
+
+#[test]
+fn two_submits_of_one_key_with_the_same_input_keep_every_guarantee_in_every_schedule() {
+    for store in STORES {
+        let a = Role::Submit { key: "k", input: 1 };
+        holds(spec("two submits, same input", store, vec![a.clone(), a]));
+    }
+}
+
+#[test]
+fn two_submits_of_one_key_with_other_inputs_keep_every_guarantee_in_every_schedule() {
+    for store in STORES {
+        let a = Role::Submit { key: "k", input: 1 };
+        let b = Role::Submit { key: "k", input: 2 };
+        holds(spec("two submits, other input", store, vec![a, b]));
+    }
+}
+
+#[test]
+fn a_submit_with_the_sweeper_by_its_due_message_and_by_the_scheduled_pass_keeps_every_guarantee() {
+    for store in STORES {
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            advances: 1,
+            passes: 1,
+            deliver: true,
+            depth: 8,
+            ..spec("sweeper by due message and by pass", store, vec![a])
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_record_past_its_expiry_is_swept_or_replaced_and_a_submit_after_it_gets_a_new_task() {
+    for store in STORES {
+        let a = Role::Submit { key: "k", input: 1 };
+        // Fault-free, so that the clock can reach expiry within the bound.
+        let w = Spec {
+            faults: 0,
+            crashes: 0,
+            advances: 2,
+            deliver: true,
+            late_starts: true,
+            depth: 10,
+            ..spec(
+                "expiry, the sweeper, a submit after",
+                store,
+                vec![a.clone(), a],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_submit_its_replay_a_key_reset_and_a_submit_after_the_reset_keep_every_guarantee() {
+    for store in STORES {
+        let a = Role::Submit { key: "k", input: 1 };
+        let reset = Role::Reset { key: "k" };
+        // The second submit is the first one's replay before the reset,
+        // and a new submit after it.
+        let w = Spec {
+            depth: 5,
+            ..spec(
+                "submit, replay, reset, submit",
+                store,
+                vec![a.clone(), reset, a],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn submitter_due_messages_sent_before_the_claim_leave_no_record_behind() {
+    for store in STORES {
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            events: Events::Submitter(DueOrder::BeforeClaim),
+            advances: 1,
+            deliver: true,
+            depth: 8,
+            ..spec("submitter, before_claim", store, vec![a])
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_batch_of_two_items_sharing_one_send_message_batch_keeps_every_guarantee() {
+    for store in STORES {
+        let batch = Role::Batch {
+            items: vec![("k", 1), ("j", 1)],
+        };
+        let w = Spec {
+            events: Events::Submitter(DueOrder::BeforeClaim),
+            advances: 1,
+            deliver: true,
+            depth: 5,
+            ..spec("batch of two, one SendMessageBatch", store, vec![batch])
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn buquets_worker_claiming_and_deleting_the_marker_beside_submits_and_the_sweeper() {
+    for store in STORES {
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            advances: 1,
+            deliver: true,
+            depth: 8,
+            // The sweeper, on the record's event, finishes what a submit
+            // that died left: the worker races it as it races a replay.
+            ..spec(
+                "worker beside a submit and the sweeper",
+                store,
+                vec![a, Role::Worker],
+            )
+        };
+        holds(w);
+    }
+}
