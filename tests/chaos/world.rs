@@ -97,44 +97,11 @@ async fn drain(
             }
         }
         // The world's damage: a record whose event is lost.
-        let lost = drop_record.lock().unwrap().clone();
-        if let Some(lost) = lost {
-            let (gone, kept): (Vec<_>, Vec<_>) = msgs.into_iter().partition(|m| {
-                m.body()
-                    .is_some_and(|b| b.contains(&lost.replace('/', "%2F")) || b.contains(&lost))
-            });
-            for m in &gone {
-                stats.dropped.fetch_add(1, Ordering::SeqCst);
-                stats.sqs_requests.fetch_add(1, Ordering::SeqCst);
-                let _ = sqs
-                    .delete_message()
-                    .queue_url(&url)
-                    .receipt_handle(m.receipt_handle().unwrap_or_default())
-                    .send()
-                    .await;
-            }
-            msgs = kept;
-            if msgs.is_empty() {
-                continue;
-            }
+        msgs = drop_lost(&sqs, &url, &stats, msgs, &drop_record).await;
+        if msgs.is_empty() {
+            continue;
         }
-        let records: Vec<Value> = msgs
-            .iter()
-            .map(|m| {
-                json!({
-                    "messageId": m.message_id(),
-                    "receiptHandle": m.receipt_handle(),
-                    "body": m.body(),
-                    "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1769515200000"},
-                    "messageAttributes": {},
-                    "md5OfBody": m.md5_of_body(),
-                    "eventSource": "aws:sqs",
-                    "eventSourceARN": arn,
-                    "awsRegion": "us-east-1"
-                })
-            })
-            .collect();
-        let outcome = sweep.invoke(json!({ "Records": records })).await;
+        let outcome = sweep.invoke(sqs_event(&msgs, &arn)).await;
         let listed: Vec<String> = match &outcome {
             Outcome::Response(v) => v["batchItemFailures"]
                 .as_array()
@@ -163,24 +130,7 @@ async fn drain(
                     .expect("an entry")
             })
             .collect();
-        let now_ms = chrono::Utc::now().timestamp_millis() as f64;
-        {
-            let mut late = stats.lateness_ms.lock().unwrap();
-            for m in msgs
-                .iter()
-                .filter(|m| !listed.iter().any(|l| Some(l.as_str()) == m.message_id()))
-            {
-                let sent = m
-                    .attributes()
-                    .and_then(|a| {
-                        a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::SentTimestamp)
-                    })
-                    .and_then(|t| t.parse::<f64>().ok());
-                if let Some(sent) = sent {
-                    late.push((sent, now_ms - sent - delay_ms));
-                }
-            }
-        }
+        note_lateness(&stats, &msgs, &listed, delay_ms);
         stats
             .handed_back
             .fetch_add(listed.len() as u64, Ordering::SeqCst);
@@ -197,6 +147,84 @@ async fn drain(
                 .await;
         }
     }
+}
+
+/// The due queue's messages `msgs` as the event source mapping hands them to
+/// `sweep`.
+fn sqs_event(msgs: &[aws_sdk_sqs::types::Message], arn: &str) -> Value {
+    let records: Vec<Value> = msgs
+        .iter()
+        .map(|m| {
+            json!({
+                "messageId": m.message_id(),
+                "receiptHandle": m.receipt_handle(),
+                "body": m.body(),
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1769515200000"},
+                "messageAttributes": {},
+                "md5OfBody": m.md5_of_body(),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": arn,
+                "awsRegion": "us-east-1"
+            })
+        })
+        .collect();
+    json!({ "Records": records })
+}
+
+/// Notes how late after their delay the messages `sweep` took (all but
+/// those `listed` back) came.
+fn note_lateness(
+    stats: &SweepStats,
+    msgs: &[aws_sdk_sqs::types::Message],
+    listed: &[String],
+    delay_ms: f64,
+) {
+    let now_ms = chrono::Utc::now().timestamp_millis() as f64;
+    {
+        let mut late = stats.lateness_ms.lock().unwrap();
+        for m in msgs
+            .iter()
+            .filter(|m| !listed.iter().any(|l| Some(l.as_str()) == m.message_id()))
+        {
+            let sent = m
+                .attributes()
+                .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::SentTimestamp))
+                .and_then(|t| t.parse::<f64>().ok());
+            if let Some(sent) = sent {
+                late.push((sent, now_ms - sent - delay_ms));
+            }
+        }
+    }
+}
+
+/// The world's damage: the messages of the record `drop_record` names are
+/// deleted unread; the others.
+async fn drop_lost(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    stats: &SweepStats,
+    msgs: Vec<aws_sdk_sqs::types::Message>,
+    drop_record: &Mutex<Option<String>>,
+) -> Vec<aws_sdk_sqs::types::Message> {
+    let lost = drop_record.lock().unwrap().clone();
+    let Some(lost) = lost else {
+        return msgs;
+    };
+    let (gone, kept): (Vec<_>, Vec<_>) = msgs.into_iter().partition(|m| {
+        m.body()
+            .is_some_and(|b| b.contains(&lost.replace('/', "%2F")) || b.contains(&lost))
+    });
+    for m in &gone {
+        stats.dropped.fetch_add(1, Ordering::SeqCst);
+        stats.sqs_requests.fetch_add(1, Ordering::SeqCst);
+        let _ = sqs
+            .delete_message()
+            .queue_url(url)
+            .receipt_handle(m.receipt_handle().unwrap_or_default())
+            .send()
+            .await;
+    }
+    kept
 }
 
 /// Runs the world `cfg` and audits it.
