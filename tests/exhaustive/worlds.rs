@@ -41,7 +41,11 @@ fn holds(spec: Spec) -> Report {
         ..spec
     };
     let r = explore::explore(&spec);
-    println!("model-check {} {:?}: {}", spec.name, spec.store, r.line());
+    println!(
+        "model-check {:<30} {}",
+        format!("{:?}", spec.store),
+        r.line()
+    );
     assert!(
         r.failure.is_none(),
         "{} on {:?}: {}",
