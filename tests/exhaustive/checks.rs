@@ -215,6 +215,22 @@ pub fn finished(sim: &Sim, life: &Life) -> Result<(), String> {
 /// Guarantee 10: once an actor of ours ended cleanly, no marker it wrote
 /// names a task a worker has taken.
 fn check_markers_of(sim: &Sim, i: usize) -> Result<(), String> {
+    // Only an actor that ended cleanly (a process that died or failed may
+    // not have re-read), and only while no worker failed its own DELETE of
+    // the marker it claimed by (buquet's window, not ours: the scan of the
+    // ready index removes such a marker).
+    let clean = match &sim.actors[i].outcome {
+        Some(Outcome::Submitted(rs)) => rs.iter().all(Result::is_ok),
+        Some(Outcome::Swept(o)) => matches!(o, RecordOutcome::Nothing | RecordOutcome::Finished),
+        _ => false,
+    };
+    let worker_failed = sim
+        .actors
+        .iter()
+        .any(|a| matches!(a.role, Role::Worker) && (a.faulted || a.state == State::Crashed));
+    if !clean || worker_failed {
+        return Ok(());
+    }
     let log: Vec<gate::Landed> = gate::lock(&sim.gate.state)
         .log
         .iter()

@@ -41,7 +41,11 @@ fn holds(spec: Spec) -> Report {
         ..spec
     };
     let r = explore::explore(&spec);
-    println!("model-check {} {:?}: {}", spec.name, spec.store, r.line());
+    println!(
+        "model-check {:<30} {}",
+        format!("{:?}", spec.store),
+        r.line()
+    );
     assert!(
         r.failure.is_none(),
         "{} on {:?}: {}",
@@ -78,7 +82,7 @@ fn a_submit_with_the_sweeper_by_its_due_message_and_by_the_scheduled_pass_keeps_
             advances: 1,
             passes: 1,
             deliver: true,
-            depth: 8,
+            depth: 5,
             ..spec("sweeper by due message and by pass", store, vec![a])
         };
         holds(w);
@@ -96,7 +100,7 @@ fn a_record_past_its_expiry_is_swept_or_replaced_and_a_submit_after_it_gets_a_ne
             advances: 2,
             deliver: true,
             late_starts: true,
-            depth: 10,
+            depth: 7,
             ..spec(
                 "expiry, the sweeper, a submit after",
                 store,
@@ -134,7 +138,7 @@ fn submitter_due_messages_sent_before_the_claim_leave_no_record_behind() {
             events: Events::Submitter(DueOrder::BeforeClaim),
             advances: 1,
             deliver: true,
-            depth: 8,
+            depth: 7,
             ..spec("submitter, before_claim", store, vec![a])
         };
         holds(w);
@@ -165,7 +169,7 @@ fn buquets_worker_claiming_and_deleting_the_marker_beside_submits_and_the_sweepe
         let w = Spec {
             advances: 1,
             deliver: true,
-            depth: 8,
+            depth: 7,
             // The sweeper, on the record's event, finishes what a submit
             // that died left: the worker races it as it races a replay.
             ..spec(
