@@ -64,6 +64,20 @@ impl App {
     }
 }
 
+/// What became of one SQS message (src/lambda/sqs.rs), whichever reading
+/// of its body took it (src/lambda/sources.rs for another system's shape).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Submitted: a new task or a replay.
+    Submitted,
+    /// Written to `rejected/`: never retried.
+    Rejected,
+    /// Listed in `batchItemFailures`.
+    Retry,
+    /// Acknowledged with nothing to do (S3's test event).
+    Ignored,
+}
+
 /// An event the `submit` function does not take.
 #[derive(Debug, thiserror::Error)]
 pub enum UnrecognizedEvent {

@@ -12,8 +12,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::App;
-use super::sqs::Outcome;
+use super::{App, Outcome};
 use crate::intake::Problem;
 use crate::intake::sources::delivery::{
     is_eventbridge_event, is_s3_notification, is_s3_test_event, is_sns_notification,

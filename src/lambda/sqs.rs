@@ -8,22 +8,9 @@
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::StreamExt;
 
-use super::App;
+use super::{App, Outcome};
 use crate::intake::{Problem, SubmitBody};
 use crate::protocol::{IfTaskFailed, ValidationError};
-
-/// What became of one message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Submitted: a new task or a replay.
-    Submitted,
-    /// Written to `rejected/`: never retried.
-    Rejected,
-    /// Listed in `batchItemFailures`.
-    Retry,
-    /// Acknowledged with nothing to do (S3's test event).
-    Ignored,
-}
 
 fn is_fifo(event: &SqsEvent) -> bool {
     event.records.iter().any(|m| {
