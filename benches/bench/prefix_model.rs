@@ -60,6 +60,8 @@ pub(crate) struct Limiter {
     split: Split,
     buckets: Mutex<HashMap<(String, bool), Bucket>>,
     admitted: Mutex<HashMap<String, u64>>,
+    /// Partitions other producers keep empty (the tests' burst).
+    held: Mutex<Vec<String>>,
     pub(crate) slowdowns: AtomicU64,
 }
 
@@ -69,6 +71,7 @@ impl Limiter {
             split,
             buckets: Mutex::new(HashMap::new()),
             admitted: Mutex::new(HashMap::new()),
+            held: Mutex::new(Vec::new()),
             slowdowns: AtomicU64::new(0),
         }
     }
@@ -79,6 +82,10 @@ impl Limiter {
         let p = partition(self.split, key);
         let rate = if write { PUT_RATE } else { GET_RATE };
         let now = Instant::now();
+        if self.is_held(p) {
+            self.slowdowns.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         let b = buckets.entry((p.to_owned(), write)).or_insert(Bucket {
             tokens: rate * BURST,
@@ -96,6 +103,23 @@ impl Limiter {
         let mut admitted = self.admitted.lock().unwrap_or_else(|e| e.into_inner());
         *admitted.entry(p.to_owned()).or_default() += 1;
         true
+    }
+
+    /// Until [`Limiter::release`], `key`'s partition has no token for
+    /// anyone: other producers take them all.
+    pub(crate) fn hold(&self, key: &str) {
+        let p = partition(self.split, key).to_owned();
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).push(p);
+    }
+
+    /// Every held partition gets its tokens again.
+    pub(crate) fn release(&self) {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    fn is_held(&self, p: &str) -> bool {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.iter().any(|h| h == p)
     }
 
     /// The partition that admitted the most requests, and how many.
