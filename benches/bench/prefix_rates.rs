@@ -199,7 +199,7 @@ fn rows(case: Case) -> Vec<Row> {
 pub(crate) async fn scale_submits(r: &mut Report) {
     r.line("## Submits at scale: S3's per-prefix rates\n");
     r.line(format!(
-        "A store model (benches/bench/prefix_rates.rs) over the in-memory store: every request is charged to its partition, a token bucket per partition and class refilled at {PUT_RATE:.0} PUT-class (PUT, DELETE) and {GET_RATE:.0} GET-class (GET, HEAD, LIST) requests a second and holding {BURST} s of it; a request finding it empty is answered 503 SlowDown (the adapter's `Unavailable`). Every request takes {} ms each way. A *split bucket* is partitioned at every folder of the layout (`idempotency/{{scope}}/`, `tasks/{{shard}}/`, `ready/{{shard}}/`: the best S3 reaches once it has repartitioned); a *new bucket* is one partition. Submits arrive evenly for {WINDOW_SECS} simulated seconds (tokio's paused clock), each a new key with the default retry policy (5 attempts, 25 ms to 1 s backoff, full jitter); the producer then resubmits each 503'd key once, at {RETRY_RATE}/s. Goodput: 201s a second from the first arrival to the last answer. Lost: a 201/200 whose task object is missing or whose record names another task. Doubled: a key with two task objects.\n",
+        "A store model (benches/bench/prefix_model.rs, driven by prefix_rates.rs) over the in-memory store: every request is charged to its partition, a token bucket per partition and class refilled at {PUT_RATE:.0} PUT-class (PUT, DELETE) and {GET_RATE:.0} GET-class (GET, HEAD, LIST) requests a second and holding {BURST} s of it; a request finding it empty is answered 503 SlowDown (the adapter's `Unavailable`). Every request takes {} ms each way. A *split bucket* is partitioned at every folder of the layout (`idempotency/{{scope}}/`, `tasks/{{shard}}/`, `ready/{{shard}}/`: the best S3 reaches once it has repartitioned); a *new bucket* is one partition. Submits arrive evenly for {WINDOW_SECS} simulated seconds (tokio's paused clock), each a new key with the default retry policy (5 attempts, 25 ms to 1 s backoff, full jitter); the producer then resubmits each 503'd key once, at {RETRY_RATE}/s. Goodput: 201s a second from the first arrival to the last answer. Lost: a 201/200 whose task object is missing or whose record names another task. Doubled: a key with two task objects. All of it is simulated time: the figures do not depend on the machine or the build, only on the model.\n",
         HALF_TRIP.as_millis()
     ));
     for case in CASES {
@@ -208,7 +208,7 @@ pub(crate) async fn scale_submits(r: &mut Report) {
         r.line("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
         for row in rows(case) {
             r.line(format!(
-                "| {} | {} | {} | {:.0} | {} | {} | {} ms | {} ms | {} | `{}` ({}) | {} | {} | {} |",
+                "| {} | {} | {} | {:.0} | {} | {} | {} ms | {} ms | {} | {} ({}) | {} | {} | {} |",
                 row.offered,
                 row.submits,
                 row.created,
@@ -218,7 +218,11 @@ pub(crate) async fn scale_submits(r: &mut Report) {
                 row.p50.as_millis(),
                 row.p99.as_millis(),
                 row.slowdowns,
-                row.hottest.0,
+                if row.hottest.0.is_empty() {
+                    "the bucket".to_owned()
+                } else {
+                    format!("`{}`", row.hottest.0)
+                },
                 row.hottest.1,
                 row.finished_by_retry,
                 row.audit.lost,
