@@ -197,13 +197,13 @@ fn rows(case: Case) -> Vec<Row> {
 
 /// The section: the model, then a table per case.
 pub(crate) async fn scale_submits(r: &mut Report) {
-    r.line("## Submits at scale: S3's per-prefix rates\n");
+    r.line("\n## Submits at scale: S3's per-prefix rates\n");
     r.line(format!(
         "A store model (benches/bench/prefix_model.rs, driven by prefix_rates.rs) over the in-memory store: every request is charged to its partition, a token bucket per partition and class refilled at {PUT_RATE:.0} PUT-class (PUT, DELETE) and {GET_RATE:.0} GET-class (GET, HEAD, LIST) requests a second and holding {BURST} s of it; a request finding it empty is answered 503 SlowDown (the adapter's `Unavailable`). Every request takes {} ms each way. A *split bucket* is partitioned at every folder of the layout (`idempotency/{{scope}}/`, `tasks/{{shard}}/`, `ready/{{shard}}/`: the best S3 reaches once it has repartitioned); a *new bucket* is one partition. Submits arrive evenly for {WINDOW_SECS} simulated seconds (tokio's paused clock), each a new key with the default retry policy (5 attempts, 25 ms to 1 s backoff, full jitter); the producer then resubmits each 503'd key once, at {RETRY_RATE}/s. Goodput: 201s a second from the first arrival to the last answer. Lost: a 201/200 whose task object is missing or whose record names another task. Doubled: a key with two task objects. All of it is simulated time: the figures do not depend on the machine or the build, only on the model.\n",
         HALF_TRIP.as_millis()
     ));
     for case in CASES {
-        r.line(format!("### {}\n", case.name));
+        r.line(format!("\n### {}\n", case.name));
         r.line("| offered/s | submits | 201s | goodput/s | 503s returned | other errors | p50 | p99 | SlowDowns (requests) | hottest partition (requests admitted) | 503s finished by the producer's retry | lost | doubled |");
         r.line("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
         for row in rows(case) {
@@ -229,6 +229,5 @@ pub(crate) async fn scale_submits(r: &mut Report) {
                 row.audit.doubled,
             ));
         }
-        r.line("");
     }
 }
