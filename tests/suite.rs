@@ -28,6 +28,7 @@ mod model;
 mod numbers;
 mod options;
 mod phase;
+mod prefix_rates;
 mod probe;
 mod protocol;
 mod readme;

@@ -30,6 +30,8 @@ mod events;
 mod link;
 mod list_order;
 mod options;
+mod prefix_model;
+mod prefix_rates;
 mod report;
 mod requests;
 mod schemas;
@@ -199,6 +201,14 @@ fn main() {
         splice_section(&ours, "## Batch submit", true);
         return;
     }
+    // BENCH_ONLY=scale-submits: submits against S3's per-prefix rates, on
+    // a simulated clock, put in place of their section (before the targets).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("scale-submits") {
+        let mut r = Report::new();
+        rt.block_on(prefix_rates::scale_submits(&mut r));
+        splice_section(&r.0, "## Submits at scale: S3's per-prefix rates", true);
+        return;
+    }
     // BENCH_ONLY=submitter: the figures of due messages sent by the
     // submitter (RECORD_EVENTS=submitter), printed and put in place of
     // their section (before the targets).
@@ -233,6 +243,7 @@ fn main() {
         schemas::schemas(&mut r).await;
         submitter::submitter(&mut r).await;
         list_order::list_order(&mut r).await;
+        prefix_rates::scale_submits(&mut r).await;
         assess(&mut r);
         let mut out = r.0;
         let _ = writeln!(out);
