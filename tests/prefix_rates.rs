@@ -1,4 +1,4 @@
-//! The store model of `BENCH_ONLY=scale-submits` (benches/bench/
+//! The store model of `BENCH_ONLY=scale_submits` (benches/bench/
 //! prefix_model.rs): a partition past its rate answers 503 SlowDown, and a
 //! submit under it answers a retryable error, never a success without its
 //! task; the producer's retry then makes one task. On tokio's paused clock.

@@ -201,9 +201,9 @@ fn main() {
         splice_section(&ours, "## Batch submit", true);
         return;
     }
-    // BENCH_ONLY=scale-submits: submits against S3's per-prefix rates, on
+    // BENCH_ONLY=scale_submits: submits against S3's per-prefix rates, on
     // a simulated clock, put in place of their section (before the targets).
-    if std::env::var("BENCH_ONLY").as_deref() == Ok("scale-submits") {
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("scale_submits") {
         let mut r = Report::new();
         rt.block_on(prefix_rates::scale_submits(&mut r));
         splice_section(&r.0, "## Submits at scale: S3's per-prefix rates", true);

@@ -1,4 +1,4 @@
-//! The store model of `BENCH_ONLY=scale-submits` (prefix_rates.rs, whose
+//! The store model of `BENCH_ONLY=scale_submits` (prefix_rates.rs, whose
 //! docs say what it models): S3's per-prefix request rates over the
 //! in-memory store, on tokio's clock; and the audit of a bucket against the
 //! submits' answers. tests/prefix_rates.rs checks it.

@@ -1,5 +1,5 @@
 //! Submits at scale against S3's per-prefix request rates
-//! (`BENCH_ONLY=scale-submits`): a store model that charges every request
+//! (`BENCH_ONLY=scale_submits`): a store model that charges every request
 //! to its partition and answers 503 SlowDown past the partition's rate,
 //! driven at 1,000 to 20,000 submits a second on a simulated clock.
 //!
