@@ -3,7 +3,6 @@
 //! the sources and the S3 client once, then the runtime loop over
 //! `lambda::handle_submit`.
 
-use idempotent_submit::intake::sources;
 use idempotent_submit::lambda::{self, App, Metrics};
 use idempotent_submit::{Config, Queue};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
@@ -17,7 +16,7 @@ async fn main() -> Result<(), Error> {
     let queue = Queue::from_config(&config)
         .await
         .inspect_err(|e| tracing::error!(error = %e, "cannot start"))?;
-    let sources = sources::load::from_env(config.force_path_style)
+    let sources = lambda::sources_from_env(config.force_path_style)
         .await
         .inspect_err(|e| tracing::error!(error = %e, "invalid configuration"))?;
     let app = App::new(queue, &config, Metrics::for_function("submit")).with_sources(sources);

@@ -64,6 +64,13 @@ impl App {
     }
 }
 
+/// The sources of `SOURCES` (inline JSON, or an `s3://` object read now),
+/// for the `submit` binary to read once at its start: the binary reaches
+/// the intake layer through this adapter, as through every other.
+pub async fn sources_from_env(force_path_style: bool) -> Result<Sources, crate::ConfigError> {
+    crate::intake::sources::load::from_env(force_path_style).await
+}
+
 /// What became of one SQS message (src/lambda/sqs.rs), whichever reading
 /// of its body took it (src/lambda/sources.rs for another system's shape).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
