@@ -108,20 +108,27 @@ impl Engine {
         };
         let mut held = Held::default();
         let mut first = true;
+        // After its first claim an invocation is the pass's it joined (or
+        // opened): it never opens another one, whatever it finds later.
+        let mut joined = opts.continuation;
         while !self.past(opts) && !self.budget_spent(opts, &out.summary) {
             let id = uuid::Uuid::new_v4().to_string();
-            let until = self.lease_end(opts)?;
+            let lease = self.lease_length(opts);
             let concurrency = self.settings.pass_concurrency;
             let (claim, window, resumed) = self
                 .update(&mut held, opts, &mut out.summary, |cp, now| {
+                    let until = now + lease;
                     let order = self.settings.list_order;
-                    let who = (id.as_str(), opts.continuation.as_ref());
+                    let who = (id.as_str(), joined.as_ref());
                     claim_or_open(cp, (now, until), who, concurrency, order)
                 })
                 .await?;
             if first {
                 out.summary.resumed = resumed;
             }
+            joined = Some(Continuation {
+                sweep_pass: window.1,
+            });
             match claim {
                 Claim::Records {
                     ranges,
@@ -167,12 +174,14 @@ impl Engine {
         opts.max_records.is_some_and(|m| s.scanned >= m as u64)
     }
 
-    /// Where a lease taken now ends, in S3's time: the invocation's time
-    /// left (15 minutes without a deadline) and one operation's length.
-    fn lease_end(&self, opts: &SweepOptions) -> Result<DateTime<Utc>, SubmitError> {
-        let local = self.now();
-        let run = opts.deadline.map_or(Duration::minutes(15), |d| d - local);
-        Ok(self.s3_earliest()? + run + self.settings.operation_timeout)
+    /// How long a lease taken now lasts: the invocation's time left (15
+    /// minutes without a deadline) and one operation's length. It is added
+    /// to S3's time once the checkpoint's read has dated it.
+    fn lease_length(&self, opts: &SweepOptions) -> Duration {
+        let run = opts
+            .deadline
+            .map_or(Duration::minutes(15), |d| d - self.now());
+        run + self.settings.operation_timeout
     }
 
     /// Lists a share's ranges and releases what is left; `true` when the
@@ -239,8 +248,13 @@ impl Engine {
             .sweep_markers((cp.markers_until, cp.pass), opts, &mut tally)
             .await;
         let plan = super::payloads::PayloadPlan::after(cp.payload_slice, cp.payloads_until, now);
+        // The cursors move on only past a check without a failure: a payload
+        // that could not be checked is checked again by the next pass.
+        let errors_before = tally.errors;
         let payloads = match self.sweep_payloads(opts, now, &plan, &mut tally).await {
-            Ok(()) if !self.past(opts) => Some((plan.next_slice(), now)),
+            Ok(()) if !self.past(opts) && tally.errors == errors_before => {
+                Some((plan.next_slice(), now))
+            }
             Ok(()) => None,
             Err(e) => {
                 tracing::warn!(error = %e, "the payload listing stopped");
