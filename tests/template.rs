@@ -5,6 +5,7 @@
 
 mod modes;
 mod operations;
+mod pass;
 mod permissions;
 mod resources;
 
