@@ -44,6 +44,7 @@ mod store_conformance;
 mod submit_handler;
 mod sweep;
 mod sweep_lambda;
+mod sweep_pass;
 mod template;
 mod template_sources;
 mod versioning;

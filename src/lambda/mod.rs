@@ -181,6 +181,15 @@ impl Sweeper {
         }
         self
     }
+
+    /// This sweeper, its scheduled passes handing their continuations to
+    /// `hand_on` (the tests' pass queue: moto's, or one in memory).
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn with_hand_on(mut self, hand_on: Arc<dyn crate::protocol::HandOn>) -> Self {
+        self.queue = self.queue.with_pass_hand_on(hand_on);
+        self
+    }
 }
 
 /// An event the `sweep` function does not take.

@@ -136,8 +136,11 @@ impl Engine {
                     pool,
                     free,
                 } => {
+                    // Alone, it fans the pass out over the free slots, less
+                    // those it has handed on already (they may not have
+                    // claimed yet).
                     if alone && pool > 0 {
-                        let n = free.min(pool);
+                        let n = free.min(pool).saturating_sub(out.handed_on.len());
                         self.send_on(hand_on, window.1, n, &mut out).await;
                     }
                     let fan_out = alone && pool == 0 && hand_on.is_some() && concurrency > 1;
