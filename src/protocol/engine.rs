@@ -33,7 +33,7 @@ pub struct Engine {
     pub(crate) due_route: Route,
     /// Where a scheduled pass hands its continuations (the `sweep`
     /// function's pass queue); `None`: the next scheduled run goes on.
-    pub(crate) pass_hand_on: Option<Arc<dyn super::sweep::HandOn>>,
+    pub(crate) pass_hand_on: Option<Arc<dyn super::sweep::hand_on::HandOn>>,
 }
 
 impl Engine {
@@ -52,13 +52,13 @@ impl Engine {
 
     /// This engine, handing the continuations of its scheduled passes to
     /// `hand_on` (docs/protocol.md, "The scheduled pass").
-    pub fn with_pass_hand_on(mut self, hand_on: Arc<dyn super::sweep::HandOn>) -> Self {
+    pub fn with_pass_hand_on(mut self, hand_on: Arc<dyn super::sweep::hand_on::HandOn>) -> Self {
         self.pass_hand_on = Some(hand_on);
         self
     }
 
     /// Where this engine's passes hand their continuations, if anywhere.
-    pub fn pass_hand_on(&self) -> Option<&dyn super::sweep::HandOn> {
+    pub fn pass_hand_on(&self) -> Option<&dyn super::sweep::hand_on::HandOn> {
         self.pass_hand_on.as_deref()
     }
 

@@ -52,6 +52,7 @@
 
 mod checkpoint;
 mod folders;
+pub mod hand_on;
 mod markers;
 mod pass;
 mod payloads;
@@ -59,8 +60,9 @@ mod ranges;
 mod record;
 mod share;
 
+pub use hand_on::{Continuation, HandOn};
 pub use payloads::{PAYLOAD_CYCLE_DAYS, PAYLOAD_SLICES, PayloadPlan};
-pub use share::{Continuation, HandOn, ShareOutcome};
+pub use share::ShareOutcome;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
