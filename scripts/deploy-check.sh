@@ -6,7 +6,8 @@
 # standard library, so arm64, the default, cannot be built here); then runs
 # each built bootstrap from .aws-sam/build/ as Lambda would, under a runtime
 # API stand-in (scripts/api_front.py), against the moto S3 of with-moto.sh:
-# one submit, its replay, one sweep. Run it through scripts/with-moto.sh.
+# one submit, its replay, one sweep (PASS_CONCURRENCY=4), one continuation
+# of a pass from the pass queue. Run it through scripts/with-moto.sh.
 # SCHEMAS=on: the functions built with the `schemas` feature
 # (CARGO_LAMBDA_CONTEXT=schemas, CargoLambda.toml) and run with
 # VALIDATE_INPUT_SCHEMAS=on, a published schema refusing an input; otherwise
@@ -44,7 +45,7 @@ PY
 
 run_front() { # binary port log
   BUCKET_NAME="$bucket" S3_FORCE_PATH_STYLE=true VALIDATE_INPUT_SCHEMAS="$SCHEMAS" \
-    python3 scripts/api_front.py "$1" "$2" >"$3" 2>&1 &
+    PASS_CONCURRENCY=4 python3 scripts/api_front.py "$1" "$2" >"$3" 2>&1 &
   echo $!
 }
 
@@ -107,5 +108,15 @@ if os.environ.get("SCHEMAS") == "on":
 s3, _, summary = call(f"{sweep}/__invoke", {}, {"content-type": "application/json"})
 assert s3 == 200 and summary.get("complete") is True and summary.get("errors") == 0, (s3, summary)
 print(f"sweep: {json.dumps(summary, sort_keys=True)}")
+# A continuation of that pass, as the pass queue's mapping hands it over: one
+# share of the pass it names, which is over; acknowledged.
+import datetime
+record = {"messageId": "c1", "receiptHandle": "r", "eventSource": "aws:sqs",
+          "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:pass", "awsRegion": "us-east-1",
+          "attributes": {}, "messageAttributes": {}, "md5OfBody": "",
+          "body": json.dumps({"sweep_pass": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})}
+s6, _, answer = call(f"{sweep}/__invoke", {"Records": [record]}, {"content-type": "application/json"})
+assert s6 == 200 and answer == {"batchItemFailures": []}, (s6, answer)
+print("sweep: a pass queue continuation, acknowledged")
 PY
 echo "deploy-check passed in $(( $(date +%s) - start )) s"

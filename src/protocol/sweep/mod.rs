@@ -9,8 +9,8 @@
 //! its work per record write is the same however many records the bucket
 //! holds. The message handling is `intake::due`.
 //!
-//! **The scheduled pass, [`Engine::sweep`].** Hygiene and a safety net, once
-//! a day: it lists `idempotency/` and reads a record only in the pass during
+//! **The scheduled pass, [`Engine::sweep_share`].** Hygiene and a safety
+//! net, once a day: it lists `idempotency/` and reads a record only in the pass during
 //! which its age (since its last write) crosses a threshold, so each record
 //! is read O(1) times over its life however often passes run:
 //!
@@ -30,9 +30,12 @@
 //! and a range whose first page is full splits into sixteen by the next hex
 //! digit of the record hash (down to three digits), so a large scope is
 //! listed by many listings at once. It stops before the invocation's deadline
-//! and keeps the ranges still to list in `sweeper/checkpoint.json`; the next
-//! run goes on from there. A run claims the checkpoint by compare-and-swap
-//! before it works, so two runs never work one pass at the same time.
+//! and keeps the ranges still to list in `sweeper/checkpoint.json`. One pass
+//! is worked by up to `PASS_CONCURRENCY` invocations at once, each holding a
+//! share of its ranges by a lease in the checkpoint (compare-and-swap), and
+//! handing the rest on to another invocation when its deadline comes
+//! (`share.rs`, `checkpoint.rs`); a pass opens only where the last one is
+//! complete, so two passes never overlap.
 //!
 //! That is `LIST_ORDER=bytes`: it relies on listings in byte order and on
 //! `StartAfter`. Under `LIST_ORDER=any` (stores that list in their own
