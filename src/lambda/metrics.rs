@@ -142,22 +142,30 @@ impl Metrics {
         self.emit(&[("Rejected", 1)]);
     }
 
-    /// A scheduled pass that ended: `SweepPasses` (1), the shares it took
-    /// over all its invocations (`SweepPassShares`), the most at once
+    /// A scheduled pass that ended, in one line: its one summary's counts
+    /// (as [`Metrics::sweep`]), `SweepPasses` (1), the shares it took over
+    /// all its invocations (`SweepPassShares`), the most at once
     /// (`SweepPassConcurrency`), and its length in seconds from its start to
     /// its end, in S3's time (`SweepPassSeconds`).
-    pub fn pass(&self, shares: u64, peak: u64, seconds: u64) {
-        self.emit(&[
+    pub fn pass(&self, s: &SweepSummary, (shares, peak, seconds): (u64, u64, u64)) {
+        let mut counts = Self::sweep_counts(s).to_vec();
+        counts.extend([
             ("SweepPasses", 1),
             ("SweepPassShares", shares),
             ("SweepPassConcurrency", peak),
             ("SweepPassSeconds", seconds),
         ]);
+        self.emit(&counts);
     }
 
     /// A sweep's summary.
     pub fn sweep(&self, s: &SweepSummary) {
-        self.emit(&[
+        self.emit(&Self::sweep_counts(s));
+    }
+
+    /// A sweep summary's metrics.
+    fn sweep_counts(s: &SweepSummary) -> [(&'static str, u64); 12] {
+        [
             ("SweepScanned", s.scanned),
             ("SweepFinished", s.finished),
             ("SweepExpiredDeleted", s.expired_deleted),
@@ -170,7 +178,7 @@ impl Metrics {
             ("SweepUnrecognized", s.unrecognized),
             ("SweepReads", s.reads),
             ("SweepLists", s.lists),
-        ]);
+        ]
     }
 }
 

@@ -111,11 +111,11 @@ fn report(metrics: &Metrics, request_id: &str, o: &ShareOutcome) {
         tracing::info!(request_id = %request_id, continuations = o.handed_on.len(), "the pass handed on");
     }
     if let Some(pass) = &o.pass {
-        super::report_sweep(metrics, request_id, "pass", pass, (0, 0));
+        super::log_sweep(request_id, "pass", pass, (0, 0));
         let (shares, peak) = o.pass_shares.unwrap_or_default();
         let seconds = o.pass_length.map_or(0, |d| d.num_seconds().max(0) as u64);
         tracing::info!(request_id = %request_id, shares, peak_shares = peak, seconds, "pass ended");
-        metrics.pass(shares, peak, seconds);
+        metrics.pass(pass, (shares, peak, seconds));
     }
 }
 

@@ -92,7 +92,9 @@ impl Engine {
         // opened): it never opens another one, whatever it finds later.
         let mut joined = opts.continuation;
         while !self.past(opts) && !self.budget_spent(opts, &out.summary) {
-            let id = uuid::Uuid::new_v4().to_string();
+            // Through the ids' one source, which a replay of the exhaustive
+            // checker makes again.
+            let id = crate::protocol::names::new_id().to_string();
             let lease = self.lease_length(opts);
             let concurrency = self.settings.pass_concurrency;
             let (claim, window, resumed) = self
