@@ -149,12 +149,14 @@ pub struct SweepSummary {
     /// This run went on with a pass that an earlier run had to stop.
     #[serde(skip)]
     pub resumed: bool,
-    /// Another run held the pass: this one did nothing.
+    /// Every slot of the pass was held, or what was left: this run did
+    /// nothing.
     #[serde(skip)]
     pub busy: bool,
-    /// Input payloads that no task named, deleted by the pass: those up to
-    /// a day and an hour past the orphan age, and those of the day's slices whatever
-    /// their age (counted, not deleted, in a dry run).
+    /// Input payloads that no task named, deleted by the pass: those whose
+    /// age crossed the orphan age since the last complete check, and those
+    /// of the pass's slices whatever their age (counted, not deleted, in a
+    /// dry run).
     #[serde(skip)]
     pub payloads_deleted: u64,
     /// Markers of the ready index that named a task no worker can claim

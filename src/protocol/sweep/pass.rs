@@ -1,7 +1,7 @@
 //! The scheduled pass: hygiene and a safety net. It lists ranges of
 //! `idempotency/` side by side, reads a record only when its age crosses a
-//! threshold, stops before its deadline keeping its place, and goes on next
-//! run (the module docs of `sweep` say how).
+//! threshold, and stops before its deadline keeping its place (the module
+//! docs of `sweep` say how; `share.rs`, how a share of a pass goes on).
 
 use std::collections::VecDeque;
 
