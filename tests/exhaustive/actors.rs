@@ -11,11 +11,11 @@ use bytes::Bytes;
 use idempotent_submit::due_sender::DueOrder;
 use idempotent_submit::protocol::{RecordOutcome, SweepOptions, SweepSummary};
 use idempotent_submit::store::{PutMode, Store};
-use idempotent_submit::{Clock, Queue, Reset, Settings, SubmitError, Submitted};
+use idempotent_submit::{Clock, IfTaskFailed, Queue, Reset, Settings, SubmitError, Submitted};
 use serde_json::{Value, json};
 
 use super::gate::{GateDue, GateStore, Message};
-use super::planted::{self, Bug, Planted};
+use crate::model::planted::{self, Bug, FirstBody, Planted};
 
 /// The scope every key of a world lives in (the task type's own).
 pub const TASK_TYPE: &str = "t";
@@ -26,6 +26,8 @@ pub const BUCKET: &str = "exhaustive-bucket";
 pub enum Role {
     /// A keyed submit of `key` with input number `input`.
     Submit { key: &'static str, input: u8 },
+    /// A keyed submit with `if_task_failed: new_task`.
+    Reuse { key: &'static str, input: u8 },
     /// `submit_many` of keyed items, one `SendMessageBatch` for their due
     /// messages under `RECORD_EVENTS=submitter`.
     Batch { items: Vec<(&'static str, u8)> },
@@ -44,7 +46,7 @@ impl Role {
     /// A submit's key and input, for the checks.
     pub fn submits(&self) -> Vec<(&'static str, u8)> {
         match self {
-            Role::Submit { key, input } => vec![(key, *input)],
+            Role::Submit { key, input } | Role::Reuse { key, input } => vec![(key, *input)],
             Role::Batch { items } => items.clone(),
             _ => Vec::new(),
         }
@@ -76,15 +78,27 @@ pub fn input_of(input: u8) -> Value {
     json!({ "n": input })
 }
 
+/// Where the planted bugs find a task's first body: the gate's history.
+fn first_body(gate: &GateStore) -> FirstBody {
+    let writes = super::gate::lock(&gate.state).writes.clone();
+    Arc::new(move |key: &str| {
+        let writes = writes.lock().unwrap_or_else(|e| e.into_inner());
+        writes
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, b)| b.clone())
+    })
+}
+
 /// One process's queue over the gate, with the planted bug if any.
 pub fn queue(gate: &GateStore, settings: &Settings, events: Events, bug: Option<Bug>) -> Queue {
     let planted = Planted {
         inner: gate.clone(),
         bug,
-        writes: super::gate::lock(&gate.state).writes.clone(),
+        first_body: first_body(gate),
         armed: Arc::default(),
     };
-    let clock = Arc::new(gate.clock.clone()) as Arc<dyn Clock>;
+    let clock = Arc::new(gate.machine.clone()) as Arc<dyn Clock>;
     let s = planted::engine_settings(bug, settings);
     let q = Queue::with_clock(crate::common::Wrapped(planted), clock, s);
     match events {
@@ -101,6 +115,14 @@ pub fn start(role: &Role, q: Queue, store: GateStore) -> Running {
             let r = q
                 .submit(TASK_TYPE, input_of(input))
                 .idempotency_key(key)
+                .await;
+            Outcome::Submitted(vec![r])
+        }),
+        Role::Reuse { key, input } => Box::pin(async move {
+            let r = q
+                .submit(TASK_TYPE, input_of(input))
+                .idempotency_key(key)
+                .if_task_failed(IfTaskFailed::NewTask)
                 .await;
             Outcome::Submitted(vec![r])
         }),

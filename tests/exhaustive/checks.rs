@@ -14,6 +14,7 @@ use idempotent_submit::{SubmitError, Submitted};
 
 use super::actors::{self, Events, Outcome, Role};
 use super::gate::{self, Kind};
+use super::more_checks;
 use super::sim::{Sim, State};
 
 /// One life of a record: from the step its write was first seen current to
@@ -69,6 +70,9 @@ pub fn hash_of(input: u8) -> String {
 /// Every guarantee, after one step.
 pub fn after_step(sim: &mut Sim) -> Result<(), String> {
     observe(sim);
+    // Guarantee 11 first: a second replacement of a failed task is also a
+    // live record replaced, and 11 says why.
+    more_checks::check_replacements(sim)?;
     if let Some(e) = sim.checks.broken.take() {
         return Err(e);
     }
@@ -83,7 +87,7 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
 }
 
 /// Notes each record's life as the bucket shows it now.
-fn observe(sim: &mut Sim) {
+pub fn observe(sim: &mut Sim) {
     let step = sim.step;
     let now = sim.clock.now();
     let current: Vec<(String, Bytes, DateTime<Utc>)> = sim
@@ -103,7 +107,11 @@ fn observe(sim: &mut Sim) {
             if now < life.record.expires_at && !life.reset() {
                 let by = current.iter().find(|(k, ..)| *k == life.key);
                 let reset = by.and_then(|(_, b, _)| serde_json::from_slice::<Record>(b).ok());
-                if reset.is_none_or(|r| r.reset_at.is_none()) {
+                // Only a reset or a failed task's reuse (guarantee 11,
+                // judged by `check_replacements`) may end a live record.
+                let allowed =
+                    reset.is_some_and(|r| r.reset_at.is_some() || more_checks::replaces(&r, life));
+                if !allowed {
                     sim.checks.broken.get_or_insert(format!(
                         "guarantee 1: the live record of {} (task {}) was deleted or replaced before it expired",
                         life.key, life.record.task_id
@@ -181,7 +189,8 @@ fn check_writes(sim: &mut Sim) -> Result<(), String> {
     Ok(())
 }
 
-fn object(sim: &Sim, key: &str) -> Option<Bytes> {
+/// The body of `key` in the bucket now.
+pub fn object(sim: &Sim, key: &str) -> Option<Bytes> {
     use idempotent_submit::store::Store;
     super::sim::now_or_never(sim.bucket.get(key))
         .and_then(Result::ok)
@@ -264,6 +273,7 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
         (role, Some(Outcome::Submitted(rs))) => {
             for ((key, input), r) in role.submits().into_iter().zip(rs) {
                 check_submit(sim, i, key, input, r).map_err(|e| format!("#{i} {key}: {e}"))?;
+                more_checks::check_requests(sim, i, r)?;
             }
             Ok(())
         }
@@ -325,8 +335,13 @@ fn check_submit(
                 return Ok(());
             }
             let past = now >= life.last_modified + st.finish_window - Duration::seconds(2);
+            // The one exception, the documented limit: past the finish
+            // deadline a replay answers a task that is there though its
+            // marker never landed (nothing is written past the deadline).
+            // A task that is not there is never answered.
+            let task_there = object(sim, &life.record.task_key).is_some();
             match finished(sim, life) {
-                Err(e) if !past || sim.spec.limits => Err(format!(
+                Err(e) if !past || !task_there || sim.spec.limits => Err(format!(
                     "guarantee 3{}: answered {}: {e}",
                     if past {
                         " (past the finish deadline)"
@@ -369,6 +384,9 @@ fn expected_error(sim: &Sim, i: usize, e: &SubmitError) -> Result<(), String> {
     let late = sim.clock.now() >= a.started_at + sim.settings.operation_timeout;
     match e {
         SubmitError::Storage(_) if a.faulted => Ok(()),
+        SubmitError::Storage(_) if a.met_409 => Err(format!(
+            "guarantee 9: #{i} met a 409 and answered a storage error: {e:?}"
+        )),
         SubmitError::DeadlineExceeded if a.faulted || late => Ok(()),
         SubmitError::Undetermined { .. } => Ok(()),
         _ => Err(format!("#{i}: an error nothing explains: {e:?}")),
