@@ -40,7 +40,7 @@ fn spec(name: &'static str, store: StoreKind, actors: Vec<Role>) -> Spec {
 /// fails with the counterexample if a guarantee broke.
 fn holds(spec: Spec) -> Report {
     let spec = Spec {
-        depth: spec.depth + explore::deeper(),
+        depth: (spec.depth as i64 + explore::deeper()).max(1) as usize,
         ..spec
     };
     let r = explore::explore(&spec);
