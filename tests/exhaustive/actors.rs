@@ -8,9 +8,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use chrono::SubsecRound;
 use idempotent_submit::due_sender::DueOrder;
 use idempotent_submit::protocol::{RecordOutcome, SweepOptions, SweepSummary};
-use idempotent_submit::store::{PutMode, Store};
+use idempotent_submit::store::{PutMode, Store, StoreError};
 use idempotent_submit::{Clock, IfTaskFailed, Queue, Reset, Settings, SubmitError, Submitted};
 use serde_json::{Value, json};
 
@@ -40,9 +41,21 @@ pub enum Role {
     /// buquet's worker: one poll of the ready index, claiming, deleting
     /// the marker, completing.
     Worker,
+    /// buquet's worker finding a task by listing `tasks/` (not by its
+    /// marker) and claiming it: a marker of ours may still be written.
+    Scanner,
+    /// The planted bug `ResetIgnoresPhase`'s operator: a key reset by
+    /// hand, the record read and replaced by a reset record with
+    /// `If-Match`, whatever its phase.
+    ResetByHand { key: &'static str },
 }
 
 impl Role {
+    /// One of buquet's workers, not our code.
+    pub fn is_workers(&self) -> bool {
+        matches!(self, Role::Worker | Role::Scanner)
+    }
+
     /// A submit's key and input, for the checks.
     pub fn submits(&self) -> Vec<(&'static str, u8)> {
         match self {
@@ -108,9 +121,14 @@ pub fn queue(gate: &GateStore, settings: &Settings, events: Events, bug: Option<
 }
 
 /// The future of `role` run by a process on `q` (`store`: the gate, for
-/// the worker).
-pub fn start(role: &Role, q: Queue, store: GateStore) -> Running {
-    match role.clone() {
+/// the worker). A reset by hand is the library's reset but under its
+/// planted bug.
+pub fn start(role: &Role, q: Queue, store: GateStore, bug: Option<Bug>) -> Running {
+    let role = match role {
+        Role::ResetByHand { key } if bug != Some(Bug::ResetIgnoresPhase) => Role::Reset { key },
+        r => r.clone(),
+    };
+    match role {
         Role::Submit { key, input } => Box::pin(async move {
             let r = q
                 .submit(TASK_TYPE, input_of(input))
@@ -145,6 +163,10 @@ pub fn start(role: &Role, q: Queue, store: GateStore) -> Running {
             )
         }
         Role::Worker => Box::pin(async move { Outcome::Worked(work(&store).await) }),
+        Role::Scanner => Box::pin(async move { Outcome::Worked(scan(&store).await) }),
+        Role::ResetByHand { key } => {
+            Box::pin(async move { Outcome::Reset(reset_by_hand(&q, key).await) })
+        }
     }
 }
 
@@ -186,6 +208,62 @@ async fn work(store: &GateStore) -> String {
     match store.put(&task_key, done, PutMode::Update(put.etag)).await {
         Ok(_) => "completed".into(),
         Err(_) => "claimed".into(),
+    }
+}
+
+/// buquet's worker by its listing of `tasks/`: the first task, claimed by
+/// a compare-and-swap to `running` if it is pending; its marker left alone.
+async fn scan(store: &GateStore) -> String {
+    let Ok(page) = store.list("tasks/", None, None, 1000).await else {
+        return "listing failed".into();
+    };
+    let Some(task_key) = page.objects.first().map(|o| o.key.clone()) else {
+        return "no task".into();
+    };
+    let Ok(obj) = store.get(&task_key).await else {
+        return "no task".into();
+    };
+    let Ok(mut task) = serde_json::from_slice::<Value>(&obj.body) else {
+        return "unreadable task".into();
+    };
+    if task["status"] != "pending" {
+        return "not pending".into();
+    }
+    task["status"] = json!("running");
+    let body = Bytes::from(task.to_string());
+    match store
+        .put(&task_key, body, PutMode::Update(obj.meta.etag))
+        .await
+    {
+        Ok(_) => "claimed".into(),
+        Err(_) => "claim lost".into(),
+    }
+}
+
+/// `ResetIgnoresPhase`: the record read as the library reads it, and
+/// replaced by a reset record on its ETag, whatever its phase.
+async fn reset_by_hand(q: &Queue, key: &str) -> Result<Reset, SubmitError> {
+    let Some((rec, meta)) = q.record(TASK_TYPE, key, None).await? else {
+        return Ok(Reset::NotFound);
+    };
+    let mut reset = rec.clone();
+    let now = q.engine().clock().now().trunc_subsecs(0);
+    (reset.expires_at, reset.reset_at) = (now, Some(now));
+    (reset.pending_task, reset.pending_input) = (None, None);
+    let body = Bytes::from(serde_json::to_vec(&reset).unwrap_or_default());
+    let path = super::checks::record_key(key);
+    match q
+        .engine()
+        .store()
+        .put(&path, body, PutMode::Update(meta.etag))
+        .await
+    {
+        Ok(_) => Ok(Reset::Done {
+            old_task_id: rec.task_id,
+        }),
+        Err(StoreError::PreconditionFailed) => Ok(Reset::Changed),
+        Err(StoreError::NotFound) => Ok(Reset::NotFound),
+        Err(e) => Err(SubmitError::Storage(e)),
     }
 }
 

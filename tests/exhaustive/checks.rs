@@ -147,6 +147,15 @@ fn life_of_task<'a>(lives: &'a [Life], id: &str) -> Option<&'a Life> {
         .find(|l| !l.reset() && l.record.task_id.to_string() == id)
 }
 
+/// `life` was ended by a reset (the key's reset record came in its place).
+fn reset_before(lives: &[Life], life: &Life) -> bool {
+    life.to.is_some_and(|t| {
+        lives
+            .iter()
+            .any(|r| r.reset() && r.key == life.key && r.from == t)
+    })
+}
+
 /// Guarantee 2 and the finish deadline, over every request that reached the
 /// bucket since the last step: each task object created once, only for a
 /// record, never rewritten by us; every task and marker write sent before
@@ -156,7 +165,7 @@ fn check_writes(sim: &mut Sim) -> Result<(), String> {
     let window = sim.settings.finish_window;
     sim.checks.seen += log.len();
     for l in &log {
-        let ours = !matches!(sim.actors[l.actor].role, Role::Worker);
+        let ours = !sim.actors[l.actor].role.is_workers();
         let (Some(id), true) = (actors::id_of(&l.key), ours && l.kind.is_write()) else {
             continue;
         };
@@ -166,6 +175,12 @@ fn check_writes(sim: &mut Sim) -> Result<(), String> {
         let Some(life) = life_of_task(&sim.checks.lives, id) else {
             return Err(format!("guarantee 2: {} written for no record", l.key));
         };
+        if l.ok && reset_before(&sim.checks.lives, life) {
+            return Err(format!(
+                "the reset's promise: {} written after its record was reset",
+                l.key
+            ));
+        }
         if l.sent >= life.last_modified + window {
             return Err(format!(
                 "deadline: a write of {} was sent at {} past its record's finish deadline {}",
@@ -236,7 +251,7 @@ fn check_markers_of(sim: &Sim, i: usize) -> Result<(), String> {
     let worker_failed = sim
         .actors
         .iter()
-        .any(|a| matches!(a.role, Role::Worker) && (a.faulted || a.state == State::Crashed));
+        .any(|a| a.role.is_workers() && (a.faulted || a.state == State::Crashed));
     if !clean || worker_failed {
         return Ok(());
     }
@@ -280,7 +295,9 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
         (Role::Sweep(m), Some(Outcome::Swept(o))) => check_swept(sim, i, &m.key, o),
         // The worker's reads meet no fault but a crash (which ends it) or a
         // clock step that times them out.
-        (Role::Worker, Some(Outcome::Worked(w))) if w == "listing failed" && !a.faulted => {
+        (Role::Worker | Role::Scanner, Some(Outcome::Worked(w)))
+            if w == "listing failed" && !a.faulted =>
+        {
             Err(format!("#{i}: the worker's listing failed without a fault"))
         }
         (_, Some(Outcome::Reset(Err(e)))) | (_, Some(Outcome::Passed(Err(e)))) => {

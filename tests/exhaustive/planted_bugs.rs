@@ -220,6 +220,42 @@ fn the_checker_finds_a_marker_written_for_a_task_a_worker_has_taken() {
     caught(w, "guarantee 10");
 }
 
+#[test]
+fn the_checker_finds_a_marker_kept_though_a_worker_claimed_its_task_before_it_landed() {
+    // A replay finishing a submit that died after its task, and buquet's
+    // worker claiming the task by its listing of `tasks/` between the
+    // replay's marker PUT and its read of the task after it.
+    let roles = vec![Role::Submit { key: "k", input: 1 }, Role::Scanner];
+    let w = Spec {
+        prelude: Prelude::NoMarker,
+        faults: 0,
+        crashes: 0,
+        depth: 11,
+        ..world("marker unverified", roles, Some(Bug::MarkerUnverified))
+    };
+    caught(w, "guarantee 10");
+}
+
+#[test]
+fn the_checker_finds_a_reset_that_ignores_the_records_phase() {
+    // A submit still in flight writes its task after a reset by hand
+    // replaced its `creating` record.
+    let roles = vec![
+        Role::Submit { key: "k", input: 1 },
+        Role::ResetByHand { key: "k" },
+    ];
+    let w = Spec {
+        faults: 0,
+        crashes: 0,
+        ..world(
+            "reset ignoring the phase",
+            roles,
+            Some(Bug::ResetIgnoresPhase),
+        )
+    };
+    caught(w, "the reset's promise");
+}
+
 /// The known limit, printed: the shortest schedule that leaves a record
 /// with no due message and no live writer under `DUE_MESSAGE=with_claim`.
 #[test]

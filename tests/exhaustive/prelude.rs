@@ -30,8 +30,9 @@ pub enum Prelude {
     Completed,
     /// The same, the task taken by a worker and still `running`.
     Running,
-    /// A submit of `k` that died after its task, before its marker; the
-    /// clock at its record's finish deadline + 10 s.
+    /// A submit of `k` that died after its task, before its marker.
+    NoMarker,
+    /// The same, the clock at its record's finish deadline + 10 s.
     MarkerLost,
     /// A submit of `k` answered; the clock at its record's expiry, and the
     /// record's S3 event waiting in the due queue (a redelivery).
@@ -51,6 +52,7 @@ pub fn run(sim: &mut Sim, prelude: Prelude) {
         Prelude::Failed => end_task(&bucket, "failed"),
         Prelude::Completed => end_task(&bucket, "completed"),
         Prelude::Running => end_task(&bucket, "running"),
+        Prelude::NoMarker => delete_markers(&bucket),
         Prelude::MarkerLost => {
             delete_markers(&bucket);
             sim.clock

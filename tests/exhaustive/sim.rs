@@ -253,7 +253,7 @@ impl Sim {
 
     fn launch(&mut self, i: usize) {
         let q = actors::queue(&self.gate, &self.settings, self.spec.events, self.spec.bug);
-        let run = actors::start(&self.actors[i].role, q, self.gate.clone());
+        let run = actors::start(&self.actors[i].role, q, self.gate.clone(), self.spec.bug);
         let a = &mut self.actors[i];
         a.run = Some(run);
         a.state = State::Running;
@@ -397,7 +397,7 @@ impl Sim {
         if f != Fault::Ok {
             self.faults += 1;
             let a = &mut self.actors[r.actor];
-            if f == Fault::Conflict && !matches!(a.role, Role::Worker) {
+            if f == Fault::Conflict && !a.role.is_workers() {
                 a.met_409 = true;
             } else {
                 a.faulted = true;
