@@ -219,3 +219,21 @@ fn a_new_task_submit_and_a_replay_over_a_failed_tasks_key_keep_every_guarantee()
         holds(w);
     }
 }
+
+#[test]
+fn with_the_machines_clock_behind_s3s_a_submit_and_the_sweeper_keep_every_guarantee() {
+    for store in STORES {
+        let a = Role::Submit { key: "k", input: 1 };
+        // 58 s behind: within the 60 s past which nothing bound by a
+        // deadline is written (docs/protocol.md, "S3's clock, not ours").
+        let w = Spec {
+            advances: 1,
+            passes: 1,
+            deliver: true,
+            depth: 5,
+            skew: 58,
+            ..spec("machine clock 58 s behind S3's", store, vec![a])
+        };
+        holds(w);
+    }
+}
