@@ -27,6 +27,7 @@ mod races;
 mod reads;
 mod real;
 mod resume;
+mod share;
 
 use crate::common;
 
