@@ -23,6 +23,8 @@ mod config;
 mod damage;
 #[path = "chaos/evidence.rs"]
 mod evidence;
+#[path = "chaos/judge.rs"]
+mod judge;
 #[path = "chaos/processes.rs"]
 mod processes;
 #[path = "chaos/producers.rs"]
