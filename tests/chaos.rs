@@ -21,6 +21,8 @@ mod compare;
 mod config;
 #[path = "chaos/damage.rs"]
 mod damage;
+#[path = "chaos/drainer.rs"]
+mod drainer;
 #[path = "chaos/evidence.rs"]
 mod evidence;
 #[path = "chaos/judge.rs"]
