@@ -88,26 +88,39 @@ pub async fn moto_store_with(versioning: Versioning) -> S3Store {
 
 /// A store on a new, empty bucket of the moto server at `endpoint`.
 pub async fn moto_store_at(endpoint: &str, versioning: Versioning) -> S3Store {
+    let store = S3Store::for_endpoint(endpoint, &fresh_bucket_name("t"));
+    create_bucket(&store, versioning, "moto").await;
+    store
+}
+
+/// A bucket name no other test of any run has used: `prefix`, the process,
+/// a count, a random number.
+pub fn fresh_bucket_name(prefix: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
-    let bucket = format!(
-        "t{}-{}-{}",
+    format!(
+        "{prefix}{}-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::SeqCst),
         fastrand::u32(..)
-    );
-    let store = S3Store::for_endpoint(endpoint, &bucket);
+    )
+}
+
+/// Creates `store`'s bucket on `server` (its name, for the panic), and
+/// turns versioning on when asked.
+pub async fn create_bucket(store: &S3Store, versioning: Versioning, server: &str) {
+    let bucket = store.bucket();
     store
         .client()
         .create_bucket()
-        .bucket(&bucket)
+        .bucket(bucket)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("creating bucket {bucket} on moto: {e:?}"));
+        .unwrap_or_else(|e| panic!("creating bucket {bucket} on {server}: {e:?}"));
     if versioning == Versioning::On {
         store
             .client()
             .put_bucket_versioning()
-            .bucket(&bucket)
+            .bucket(bucket)
             .versioning_configuration(
                 aws_sdk_s3::types::VersioningConfiguration::builder()
                     .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
@@ -117,7 +130,6 @@ pub async fn moto_store_at(endpoint: &str, versioning: Versioning) -> S3Store {
             .await
             .unwrap_or_else(|e| panic!("enabling versioning on {bucket}: {e:?}"));
     }
-    store
 }
 
 /// What ListObjectVersions shows of one key.
