@@ -364,12 +364,7 @@ async fn a_reset_racing_a_replay_and_the_sweeper_leaves_one_task_for_the_old_rec
     // first, and the key free: the next submit is new.
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
-    let next = w
-        .queue()
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let next = common::submit_key(&w.queue(), "k").await;
     assert!(!next.replayed && next.task_id != old_task_id);
     // Nothing more is ever written for the old record: a pass finds nothing
     // to finish, and the bucket holds the two tasks.
