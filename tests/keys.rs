@@ -319,12 +319,7 @@ async fn a_reset_racing_a_replay_and_the_sweeper_leaves_one_task_for_the_old_rec
         .await;
     w.clock
         .advance(settings.stale_creating_after + Duration::seconds(1));
-    let record = w
-        .bucket
-        .keys()
-        .into_iter()
-        .find(|k| k.starts_with("idempotency/"))
-        .unwrap();
+    let record = w.keys("idempotency/")[0].clone();
     let (clock, bucket) = (w.clock.clone(), w.bucket.clone());
     let replayed = Arc::new(Mutex::new(None));
     let hook = {
