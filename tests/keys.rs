@@ -179,14 +179,7 @@ async fn a_reset_is_refused_while_a_task_may_still_be_written_for_the_record_and
     let w = World::new();
     // The submit died right after its record: its task is not there, and a
     // replay or the sweeper may still write it.
-    w.submit_dying_at(
-        "k",
-        json!(1),
-        Op::PutCreate,
-        "idempotency/",
-        Fault::CrashAfter,
-    )
-    .await;
+    w.interrupted_after_its_record("k", json!(1)).await;
     let q = w.queue();
     let Reset::InProgress {
         task_id,
@@ -219,14 +212,7 @@ async fn a_reset_is_refused_while_a_task_may_still_be_written_for_the_record_and
 #[tokio::test]
 async fn a_record_that_nobody_finished_can_be_reset_once_it_is_settled_and_its_task_never_comes() {
     let w = World::new();
-    w.submit_dying_at(
-        "k",
-        json!(1),
-        Op::PutCreate,
-        "idempotency/",
-        Fault::CrashAfter,
-    )
-    .await;
+    w.interrupted_after_its_record("k", json!(1)).await;
     let settings = common::settings();
     let q = w.queue();
     // Until no late write can land, the reset waits ...
