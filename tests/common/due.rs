@@ -185,6 +185,17 @@ pub fn buquet(at: &BuquetAt<'_>, args: &[&str]) -> Value {
     buquet_answer(&out, args)
 }
 
+/// buquet's worker runs the `remind` task `task_id` once: it completes it,
+/// and a second worker finds nothing to run.
+pub fn buquet_runs_once(at: &BuquetAt<'_>, task_id: &str) {
+    let run = buquet(at, &["work", "remind", "1"]);
+    assert_eq!(run["processed"], 1, "{run}");
+    let task = buquet(at, &["get", task_id]);
+    assert_eq!(task["status"], "completed", "{task}");
+    let idle = buquet(at, &["idle", "remind", "2"]);
+    assert_eq!(idle["processed"], 0, "run once: {idle}");
+}
+
 /// The JSON a run of buquet's client printed, which must have succeeded.
 pub fn buquet_answer(out: &std::process::Output, args: &[&str]) -> Value {
     assert!(
