@@ -120,16 +120,7 @@ pub async fn drain_until_finished(
     let mut summary = SweepSummary::default();
     let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while summary.finished < finished && std::time::Instant::now() < end {
-        let got = sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(0)
-            .send()
-            .await
-            .expect("receiving from moto's SQS")
-            .messages
-            .unwrap_or_default();
+        let got = super::moto::receive_now(&sqs, url, None).await;
         if got.is_empty() {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             continue;
