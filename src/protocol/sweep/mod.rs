@@ -53,6 +53,7 @@
 mod folders;
 mod markers;
 mod pass;
+mod payload_tasks;
 mod payloads;
 mod ranges;
 mod record;
