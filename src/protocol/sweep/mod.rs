@@ -54,6 +54,7 @@ mod checkpoint;
 mod folders;
 mod markers;
 mod pass;
+mod payload_tasks;
 mod payloads;
 mod ranges;
 mod record;
