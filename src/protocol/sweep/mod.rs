@@ -52,6 +52,7 @@
 
 mod checkpoint;
 mod folders;
+mod hand_on;
 mod markers;
 mod pass;
 mod payload_tasks;
@@ -60,8 +61,9 @@ mod ranges;
 mod record;
 mod share;
 
+pub use hand_on::{Continuation, HandOn};
 pub use payloads::{PAYLOAD_CYCLE_DAYS, PAYLOAD_SLICES, PayloadPlan};
-pub use share::{Continuation, HandOn, ShareOutcome};
+pub use share::ShareOutcome;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;

@@ -32,12 +32,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures::StreamExt;
 use uuid::Uuid;
 
-use super::payloads::{PAYLOADS_PREFIX, TASKS_PREFIX};
 use super::{PAGE, RANGES_AT_ONCE, READS_AT_ONCE, SweepOptions, SweepSummary};
 use crate::config::ListOrder;
 use crate::protocol::engine::{Engine, Failure};
 use crate::protocol::error::SubmitError;
 use crate::store::StoreError;
+
+/// Where offloaded inputs are.
+pub const PAYLOADS_PREFIX: &str = "payloads/";
+/// Where task objects are.
+pub(super) const TASKS_PREFIX: &str = "tasks/";
 
 /// The most payload ids a round of `LIST_ORDER=any` holds: 4 Mi ids, 64 MiB
 /// (and a byte each for the strikes).

@@ -29,18 +29,14 @@ use futures::StreamExt;
 use uuid::Uuid;
 
 use super::payload_tasks::{
-    CANDIDATES_AT_ONCE, SHARD_LENGTHS, TaskMerge, slice_hex, slice_of, slice_task_prefixes,
+    CANDIDATES_AT_ONCE, PAYLOADS_PREFIX, SHARD_LENGTHS, TASKS_PREFIX, TaskMerge, slice_hex,
+    slice_of, slice_task_prefixes,
 };
 use super::{PAGE, RANGES_AT_ONCE, READS_AT_ONCE, SweepOptions, SweepSummary};
 use crate::config::ListOrder;
 use crate::protocol::engine::{Engine, Failure};
 use crate::protocol::error::SubmitError;
 use crate::store::{ObjectMeta, StoreError};
-
-/// Where offloaded inputs are.
-pub const PAYLOADS_PREFIX: &str = "payloads/";
-/// Where task objects are.
-pub(super) const TASKS_PREFIX: &str = "tasks/";
 
 /// How long past [`Engine::orphan_after`] a payload is checked by HEADs:
 /// a day and an hour, so that each daily pass's window meets the next one's

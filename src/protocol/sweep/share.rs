@@ -17,11 +17,10 @@
 //! deadline comes; what is left waits in the checkpoint for the next
 //! scheduled run, as before continuations existed.
 
-use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
-use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{Checkpoint, Claim};
+use super::hand_on::{Continuation, HandOn};
 use super::{CHECKPOINT_KEY, SweepOptions, SweepSummary};
 use crate::config::ListOrder;
 use crate::protocol::engine::{Engine, Failure};
@@ -32,25 +31,6 @@ use crate::store::{ETag, PutMode, StoreError};
 /// invocation changed it first (a 412): the shares of one pass write it
 /// about twice an invocation each, so a few suffice.
 const CAS_ATTEMPTS: usize = 16;
-
-/// The message that hands the rest of a pass on to another invocation: the
-/// pass it continues, named by the instant it began. A continuation never
-/// opens a pass: one that finds its pass over (or another one) does nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Continuation {
-    /// The pass's instant (its window's upper end).
-    pub sweep_pass: DateTime<Utc>,
-}
-
-/// Where continuations go: the `sweep` function's pass queue (SQS), or a
-/// bench's or a test's stand-in that starts an invocation for each.
-#[async_trait]
-pub trait HandOn: Send + Sync {
-    /// Sends every continuation; an error says why they may not all have
-    /// gone (the pass then waits for the shares still live, a redelivery,
-    /// or the next scheduled run).
-    async fn hand_on(&self, continuations: &[Continuation]) -> Result<(), String>;
-}
 
 /// What one invocation's share of a pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

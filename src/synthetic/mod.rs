@@ -33,9 +33,11 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
 
-use super::{DirPage, ETag, ListPage, Object, ObjectMeta, PutMode, PutResult, Store, StoreError};
 use crate::clock::{Clock, Offset};
 use crate::config::ListOrder;
+use crate::store::{
+    DirPage, ETag, ListPage, MemoryStore, Object, ObjectMeta, PutMode, PutResult, Store, StoreError,
+};
 
 /// The requests a synthetic bucket answered, by kind.
 #[derive(Debug, Default)]
@@ -69,7 +71,7 @@ impl Bodies {
     /// The bodies of one real keyed submit, in memory.
     pub async fn from_a_submit() -> Bodies {
         let clock = crate::clock::ManualClock::at_epoch();
-        let store = super::MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+        let store = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
         let q = crate::Queue::with_clock(store.clone(), Arc::new(clock), Default::default());
         let submitted = q
             .submit("template", serde_json::json!({"order": 1}))
