@@ -152,8 +152,14 @@ mod probe;
 #[cfg_attr(not(test), doc(hidden))]
 #[cfg(feature = "testing")]
 pub mod protocol;
+// A generated bucket for the scale bench: a `Store` above the store layer,
+// for it builds its bodies with a real `Queue` and lists by the config's
+// `ListOrder`.
 #[cfg(not(feature = "testing"))]
 mod protocol;
+#[cfg_attr(not(test), doc(hidden))]
+#[cfg(feature = "testing")]
+pub mod synthetic;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ClockCheck, Config, ConfigError, ListOrder, RecordEvents, RetryPolicy, Settings};

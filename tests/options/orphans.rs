@@ -4,21 +4,10 @@ use super::*;
 async fn the_scheduled_pass_deletes_a_payload_no_task_names_once_no_task_can_be_written_for_it() {
     let w = World::new();
     let input = big(1000);
-    let first = w
-        .process()
-        .submit("t", &input)
-        .idempotency_key("k")
-        .payload_refs(16)
-        .await
-        .unwrap();
+    let first = offloaded(&w.process(), &input).await.unwrap();
     // A replay whose process dies before it deletes its own payload.
     w.fault_once(Op::Delete, "payloads/", Fault::CrashBefore);
-    w.process()
-        .submit("t", &input)
-        .idempotency_key("k")
-        .payload_refs(16)
-        .await
-        .unwrap_err();
+    offloaded(&w.process(), &input).await.unwrap_err();
     let live = format!("payloads/{}/input.json", first.task_id);
     let mut orphans: Vec<String> = w.keys("payloads/");
     orphans.retain(|k| *k != live);
@@ -97,13 +86,7 @@ async fn a_payload_whose_task_cannot_be_checked_is_counted_as_an_error_and_kept(
     let key = orphan_payload(&w).await;
     w.clock.advance(Duration::hours(2));
     let f = FaultyStore::new(w.bucket.clone());
-    f.inject(
-        Some(Op::Head),
-        "tasks/",
-        1,
-        usize::MAX,
-        Fault::Fail(idempotent_submit::StoreError::Fatal("403".into())),
-    );
+    f.inject(Some(Op::Head), "tasks/", 1, usize::MAX, forbidden());
     let s = payload_pass(f.clone(), &w).await;
     assert_eq!((s.errors, s.payloads_deleted), (1, 0), "{s:?}");
     assert_eq!(w.keys("payloads/"), vec![key]);

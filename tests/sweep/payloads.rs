@@ -378,7 +378,9 @@ async fn under_list_order_any_more_than_a_page_of_payloads_is_listed_page_by_pag
         slice_pass_requests_under(256 * 1500, ListOrder::Any).await;
     let slices = orphans as usize;
     assert!((8..=9).contains(&slices), "{slices}");
-    assert_eq!((deletes as u64, heads as u64), (orphans, 4 * orphans));
+    // Four HEADs of its task an orphan, and one of the payload itself:
+    // held by id alone (bounded memory), its ETag is read again.
+    assert_eq!((deletes as u64, heads as u64), (orphans, 5 * orphans));
     // The folder page by page (prefixes that end in `/` only).
     assert_eq!(payload_lists, (slices * 1500).div_ceil(1000));
 }

@@ -58,6 +58,7 @@ mod folders;
 pub mod hand_on;
 mod markers;
 mod pass;
+mod payload_tasks;
 mod payloads;
 mod ranges;
 mod record;

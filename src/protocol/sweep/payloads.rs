@@ -14,28 +14,29 @@
 //! - every payload, whatever its age, is checked once a month: each pass
 //!   takes the next slices of the task ids (their first two hex digits, 256
 //!   slices) from the checkpoint's cursor, as many as its time since the
-//!   last check is of 30 days ([`PayloadPlan`]), lists the tasks of those
-//!   ids under every shard length, and joins the two sets. LISTs only
-//!   (1000 keys each), in no order the join relies on; the cursor moves on
-//!   only when the check is complete, so a pass cut short or missed is made
-//!   up by the next one.
+//!   last check is of 30 days ([`PayloadPlan`]), and checks the payloads of
+//!   those ids against the tasks listed under every shard length, in memory
+//!   that does not grow with the bucket (`payload_tasks.rs`: a streaming
+//!   merge under `LIST_ORDER=bytes`, bounded rounds under `any`). LISTs only
+//!   (1000 keys each); the cursor moves on only when the check is complete,
+//!   so a pass cut short or missed is made up by the next one.
 
-use std::collections::HashSet;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Duration, Utc};
 use futures::StreamExt;
 use uuid::Uuid;
 
+use super::payload_tasks::{
+    CANDIDATES_AT_ONCE, PAYLOADS_PREFIX, SHARD_LENGTHS, TASKS_PREFIX, TaskMerge, slice_hex,
+    slice_of, slice_task_prefixes,
+};
 use super::{PAGE, RANGES_AT_ONCE, READS_AT_ONCE, SweepOptions, SweepSummary};
 use crate::config::ListOrder;
 use crate::protocol::engine::{Engine, Failure};
 use crate::protocol::error::SubmitError;
 use crate::store::{ObjectMeta, StoreError};
-
-/// Where offloaded inputs are.
-pub const PAYLOADS_PREFIX: &str = "payloads/";
-const TASKS_PREFIX: &str = "tasks/";
 
 /// How long past [`Engine::orphan_after`] a payload is checked by HEADs:
 /// a day and an hour, so that each daily pass's window meets the next one's
@@ -50,9 +51,6 @@ pub const PAYLOAD_SLICES: u32 = 256;
 /// Every slice is taken once in this many days, at any schedule
 /// ([`PayloadPlan::after`]).
 pub const PAYLOAD_CYCLE_DAYS: i64 = 30;
-/// Shard lengths a task may be under (buquet's clients may use another
-/// than ours).
-const SHARD_LENGTHS: Range<usize> = 1..5;
 
 /// The task id of an input payload's key; `None` for anything else
 /// (buquet's `output.json`, objects of other writers).
@@ -63,24 +61,6 @@ fn input_payload_id(key: &str) -> Option<Uuid> {
     // that merely parses as a UUID is not a payload of ours.
     let parsed = Uuid::parse_str(id).ok()?;
     (file == "input.json" && parsed.hyphenated().to_string() == id).then_some(parsed)
-}
-
-/// The ids of tasks found under one prefix, and the LISTs it took.
-type TaskIds = (Vec<Uuid>, u64);
-
-/// The task id of a task key, `tasks/{id[..n]}/{id}.json` with n from 1 to
-/// 4; `None` for anything else.
-fn task_key_id(key: &str) -> Option<Uuid> {
-    let (shard, file) = key.strip_prefix(TASKS_PREFIX)?.split_once('/')?;
-    let text = file.strip_suffix(".json")?;
-    let id = Uuid::parse_str(text).ok()?;
-    (SHARD_LENGTHS.contains(&shard.len()) && id.hyphenated().to_string().starts_with(shard))
-        .then_some(id)
-}
-
-/// The slice of a task id.
-fn slice_of(id: &Uuid) -> u32 {
-    u32::from(id.as_bytes()[0])
 }
 
 /// Which payloads one pass's check takes: the slices of task ids its
@@ -127,25 +107,32 @@ impl PayloadPlan {
     }
 }
 
-/// The two hex digits of a slice.
-fn slice_hex(slice: u32) -> String {
-    format!("{slice:02x}")
-}
-
 /// What one pass judges payloads by.
 struct Judge {
     /// S3's time at the pass's start.
     now: DateTime<Utc>,
-    /// The HEAD path's ages: from the orphan age, for [`RECHECK_FOR`].
+    /// The HEAD path's ages: from the orphan age, for the plan's
+    /// `recheck_for`.
     from: Duration,
     to: Duration,
-    /// The day's slices.
+    /// The plan's slices.
     slices: Range<u32>,
-    /// The day's slices' task ids and the LISTs they took, once listed
+    /// The folders right under `tasks/` and the LISTs they took, listed
+    /// once a pass when the first payload to judge by its tasks comes
     /// (`None`: the deadline came first).
-    tasks: tokio::sync::OnceCell<Option<(HashSet<Uuid>, u64)>>,
+    folders: tokio::sync::OnceCell<Option<(Vec<String>, u64)>>,
     /// Whether those LISTs are counted yet.
-    counted: std::sync::atomic::AtomicBool,
+    counted: AtomicBool,
+}
+
+/// How a page's payloads of the plan's slices are checked against their
+/// tasks (`payload_tasks.rs`).
+enum Against<'a> {
+    /// In byte order: the slice's task cursors, made at the first payload
+    /// that needs them.
+    Merge(&'a mut Option<TaskMerge>),
+    /// In any order: their ids, held for a listing of the tasks.
+    Collect(&'a mut Vec<Uuid>),
 }
 
 impl Engine {
@@ -178,8 +165,8 @@ impl Engine {
             from: self.orphan_after(),
             to: self.orphan_after() + plan.recheck_for,
             slices: plan.slices.clone(),
-            tasks: tokio::sync::OnceCell::new(),
-            counted: std::sync::atomic::AtomicBool::new(false),
+            folders: tokio::sync::OnceCell::new(),
+            counted: AtomicBool::new(false),
         };
         if self.past(opts) {
             self.cut_short();
@@ -187,21 +174,32 @@ impl Engine {
         }
         // One page first: a bucket of up to a thousand payloads (most have
         // none) costs one LIST, and its tasks are listed only if one of the
-        // day's slices has a payload old enough to judge.
+        // plan's slices has a payload old enough to judge.
         let first = self
             .with_retries(self.request_deadline(opts.deadline), || {
                 self.store.list(PAYLOADS_PREFIX, None, None, PAGE)
             })
             .await?;
         summary.lists += 1;
-        let Some(next) = first.next.clone() else {
-            return self.judge_page(first.objects, &judge, opts, summary).await;
-        };
-        match self.settings.list_order {
+        let mut held: Vec<Uuid> = Vec::new();
+        let next = first.next.clone();
+        if next.is_none() || self.settings.list_order == ListOrder::Any {
+            self.judge_page(
+                first.objects,
+                &judge,
+                opts,
+                summary,
+                Against::Collect(&mut held),
+            )
+            .await?;
+        }
+        match (next, self.settings.list_order) {
+            (None, _) => {}
             // More than a page: the 256 slices' folders side by side, as
             // the records' ranges are (10,000 pages at 10 million payloads
-            // one after the other would outlast a run).
-            ListOrder::Bytes => {
+            // one after the other would outlast a run), each merged with
+            // its slice's tasks.
+            (Some(_), ListOrder::Bytes) => {
                 let tallies: Vec<Result<SweepSummary, SubmitError>> =
                     futures::stream::iter(0..PAYLOAD_SLICES)
                         .map(|slice| {
@@ -209,7 +207,9 @@ impl Engine {
                             let judge = &judge;
                             async move {
                                 let mut tally = SweepSummary::default();
-                                self.judge_prefix(&prefix, None, judge, opts, &mut tally)
+                                let mut merge = None;
+                                let against = Against::Merge(&mut merge);
+                                self.judge_prefix(&prefix, None, judge, opts, &mut tally, against)
                                     .await
                                     .map(|()| tally)
                             }
@@ -220,16 +220,15 @@ impl Engine {
                 for t in tallies {
                     summary.add(&t?);
                 }
-                Ok(())
             }
             // Prefixes that end in `/` only: the folder page by page.
-            ListOrder::Any => {
-                self.judge_page(first.objects, &judge, opts, summary)
+            (Some(next), ListOrder::Any) => {
+                let against = Against::Collect(&mut held);
+                self.judge_prefix(PAYLOADS_PREFIX, Some(next), &judge, opts, summary, against)
                     .await?;
-                self.judge_prefix(PAYLOADS_PREFIX, Some(next), &judge, opts, summary)
-                    .await
             }
         }
+        self.settle(&mut held, &judge, opts, summary).await
     }
 
     /// Lists `prefix` from `page` on and judges each page.
@@ -240,6 +239,7 @@ impl Engine {
         judge: &Judge,
         opts: &SweepOptions,
         summary: &mut SweepSummary,
+        mut against: Against<'_>,
     ) -> Result<(), SubmitError> {
         loop {
             if self.past(opts) {
@@ -252,7 +252,11 @@ impl Engine {
                 })
                 .await?;
             summary.lists += 1;
-            self.judge_page(listed.objects, judge, opts, summary)
+            let against = match &mut against {
+                Against::Merge(m) => Against::Merge(m),
+                Against::Collect(c) => Against::Collect(c),
+            };
+            self.judge_page(listed.objects, judge, opts, summary, against)
                 .await?;
             match listed.next {
                 Some(n) => page = Some(n),
@@ -261,17 +265,19 @@ impl Engine {
         }
     }
 
-    /// One page of `payloads/`: the payloads of the day's slices old enough
-    /// to judge and named by no task of the day's listing, and the other
-    /// recent ones, each confirmed by HEADs of its task before it is
-    /// deleted (a listing can miss a task that moves between shards as
-    /// buquet's shard migration moves it: copied, then deleted).
+    /// One page of `payloads/`: the payloads of the plan's slices old enough
+    /// to judge are checked against their tasks (`against`), and those
+    /// named by no task, with the other recent ones, are each confirmed by
+    /// HEADs of its task before it is deleted (a listing can miss a task
+    /// that moves between shards as buquet's shard migration moves it:
+    /// copied, then deleted).
     async fn judge_page(
         &self,
         objects: Vec<ObjectMeta>,
         judge: &Judge,
         opts: &SweepOptions,
         summary: &mut SweepSummary,
+        against: Against<'_>,
     ) -> Result<(), SubmitError> {
         let mut sliced: Vec<(ObjectMeta, Uuid)> = Vec::new();
         let mut recent: Vec<(ObjectMeta, Uuid)> = Vec::new();
@@ -289,32 +295,22 @@ impl Engine {
                 recent.push((o, id));
             }
         }
-        if !sliced.is_empty() {
-            // The tasks of the day's slices, listed once a pass, when the
-            // first payload to judge by them comes: any task of a payload
-            // that old was written before the pass began, so it is there.
-            let tasks = judge
-                .tasks
-                .get_or_try_init(|| async {
-                    let mut tally = SweepSummary::default();
-                    let ids = self
-                        .list_slice_tasks(&judge.slices, opts, &mut tally)
-                        .await?;
-                    Ok::<_, SubmitError>(ids.map(|ids| (ids, tally.lists)))
-                })
-                .await?;
-            if let Some((ids, lists)) = tasks {
-                // The listing's LISTs, counted by the page that asked.
-                if !judge
-                    .counted
-                    .swap(true, std::sync::atomic::Ordering::SeqCst)
-                {
-                    summary.lists += lists;
+        match against {
+            Against::Collect(held) => {
+                held.extend(sliced.iter().map(|(_, id)| *id));
+                if held.len() >= CANDIDATES_AT_ONCE {
+                    self.settle(held, judge, opts, summary).await?;
                 }
-                recent.extend(sliced.into_iter().filter(|(_, id)| !ids.contains(id)));
-            } else {
-                self.cut_short();
             }
+            Against::Merge(merge) if !sliced.is_empty() => {
+                let stopped = self
+                    .merge_page(sliced, merge, judge, opts, summary, &mut recent)
+                    .await?;
+                if stopped {
+                    self.cut_short();
+                }
+            }
+            Against::Merge(_) => {}
         }
         let outcomes: Vec<Result<bool, SubmitError>> = futures::stream::iter(recent)
             .map(|(o, id)| self.sweep_payload(o, id, opts))
@@ -331,6 +327,105 @@ impl Engine {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The folders right under `tasks/`, listed once a pass (their LISTs
+    /// counted by the first caller); `None` when the deadline came first.
+    async fn task_folders<'j>(
+        &self,
+        judge: &'j Judge,
+        opts: &SweepOptions,
+        summary: &mut SweepSummary,
+    ) -> Result<Option<&'j Vec<String>>, SubmitError> {
+        // Any task of a payload old enough to judge was written before the
+        // pass began, so it is there when the folders are listed.
+        let listed = judge
+            .folders
+            .get_or_try_init(|| async {
+                let mut tally = SweepSummary::default();
+                let folders = self.folders_under(TASKS_PREFIX, opts, &mut tally).await?;
+                Ok::<_, SubmitError>(folders.map(|f| (f, tally.lists)))
+            })
+            .await?;
+        Ok(listed.as_ref().map(|(folders, lists)| {
+            if !judge.counted.swap(true, Ordering::SeqCst) {
+                summary.lists += lists;
+            }
+            folders
+        }))
+    }
+
+    /// `LIST_ORDER=bytes`: merges a page's payloads of one slice (in the
+    /// order of their ids) with the slice's tasks; those named by none go
+    /// to `suspects`. `true` when the run's deadline cut it short.
+    async fn merge_page(
+        &self,
+        mut sliced: Vec<(ObjectMeta, Uuid)>,
+        merge: &mut Option<TaskMerge>,
+        judge: &Judge,
+        opts: &SweepOptions,
+        summary: &mut SweepSummary,
+        suspects: &mut Vec<(ObjectMeta, Uuid)>,
+    ) -> Result<bool, SubmitError> {
+        if merge.is_none() {
+            let Some(folders) = self.task_folders(judge, opts, summary).await? else {
+                return Ok(true);
+            };
+            let slice = slice_of(&sliced[0].1);
+            let prefixes = slice_task_prefixes(folders, &(slice..slice + 1), ListOrder::Bytes);
+            *merge = Some(TaskMerge::new(slice, prefixes));
+        }
+        let Some(merge) = merge.as_mut() else {
+            return Ok(true);
+        };
+        // In the listing's order already on a store that lists in byte
+        // order; sorted, so that a page is merged in order whatever.
+        sliced.sort_by_key(|(_, id)| *id);
+        for (o, id) in sliced {
+            match self.merge_has(merge, id, opts, &mut summary.lists).await? {
+                None => return Ok(true),
+                Some(true) => {}
+                Some(false) => suspects.push((o, id)),
+            }
+        }
+        Ok(false)
+    }
+
+    /// `LIST_ORDER=any` (or a single page): the held payload ids checked
+    /// against a listing of their slices' tasks, the suspects confirmed by
+    /// the HEAD path; `held` is empty after.
+    async fn settle(
+        &self,
+        held: &mut Vec<Uuid>,
+        judge: &Judge,
+        opts: &SweepOptions,
+        summary: &mut SweepSummary,
+    ) -> Result<(), SubmitError> {
+        if held.is_empty() {
+            return Ok(());
+        }
+        let mut ids = std::mem::take(held);
+        ids.sort_unstable();
+        ids.dedup();
+        let Some(folders) = self.task_folders(judge, opts, summary).await? else {
+            self.cut_short();
+            return Ok(());
+        };
+        let prefixes = slice_task_prefixes(folders, &judge.slices, self.settings.list_order);
+        let Some(found) = self.strike_listed(&ids, prefixes, opts, summary).await? else {
+            self.cut_short();
+            return Ok(());
+        };
+        let suspects: Vec<Uuid> = ids
+            .iter()
+            .zip(found)
+            .filter(|(_, f)| !f)
+            .map(|(id, _)| *id)
+            .collect();
+        drop(ids);
+        self.judge_suspects(suspects, judge.from, judge.now, opts, summary)
+            .await;
         Ok(())
     }
 
@@ -373,102 +468,9 @@ impl Engine {
         }
     }
 
-    /// The ids of the tasks of `slices` under every shard length: the
-    /// folders right under `tasks/` first (one LIST for ours), then each
-    /// folder that can hold them. Under `LIST_ORDER=bytes` a one-digit
-    /// folder is listed by the slice's own prefix (`tasks/a/ab`); under
-    /// `any` (prefixes that end in `/`) whole, and filtered here. `None`
-    /// when the run's deadline came first.
-    async fn list_slice_tasks(
-        &self,
-        slices: &Range<u32>,
-        opts: &SweepOptions,
-        summary: &mut SweepSummary,
-    ) -> Result<Option<HashSet<Uuid>>, SubmitError> {
-        let Some(folders) = self.folders_under(TASKS_PREFIX, opts, summary).await? else {
-            return Ok(None);
-        };
-        let hexes: Vec<String> = slices.clone().map(slice_hex).collect();
-        let mut prefixes: Vec<String> = Vec::new();
-        for folder in folders {
-            let Some(shard) = folder
-                .strip_prefix(TASKS_PREFIX)
-                .and_then(|f| f.strip_suffix('/'))
-            else {
-                continue;
-            };
-            match shard.len() {
-                1 if self.settings.list_order == ListOrder::Bytes => prefixes.extend(
-                    hexes
-                        .iter()
-                        .filter(|h| h.starts_with(shard))
-                        .map(|h| format!("{folder}{h}")),
-                ),
-                1 if hexes.iter().any(|h| h.starts_with(shard)) => prefixes.push(folder),
-                2..=4 if hexes.iter().any(|h| shard.starts_with(h.as_str())) => {
-                    prefixes.push(folder)
-                }
-                _ => {}
-            }
-        }
-        // Side by side, as the records' ranges are.
-        let listed: Vec<Result<Option<TaskIds>, SubmitError>> = futures::stream::iter(prefixes)
-            .map(|prefix| self.list_task_ids(prefix, slices, opts))
-            .buffer_unordered(RANGES_AT_ONCE)
-            .collect()
-            .await;
-        let mut ids = HashSet::new();
-        let mut cut_short = false;
-        for r in listed {
-            match r {
-                Ok(Some((found, lists))) => {
-                    summary.lists += lists;
-                    ids.extend(found);
-                }
-                Ok(None) => cut_short = true,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok((!cut_short).then_some(ids))
-    }
-
-    /// The ids of the tasks of `slices` under `prefix`, page by page, and
-    /// the LISTs made; `None` when the run's deadline came first.
-    async fn list_task_ids(
-        &self,
-        prefix: String,
-        slices: &Range<u32>,
-        opts: &SweepOptions,
-    ) -> Result<Option<TaskIds>, SubmitError> {
-        let (mut ids, mut lists) = (Vec::new(), 0);
-        let mut page: Option<String> = None;
-        loop {
-            if self.past(opts) {
-                return Ok(None);
-            }
-            let listed = self
-                .with_retries(self.request_deadline(opts.deadline), || {
-                    self.store.list(&prefix, None, page.clone(), PAGE)
-                })
-                .await?;
-            lists += 1;
-            ids.extend(
-                listed
-                    .objects
-                    .iter()
-                    .filter_map(|o| task_key_id(&o.key))
-                    .filter(|id| slices.contains(&slice_of(id))),
-            );
-            match listed.next {
-                Some(n) => page = Some(n),
-                None => return Ok(Some((ids, lists))),
-            }
-        }
-    }
-
     /// One payload of the HEAD path: `true` if it names no task and was
     /// deleted.
-    async fn sweep_payload(
+    pub(super) async fn sweep_payload(
         &self,
         o: ObjectMeta,
         id: Uuid,
@@ -539,18 +541,6 @@ mod tests {
         assert!(input_payload_id(&format!("payloads/{upper}/input.json")).is_none());
         let simple = id.replace('-', "");
         assert!(input_payload_id(&format!("payloads/{simple}/input.json")).is_none());
-    }
-
-    #[test]
-    fn a_task_key_names_its_id_only_under_a_shard_of_one_to_four_of_its_digits() {
-        let id = "a1b2c3d4-0000-4000-8000-000000000000";
-        for shard in ["a", "a1", "a1b", "a1b2"] {
-            assert!(task_key_id(&format!("tasks/{shard}/{id}.json")).is_some());
-        }
-        assert!(task_key_id(&format!("tasks/a1b2c/{id}.json")).is_none());
-        assert!(task_key_id(&format!("tasks/b/{id}.json")).is_none());
-        assert!(task_key_id(&format!("tasks/a/{id}.txt")).is_none());
-        assert!(task_key_id(&format!("payloads/{id}/input.json")).is_none());
     }
 
     fn at(s: &str) -> DateTime<Utc> {
