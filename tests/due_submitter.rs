@@ -121,6 +121,12 @@ enum BeforeRecordPut {
     HoldThenDie(Arc<tokio::sync::Notify>),
 }
 
+/// A submit of key `k` (input `{"n": 1}`), which must succeed.
+async fn submit_k(q: &Queue) -> idempotent_submit::Submitted {
+    let s = q.submit("t", json!({"n": 1})).idempotency_key("k").await;
+    s.unwrap()
+}
+
 /// A bucket whose record PUTs do [`BeforeRecordPut`] first (as the hooks of
 /// a [`Wrapped`] store).
 #[derive(Clone)]
@@ -221,11 +227,7 @@ async fn with_claim_a_keyed_submit_queues_its_records_due_message_while_its_reco
  {
     let d = Due::sending(DueOrder::WithClaim);
     let (q, waited) = d.awaiting();
-    let s = q
-        .submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let s = submit_k(&q).await;
     assert!(s.created());
     assert_eq!(
         waited.load(Ordering::SeqCst),
@@ -246,11 +248,7 @@ async fn before_claim_the_record_put_is_sent_only_once_the_queue_holds_its_messa
         d.w.bucket.clone(),
         BeforeRecordPut::CountUnannounced(d.due.clone(), unannounced.clone()),
     ));
-    let s = q
-        .submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let s = submit_k(&q).await;
     assert!(s.created());
     assert_eq!(unannounced.load(Ordering::SeqCst), 0, "a PUT went first");
     assert_one_message_for_the_record(&d);
@@ -262,10 +260,7 @@ async fn before_claim_the_record_put_is_sent_only_once_the_queue_holds_its_messa
         with.w.bucket.clone(),
         BeforeRecordPut::CountUnannounced(with.due.clone(), counted.clone()),
     ));
-    q.submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    submit_k(&q).await;
     assert_eq!(counted.load(Ordering::SeqCst), 1, "the check can fail");
 }
 
