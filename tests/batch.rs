@@ -79,14 +79,7 @@ async fn a_batch_creates_each_task_in_order_and_replays_each_on_its_key() {
         assert_eq!(task["input"], a["input"]);
     }
     assert_eq!(rs[2]["idempotency"]["scope"], "queue");
-    assert_eq!(
-        (
-            h.count("tasks/").await,
-            h.count("ready/").await,
-            h.count("idempotency/").await
-        ),
-        (3, 3, 3)
-    );
+    assert_eq!(h.objects_by_kind().await, (3, 3, 3));
 
     let again = h.http(event("http-v2-batch.json")).await;
     assert_eq!(codes(&again), [200, 200, 200]);
@@ -140,14 +133,7 @@ async fn an_item_that_fails_gets_its_own_problem_and_undoes_no_other() {
         );
     }
     // Only the new key wrote: its record, task and marker.
-    assert_eq!(
-        (
-            h.count("tasks/").await,
-            h.count("ready/").await,
-            h.count("idempotency/").await
-        ),
-        (2, 2, 2)
-    );
+    assert_eq!(h.objects_by_kind().await, (2, 2, 2));
     // Metrics: one line for the batch, each item under its outcome.
     let m = h.app.metrics.lines();
     let l = m.last().unwrap();

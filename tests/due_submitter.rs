@@ -121,6 +121,13 @@ enum BeforeRecordPut {
     HoldThenDie(Arc<tokio::sync::Notify>),
 }
 
+/// Whether a submit of `key` with input `n`, which must succeed, created
+/// its task.
+async fn created(q: &Queue, n: u64, key: &str) -> bool {
+    let s = q.submit("t", json!(n)).idempotency_key(key).await;
+    s.unwrap().created()
+}
+
 /// A submit of key `k` (input `{"n": 1}`), which must succeed.
 async fn submit_k(q: &Queue) -> idempotent_submit::Submitted {
     let s = q.submit("t", json!({"n": 1})).idempotency_key("k").await;

@@ -110,6 +110,16 @@ impl Harness {
         out
     }
 
+    /// How many tasks, markers and records the bucket holds.
+    pub async fn objects_by_kind(&self) -> (usize, usize, usize) {
+        let tasks = self.count("tasks/").await;
+        (
+            tasks,
+            self.count("ready/").await,
+            self.count("idempotency/").await,
+        )
+    }
+
     /// How many keys of the bucket start with `prefix`.
     pub async fn count(&self, prefix: &str) -> usize {
         self.keys()

@@ -225,15 +225,8 @@ impl Model {
                     s.task_id, t["task_type"], t["input"]
                 ));
             }
-            let marker = self
-                .world
-                .bucket
-                .list("ready/", None, None, 10_000)
-                .await
-                .unwrap()
-                .objects
-                .iter()
-                .any(|m| m.key.ends_with(&s.task_id.to_string()));
+            let id = s.task_id.to_string();
+            let marker = self.markers().await.iter().any(|m| m.ends_with(&id));
             // A worker that claimed the task has deleted its marker,
             // rightly: the marker is owed while the task is untouched.
             let untouched = self.untouched(s.task_id, &task.body).await;

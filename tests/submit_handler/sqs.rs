@@ -112,18 +112,22 @@ fn record_prefix(scope: &str, key: &str) -> String {
         .to_owned()
 }
 
-#[tokio::test]
-async fn a_fifo_group_stops_at_its_first_failure_and_lists_the_rest_untouched() {
+/// The handler over a bucket where every `op` under `prefix` fails with a
+/// retryable `why`; the bucket, to see its calls.
+fn failing(
+    op: Op,
+    prefix: &str,
+    why: &str,
+) -> (Harness, FaultyStore<idempotent_submit::MemoryStore>) {
     let clock = ManualClock::at_epoch();
     let f = FaultyStore::new(common::memory_store(&clock));
-    f.inject(
-        Some(Op::PutCreate),
-        &record_prefix("ship", "A-1"),
-        1,
-        usize::MAX,
-        common::unavailable("503 SlowDown"),
-    );
-    let h = Harness::over(f.clone(), Some(&clock), false);
+    f.inject(Some(op), prefix, 1, usize::MAX, common::unavailable(why));
+    (Harness::over(f.clone(), Some(&clock), false), f)
+}
+
+#[tokio::test]
+async fn a_fifo_group_stops_at_its_first_failure_and_lists_the_rest_untouched() {
+    let (h, f) = failing(Op::PutCreate, &record_prefix("ship", "A-1"), "503 SlowDown");
     let failures = h.sqs(event("sqs-fifo-batch.json")).await;
     assert_eq!(
         failures,
@@ -151,32 +155,15 @@ async fn a_fifo_group_stops_at_its_first_failure_and_lists_the_rest_untouched() 
 
 #[tokio::test]
 async fn a_standard_batch_lists_exactly_the_storage_failures() {
-    let clock = ManualClock::at_epoch();
-    let f = FaultyStore::new(common::memory_store(&clock));
-    f.inject(
-        Some(Op::PutCreate),
-        &record_prefix("charge_customer", "charge-ORD-200"),
-        1,
-        usize::MAX,
-        common::unavailable("500"),
-    );
-    let h = Harness::over(f, Some(&clock), false);
+    let prefix = record_prefix("charge_customer", "charge-ORD-200");
+    let (h, _) = failing(Op::PutCreate, &prefix, "500");
     let failures = h.sqs(event("sqs-standard-batch.json")).await;
     assert_eq!(failures, ["059f36b4-87a3-44ab-83d2-661975830a7d"]);
 }
 
 #[tokio::test]
 async fn a_rejection_that_cannot_be_written_is_retried() {
-    let clock = ManualClock::at_epoch();
-    let f = FaultyStore::new(common::memory_store(&clock));
-    f.inject(
-        Some(Op::Put),
-        "rejected/",
-        1,
-        usize::MAX,
-        common::unavailable("503"),
-    );
-    let h = Harness::over(f, Some(&clock), false);
+    let (h, _) = failing(Op::Put, "rejected/", "503");
     let mut failures = h.sqs(event("sqs-standard-batch.json")).await;
     failures.sort();
     assert_eq!(
