@@ -303,24 +303,17 @@ async fn with_tenant_isolation_every_item_is_the_callers_and_no_principal_is_401
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_key_twice_in_a_batch_is_one_task() {
     let h = Harness::moto().await;
-    let r = h
-        .http(batch(json!({"tasks": [item("dup", 1), item("dup", 1)]})))
-        .await;
-    let mut c = codes(&r);
-    c.sort();
-    assert_eq!(c, [200, 201]);
-    let rs = results(&r);
-    assert_eq!(rs[0]["task_id"], rs[1]["task_id"]);
-    // The same key with another input in the same batch: one task, and a
-    // conflict naming it.
-    let r = h
-        .http(batch(json!({"tasks": [item("dup2", 1), item("dup2", 2)]})))
-        .await;
-    let mut c = codes(&r);
-    c.sort();
-    assert_eq!(c, [201, 422]);
-    let rs = results(&r);
-    assert_eq!(rs[0]["task_id"], rs[1]["task_id"]);
+    // The same key with the same input twice, then with another input in
+    // the same batch: one task each, and a conflict naming it.
+    for (key, second_input, answers) in [("dup", 1, [200, 201]), ("dup2", 2, [201, 422])] {
+        let items = json!({"tasks": [item(key, 1), item(key, second_input)]});
+        let r = h.http(batch(items)).await;
+        let mut c = codes(&r);
+        c.sort();
+        assert_eq!(c, answers, "{key}");
+        let rs = results(&r);
+        assert_eq!(rs[0]["task_id"], rs[1]["task_id"], "{key}");
+    }
     assert_eq!(h.count("tasks/").await, 2);
 }
 

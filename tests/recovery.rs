@@ -248,15 +248,18 @@ async fn a_crash_before_the_record_leaves_nothing_and_the_next_submit_creates() 
     assert!(next.created());
 }
 
+/// A submit whose first create under `prefix` lands and loses its answer
+/// (`why`); what it answered in the end.
+async fn answer_lost_once(w: &World, prefix: &str, why: &str) -> idempotent_submit::Submitted {
+    let lost = Fault::FailAfter(StoreError::Unavailable(why.into()));
+    w.fault_once(Op::PutCreate, prefix, lost);
+    submit(&w.process()).await.unwrap()
+}
+
 #[tokio::test]
 async fn a_lost_answer_to_our_own_record_write_is_recognized_by_write_id() {
     let w = World::new();
-    w.fault_once(
-        Op::PutCreate,
-        "idempotency/",
-        Fault::FailAfter(StoreError::Unavailable("connection reset".into())),
-    );
-    let r = submit(&w.process()).await.unwrap();
+    let r = answer_lost_once(&w, "idempotency/", "connection reset").await;
     assert!(r.created(), "our own write, retried, is still our 201");
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
@@ -266,12 +269,7 @@ async fn a_lost_answer_to_our_own_record_write_is_recognized_by_write_id() {
 #[tokio::test]
 async fn a_lost_answer_to_the_task_write_still_creates_one_task() {
     let w = World::new();
-    w.fault_once(
-        Op::PutCreate,
-        "tasks/",
-        Fault::FailAfter(StoreError::Unavailable("timeout".into())),
-    );
-    let r = submit(&w.process()).await.unwrap();
+    let r = answer_lost_once(&w, "tasks/", "timeout").await;
     assert!(r.created());
     assert_eq!(r.status, "pending");
     assert_eq!(w.count("tasks/"), 1);

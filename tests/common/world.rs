@@ -161,20 +161,18 @@ impl World {
     /// The sweeper handles the S3 event of `key`'s record as the due queue
     /// delivers it: `STALE_CREATING_AFTER_SECONDS` after the write.
     pub async fn sweep_event(&self, key: &str) -> RecordOutcome {
-        self.clock.advance(settings().stale_creating_after);
-        self.restarted()
-            .engine()
-            .sweep_record(&self.record_key(key), false, None)
-            .await
+        self.sweep_event_by(self.restarted(), key).await
     }
 
     /// The same, with the sweeper's calls logged by the fault injector.
     pub async fn logged_sweep_event(&self, key: &str) -> RecordOutcome {
+        self.sweep_event_by(self.process(), key).await
+    }
+
+    async fn sweep_event_by(&self, sweeper: Queue, key: &str) -> RecordOutcome {
         self.clock.advance(settings().stale_creating_after);
-        self.process()
-            .engine()
-            .sweep_record(&self.record_key(key), false, None)
-            .await
+        let rkey = self.record_key(key);
+        sweeper.engine().sweep_record(&rkey, false, None).await
     }
 }
 
