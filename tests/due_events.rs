@@ -76,6 +76,12 @@ impl World {
     }
 }
 
+/// One message of S3's notification of each record key, by message id.
+fn events(ids_and_records: &[(&str, &str)]) -> Vec<DueMessage> {
+    let one = |(id, rkey): &(&str, &str)| msg(id, notification(BUCKET, rkey));
+    ids_and_records.iter().map(one).collect()
+}
+
 /// The body S3 sends for a write of `key` (the key URL-encoded, as S3 and
 /// moto send it).
 fn notification(bucket: &str, key: &str) -> String {
@@ -277,12 +283,12 @@ async fn a_record_named_twice_in_a_batch_is_read_once_and_both_messages_are_answ
     w.clock.advance(Duration::seconds(300));
     let f = FaultyStore::new(w.bucket.clone());
     let q = w.queue_over(f.clone());
-    let messages = [
-        msg("r1", notification(BUCKET, &stale)),
-        msg("r2", notification(BUCKET, &stale)),
-        msg("e1", notification(BUCKET, &early)),
-        msg("e2", notification(BUCKET, &early)),
-    ];
+    let messages = events(&[
+        ("r1", &stale),
+        ("r2", &stale),
+        ("e1", &early),
+        ("e2", &early),
+    ]);
     let b = handle_messages(&q, BUCKET, &messages, false, None).await;
     let mut retry = b.retry.clone();
     retry.sort();
@@ -327,10 +333,7 @@ async fn requests_for_events(size: usize) -> BTreeMap<String, usize> {
     w.clock.advance(Duration::seconds(600));
     let f = FaultyStore::new(w.bucket.clone());
     let q = w.queue_over(f.clone());
-    let messages = [
-        msg("i", notification(BUCKET, &interrupted)),
-        msg("a", notification(BUCKET, &answered)),
-    ];
+    let messages = events(&[("i", &interrupted), ("a", &answered)]);
     let b = handle_messages(&q, BUCKET, &messages, false, None).await;
     assert!(b.retry.is_empty());
     assert_eq!((b.summary.finished, b.summary.reads), (1, 2));
