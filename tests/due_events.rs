@@ -40,14 +40,7 @@ impl World {
         v["status"] = json!("ready");
         v["write_id"] = json!(uuid::Uuid::new_v4());
         v.as_object_mut().unwrap().remove("pending_task");
-        self.bucket
-            .put(
-                &rkey,
-                serde_json::to_vec(&v).unwrap().into(),
-                PutMode::Update(o.meta.etag),
-            )
-            .await
-            .unwrap();
+        self.replace_json(&rkey, &v, o.meta.etag).await;
         rkey
     }
 

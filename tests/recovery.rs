@@ -64,14 +64,7 @@ impl World {
         task["lease_expires_at"] = Value::Null;
         task["worker_id"] = Value::Null;
         task["last_error"] = json!("the handler failed");
-        self.bucket
-            .put(
-                &rec.task_key,
-                serde_json::to_vec(&task).unwrap().into(),
-                PutMode::Update(etag),
-            )
-            .await
-            .unwrap();
+        self.replace_json(&rec.task_key, &task, etag).await;
         let marker = TaskLocation::new(rec.task_id, 1, later).marker_key();
         self.bucket
             .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use idempotent_submit::protocol::IdempotencyKey;
 use idempotent_submit::protocol::{Record, RecordOutcome};
 use idempotent_submit::store::{
-    ETag, Fault, FaultyStore, MemoryStore, ObjectMeta, Op, Store, StoreError,
+    ETag, Fault, FaultyStore, MemoryStore, ObjectMeta, Op, PutMode, Store, StoreError,
 };
 use idempotent_submit::{ManualClock, Queue, SubmitError};
 use serde_json::Value;
@@ -104,6 +104,14 @@ impl World {
     /// A fresh process (after a crash): straight to the bucket.
     pub fn restarted(&self) -> Queue {
         self.queue()
+    }
+
+    /// Writes `value` over the object `key` whose ETag is `etag` (a
+    /// compare-and-swap, as a worker rewrites a task), which must succeed.
+    pub async fn replace_json(&self, key: &str, value: &Value, etag: ETag) {
+        let body = serde_json::to_vec(value).unwrap().into();
+        let put = self.bucket.put(key, body, PutMode::Update(etag));
+        put.await.unwrap();
     }
 
     /// The keys of the bucket that start with `prefix`.

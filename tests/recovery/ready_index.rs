@@ -24,14 +24,7 @@ async fn a_replay_of_a_key_whose_task_a_worker_has_claimed_writes_no_marker_and_
     // Run to completion: a replay answers that, and writes nothing either.
     let (mut task, etag) = w.task("k").await;
     task["status"] = json!("completed");
-    w.bucket
-        .put(
-            &r.task_key,
-            serde_json::to_vec(&task).unwrap().into(),
-            PutMode::Update(etag),
-        )
-        .await
-        .unwrap();
+    w.replace_json(&r.task_key, &task, etag).await;
     w.faulty.reset_log();
     let before = w.bucket.snapshot();
     let r = submit(&w.process()).await.unwrap();
