@@ -42,15 +42,8 @@ impl Model {
     /// that named `id`: the task as its submit wrote it, untouched by any
     /// worker.
     pub(super) async fn untouched(&self, id: uuid::Uuid, body: &[u8]) -> bool {
-        self.recorder
-            .writes
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|w| w.key.starts_with("idempotency/"))
-            .filter_map(|w| Record::parse(&w.body).ok())
-            .find(|r| r.task_id == id)
-            .and_then(|r| r.pending_task)
+        self.first_record_write(id)
+            .and_then(|(r, _)| r.pending_task)
             .is_some_and(|p| p.get().as_bytes() == body)
     }
 
