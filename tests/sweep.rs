@@ -22,11 +22,13 @@ macro_rules! on_stores {
 
 mod checkpoint;
 mod finish;
+mod payload_merge;
 mod payloads;
 mod races;
 mod reads;
 mod real;
 mod resume;
+mod share;
 
 use crate::common;
 

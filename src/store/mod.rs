@@ -42,6 +42,8 @@ pub mod conformance;
 pub mod faulty;
 pub mod memory;
 pub mod s3;
+#[cfg(feature = "testing")]
+pub mod synthetic;
 
 #[cfg(feature = "testing")]
 pub use faulty::{Call, Fault, FaultyStore, Op};

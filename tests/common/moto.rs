@@ -88,7 +88,7 @@ pub async fn moto_store_with(versioning: Versioning) -> S3Store {
 
 /// A store on a new, empty bucket of the moto server at `endpoint`.
 pub async fn moto_store_at(endpoint: &str, versioning: Versioning) -> S3Store {
-    let store = S3Store::for_endpoint(endpoint, &fresh_bucket_name("t"));
+    let store = S3Store::for_endpoint(endpoint, fresh_bucket_name("t"));
     create_bucket(&store, versioning, "moto").await;
     store
 }

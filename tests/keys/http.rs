@@ -199,7 +199,7 @@ async fn no_record_is_a_404_and_a_reset_is_a_405_unless_the_stack_allows_it() {
 #[tokio::test]
 async fn a_reset_answers_204_with_the_old_task_then_404_and_409_while_the_task_may_still_come() {
     let t = Http::new(true, false);
-    let s = common::submit_key(&t.queue(), "a/b").await;
+    let s = common::submit_key(t.queue(), "a/b").await;
     // At once: no waiting for the record's own submit.
     let (status, headers, body) = t.on_key(Door::FunctionUrl, "DELETE", "a%2Fb", None).await;
     assert_eq!(status, 204, "{body}");

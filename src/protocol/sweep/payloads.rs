@@ -8,23 +8,29 @@
 //! payload whose task object is not in the bucket, once no task can be
 //! written for it any more (docs/protocol.md, "Offloaded inputs"):
 //!
-//! - a payload aged up to a day and an hour past that age is checked by
-//!   HEADs of its task, ours first (the prompt path: a lost claim's payload
-//!   goes the next day);
-//! - every payload, whatever its age, is checked once a month: each day's
-//!   pass takes a slice of the task ids (their first two hex digits, 256
-//!   slices, about 1/30 of them a day by the day's number), lists the tasks
-//!   of those ids under every shard length, and joins the two sets in
-//!   memory. LISTs only (1000 keys each), in no order the join relies on,
-//!   and no checkpoint: a day that is missed is made up 30 days later.
+//! - a payload whose age crossed that age since the last complete check
+//!   (and an hour more) is checked by HEADs of its task, ours first (the
+//!   prompt path: a lost claim's payload goes at the next pass);
+//! - every payload, whatever its age, is checked once a month: each pass
+//!   takes the next slices of the task ids (their first two hex digits, 256
+//!   slices) from the checkpoint's cursor, as many as its time since the
+//!   last check is of 30 days ([`PayloadPlan`]), and checks the payloads of
+//!   those ids against the tasks listed under every shard length, in memory
+//!   that does not grow with the bucket (`payload_tasks.rs`: a streaming
+//!   merge under `LIST_ORDER=bytes`, bounded rounds under `any`). LISTs only
+//!   (1000 keys each); the cursor moves on only when the check is complete,
+//!   so a pass cut short or missed is made up by the next one.
 
-use std::collections::HashSet;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Duration, Utc};
 use futures::StreamExt;
 use uuid::Uuid;
 
+use super::payload_tasks::{
+    CANDIDATES_AT_ONCE, SHARD_LENGTHS, TaskMerge, slice_hex, slice_of, slice_task_prefixes,
+};
 use super::{PAGE, RANGES_AT_ONCE, READS_AT_ONCE, SweepOptions, SweepSummary};
 use crate::config::ListOrder;
 use crate::protocol::engine::{Engine, Failure};
@@ -33,7 +39,8 @@ use crate::store::{ObjectMeta, StoreError};
 
 /// Where offloaded inputs are.
 pub const PAYLOADS_PREFIX: &str = "payloads/";
-const TASKS_PREFIX: &str = "tasks/";
+/// Where task objects are.
+pub(super) const TASKS_PREFIX: &str = "tasks/";
 
 /// How long past [`Engine::orphan_after`] a payload is checked by HEADs:
 /// a day and an hour, so that each daily pass's window meets the next one's
@@ -45,11 +52,9 @@ const TASKS_PREFIX: &str = "tasks/";
 const RECHECK_FOR: Duration = Duration::hours(25);
 /// The slices of the task ids: their first byte (two hex digits).
 pub const PAYLOAD_SLICES: u32 = 256;
-/// Every slice is taken once in this many consecutive days.
+/// Every slice is taken once in this many days, at any schedule
+/// ([`PayloadPlan::after`]).
 pub const PAYLOAD_CYCLE_DAYS: i64 = 30;
-/// Shard lengths a task may be under (buquet's clients may use another
-/// than ours).
-const SHARD_LENGTHS: Range<usize> = 1..5;
 
 /// The task id of an input payload's key; `None` for anything else
 /// (buquet's `output.json`, objects of other writers).
@@ -62,55 +67,76 @@ fn input_payload_id(key: &str) -> Option<Uuid> {
     (file == "input.json" && parsed.hyphenated().to_string() == id).then_some(parsed)
 }
 
-/// The ids of tasks found under one prefix, and the LISTs it took.
-type TaskIds = (Vec<Uuid>, u64);
-
-/// The task id of a task key, `tasks/{id[..n]}/{id}.json` with n from 1 to
-/// 4; `None` for anything else.
-fn task_key_id(key: &str) -> Option<Uuid> {
-    let (shard, file) = key.strip_prefix(TASKS_PREFIX)?.split_once('/')?;
-    let text = file.strip_suffix(".json")?;
-    let id = Uuid::parse_str(text).ok()?;
-    (SHARD_LENGTHS.contains(&shard.len()) && id.hyphenated().to_string().starts_with(shard))
-        .then_some(id)
+/// Which payloads one pass's check takes: the slices of task ids its
+/// listing joins (from the checkpoint's cursor), and how far past the orphan
+/// age its HEADs reach. By cursor, not by calendar, so that the check is
+/// right at any schedule: hourly, daily, after missed days, or twice in a
+/// minute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadPlan {
+    /// The slices the listing takes.
+    pub slices: Range<u32>,
+    /// Payloads aged from the orphan age up to this much more are checked
+    /// by HEADs.
+    pub recheck_for: Duration,
 }
 
-/// The slice of a task id.
-fn slice_of(id: &Uuid) -> u32 {
-    u32::from(id.as_bytes()[0])
-}
+impl PayloadPlan {
+    /// The check at `now` (S3's time) whose cursor is `cursor` (the next
+    /// slice), after the last complete check at `last`: as many slices as
+    /// the time since `last` is of [`PAYLOAD_CYCLE_DAYS`] (at least one, a
+    /// day's worth for a first check, up to the end of the slices: the next
+    /// check goes on from the first), so that every slice is taken once in
+    /// each cycle however often passes run; HEADs over the ages that crossed
+    /// the orphan age since `last`, and an hour more (at most a cycle: older
+    /// ones are the slices' to find).
+    pub fn after(cursor: u32, last: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Self {
+        let cycle = Duration::days(PAYLOAD_CYCLE_DAYS);
+        let since = last.map_or(Duration::days(1), |l| {
+            (now - l).clamp(Duration::zero(), cycle)
+        });
+        let share =
+            (i64::from(PAYLOAD_SLICES) * since.num_seconds()).div_euclid(cycle.num_seconds());
+        let n = (share as u32 + 1).clamp(1, PAYLOAD_SLICES);
+        let start = cursor % PAYLOAD_SLICES;
+        PayloadPlan {
+            slices: start..(start + n).min(PAYLOAD_SLICES),
+            recheck_for: last.map_or(RECHECK_FOR, |_| since + Duration::hours(1)),
+        }
+    }
 
-/// The slices that the pass beginning at `at` (S3's time) takes: the day's
-/// number, modulo [`PAYLOAD_CYCLE_DAYS`], picks a run of consecutive ones
-/// (8 or 9), so that the cycle's days take each slice exactly once.
-pub fn payload_slices(at: DateTime<Utc>) -> Range<u32> {
-    let day = at
-        .timestamp()
-        .div_euclid(86_400)
-        .rem_euclid(PAYLOAD_CYCLE_DAYS) as u32;
-    let cycle = PAYLOAD_CYCLE_DAYS as u32;
-    day * PAYLOAD_SLICES / cycle..(day + 1) * PAYLOAD_SLICES / cycle
-}
-
-/// The two hex digits of a slice.
-fn slice_hex(slice: u32) -> String {
-    format!("{slice:02x}")
+    /// The cursor after this check, once it is complete.
+    pub fn next_slice(&self) -> u32 {
+        self.slices.end % PAYLOAD_SLICES
+    }
 }
 
 /// What one pass judges payloads by.
 struct Judge {
     /// S3's time at the pass's start.
     now: DateTime<Utc>,
-    /// The HEAD path's ages: from the orphan age, for [`RECHECK_FOR`].
+    /// The HEAD path's ages: from the orphan age, for the plan's
+    /// `recheck_for`.
     from: Duration,
     to: Duration,
-    /// The day's slices.
+    /// The plan's slices.
     slices: Range<u32>,
-    /// The day's slices' task ids and the LISTs they took, once listed
+    /// The folders right under `tasks/` and the LISTs they took, listed
+    /// once a pass when the first payload to judge by its tasks comes
     /// (`None`: the deadline came first).
-    tasks: tokio::sync::OnceCell<Option<(HashSet<Uuid>, u64)>>,
+    folders: tokio::sync::OnceCell<Option<(Vec<String>, u64)>>,
     /// Whether those LISTs are counted yet.
-    counted: std::sync::atomic::AtomicBool,
+    counted: AtomicBool,
+}
+
+/// How a page's payloads of the plan's slices are checked against their
+/// tasks (`payload_tasks.rs`).
+enum Against<'a> {
+    /// In byte order: the slice's task cursors, made at the first payload
+    /// that needs them.
+    Merge(&'a mut Option<TaskMerge>),
+    /// In any order: their ids, held for a listing of the tasks.
+    Collect(&'a mut Vec<Uuid>),
 }
 
 impl Engine {
@@ -126,8 +152,8 @@ impl Engine {
 
     /// Deletes the input payloads older than [`Engine::orphan_after`] at
     /// `now` (S3's time) whose task object is not in the bucket under any
-    /// shard length: those up to a day and an hour older by HEADs, those of the day's
-    /// slices ([`payload_slices`]) by the day's listing of their tasks.
+    /// shard length: those up to `plan.recheck_for` older by HEADs, those of
+    /// the plan's slices ([`PayloadPlan`]) by a listing of their tasks.
     /// Counts them in `payloads_deleted` (dry run: counted, not deleted).
     /// No request starts at or after the run's deadline; a payload left
     /// then is the next pass's.
@@ -135,15 +161,16 @@ impl Engine {
         &self,
         opts: &SweepOptions,
         now: DateTime<Utc>,
+        plan: &PayloadPlan,
         summary: &mut SweepSummary,
     ) -> Result<(), SubmitError> {
         let judge = Judge {
             now,
             from: self.orphan_after(),
-            to: self.orphan_after() + RECHECK_FOR,
-            slices: payload_slices(now),
-            tasks: tokio::sync::OnceCell::new(),
-            counted: std::sync::atomic::AtomicBool::new(false),
+            to: self.orphan_after() + plan.recheck_for,
+            slices: plan.slices.clone(),
+            folders: tokio::sync::OnceCell::new(),
+            counted: AtomicBool::new(false),
         };
         if self.past(opts) {
             self.cut_short();
@@ -151,21 +178,32 @@ impl Engine {
         }
         // One page first: a bucket of up to a thousand payloads (most have
         // none) costs one LIST, and its tasks are listed only if one of the
-        // day's slices has a payload old enough to judge.
+        // plan's slices has a payload old enough to judge.
         let first = self
             .with_retries(self.request_deadline(opts.deadline), || {
                 self.store.list(PAYLOADS_PREFIX, None, None, PAGE)
             })
             .await?;
         summary.lists += 1;
-        let Some(next) = first.next.clone() else {
-            return self.judge_page(first.objects, &judge, opts, summary).await;
-        };
-        match self.settings.list_order {
+        let mut held: Vec<Uuid> = Vec::new();
+        let next = first.next.clone();
+        if next.is_none() || self.settings.list_order == ListOrder::Any {
+            self.judge_page(
+                first.objects,
+                &judge,
+                opts,
+                summary,
+                Against::Collect(&mut held),
+            )
+            .await?;
+        }
+        match (next, self.settings.list_order) {
+            (None, _) => {}
             // More than a page: the 256 slices' folders side by side, as
             // the records' ranges are (10,000 pages at 10 million payloads
-            // one after the other would outlast a run).
-            ListOrder::Bytes => {
+            // one after the other would outlast a run), each merged with
+            // its slice's tasks.
+            (Some(_), ListOrder::Bytes) => {
                 let tallies: Vec<Result<SweepSummary, SubmitError>> =
                     futures::stream::iter(0..PAYLOAD_SLICES)
                         .map(|slice| {
@@ -173,7 +211,9 @@ impl Engine {
                             let judge = &judge;
                             async move {
                                 let mut tally = SweepSummary::default();
-                                self.judge_prefix(&prefix, None, judge, opts, &mut tally)
+                                let mut merge = None;
+                                let against = Against::Merge(&mut merge);
+                                self.judge_prefix(&prefix, None, judge, opts, &mut tally, against)
                                     .await
                                     .map(|()| tally)
                             }
@@ -184,16 +224,15 @@ impl Engine {
                 for t in tallies {
                     summary.add(&t?);
                 }
-                Ok(())
             }
             // Prefixes that end in `/` only: the folder page by page.
-            ListOrder::Any => {
-                self.judge_page(first.objects, &judge, opts, summary)
+            (Some(next), ListOrder::Any) => {
+                let against = Against::Collect(&mut held);
+                self.judge_prefix(PAYLOADS_PREFIX, Some(next), &judge, opts, summary, against)
                     .await?;
-                self.judge_prefix(PAYLOADS_PREFIX, Some(next), &judge, opts, summary)
-                    .await
             }
         }
+        self.settle(&mut held, &judge, opts, summary).await
     }
 
     /// Lists `prefix` from `page` on and judges each page.
@@ -204,6 +243,7 @@ impl Engine {
         judge: &Judge,
         opts: &SweepOptions,
         summary: &mut SweepSummary,
+        mut against: Against<'_>,
     ) -> Result<(), SubmitError> {
         loop {
             if self.past(opts) {
@@ -216,7 +256,11 @@ impl Engine {
                 })
                 .await?;
             summary.lists += 1;
-            self.judge_page(listed.objects, judge, opts, summary)
+            let against = match &mut against {
+                Against::Merge(m) => Against::Merge(m),
+                Against::Collect(c) => Against::Collect(c),
+            };
+            self.judge_page(listed.objects, judge, opts, summary, against)
                 .await?;
             match listed.next {
                 Some(n) => page = Some(n),
@@ -225,17 +269,19 @@ impl Engine {
         }
     }
 
-    /// One page of `payloads/`: the payloads of the day's slices old enough
-    /// to judge and named by no task of the day's listing, and the other
-    /// recent ones, each confirmed by HEADs of its task before it is
-    /// deleted (a listing can miss a task that moves between shards as
-    /// buquet's shard migration moves it: copied, then deleted).
+    /// One page of `payloads/`: the payloads of the plan's slices old enough
+    /// to judge are checked against their tasks (`against`), and those
+    /// named by no task, with the other recent ones, are each confirmed by
+    /// HEADs of its task before it is deleted (a listing can miss a task
+    /// that moves between shards as buquet's shard migration moves it:
+    /// copied, then deleted).
     async fn judge_page(
         &self,
         objects: Vec<ObjectMeta>,
         judge: &Judge,
         opts: &SweepOptions,
         summary: &mut SweepSummary,
+        against: Against<'_>,
     ) -> Result<(), SubmitError> {
         let mut sliced: Vec<(ObjectMeta, Uuid)> = Vec::new();
         let mut recent: Vec<(ObjectMeta, Uuid)> = Vec::new();
@@ -253,32 +299,22 @@ impl Engine {
                 recent.push((o, id));
             }
         }
-        if !sliced.is_empty() {
-            // The tasks of the day's slices, listed once a pass, when the
-            // first payload to judge by them comes: any task of a payload
-            // that old was written before the pass began, so it is there.
-            let tasks = judge
-                .tasks
-                .get_or_try_init(|| async {
-                    let mut tally = SweepSummary::default();
-                    let ids = self
-                        .list_slice_tasks(&judge.slices, opts, &mut tally)
-                        .await?;
-                    Ok::<_, SubmitError>(ids.map(|ids| (ids, tally.lists)))
-                })
-                .await?;
-            if let Some((ids, lists)) = tasks {
-                // The listing's LISTs, counted by the page that asked.
-                if !judge
-                    .counted
-                    .swap(true, std::sync::atomic::Ordering::SeqCst)
-                {
-                    summary.lists += lists;
+        match against {
+            Against::Collect(held) => {
+                held.extend(sliced.iter().map(|(_, id)| *id));
+                if held.len() >= CANDIDATES_AT_ONCE {
+                    self.settle(held, judge, opts, summary).await?;
                 }
-                recent.extend(sliced.into_iter().filter(|(_, id)| !ids.contains(id)));
-            } else {
-                self.cut_short();
             }
+            Against::Merge(merge) if !sliced.is_empty() => {
+                let stopped = self
+                    .merge_page(sliced, merge, judge, opts, summary, &mut recent)
+                    .await?;
+                if stopped {
+                    self.cut_short();
+                }
+            }
+            Against::Merge(_) => {}
         }
         let outcomes: Vec<Result<bool, SubmitError>> = futures::stream::iter(recent)
             .map(|(o, id)| self.sweep_payload(o, id, opts))
@@ -298,8 +334,107 @@ impl Engine {
         Ok(())
     }
 
+    /// The folders right under `tasks/`, listed once a pass (their LISTs
+    /// counted by the first caller); `None` when the deadline came first.
+    async fn task_folders<'j>(
+        &self,
+        judge: &'j Judge,
+        opts: &SweepOptions,
+        summary: &mut SweepSummary,
+    ) -> Result<Option<&'j Vec<String>>, SubmitError> {
+        // Any task of a payload old enough to judge was written before the
+        // pass began, so it is there when the folders are listed.
+        let listed = judge
+            .folders
+            .get_or_try_init(|| async {
+                let mut tally = SweepSummary::default();
+                let folders = self.folders_under(TASKS_PREFIX, opts, &mut tally).await?;
+                Ok::<_, SubmitError>(folders.map(|f| (f, tally.lists)))
+            })
+            .await?;
+        Ok(listed.as_ref().map(|(folders, lists)| {
+            if !judge.counted.swap(true, Ordering::SeqCst) {
+                summary.lists += lists;
+            }
+            folders
+        }))
+    }
+
+    /// `LIST_ORDER=bytes`: merges a page's payloads of one slice (in the
+    /// order of their ids) with the slice's tasks; those named by none go
+    /// to `suspects`. `true` when the run's deadline cut it short.
+    async fn merge_page(
+        &self,
+        mut sliced: Vec<(ObjectMeta, Uuid)>,
+        merge: &mut Option<TaskMerge>,
+        judge: &Judge,
+        opts: &SweepOptions,
+        summary: &mut SweepSummary,
+        suspects: &mut Vec<(ObjectMeta, Uuid)>,
+    ) -> Result<bool, SubmitError> {
+        if merge.is_none() {
+            let Some(folders) = self.task_folders(judge, opts, summary).await? else {
+                return Ok(true);
+            };
+            let slice = slice_of(&sliced[0].1);
+            let prefixes = slice_task_prefixes(folders, &(slice..slice + 1), ListOrder::Bytes);
+            *merge = Some(TaskMerge::new(slice, prefixes));
+        }
+        let Some(merge) = merge.as_mut() else {
+            return Ok(true);
+        };
+        // In the listing's order already on a store that lists in byte
+        // order; sorted, so that a page is merged in order whatever.
+        sliced.sort_by_key(|(_, id)| *id);
+        for (o, id) in sliced {
+            match self.merge_has(merge, id, opts, &mut summary.lists).await? {
+                None => return Ok(true),
+                Some(true) => {}
+                Some(false) => suspects.push((o, id)),
+            }
+        }
+        Ok(false)
+    }
+
+    /// `LIST_ORDER=any` (or a single page): the held payload ids checked
+    /// against a listing of their slices' tasks, the suspects confirmed by
+    /// the HEAD path; `held` is empty after.
+    async fn settle(
+        &self,
+        held: &mut Vec<Uuid>,
+        judge: &Judge,
+        opts: &SweepOptions,
+        summary: &mut SweepSummary,
+    ) -> Result<(), SubmitError> {
+        if held.is_empty() {
+            return Ok(());
+        }
+        let mut ids = std::mem::take(held);
+        ids.sort_unstable();
+        ids.dedup();
+        let Some(folders) = self.task_folders(judge, opts, summary).await? else {
+            self.cut_short();
+            return Ok(());
+        };
+        let prefixes = slice_task_prefixes(folders, &judge.slices, self.settings.list_order);
+        let Some(found) = self.strike_listed(&ids, prefixes, opts, summary).await? else {
+            self.cut_short();
+            return Ok(());
+        };
+        let suspects: Vec<Uuid> = ids
+            .iter()
+            .zip(found)
+            .filter(|(_, f)| !f)
+            .map(|(id, _)| *id)
+            .collect();
+        drop(ids);
+        self.judge_suspects(suspects, judge.from, judge.now, opts, summary)
+            .await;
+        Ok(())
+    }
+
     /// Says that the run's deadline cut the payload check short: the next
-    /// pass begins it again (the day's slices are taken by the day).
+    /// pass begins it again (the cursor has not moved on).
     fn cut_short(&self) {
         tracing::warn!("the run's deadline cut the payload check short; the next pass goes on");
     }
@@ -337,102 +472,9 @@ impl Engine {
         }
     }
 
-    /// The ids of the tasks of `slices` under every shard length: the
-    /// folders right under `tasks/` first (one LIST for ours), then each
-    /// folder that can hold them. Under `LIST_ORDER=bytes` a one-digit
-    /// folder is listed by the slice's own prefix (`tasks/a/ab`); under
-    /// `any` (prefixes that end in `/`) whole, and filtered here. `None`
-    /// when the run's deadline came first.
-    async fn list_slice_tasks(
-        &self,
-        slices: &Range<u32>,
-        opts: &SweepOptions,
-        summary: &mut SweepSummary,
-    ) -> Result<Option<HashSet<Uuid>>, SubmitError> {
-        let Some(folders) = self.folders_under(TASKS_PREFIX, opts, summary).await? else {
-            return Ok(None);
-        };
-        let hexes: Vec<String> = slices.clone().map(slice_hex).collect();
-        let mut prefixes: Vec<String> = Vec::new();
-        for folder in folders {
-            let Some(shard) = folder
-                .strip_prefix(TASKS_PREFIX)
-                .and_then(|f| f.strip_suffix('/'))
-            else {
-                continue;
-            };
-            match shard.len() {
-                1 if self.settings.list_order == ListOrder::Bytes => prefixes.extend(
-                    hexes
-                        .iter()
-                        .filter(|h| h.starts_with(shard))
-                        .map(|h| format!("{folder}{h}")),
-                ),
-                1 if hexes.iter().any(|h| h.starts_with(shard)) => prefixes.push(folder),
-                2..=4 if hexes.iter().any(|h| shard.starts_with(h.as_str())) => {
-                    prefixes.push(folder)
-                }
-                _ => {}
-            }
-        }
-        // Side by side, as the records' ranges are.
-        let listed: Vec<Result<Option<TaskIds>, SubmitError>> = futures::stream::iter(prefixes)
-            .map(|prefix| self.list_task_ids(prefix, slices, opts))
-            .buffer_unordered(RANGES_AT_ONCE)
-            .collect()
-            .await;
-        let mut ids = HashSet::new();
-        let mut cut_short = false;
-        for r in listed {
-            match r {
-                Ok(Some((found, lists))) => {
-                    summary.lists += lists;
-                    ids.extend(found);
-                }
-                Ok(None) => cut_short = true,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok((!cut_short).then_some(ids))
-    }
-
-    /// The ids of the tasks of `slices` under `prefix`, page by page, and
-    /// the LISTs made; `None` when the run's deadline came first.
-    async fn list_task_ids(
-        &self,
-        prefix: String,
-        slices: &Range<u32>,
-        opts: &SweepOptions,
-    ) -> Result<Option<TaskIds>, SubmitError> {
-        let (mut ids, mut lists) = (Vec::new(), 0);
-        let mut page: Option<String> = None;
-        loop {
-            if self.past(opts) {
-                return Ok(None);
-            }
-            let listed = self
-                .with_retries(self.request_deadline(opts.deadline), || {
-                    self.store.list(&prefix, None, page.clone(), PAGE)
-                })
-                .await?;
-            lists += 1;
-            ids.extend(
-                listed
-                    .objects
-                    .iter()
-                    .filter_map(|o| task_key_id(&o.key))
-                    .filter(|id| slices.contains(&slice_of(id))),
-            );
-            match listed.next {
-                Some(n) => page = Some(n),
-                None => return Ok(Some((ids, lists))),
-            }
-        }
-    }
-
     /// One payload of the HEAD path: `true` if it names no task and was
     /// deleted.
-    async fn sweep_payload(
+    pub(super) async fn sweep_payload(
         &self,
         o: ObjectMeta,
         id: Uuid,
@@ -505,36 +547,68 @@ mod tests {
         assert!(input_payload_id(&format!("payloads/{simple}/input.json")).is_none());
     }
 
-    #[test]
-    fn a_task_key_names_its_id_only_under_a_shard_of_one_to_four_of_its_digits() {
-        let id = "a1b2c3d4-0000-4000-8000-000000000000";
-        for shard in ["a", "a1", "a1b", "a1b2"] {
-            assert!(task_key_id(&format!("tasks/{shard}/{id}.json")).is_some());
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    /// The slices that passes `every` apart take from a first check on, by
+    /// the cursor, until they have taken each slice once: how often each
+    /// was taken, and the time the cycle took.
+    fn cycle(every: Duration) -> (Vec<u32>, Duration) {
+        let start = at("2026-12-02T03:00:00Z");
+        let (mut cursor, mut last, mut now) = (0, None, start);
+        let mut taken = vec![0; PAYLOAD_SLICES as usize];
+        loop {
+            let plan = PayloadPlan::after(cursor, last, now);
+            assert!(!plan.slices.is_empty());
+            for s in plan.slices.clone() {
+                taken[s as usize] += 1;
+            }
+            (cursor, last) = (plan.next_slice(), Some(now));
+            if cursor == 0 {
+                return (taken, now - start);
+            }
+            now += every;
         }
-        assert!(task_key_id(&format!("tasks/a1b2c/{id}.json")).is_none());
-        assert!(task_key_id(&format!("tasks/b/{id}.json")).is_none());
-        assert!(task_key_id(&format!("tasks/a/{id}.txt")).is_none());
-        assert!(task_key_id(&format!("payloads/{id}/input.json")).is_none());
     }
 
     #[test]
-    fn the_days_of_a_cycle_take_every_slice_exactly_once_in_runs_of_eight_or_nine() {
-        let start = DateTime::parse_from_rfc3339("2026-12-02T03:00:00Z")
-            .unwrap()
-            .with_timezone(&Utc);
-        let mut taken = vec![0; PAYLOAD_SLICES as usize];
-        for day in 0..PAYLOAD_CYCLE_DAYS {
-            let slices = payload_slices(start + Duration::days(day));
-            assert!((8..=9).contains(&slices.len()), "{slices:?}");
-            for s in slices {
-                taken[s as usize] += 1;
-            }
+    fn passes_at_any_schedule_take_every_slice_once_a_cycle_within_its_thirty_days() {
+        for every in [
+            Duration::minutes(1),
+            Duration::hours(1),
+            Duration::days(1),
+            Duration::days(3),
+            Duration::days(45),
+        ] {
+            let (taken, took) = cycle(every);
+            assert!(taken.iter().all(|n| *n == 1), "{every}: {taken:?}");
+            assert!(
+                took <= Duration::days(PAYLOAD_CYCLE_DAYS) || every > Duration::days(1),
+                "{every}: a cycle of {took}"
+            );
         }
-        assert!(taken.iter().all(|n| *n == 1), "{taken:?}");
-        // The same day's pass takes the same slices at any hour.
-        assert_eq!(
-            payload_slices(start),
-            payload_slices(start + Duration::hours(20))
-        );
+        // Daily passes: 9 slices a pass (8.5 a day would do), 29 passes.
+        assert_eq!(cycle(Duration::days(1)).1, Duration::days(28));
+    }
+
+    #[test]
+    fn a_check_reaches_by_heads_back_to_the_last_complete_one_and_an_hour_more() {
+        let now = at("2026-12-02T03:00:00Z");
+        let first = PayloadPlan::after(0, None, now);
+        assert_eq!((first.slices, first.recheck_for), (0..9, RECHECK_FOR));
+        let hourly = PayloadPlan::after(250, Some(now - Duration::hours(1)), now);
+        assert_eq!(hourly.slices, 250..251);
+        assert_eq!(hourly.recheck_for, Duration::hours(2));
+        // Two passes in a minute: one slice, an hour and a minute of ages.
+        let again = PayloadPlan::after(7, Some(now - Duration::minutes(1)), now);
+        assert_eq!(again.slices, 7..8);
+        assert_eq!(again.recheck_for, Duration::minutes(61));
+        // Missed days: more slices, up to the end of the slices.
+        let late = PayloadPlan::after(250, Some(now - Duration::days(3)), now);
+        assert_eq!((late.slices.clone(), late.next_slice()), (250..256, 0));
+        let long = PayloadPlan::after(0, Some(now - Duration::days(90)), now);
+        assert_eq!(long.slices, 0..PAYLOAD_SLICES);
+        assert_eq!(long.recheck_for, Duration::days(30) + Duration::hours(1));
     }
 }
