@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::common::event;
 use crate::common::handler::{Harness, Resp};
-use idempotent_submit::protocol::RecordOutcome;
 use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, StoreError};
+use idempotent_submit::testing::protocol::RecordOutcome;
 use idempotent_submit::{ManualClock, Queue, Settings, SubmitError};
 use serde_json::{Value, json};
 

@@ -8,10 +8,10 @@ use crate::common::{World, unavailable};
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use bytes::Bytes;
 use chrono::Duration;
-use idempotent_submit::intake::due::{DueBatch, DueMessage, handle_messages};
 use idempotent_submit::lambda::{Metrics, Sweeper, handle_sweep};
-use idempotent_submit::protocol::RecordStatus;
 use idempotent_submit::store::{FaultyStore, MemoryStore, Op, PutMode, Store};
+use idempotent_submit::testing::intake::due::{DueBatch, DueMessage, handle_messages};
+use idempotent_submit::testing::protocol::RecordStatus;
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
@@ -58,7 +58,7 @@ impl World {
 
     async fn status(&self, rkey: &str) -> Option<RecordStatus> {
         let o = self.bucket.get(rkey).await.ok()?;
-        idempotent_submit::protocol::Record::parse(&o.body)
+        idempotent_submit::testing::protocol::Record::parse(&o.body)
             .unwrap()
             .status
     }

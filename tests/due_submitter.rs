@@ -23,9 +23,9 @@ use common::{Hooks, World, Wrapped};
 use idempotent_submit::clock::Clock;
 use idempotent_submit::due_sender::memory::Queued;
 use idempotent_submit::due_sender::{DueFault, DueOrder, MemoryDueQueue, RecordDue, SendError};
-use idempotent_submit::intake::due::{DueBatch, DueMessage, handle_messages};
-use idempotent_submit::protocol::Record;
 use idempotent_submit::store::{MemoryStore, PutMode, PutResult, StoreError};
+use idempotent_submit::testing::intake::due::{DueBatch, DueMessage, handle_messages};
+use idempotent_submit::testing::protocol::Record;
 use idempotent_submit::{Queue, Store, SubmitError};
 use serde_json::json;
 

@@ -7,8 +7,8 @@ use crate::common;
 use std::sync::Arc;
 
 use chrono::Duration;
-use idempotent_submit::protocol::{ConflictKind, RecordOutcome, RecordStatus};
 use idempotent_submit::store::Store;
+use idempotent_submit::testing::protocol::{ConflictKind, RecordOutcome, RecordStatus};
 use idempotent_submit::{
     Clock, ManualClock, Queue, Scope, SubmitError, Submitted, ValidationError,
 };

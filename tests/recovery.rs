@@ -12,8 +12,8 @@ use std::sync::Arc;
 use crate::common::World;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use futures::FutureExt;
-use idempotent_submit::protocol::{Record, RecordOutcome, RecordStatus, TaskLocation};
 use idempotent_submit::store::{Fault, FaultyStore, ObjectMeta, Op, PutMode, Store, StoreError};
+use idempotent_submit::testing::protocol::{Record, RecordOutcome, RecordStatus, TaskLocation};
 use idempotent_submit::{Clock, Queue, SubmitError};
 use serde_json::{Value, json};
 
@@ -373,7 +373,7 @@ async fn a_412_is_never_retried_blindly() {
 }
 
 /// A `creating` record whose submit died right after writing it.
-async fn interrupted(w: &World) -> idempotent_submit::protocol::Record {
+async fn interrupted(w: &World) -> idempotent_submit::testing::protocol::Record {
     w.fault_once(Op::PutCreate, "idempotency/", Fault::CrashAfter);
     submit(&w.process()).await.unwrap_err();
     w.record("k").await

@@ -336,7 +336,7 @@ async fn on_s3_and_seaweedfs_racing_new_task_submits_of_a_failed_key_make_one_ne
         let bucket = store.bucket().to_owned();
         let q = Queue::new(store.clone(), common::settings());
         let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
-        let rkey = idempotent_submit::protocol::KeyRef::parse("t", "k", None)
+        let rkey = idempotent_submit::testing::protocol::KeyRef::parse("t", "k", None)
             .unwrap()
             .record_key();
         let old_claim = store.get(&rkey).await.unwrap().body;
@@ -398,7 +398,7 @@ impl common::Hooks for LiveAfterDelete {
 
     async fn after(&self, call: &common::Call<'_>, _ok: bool) {
         use idempotent_submit::Clock;
-        use idempotent_submit::protocol::Record;
+        use idempotent_submit::testing::protocol::Record;
         if call.op != Op::Delete || call.key != self.key {
             return;
         }
@@ -421,8 +421,8 @@ impl common::Hooks for LiveAfterDelete {
 #[tokio::test]
 async fn where_the_sweeper_deletes_by_version_no_older_record_is_ever_current_again_after_a_replacement_expires_or_is_reset()
  {
-    use idempotent_submit::protocol::RecordOutcome;
     use idempotent_submit::store::Behaviour;
+    use idempotent_submit::testing::protocol::RecordOutcome;
     let settings = common::settings();
     for reset in [false, true] {
         let clock = idempotent_submit::ManualClock::at_epoch();

@@ -8,9 +8,9 @@ use crate::common;
 use std::sync::Arc;
 
 use chrono::Duration;
-use idempotent_submit::intake::due::{DueMessage, handle_messages};
-use idempotent_submit::protocol::SweepOptions;
 use idempotent_submit::store::{FaultyStore, MemoryStore, PutMode, S3Store, Store, Version};
+use idempotent_submit::testing::intake::due::{DueMessage, handle_messages};
+use idempotent_submit::testing::protocol::SweepOptions;
 use idempotent_submit::{ClockCheck, ManualClock, Queue, Settings};
 use serde_json::json;
 
@@ -210,7 +210,7 @@ async fn with_conditional_delete_off_a_reset_key_with_a_failed_task_beneath_leav
     store: Arc<dyn Store>,
     clock: ManualClock,
 ) {
-    use idempotent_submit::protocol::RecordOutcome;
+    use idempotent_submit::testing::protocol::RecordOutcome;
     use idempotent_submit::{IfTaskFailed, Reset};
     let settings = Settings {
         clock_check: ClockCheck::TrustClock,

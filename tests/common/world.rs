@@ -7,11 +7,11 @@
 
 use std::sync::Arc;
 
-use idempotent_submit::protocol::IdempotencyKey;
-use idempotent_submit::protocol::{Record, RecordOutcome};
 use idempotent_submit::store::{
     ETag, Fault, FaultyStore, MemoryStore, ObjectMeta, Op, PutMode, Store, StoreError,
 };
+use idempotent_submit::testing::protocol::IdempotencyKey;
+use idempotent_submit::testing::protocol::{Record, RecordOutcome};
 use idempotent_submit::{ManualClock, Queue, SubmitError};
 use serde_json::Value;
 
@@ -136,7 +136,7 @@ impl World {
     /// Where the record of `key` (scope `t`, no tenant) is.
     pub fn record_key(&self, key: &str) -> String {
         let key = IdempotencyKey::parse(key).unwrap();
-        let hash = idempotent_submit::protocol::hash::key_hash("t", &key, None);
+        let hash = idempotent_submit::testing::protocol::hash::key_hash("t", &key, None);
         format!("idempotency/t/{}.json", hash.trim_start_matches("sha256:"))
     }
 

@@ -51,7 +51,7 @@ async fn before_claim_a_send_that_still_fails_writes_nothing_and_answers_retryab
             "{fault:?}: {e:?}"
         );
         assert!(e.is_retryable(), "{fault:?}");
-        let problem = idempotent_submit::intake::problem::Problem::from_submit(&e);
+        let problem = idempotent_submit::testing::intake::problem::Problem::from_submit(&e);
         assert_eq!(problem.status, 503, "{fault:?}");
         assert_eq!(problem.code, "storage_unavailable");
         assert!(problem.retry_after.is_some());

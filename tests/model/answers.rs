@@ -245,19 +245,21 @@ impl Model {
     fn check_conflict(
         &mut self,
         c: &Ctx,
-        kind: idempotent_submit::protocol::ConflictKind,
+        kind: idempotent_submit::testing::protocol::ConflictKind,
         task_id: uuid::Uuid,
     ) -> Result<(), String> {
         let (my_type, my_hash) = (c.my_type(), c.my_hash());
         let live_before = c.live_before();
         match kind {
-            idempotent_submit::protocol::ConflictKind::Input => self.stats.input_conflicts += 1,
-            idempotent_submit::protocol::ConflictKind::TaskType => {
+            idempotent_submit::testing::protocol::ConflictKind::Input => {
+                self.stats.input_conflicts += 1
+            }
+            idempotent_submit::testing::protocol::ConflictKind::TaskType => {
                 self.stats.task_type_conflicts += 1
             }
             // The model sends no task options (tests/options.rs
             // covers them): its records all say "none".
-            idempotent_submit::protocol::ConflictKind::Options => {
+            idempotent_submit::testing::protocol::ConflictKind::Options => {
                 return Err(format!("an options conflict without options: {task_id}"));
             }
         }

@@ -66,7 +66,7 @@ pub(super) struct Model {
 pub(super) enum Outcome {
     Deliver(RecordOutcome),
     Submit(Result<idempotent_submit::Submitted, SubmitError>),
-    Sweep(Result<idempotent_submit::protocol::SweepSummary, SubmitError>),
+    Sweep(Result<idempotent_submit::testing::protocol::SweepSummary, SubmitError>),
     Work(Result<Worked, String>),
     Reset(Result<Reset, SubmitError>),
 }

@@ -326,9 +326,9 @@ async fn put_marker(w: &World, marker: &str) {
 }
 
 /// One scheduled pass as `q`'s process would run it.
-async fn pass_of(q: Queue, dry_run: bool) -> idempotent_submit::protocol::SweepSummary {
+async fn pass_of(q: Queue, dry_run: bool) -> idempotent_submit::testing::protocol::SweepSummary {
     q.engine()
-        .sweep(&idempotent_submit::protocol::SweepOptions {
+        .sweep(&idempotent_submit::testing::protocol::SweepOptions {
             dry_run,
             ..Default::default()
         })

@@ -249,7 +249,7 @@ async fn with_tenant_isolation_get_answers_only_the_tenants_own_tasks() {
     let shared = Harness::over(store, Some(&clock), false)
         .http(event("http-v2-post-no-key.json"))
         .await;
-    let alice_tenant = idempotent_submit::protocol::Tenant::from_principal("lambda:alice")
+    let alice_tenant = idempotent_submit::testing::protocol::Tenant::from_principal("lambda:alice")
         .unwrap()
         .id();
     for id in [&keyed.body["task_id"], &keyless.body["task_id"]] {

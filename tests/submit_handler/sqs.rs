@@ -107,9 +107,12 @@ async fn a_fifo_batch_rejects_without_stopping_its_group() {
 
 fn record_prefix(scope: &str, key: &str) -> String {
     let k = IdempotencyKey::parse(key).unwrap();
-    idempotent_submit::protocol::record::record_key(scope, &hash::key_hash(scope, &k, None))
-        .trim_end_matches(".json")
-        .to_owned()
+    idempotent_submit::testing::protocol::record::record_key(
+        scope,
+        &hash::key_hash(scope, &k, None),
+    )
+    .trim_end_matches(".json")
+    .to_owned()
 }
 
 /// The handler over a bucket where every `op` under `prefix` fails with a
