@@ -110,6 +110,12 @@ impl Harness {
         out
     }
 
+    /// Whether the key `key` of `task_type` (its own scope) has a record.
+    pub async fn has_record(&self, task_type: &str, key: &str) -> bool {
+        let record = self.app.queue.record(task_type, key, None).await;
+        record.unwrap().is_some()
+    }
+
     /// How many tasks, markers and records the bucket holds.
     pub async fn objects_by_kind(&self) -> (usize, usize, usize) {
         let tasks = self.count("tasks/").await;

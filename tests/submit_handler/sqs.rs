@@ -95,14 +95,7 @@ async fn a_fifo_batch_rejects_without_stopping_its_group() {
     assert_eq!(h.count("tasks/").await, 4);
     assert_eq!(h.count("rejected/").await, 1);
     // The deduplication id is the key.
-    assert!(
-        h.app
-            .queue
-            .record("ship", "A-2", None)
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(h.has_record("ship", "A-2").await, "A-2");
 }
 
 fn record_prefix(scope: &str, key: &str) -> String {
@@ -145,14 +138,7 @@ async fn a_fifo_group_stops_at_its_first_failure_and_lists_the_rest_untouched() 
             .iter()
             .any(|c| c.key.starts_with(&record_prefix("ship", "A-2")))
     );
-    assert!(
-        h.app
-            .queue
-            .record("ship", "B-3", None)
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(h.has_record("ship", "B-3").await, "B-3");
     assert_eq!(h.count("tasks/").await, 2);
 }
 
