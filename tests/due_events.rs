@@ -78,19 +78,8 @@ fn events(ids_and_records: &[(&str, &str)]) -> Vec<DueMessage> {
 /// The body S3 sends for a write of `key` (the key URL-encoded, as S3 and
 /// moto send it).
 fn notification(bucket: &str, key: &str) -> String {
-    json!({"Records": [{
-        "eventVersion": "2.1",
-        "eventSource": "aws:s3",
-        "awsRegion": "us-east-1",
-        "eventTime": "2026-01-27T12:00:00.000Z",
-        "eventName": "ObjectCreated:Put",
-        "s3": {
-            "s3SchemaVersion": "1.0",
-            "bucket": {"name": bucket, "arn": format!("arn:aws:s3:::{bucket}")},
-            "object": {"key": key.replace('/', "%2F"), "size": 512, "eTag": "0123"},
-        },
-    }]})
-    .to_string()
+    let object = json!({"size": 512, "eTag": "0123"});
+    crate::common::events::s3_notification(bucket, key, "ObjectCreated:Put", object)
 }
 
 fn msg(id: &str, body: String) -> DueMessage {
