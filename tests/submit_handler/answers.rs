@@ -150,13 +150,7 @@ async fn task_options_come_through_sqs_bodies_and_batch_items_and_bad_ones_are_r
     );
     batch["Records"] = json!([good, bad]);
     assert!(h.sqs(batch).await.is_empty(), "nothing to retry");
-    let (rec, _) = h
-        .app
-        .queue
-        .record("remind", "r-sqs", None)
-        .await
-        .unwrap()
-        .unwrap();
+    let rec = h.record_of("remind", "r-sqs").await;
     let task: Value = serde_json::from_slice(
         &h.app
             .queue
@@ -232,13 +226,7 @@ async fn a_failed_tasks_key_is_a_200_replay_unless_the_post_says_if_task_failed_
     assert_eq!(retried.body["task_id"], id);
     assert_eq!(retried.body["replaces_task_id"], first.body["task_id"]);
     assert_eq!(h.count("tasks/").await, 2);
-    let reused: u64 = h
-        .app
-        .metrics
-        .lines()
-        .iter()
-        .filter_map(|l| l["FailedKeyReuses"].as_u64())
-        .sum();
+    let reused: u64 = h.metric("FailedKeyReuses");
     assert_eq!(reused, 1);
 }
 

@@ -78,13 +78,7 @@ async fn the_same_key_through_http_then_sqs_lands_on_one_task() {
     batch["Records"] = json!([m]);
     assert!(h.sqs(batch).await.is_empty());
     assert_eq!(h.count("tasks/").await, 1);
-    let (rec, _) = h
-        .app
-        .queue
-        .record("charge_customer", "charge-ORD-123", None)
-        .await
-        .unwrap()
-        .unwrap();
+    let rec = h.record_of("charge_customer", "charge-ORD-123").await;
     assert_eq!(rec.task_id.to_string(), r.body["task_id"].as_str().unwrap());
 }
 
