@@ -108,21 +108,22 @@
 //! - `schemas`: inputs checked against their task type's published JSON
 //!   Schema (`VALIDATE_INPUT_SCHEMAS`); without it that setting is refused.
 //! - `testing`: test machinery (fault injection, the stores' conformance
-//!   suite `store::conformance`), and the service's internals public for
-//!   the tests; never in a release build.
+//!   suite `store::conformance`), and the service's internals for the
+//!   tests under one path, `testing`; never in a release build.
 
 #![warn(missing_docs)]
 
 // The public API: the queue and its builder, what a submit answers, the
 // stores, the configuration and the clocks. The rest is the service's own
-// (the protocol's engine, the doors, the CLI), hidden from the
-// documentation and public only where something outside the library needs
-// it: `cli` and `lambda` for the binaries; `protocol`, `intake` and `probe`
-// for the tests and the bench, with the `testing` feature only (private
-// modules without it). Hidden only outside the unit tests' build: `missing_docs` skips what is
+// (the protocol's engine, the doors, the CLI), private but for what
+// something outside the library needs: `cli` and `lambda`, the binaries'
+// entry modules (hidden from the documentation); and, with the `testing`
+// feature only, the one path the tests and the bench take past the facade,
+// `testing` (`testing::{protocol, intake, probe}`, and `Queue::engine`).
+// Hidden only outside the unit tests' build: `missing_docs` skips what is
 // hidden, so the test build (which `make test`'s lints compile with
-// `-D warnings`) is where every public item of those modules must be
-// documented too.
+// `-D warnings`) is where every item those paths reach must be documented
+// too.
 pub mod clock;
 pub mod config;
 pub mod due_sender;
@@ -136,30 +137,45 @@ mod queue;
 pub mod cli;
 #[cfg(feature = "cli")]
 mod doctor;
-#[cfg_attr(not(test), doc(hidden))]
-#[cfg(all(feature = "testing", any(feature = "lambda", feature = "cli")))]
-pub mod intake;
-#[cfg(all(not(feature = "testing"), any(feature = "lambda", feature = "cli")))]
+#[cfg(any(feature = "lambda", feature = "cli"))]
 mod intake;
 #[cfg_attr(not(test), doc(hidden))]
 #[cfg(feature = "lambda")]
 pub mod lambda;
-#[cfg_attr(not(test), doc(hidden))]
-#[cfg(feature = "testing")]
-pub mod probe;
-#[cfg(all(not(feature = "testing"), feature = "cli"))]
+#[cfg(any(feature = "testing", feature = "cli"))]
 mod probe;
-#[cfg_attr(not(test), doc(hidden))]
-#[cfg(feature = "testing")]
-pub mod protocol;
+mod protocol;
 // A generated bucket for the scale bench: a `Store` above the store layer,
 // for it builds its bodies with a real `Queue` and lists by the config's
 // `ListOrder`.
-#[cfg(not(feature = "testing"))]
-mod protocol;
+#[cfg(feature = "testing")]
+mod synthetic;
+
+/// The service's internals, for the tests and the bench only (the
+/// `testing` feature; no shipped build has it): each module re-exports the
+/// public items of the crate's own module of that name, which is private.
 #[cfg_attr(not(test), doc(hidden))]
 #[cfg(feature = "testing")]
-pub mod synthetic;
+pub mod testing {
+    /// What every door takes in (`src/intake/`).
+    #[cfg(any(feature = "lambda", feature = "cli"))]
+    pub mod intake {
+        pub use crate::intake::*;
+    }
+    /// `idem doctor --probe`: a store's capabilities (`src/probe.rs`).
+    pub mod probe {
+        pub use crate::probe::*;
+    }
+    /// The idempotency protocol: its engine, its records, the sweeper
+    /// (`src/protocol/`).
+    pub mod protocol {
+        pub use crate::protocol::*;
+    }
+    /// A generated bucket for runs at scale (`src/synthetic/`).
+    pub mod synthetic {
+        pub use crate::synthetic::*;
+    }
+}
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ClockCheck, Config, ConfigError, ListOrder, RecordEvents, RetryPolicy, Settings};

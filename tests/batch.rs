@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::common::event;
 use crate::common::handler::{Harness, Resp};
-use idempotent_submit::protocol::RecordOutcome;
 use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, StoreError};
+use idempotent_submit::testing::protocol::RecordOutcome;
 use idempotent_submit::{ManualClock, Queue, Settings, SubmitError};
 use serde_json::{Value, json};
 
@@ -79,14 +79,7 @@ async fn a_batch_creates_each_task_in_order_and_replays_each_on_its_key() {
         assert_eq!(task["input"], a["input"]);
     }
     assert_eq!(rs[2]["idempotency"]["scope"], "queue");
-    assert_eq!(
-        (
-            h.count("tasks/").await,
-            h.count("ready/").await,
-            h.count("idempotency/").await
-        ),
-        (3, 3, 3)
-    );
+    assert_eq!(h.objects_by_kind().await, (3, 3, 3));
 
     let again = h.http(event("http-v2-batch.json")).await;
     assert_eq!(codes(&again), [200, 200, 200]);
@@ -140,14 +133,7 @@ async fn an_item_that_fails_gets_its_own_problem_and_undoes_no_other() {
         );
     }
     // Only the new key wrote: its record, task and marker.
-    assert_eq!(
-        (
-            h.count("tasks/").await,
-            h.count("ready/").await,
-            h.count("idempotency/").await
-        ),
-        (2, 2, 2)
-    );
+    assert_eq!(h.objects_by_kind().await, (2, 2, 2));
     // Metrics: one line for the batch, each item under its outcome.
     let m = h.app.metrics.lines();
     let l = m.last().unwrap();
@@ -317,24 +303,17 @@ async fn with_tenant_isolation_every_item_is_the_callers_and_no_principal_is_401
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_key_twice_in_a_batch_is_one_task() {
     let h = Harness::moto().await;
-    let r = h
-        .http(batch(json!({"tasks": [item("dup", 1), item("dup", 1)]})))
-        .await;
-    let mut c = codes(&r);
-    c.sort();
-    assert_eq!(c, [200, 201]);
-    let rs = results(&r);
-    assert_eq!(rs[0]["task_id"], rs[1]["task_id"]);
-    // The same key with another input in the same batch: one task, and a
-    // conflict naming it.
-    let r = h
-        .http(batch(json!({"tasks": [item("dup2", 1), item("dup2", 2)]})))
-        .await;
-    let mut c = codes(&r);
-    c.sort();
-    assert_eq!(c, [201, 422]);
-    let rs = results(&r);
-    assert_eq!(rs[0]["task_id"], rs[1]["task_id"]);
+    // The same key with the same input twice, then with another input in
+    // the same batch: one task each, and a conflict naming it.
+    for (key, second_input, answers) in [("dup", 1, [200, 201]), ("dup2", 2, [201, 422])] {
+        let items = json!({"tasks": [item(key, 1), item(key, second_input)]});
+        let r = h.http(batch(items)).await;
+        let mut c = codes(&r);
+        c.sort();
+        assert_eq!(c, answers, "{key}");
+        let rs = results(&r);
+        assert_eq!(rs[0]["task_id"], rs[1]["task_id"], "{key}");
+    }
     assert_eq!(h.count("tasks/").await, 2);
 }
 

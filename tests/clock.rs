@@ -12,8 +12,8 @@ use std::sync::Arc;
 use crate::common::World;
 use chrono::Duration;
 use idempotent_submit::lambda::handle_submit;
-use idempotent_submit::protocol::{RecordOutcome, SweepOptions};
 use idempotent_submit::store::{Fault, Op};
+use idempotent_submit::testing::protocol::{RecordOutcome, SweepOptions};
 use idempotent_submit::{Clock, Queue, Store, SubmitError};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
@@ -273,7 +273,7 @@ async fn the_scheduled_pass_is_timed_in_s3s_clock() {
     assert!(s.complete);
     let cp: Value = serde_json::from_slice(
         &w.bucket
-            .get(idempotent_submit::protocol::sweep::CHECKPOINT_KEY)
+            .get(idempotent_submit::testing::protocol::sweep::CHECKPOINT_KEY)
             .await
             .unwrap()
             .body,

@@ -8,10 +8,10 @@ use crate::common::{World, unavailable};
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use bytes::Bytes;
 use chrono::Duration;
-use idempotent_submit::intake::due::{DueBatch, DueMessage, handle_messages};
 use idempotent_submit::lambda::{Metrics, Sweeper, handle_sweep};
-use idempotent_submit::protocol::RecordStatus;
 use idempotent_submit::store::{FaultyStore, MemoryStore, Op, PutMode, Store};
+use idempotent_submit::testing::intake::due::{DueBatch, DueMessage, handle_messages};
+use idempotent_submit::testing::protocol::RecordStatus;
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
@@ -40,14 +40,7 @@ impl World {
         v["status"] = json!("ready");
         v["write_id"] = json!(uuid::Uuid::new_v4());
         v.as_object_mut().unwrap().remove("pending_task");
-        self.bucket
-            .put(
-                &rkey,
-                serde_json::to_vec(&v).unwrap().into(),
-                PutMode::Update(o.meta.etag),
-            )
-            .await
-            .unwrap();
+        self.replace_json(&rkey, &v, o.meta.etag).await;
         rkey
     }
 
@@ -65,7 +58,7 @@ impl World {
 
     async fn status(&self, rkey: &str) -> Option<RecordStatus> {
         let o = self.bucket.get(rkey).await.ok()?;
-        idempotent_submit::protocol::Record::parse(&o.body)
+        idempotent_submit::testing::protocol::Record::parse(&o.body)
             .unwrap()
             .status
     }
@@ -76,22 +69,17 @@ impl World {
     }
 }
 
+/// One message of S3's notification of each record key, by message id.
+fn events(ids_and_records: &[(&str, &str)]) -> Vec<DueMessage> {
+    let one = |(id, rkey): &(&str, &str)| msg(id, notification(BUCKET, rkey));
+    ids_and_records.iter().map(one).collect()
+}
+
 /// The body S3 sends for a write of `key` (the key URL-encoded, as S3 and
 /// moto send it).
 fn notification(bucket: &str, key: &str) -> String {
-    json!({"Records": [{
-        "eventVersion": "2.1",
-        "eventSource": "aws:s3",
-        "awsRegion": "us-east-1",
-        "eventTime": "2026-01-27T12:00:00.000Z",
-        "eventName": "ObjectCreated:Put",
-        "s3": {
-            "s3SchemaVersion": "1.0",
-            "bucket": {"name": bucket, "arn": format!("arn:aws:s3:::{bucket}")},
-            "object": {"key": key.replace('/', "%2F"), "size": 512, "eTag": "0123"},
-        },
-    }]})
-    .to_string()
+    let object = json!({"size": 512, "eTag": "0123"});
+    crate::common::events::s3_notification(bucket, key, "ObjectCreated:Put", object)
 }
 
 fn msg(id: &str, body: String) -> DueMessage {
@@ -277,12 +265,12 @@ async fn a_record_named_twice_in_a_batch_is_read_once_and_both_messages_are_answ
     w.clock.advance(Duration::seconds(300));
     let f = FaultyStore::new(w.bucket.clone());
     let q = w.queue_over(f.clone());
-    let messages = [
-        msg("r1", notification(BUCKET, &stale)),
-        msg("r2", notification(BUCKET, &stale)),
-        msg("e1", notification(BUCKET, &early)),
-        msg("e2", notification(BUCKET, &early)),
-    ];
+    let messages = events(&[
+        ("r1", &stale),
+        ("r2", &stale),
+        ("e1", &early),
+        ("e2", &early),
+    ]);
     let b = handle_messages(&q, BUCKET, &messages, false, None).await;
     let mut retry = b.retry.clone();
     retry.sort();
@@ -327,10 +315,7 @@ async fn requests_for_events(size: usize) -> BTreeMap<String, usize> {
     w.clock.advance(Duration::seconds(600));
     let f = FaultyStore::new(w.bucket.clone());
     let q = w.queue_over(f.clone());
-    let messages = [
-        msg("i", notification(BUCKET, &interrupted)),
-        msg("a", notification(BUCKET, &answered)),
-    ];
+    let messages = events(&[("i", &interrupted), ("a", &answered)]);
     let b = handle_messages(&q, BUCKET, &messages, false, None).await;
     assert!(b.retry.is_empty());
     assert_eq!((b.summary.finished, b.summary.reads), (1, 2));

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use chrono::{Duration, Utc};
 use idempotent_submit::lambda::{Metrics, Sweeper, handle_sweep};
-use idempotent_submit::protocol::{Record, RecordStatus};
 use idempotent_submit::store::{Fault, FaultyStore, Op, S3Store, Store};
+use idempotent_submit::testing::protocol::{Record, RecordStatus};
 use idempotent_submit::{ManualClock, Queue};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};

@@ -23,9 +23,9 @@ use common::{Hooks, World, Wrapped};
 use idempotent_submit::clock::Clock;
 use idempotent_submit::due_sender::memory::Queued;
 use idempotent_submit::due_sender::{DueFault, DueOrder, MemoryDueQueue, RecordDue, SendError};
-use idempotent_submit::intake::due::{DueBatch, DueMessage, handle_messages};
-use idempotent_submit::protocol::Record;
 use idempotent_submit::store::{MemoryStore, PutMode, PutResult, StoreError};
+use idempotent_submit::testing::intake::due::{DueBatch, DueMessage, handle_messages};
+use idempotent_submit::testing::protocol::Record;
 use idempotent_submit::{Queue, Store, SubmitError};
 use serde_json::json;
 
@@ -119,6 +119,19 @@ enum BeforeRecordPut {
     /// Wait until `release` is notified, then land, and the process dies
     /// (a PUT that lands late, after its message was read).
     HoldThenDie(Arc<tokio::sync::Notify>),
+}
+
+/// Whether a submit of `key` with input `n`, which must succeed, created
+/// its task.
+async fn created(q: &Queue, n: u64, key: &str) -> bool {
+    let s = q.submit("t", json!(n)).idempotency_key(key).await;
+    s.unwrap().created()
+}
+
+/// A submit of key `k` (input `{"n": 1}`), which must succeed.
+async fn submit_k(q: &Queue) -> idempotent_submit::Submitted {
+    let s = q.submit("t", json!({"n": 1})).idempotency_key("k").await;
+    s.unwrap()
 }
 
 /// A bucket whose record PUTs do [`BeforeRecordPut`] first (as the hooks of
@@ -221,11 +234,7 @@ async fn with_claim_a_keyed_submit_queues_its_records_due_message_while_its_reco
  {
     let d = Due::sending(DueOrder::WithClaim);
     let (q, waited) = d.awaiting();
-    let s = q
-        .submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let s = submit_k(&q).await;
     assert!(s.created());
     assert_eq!(
         waited.load(Ordering::SeqCst),
@@ -246,11 +255,7 @@ async fn before_claim_the_record_put_is_sent_only_once_the_queue_holds_its_messa
         d.w.bucket.clone(),
         BeforeRecordPut::CountUnannounced(d.due.clone(), unannounced.clone()),
     ));
-    let s = q
-        .submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let s = submit_k(&q).await;
     assert!(s.created());
     assert_eq!(unannounced.load(Ordering::SeqCst), 0, "a PUT went first");
     assert_one_message_for_the_record(&d);
@@ -262,10 +267,7 @@ async fn before_claim_the_record_put_is_sent_only_once_the_queue_holds_its_messa
         with.w.bucket.clone(),
         BeforeRecordPut::CountUnannounced(with.due.clone(), counted.clone()),
     ));
-    q.submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    submit_k(&q).await;
     assert_eq!(counted.load(Ordering::SeqCst), 1, "the check can fail");
 }
 

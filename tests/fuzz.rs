@@ -26,9 +26,9 @@ use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
 use idempotent_submit::ManualClock;
-use idempotent_submit::intake::SubmitBody;
 use idempotent_submit::lambda::http::parse_key_header;
 use idempotent_submit::lambda::{App, handle_submit};
+use idempotent_submit::testing::intake::SubmitBody;
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 

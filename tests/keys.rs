@@ -12,15 +12,15 @@ use std::sync::{Arc, Mutex};
 
 use chrono::Duration;
 use common::World;
-use idempotent_submit::protocol::{KeyView, Reset};
 use idempotent_submit::store::{Fault, Op, Store};
+use idempotent_submit::testing::protocol::{KeyView, Reset};
 use idempotent_submit::{Tenant, ValidationError};
 use serde_json::json;
 
 /// The record of `key` in scope `t`, as its submit wrote it: the bytes a
 /// late or retried create-only PUT of that claim sends again.
 async fn record_bytes(store: &impl Store, key: &str) -> (String, bytes::Bytes) {
-    let rkey = idempotent_submit::protocol::KeyRef::parse("t", key, None)
+    let rkey = idempotent_submit::testing::protocol::KeyRef::parse("t", key, None)
         .unwrap()
         .record_key();
     let body = store.get(&rkey).await.unwrap().body;
@@ -397,8 +397,8 @@ async fn where_the_store_ignores_if_match_on_delete_a_reset_still_frees_the_key_
 #[tokio::test]
 async fn a_reset_record_is_kept_until_no_late_put_of_the_old_claim_can_land_and_its_deletion_brings_no_old_version_back()
  {
-    use idempotent_submit::protocol::RecordOutcome;
     use idempotent_submit::store::Behaviour;
+    use idempotent_submit::testing::protocol::RecordOutcome;
     let settings = common::settings();
     for (versioned, conditional_delete) in [(false, true), (true, true), (true, false)] {
         let clock = idempotent_submit::ManualClock::at_epoch();

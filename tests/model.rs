@@ -60,17 +60,17 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use idempotent_submit::due_sender::{DueOrder, DueSender, RecordDue, SendError};
-use idempotent_submit::intake::due::{self, DueMessage};
-use idempotent_submit::protocol::TaskLocation;
-use idempotent_submit::protocol::hash::{canonical_json, input_hash, key_hash};
-use idempotent_submit::protocol::record::marker_minute;
-use idempotent_submit::protocol::rfc3339;
-use idempotent_submit::protocol::{IdempotencyKey, Tenant};
-use idempotent_submit::protocol::{Record, RecordOutcome, RecordStatus, SweepOptions};
 use idempotent_submit::store::memory::Behaviour;
 use idempotent_submit::store::{
     ETag, Fault, FaultyStore, MemoryStore, Object, ObjectMeta, Op, PutMode, Store, StoreError,
 };
+use idempotent_submit::testing::intake::due::{self, DueMessage};
+use idempotent_submit::testing::protocol::TaskLocation;
+use idempotent_submit::testing::protocol::hash::{canonical_json, input_hash, key_hash};
+use idempotent_submit::testing::protocol::record::marker_minute;
+use idempotent_submit::testing::protocol::rfc3339;
+use idempotent_submit::testing::protocol::{IdempotencyKey, Tenant};
+use idempotent_submit::testing::protocol::{Record, RecordOutcome, RecordStatus, SweepOptions};
 use idempotent_submit::{
     Clock, IfTaskFailed, ListOrder, ManualClock, Queue, Reset, Scope, Settings, SubmitError,
 };

@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use idempotent_submit::lambda::{App, Metrics, handle_submit};
-use idempotent_submit::protocol::{RecordOutcome, TaskRetryPolicy, hash};
 use idempotent_submit::store::{Fault, FaultyStore, Op, PutMode, Store};
+use idempotent_submit::testing::protocol::{RecordOutcome, TaskRetryPolicy, hash};
 use idempotent_submit::{Clock, ConflictKind, Queue, SubmitError, ValidationError};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};

@@ -6,8 +6,8 @@ use crate::common;
 use std::sync::Arc;
 
 use chrono::Duration;
-use idempotent_submit::protocol::Phase;
 use idempotent_submit::store::Store;
+use idempotent_submit::testing::protocol::Phase;
 use idempotent_submit::{ManualClock, Queue};
 use serde_json::json;
 

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use idempotent_submit::ManualClock;
-use idempotent_submit::probe::{Finding, ProbeReport, probe};
 use idempotent_submit::store::memory::{Behaviour, CreateOnly, Listing, MissingIfMatch};
 use idempotent_submit::store::{MemoryStore, Store};
+use idempotent_submit::testing::probe::{Finding, ProbeReport, probe};
 
 /// A versioned in-memory bucket answering as `b` says.
 fn bucket(b: Behaviour) -> MemoryStore {
@@ -87,7 +87,7 @@ async fn a_store_that_ignores_if_none_match_cannot_host_the_service() {
     assert!(!r.capabilities.create_only);
     assert!(!r.can_host);
     assert!(r.refused[0].contains("no atomic create-only PUT"), "{r:#?}");
-    assert!(!idempotent_submit::probe::probe_healthy(&r, &[]));
+    assert!(!idempotent_submit::testing::probe::probe_healthy(&r, &[]));
 }
 
 #[tokio::test]
@@ -183,10 +183,10 @@ async fn a_needed_setting_the_process_lacks_is_a_mismatch_and_one_it_has_is_not(
     configured.insert("CONDITIONAL_DELETE", "on".into());
     let m = r.mismatches(&configured);
     assert_eq!(m, ["CONDITIONAL_DELETE=off"]);
-    assert!(!idempotent_submit::probe::probe_healthy(&r, &m));
+    assert!(!idempotent_submit::testing::probe::probe_healthy(&r, &m));
     configured.insert("CONDITIONAL_DELETE", "OFF".into());
     assert!(r.mismatches(&configured).is_empty());
-    assert!(idempotent_submit::probe::probe_healthy(&r, &[]));
+    assert!(idempotent_submit::testing::probe::probe_healthy(&r, &[]));
 }
 
 // ---- on moto ----

@@ -7,8 +7,8 @@ use crate::common;
 use std::sync::Arc;
 
 use chrono::Duration;
-use idempotent_submit::protocol::{ConflictKind, RecordOutcome, RecordStatus};
 use idempotent_submit::store::Store;
+use idempotent_submit::testing::protocol::{ConflictKind, RecordOutcome, RecordStatus};
 use idempotent_submit::{
     Clock, ManualClock, Queue, Scope, SubmitError, Submitted, ValidationError,
 };
@@ -248,20 +248,15 @@ async fn another_input_under_the_same_key_is_a_conflict_and_writes_nothing(env: 
     assert_eq!(env.keys().await, before);
 }
 
+/// A submit of key `k` (input `1`) as `task_type` in `scope`.
+async fn in_scope(q: &Queue, task_type: &str, scope: Scope) -> Result<Submitted, SubmitError> {
+    let s = q.submit(task_type, json!(1)).idempotency_key("k");
+    s.idempotency_scope(scope).await
+}
+
 async fn another_task_type_under_a_shared_scope_is_a_conflict(env: Env) {
-    env.queue
-        .submit("a", json!(1))
-        .idempotency_key("k")
-        .idempotency_scope(Scope::Queue)
-        .await
-        .unwrap();
-    let e = env
-        .queue
-        .submit("b", json!(1))
-        .idempotency_key("k")
-        .idempotency_scope(Scope::Queue)
-        .await
-        .unwrap_err();
+    in_scope(&env.queue, "a", Scope::Queue).await.unwrap();
+    let e = in_scope(&env.queue, "b", Scope::Queue).await.unwrap_err();
     assert!(
         matches!(
             e,
@@ -278,18 +273,9 @@ async fn scopes_keep_keys_apart(env: Env) {
     let q = &env.queue;
     let a = q.submit("a", json!(1)).idempotency_key("k").await.unwrap();
     let b = q.submit("b", json!(1)).idempotency_key("k").await.unwrap();
-    let g = q
-        .submit("a", json!(1))
-        .idempotency_key("k")
-        .idempotency_scope(Scope::Queue)
-        .await
-        .unwrap();
-    let c = q
-        .submit("a", json!(1))
-        .idempotency_key("k")
-        .idempotency_scope(Scope::custom("billing").unwrap())
-        .await
-        .unwrap();
+    let g = in_scope(q, "a", Scope::Queue).await.unwrap();
+    let c = in_scope(q, "a", Scope::custom("billing").unwrap()).await;
+    let c = c.unwrap();
     let ids = [a.task_id, b.task_id, g.task_id, c.task_id];
     for (i, x) in ids.iter().enumerate() {
         for y in &ids[i + 1..] {

@@ -147,22 +147,21 @@ fn readme_params() -> BTreeMap<String, (String, String)> {
         .collect()
 }
 
+/// The names `a` has and `b` lacks.
+fn lacking<'a, V, W>(a: &'a BTreeMap<String, V>, b: &BTreeMap<String, W>) -> Vec<&'a String> {
+    a.keys().filter(|k| !b.contains_key(*k)).collect()
+}
+
 #[test]
 fn the_readme_names_every_stack_parameter_with_the_templates_default_and_range() {
     let template = template_params();
     let readme = readme_params();
-    let missing: Vec<_> = template
-        .keys()
-        .filter(|k| !readme.contains_key(*k))
-        .collect();
+    let missing = lacking(&template, &readme);
     assert!(
         missing.is_empty(),
         "parameters the README does not name: {missing:?}"
     );
-    let extra: Vec<_> = readme
-        .keys()
-        .filter(|k| !template.contains_key(*k))
-        .collect();
+    let extra = lacking(&readme, &template);
     assert!(
         extra.is_empty(),
         "the README names parameters template.yaml has not: {extra:?}"

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use crate::common::World;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use futures::FutureExt;
-use idempotent_submit::protocol::{Record, RecordOutcome, RecordStatus, TaskLocation};
 use idempotent_submit::store::{Fault, FaultyStore, ObjectMeta, Op, PutMode, Store, StoreError};
+use idempotent_submit::testing::protocol::{Record, RecordOutcome, RecordStatus, TaskLocation};
 use idempotent_submit::{Clock, Queue, SubmitError};
 use serde_json::{Value, json};
 
@@ -64,14 +64,7 @@ impl World {
         task["lease_expires_at"] = Value::Null;
         task["worker_id"] = Value::Null;
         task["last_error"] = json!("the handler failed");
-        self.bucket
-            .put(
-                &rec.task_key,
-                serde_json::to_vec(&task).unwrap().into(),
-                PutMode::Update(etag),
-            )
-            .await
-            .unwrap();
+        self.replace_json(&rec.task_key, &task, etag).await;
         let marker = TaskLocation::new(rec.task_id, 1, later).marker_key();
         self.bucket
             .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)
@@ -248,15 +241,18 @@ async fn a_crash_before_the_record_leaves_nothing_and_the_next_submit_creates() 
     assert!(next.created());
 }
 
+/// A submit whose first create under `prefix` lands and loses its answer
+/// (`why`); what it answered in the end.
+async fn answer_lost_once(w: &World, prefix: &str, why: &str) -> idempotent_submit::Submitted {
+    let lost = Fault::FailAfter(StoreError::Unavailable(why.into()));
+    w.fault_once(Op::PutCreate, prefix, lost);
+    submit(&w.process()).await.unwrap()
+}
+
 #[tokio::test]
 async fn a_lost_answer_to_our_own_record_write_is_recognized_by_write_id() {
     let w = World::new();
-    w.fault_once(
-        Op::PutCreate,
-        "idempotency/",
-        Fault::FailAfter(StoreError::Unavailable("connection reset".into())),
-    );
-    let r = submit(&w.process()).await.unwrap();
+    let r = answer_lost_once(&w, "idempotency/", "connection reset").await;
     assert!(r.created(), "our own write, retried, is still our 201");
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
@@ -266,12 +262,7 @@ async fn a_lost_answer_to_our_own_record_write_is_recognized_by_write_id() {
 #[tokio::test]
 async fn a_lost_answer_to_the_task_write_still_creates_one_task() {
     let w = World::new();
-    w.fault_once(
-        Op::PutCreate,
-        "tasks/",
-        Fault::FailAfter(StoreError::Unavailable("timeout".into())),
-    );
-    let r = submit(&w.process()).await.unwrap();
+    let r = answer_lost_once(&w, "tasks/", "timeout").await;
     assert!(r.created());
     assert_eq!(r.status, "pending");
     assert_eq!(w.count("tasks/"), 1);
@@ -382,7 +373,7 @@ async fn a_412_is_never_retried_blindly() {
 }
 
 /// A `creating` record whose submit died right after writing it.
-async fn interrupted(w: &World) -> idempotent_submit::protocol::Record {
+async fn interrupted(w: &World) -> idempotent_submit::testing::protocol::Record {
     w.fault_once(Op::PutCreate, "idempotency/", Fault::CrashAfter);
     submit(&w.process()).await.unwrap_err();
     w.record("k").await

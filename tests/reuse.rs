@@ -22,6 +22,17 @@ async fn resubmit(q: &Queue, input: Value) -> Result<Submitted, SubmitError> {
         .await
 }
 
+/// A process on `w`'s bucket whose first record update (a reuse's claim)
+/// meets `fault`.
+fn claim_meets(w: &World, fault: Fault) -> Queue {
+    w.queue_over(common::world::dying_at(
+        w.bucket.clone(),
+        Op::PutUpdate,
+        "idempotency/",
+        fault,
+    ))
+}
+
 /// The key's first task, submitted and then failed for good.
 async fn failed_first(w: &World) -> Submitted {
     let first = common::submit_key(&w.queue(), "k").await;
@@ -148,13 +159,11 @@ async fn racing_new_task_submits_of_a_failed_key_make_exactly_one_new_task() {
 async fn a_reuse_whose_answer_was_lost_is_still_its_own_201_naming_the_failed_task() {
     let w = World::new();
     let first = failed_first(&w).await;
-    let faulty = common::world::dying_at(
-        w.bucket.clone(),
-        Op::PutUpdate,
-        "idempotency/",
+    let faulty = claim_meets(
+        &w,
         Fault::FailAfter(StoreError::Unavailable("answer lost".into())),
     );
-    let new = resubmit(&w.queue_over(faulty), json!(1)).await.unwrap();
+    let new = resubmit(&faulty, json!(1)).await.unwrap();
     assert!(new.created(), "{new:?}");
     assert_eq!(new.replaces_task_id, Some(first.task_id));
     assert_eq!(w.count("tasks/"), 2);
@@ -226,13 +235,8 @@ async fn a_reuse_that_died_after_its_claim_is_finished_by_the_next_submit_or_by_
     for by_sweeper in [false, true] {
         let w = World::new();
         let first = failed_first(&w).await;
-        let dying = common::world::dying_at(
-            w.bucket.clone(),
-            Op::PutUpdate,
-            "idempotency/",
-            Fault::CrashAfter,
-        );
-        resubmit(&w.queue_over(dying), json!(1))
+        let dying = claim_meets(&w, Fault::CrashAfter);
+        resubmit(&dying, json!(1))
             .await
             .expect_err("the process dies after its claim");
         let record = w.record("k").await;
@@ -336,7 +340,7 @@ async fn on_s3_and_seaweedfs_racing_new_task_submits_of_a_failed_key_make_one_ne
         let bucket = store.bucket().to_owned();
         let q = Queue::new(store.clone(), common::settings());
         let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
-        let rkey = idempotent_submit::protocol::KeyRef::parse("t", "k", None)
+        let rkey = idempotent_submit::testing::protocol::KeyRef::parse("t", "k", None)
             .unwrap()
             .record_key();
         let old_claim = store.get(&rkey).await.unwrap().body;
@@ -398,7 +402,7 @@ impl common::Hooks for LiveAfterDelete {
 
     async fn after(&self, call: &common::Call<'_>, _ok: bool) {
         use idempotent_submit::Clock;
-        use idempotent_submit::protocol::Record;
+        use idempotent_submit::testing::protocol::Record;
         if call.op != Op::Delete || call.key != self.key {
             return;
         }
@@ -421,8 +425,8 @@ impl common::Hooks for LiveAfterDelete {
 #[tokio::test]
 async fn where_the_sweeper_deletes_by_version_no_older_record_is_ever_current_again_after_a_replacement_expires_or_is_reset()
  {
-    use idempotent_submit::protocol::RecordOutcome;
     use idempotent_submit::store::Behaviour;
+    use idempotent_submit::testing::protocol::RecordOutcome;
     let settings = common::settings();
     for reset in [false, true] {
         let clock = idempotent_submit::ManualClock::at_epoch();

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use common::chaos_proxy::{ChaosProxy, Counts, KINDS};
 use common::clocks::Ahead;
-use idempotent_submit::protocol::{RecordOutcome, RecordStatus};
 use idempotent_submit::store::{ETag, PutMode, S3Store, Store};
+use idempotent_submit::testing::protocol::{RecordOutcome, RecordStatus};
 use idempotent_submit::{Queue, RetryPolicy, Settings, SubmitError};
 use serde_json::json;
 
@@ -205,13 +205,13 @@ async fn what_the_submits_left(
     for key in records {
         let o = direct.get(key).await.unwrap();
         written.insert(key.clone(), o.meta.etag.clone());
-        let rec = idempotent_submit::protocol::Record::parse(&o.body).unwrap();
+        let rec = idempotent_submit::testing::protocol::Record::parse(&o.body).unwrap();
         let pending: serde_json::Value =
             serde_json::from_str(rec.pending_task.as_ref().unwrap().get()).unwrap();
         let at: chrono::DateTime<chrono::Utc> =
             pending["available_at"].as_str().unwrap().parse().unwrap();
-        let marker =
-            idempotent_submit::protocol::TaskLocation::new(rec.task_id, 1, at).marker_key();
+        let marker = idempotent_submit::testing::protocol::TaskLocation::new(rec.task_id, 1, at)
+            .marker_key();
         if direct.get(&rec.task_key).await.is_err() || direct.head(&marker).await.is_err() {
             incomplete.insert(key.clone());
         }
@@ -335,7 +335,7 @@ async fn one_task_and_marker_per_key(
     let mut record_tasks = HashSet::new();
     for key in records {
         let o = direct.get(key).await.unwrap();
-        let rec = idempotent_submit::protocol::Record::parse(&o.body).unwrap();
+        let rec = idempotent_submit::testing::protocol::Record::parse(&o.body).unwrap();
         assert_eq!(rec.status, Some(RecordStatus::Creating), "{key}");
         assert!(rec.pending_task.is_some(), "{key}");
         assert_eq!(Some(&o.meta.etag), written.get(key), "{key}: written once");

@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use crate::common::handler::Harness;
 use bytes::Bytes;
-use idempotent_submit::protocol::{ErrorKind, InputError};
 use idempotent_submit::store::{Fault, FaultyStore, MemoryStore, Op, PutMode, Store, StoreError};
+use idempotent_submit::testing::protocol::{ErrorKind, InputError};
 use idempotent_submit::{ManualClock, Queue, Settings, SubmitError};
 use serde_json::{Value, json};
 

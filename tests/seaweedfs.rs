@@ -66,28 +66,14 @@ async fn a_seaweedfs_bucket_takes_conditional_writes_as_the_protocol_needs(
         )
         .await
         .unwrap();
-    assert_eq!(
-        store
-            .put(
-                "k",
-                Bytes::from_static(b"4"),
-                PutMode::Update(a.etag.clone())
-            )
-            .await,
-        Err(StoreError::PreconditionFailed)
-    );
+    let stale = PutMode::Update(a.etag.clone());
+    let put = store.put("k", Bytes::from_static(b"4"), stale).await;
+    assert_eq!(put, Err(StoreError::PreconditionFailed));
     // A compare-and-swap on a missing key: SeaweedFS answers 412 where S3
     // answers 404; the protocol reads both as "not the record I read".
-    assert_eq!(
-        store
-            .put(
-                "gone",
-                Bytes::from_static(b"5"),
-                PutMode::Update(b.etag.clone())
-            )
-            .await,
-        Err(StoreError::PreconditionFailed)
-    );
+    let stale = PutMode::Update(b.etag.clone());
+    let put = store.put("gone", Bytes::from_static(b"5"), stale).await;
+    assert_eq!(put, Err(StoreError::PreconditionFailed));
     assert_eq!(store.get("gone").await.unwrap_err(), StoreError::NotFound);
     assert!(store.clock_offset().is_some(), "its answers carry a Date");
     let o = store.get("k").await.unwrap();

@@ -10,9 +10,9 @@ use crate::common;
 use crate::common::event;
 use crate::common::handler::Harness;
 use idempotent_submit::ManualClock;
-use idempotent_submit::intake::sources::Sources;
 use idempotent_submit::lambda::handle_submit;
 use idempotent_submit::store::{Fault, FaultyStore, StoreError};
+use idempotent_submit::testing::intake::sources::Sources;
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 

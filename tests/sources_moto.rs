@@ -11,8 +11,8 @@ use std::process::Command;
 use crate::common::handler::Harness;
 use crate::common::moto::queue_arn;
 use crate::common::{moto_endpoint, moto_queue, moto_sqs, receive_all};
-use idempotent_submit::intake::sources::Sources;
 use idempotent_submit::store::{PutMode, S3Store, Store};
+use idempotent_submit::testing::intake::sources::Sources;
 use serde_json::{Value, json};
 
 /// Messages received from moto's SQS queue `arn`, as the SQS event Lambda

@@ -38,11 +38,11 @@ use std::sync::Arc;
 use crate::common::World;
 use chrono::{DateTime, Duration, Utc};
 use futures::FutureExt;
-use idempotent_submit::protocol::sweep::RecordOutcome;
-use idempotent_submit::protocol::{RecordStatus, SweepOptions, SweepSummary};
 use idempotent_submit::store::{
     Behaviour, Fault, FaultyStore, MemoryStore, Op, PutMode, Store, StoreError,
 };
+use idempotent_submit::testing::protocol::sweep::RecordOutcome;
+use idempotent_submit::testing::protocol::{RecordStatus, SweepOptions, SweepSummary};
 use idempotent_submit::{Clock, ListOrder, ManualClock, Queue};
 use serde_json::json;
 

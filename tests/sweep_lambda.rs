@@ -23,7 +23,7 @@ async fn interrupted_bucket() -> (ManualClock, idempotent_submit::MemoryStore) {
 async fn scheduled(
     q: &Queue,
     event: serde_json::Value,
-) -> idempotent_submit::protocol::SweepSummary {
+) -> idempotent_submit::testing::protocol::SweepSummary {
     let metrics = Metrics::collecting("sweep");
     let event = LambdaEvent::new(event, Context::default());
     schedule::handle(q, &metrics, event).await.unwrap()

@@ -8,9 +8,9 @@ use crate::common;
 use std::sync::Arc;
 
 use chrono::Duration;
-use idempotent_submit::intake::due::{DueMessage, handle_messages};
-use idempotent_submit::protocol::SweepOptions;
 use idempotent_submit::store::{FaultyStore, MemoryStore, PutMode, S3Store, Store, Version};
+use idempotent_submit::testing::intake::due::{DueMessage, handle_messages};
+use idempotent_submit::testing::protocol::SweepOptions;
 use idempotent_submit::{ClockCheck, ManualClock, Queue, Settings};
 use serde_json::json;
 
@@ -160,20 +160,9 @@ async fn an_unversioned_memory_bucket_keeps_no_versions_and_a_versioned_one_mark
 /// The body S3 sends when a delete on a versioned bucket created a delete
 /// marker, had the notification asked for `s3:ObjectRemoved:*`.
 fn delete_marker_event(bucket: &str, key: &str) -> String {
-    json!({"Records": [{
-        "eventVersion": "2.1",
-        "eventSource": "aws:s3",
-        "awsRegion": "us-east-1",
-        "eventTime": "2026-01-27T12:00:00.000Z",
-        "eventName": "ObjectRemoved:DeleteMarkerCreated",
-        "s3": {
-            "s3SchemaVersion": "1.0",
-            "bucket": {"name": bucket, "arn": format!("arn:aws:s3:::{bucket}")},
-            "object": {"key": key.replace('/', "%2F"), "sequencer": "0055AED6DCD90281E5",
-                       "versionId": "3HL4kqtJvjVBH40Nrjfkd"},
-        },
-    }]})
-    .to_string()
+    let object = json!({"sequencer": "0055AED6DCD90281E5", "versionId": "3HL4kqtJvjVBH40Nrjfkd"});
+    let name = "ObjectRemoved:DeleteMarkerCreated";
+    common::events::s3_notification(bucket, key, name, object)
 }
 
 #[tokio::test]
@@ -210,7 +199,7 @@ async fn with_conditional_delete_off_a_reset_key_with_a_failed_task_beneath_leav
     store: Arc<dyn Store>,
     clock: ManualClock,
 ) {
-    use idempotent_submit::protocol::RecordOutcome;
+    use idempotent_submit::testing::protocol::RecordOutcome;
     use idempotent_submit::{IfTaskFailed, Reset};
     let settings = Settings {
         clock_check: ClockCheck::TrustClock,

@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use chrono::Duration as ChronoDuration;
-use idempotent_submit::protocol::SweepOptions;
-use idempotent_submit::protocol::sweep::PAYLOAD_CYCLE_DAYS;
 use idempotent_submit::store::{FaultyStore, Op, Store};
+use idempotent_submit::testing::protocol::SweepOptions;
+use idempotent_submit::testing::protocol::sweep::PAYLOAD_CYCLE_DAYS;
 use idempotent_submit::{Clock, ManualClock, MemoryStore, Queue, Settings};
 use serde_json::json;
 
@@ -130,7 +130,7 @@ struct Bill {
 /// healthy queue; then the daily passes of the records' life.
 async fn measure(mode: Mode, n: usize) -> Bill {
     use idempotent_submit::due_sender::MemoryDueQueue;
-    use idempotent_submit::intake::due::{DueMessage, handle_messages};
+    use idempotent_submit::testing::intake::due::{DueMessage, handle_messages};
     let clock = ManualClock::at_epoch();
     let mem = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
     mem.put(
@@ -258,7 +258,7 @@ async fn measure(mode: Mode, n: usize) -> Bill {
 }
 
 pub(crate) async fn cost(r: &mut Report) {
-    use idempotent_submit::intake::due::{DueMessage, handle_messages};
+    use idempotent_submit::testing::intake::due::{DueMessage, handle_messages};
     // Per mode, per part of the bill: what is counted, and its dollars.
     type Part<'a> = (&'static str, Box<dyn Fn(&Bill) -> (String, f64) + 'a>);
     r.line("\n## What it costs: dollars per million keyed submits\n");
@@ -409,7 +409,7 @@ pub(crate) async fn cost(r: &mut Report) {
     ));
     r.line(format!(
         "The scheduled pass at those sizes ({} listings at once, {} s per sequential LIST assumed for S3):\n",
-        idempotent_submit::protocol::sweep::RANGES_AT_ONCE, S3_LIST_SECONDS
+        idempotent_submit::testing::protocol::sweep::RANGES_AT_ONCE, S3_LIST_SECONDS
     ));
     r.line("| live records | LISTs per pass | time per pass | 110 s runs per pass |");
     r.line("| --- | --- | --- | --- |");
@@ -419,8 +419,8 @@ pub(crate) async fn cost(r: &mut Report) {
         ("10 billion", 1e10),
     ] {
         let lists = size / 1000.0;
-        let secs =
-            lists / idempotent_submit::protocol::sweep::RANGES_AT_ONCE as f64 * S3_LIST_SECONDS;
+        let secs = lists / idempotent_submit::testing::protocol::sweep::RANGES_AT_ONCE as f64
+            * S3_LIST_SECONDS;
         r.line(format!(
             "| {label} | {lists:.0} | {} | {:.0} |",
             if secs < 3600.0 {

@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use idempotent_submit::intake::sources::Sources;
 use idempotent_submit::lambda::handle_submit;
 use idempotent_submit::store::FaultyStore;
+use idempotent_submit::testing::intake::sources::Sources;
 use idempotent_submit::{Clock, ManualClock, MemoryStore, Queue, Settings};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};

@@ -178,7 +178,10 @@ async fn latencies(round: usize, delay: Duration, n: usize) -> [f64; 5] {
         .objects
     {
         let o = sweeper.engine().sweep_record(&meta.key, false, None).await;
-        assert_eq!(o, idempotent_submit::protocol::RecordOutcome::Nothing);
+        assert_eq!(
+            o,
+            idempotent_submit::testing::protocol::RecordOutcome::Nothing
+        );
     }
     // Replays once the records are settled: from a clock past their finish
     // window and the 15 minutes after it.

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
-use idempotent_submit::protocol::SweepOptions;
 use idempotent_submit::store::{FaultyStore, Op, PutMode, Store};
+use idempotent_submit::testing::protocol::SweepOptions;
 use idempotent_submit::{Clock, ListOrder, ManualClock, MemoryStore, Queue, Settings};
 use serde_json::json;
 

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use idempotent_submit::due_sender::{
     DueOrder, DueSender, MemoryDueQueue, RecordDue, SendError, SqsDueSender,
 };
-use idempotent_submit::intake::due::{DueMessage, handle_messages};
 use idempotent_submit::store::{FaultyStore, Op, S3Store};
+use idempotent_submit::testing::intake::due::{DueMessage, handle_messages};
 use idempotent_submit::{Clock, ManualClock, MemoryStore, Queue, Settings, SystemClock};
 use serde_json::json;
 

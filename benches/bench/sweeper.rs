@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use chrono::Duration as ChronoDuration;
-use idempotent_submit::protocol::SweepOptions;
-use idempotent_submit::protocol::sweep::{PAYLOAD_SLICES, PayloadPlan};
 use idempotent_submit::store::{FaultyStore, Op, PutMode, Store};
+use idempotent_submit::testing::protocol::SweepOptions;
+use idempotent_submit::testing::protocol::sweep::{PAYLOAD_SLICES, PayloadPlan};
 use idempotent_submit::{Clock, ManualClock, MemoryStore, Queue, Settings};
 use serde_json::json;
 

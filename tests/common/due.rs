@@ -9,9 +9,9 @@ use std::process::Command;
 
 use chrono::Duration;
 use idempotent_submit::due_sender::SqsDueSender;
-use idempotent_submit::intake::due::{DueMessage, handle_messages};
-use idempotent_submit::protocol::SweepSummary;
 use idempotent_submit::store::{Fault, FaultyStore, Op, S3Store, StoreError};
+use idempotent_submit::testing::intake::due::{DueMessage, handle_messages};
+use idempotent_submit::testing::protocol::SweepSummary;
 use idempotent_submit::{Queue, RetryPolicy, Settings};
 use serde_json::{Value, json};
 
@@ -221,6 +221,6 @@ pub async fn holdings(store: &S3Store) -> (Vec<String>, Vec<String>, String) {
         .await
         .expect("reading the record")
         .body;
-    let rec = idempotent_submit::protocol::Record::parse(&body).expect("a record");
+    let rec = idempotent_submit::testing::protocol::Record::parse(&body).expect("a record");
     (tasks, markers, rec.task_id.to_string())
 }

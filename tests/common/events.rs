@@ -1,13 +1,33 @@
 //! The sample events of events/ and events made from what moto's SQS
 //! received.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The sample event `events/NAME`.
 pub fn event(name: &str) -> Value {
     let path = format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The body of S3's notification `event_name` (`ObjectCreated:Put`, ...)
+/// of `key` in `bucket`, the key URL-encoded as S3 and moto send it, with
+/// the object's own fields `object` beside it.
+pub fn s3_notification(bucket: &str, key: &str, event_name: &str, mut object: Value) -> String {
+    object["key"] = json!(key.replace('/', "%2F"));
+    json!({"Records": [{
+        "eventVersion": "2.1",
+        "eventSource": "aws:s3",
+        "awsRegion": "us-east-1",
+        "eventTime": "2026-01-27T12:00:00.000Z",
+        "eventName": event_name,
+        "s3": {
+            "s3SchemaVersion": "1.0",
+            "bucket": {"name": bucket, "arn": format!("arn:aws:s3:::{bucket}")},
+            "object": object,
+        },
+    }]})
+    .to_string()
 }
 
 /// Every sample event of events/.

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use idempotent_submit::lambda::{App, handle_submit};
+use idempotent_submit::testing::protocol::Record;
 use idempotent_submit::{ManualClock, MemoryStore, Settings, Store};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
@@ -108,6 +109,35 @@ impl Harness {
             out.push(serde_json::from_slice(&store.get(k).await.unwrap().body).unwrap());
         }
         out
+    }
+
+    /// The sum of the metric `name` over the lines the handler wrote.
+    pub fn metric(&self, name: &str) -> u64 {
+        let lines = self.app.metrics.lines();
+        lines.iter().filter_map(|l| l[name].as_u64()).sum()
+    }
+
+    /// The record of the key `key` of `task_type` (its own scope), which
+    /// must be there.
+    pub async fn record_of(&self, task_type: &str, key: &str) -> Record {
+        let record = self.app.queue.record(task_type, key, None).await.unwrap();
+        record.unwrap_or_else(|| panic!("no record of {key}")).0
+    }
+
+    /// Whether the key `key` of `task_type` (its own scope) has a record.
+    pub async fn has_record(&self, task_type: &str, key: &str) -> bool {
+        let record = self.app.queue.record(task_type, key, None).await;
+        record.unwrap().is_some()
+    }
+
+    /// How many tasks, markers and records the bucket holds.
+    pub async fn objects_by_kind(&self) -> (usize, usize, usize) {
+        let tasks = self.count("tasks/").await;
+        (
+            tasks,
+            self.count("ready/").await,
+            self.count("idempotency/").await,
+        )
     }
 
     /// How many keys of the bucket start with `prefix`.

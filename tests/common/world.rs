@@ -7,11 +7,11 @@
 
 use std::sync::Arc;
 
-use idempotent_submit::protocol::IdempotencyKey;
-use idempotent_submit::protocol::{Record, RecordOutcome};
 use idempotent_submit::store::{
-    ETag, Fault, FaultyStore, MemoryStore, ObjectMeta, Op, Store, StoreError,
+    ETag, Fault, FaultyStore, MemoryStore, ObjectMeta, Op, PutMode, Store, StoreError,
 };
+use idempotent_submit::testing::protocol::IdempotencyKey;
+use idempotent_submit::testing::protocol::{Record, RecordOutcome};
 use idempotent_submit::{ManualClock, Queue, SubmitError};
 use serde_json::Value;
 
@@ -106,6 +106,14 @@ impl World {
         self.queue()
     }
 
+    /// Writes `value` over the object `key` whose ETag is `etag` (a
+    /// compare-and-swap, as a worker rewrites a task), which must succeed.
+    pub async fn replace_json(&self, key: &str, value: &Value, etag: ETag) {
+        let body = serde_json::to_vec(value).unwrap().into();
+        let put = self.bucket.put(key, body, PutMode::Update(etag));
+        put.await.unwrap();
+    }
+
     /// The keys of the bucket that start with `prefix`.
     pub fn keys(&self, prefix: &str) -> Vec<String> {
         self.bucket
@@ -128,7 +136,7 @@ impl World {
     /// Where the record of `key` (scope `t`, no tenant) is.
     pub fn record_key(&self, key: &str) -> String {
         let key = IdempotencyKey::parse(key).unwrap();
-        let hash = idempotent_submit::protocol::hash::key_hash("t", &key, None);
+        let hash = idempotent_submit::testing::protocol::hash::key_hash("t", &key, None);
         format!("idempotency/t/{}.json", hash.trim_start_matches("sha256:"))
     }
 
@@ -161,20 +169,18 @@ impl World {
     /// The sweeper handles the S3 event of `key`'s record as the due queue
     /// delivers it: `STALE_CREATING_AFTER_SECONDS` after the write.
     pub async fn sweep_event(&self, key: &str) -> RecordOutcome {
-        self.clock.advance(settings().stale_creating_after);
-        self.restarted()
-            .engine()
-            .sweep_record(&self.record_key(key), false, None)
-            .await
+        self.sweep_event_by(self.restarted(), key).await
     }
 
     /// The same, with the sweeper's calls logged by the fault injector.
     pub async fn logged_sweep_event(&self, key: &str) -> RecordOutcome {
+        self.sweep_event_by(self.process(), key).await
+    }
+
+    async fn sweep_event_by(&self, sweeper: Queue, key: &str) -> RecordOutcome {
         self.clock.advance(settings().stale_creating_after);
-        self.process()
-            .engine()
-            .sweep_record(&self.record_key(key), false, None)
-            .await
+        let rkey = self.record_key(key);
+        sweeper.engine().sweep_record(&rkey, false, None).await
     }
 }
 

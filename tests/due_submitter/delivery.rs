@@ -172,16 +172,8 @@ async fn a_record_put_that_lands_after_its_message_was_read_is_finished_at_the_n
 async fn a_replay_and_a_conflict_send_a_message_too_which_finds_nothing_missing() {
     let d = Due::new();
     let q = d.queue();
-    let first = q
-        .submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .await
-        .unwrap();
-    let again = q
-        .submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let first = submit_k(&q).await;
+    let again = submit_k(&q).await;
     assert!(again.replayed);
     let conflict = q
         .submit("t", json!({"n": 2}))

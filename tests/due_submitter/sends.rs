@@ -8,36 +8,18 @@ async fn with_claim_a_failed_send_is_retried_then_counted_and_the_submit_goes_on
     // Two failures, then it lands: three requests, one message, nothing counted.
     d.due
         .inject(DueFault::Fail(SendError::Unavailable("503".into())), 2);
-    assert!(
-        q.submit("t", json!(1))
-            .idempotency_key("a")
-            .await
-            .unwrap()
-            .created()
-    );
+    assert!(created(&q, 1, "a").await);
     assert_eq!((d.due.requests().len(), d.due.queued().len()), (3, 1));
     assert_eq!(engine.take_unsent_due_messages(), 0);
     // Refused: not retried; counted; the submit still creates its task.
     d.due
         .inject(DueFault::Fail(SendError::Refused("AccessDenied".into())), 1);
-    assert!(
-        q.submit("t", json!(2))
-            .idempotency_key("b")
-            .await
-            .unwrap()
-            .created()
-    );
+    assert!(created(&q, 2, "b").await);
     assert_eq!((d.due.requests().len(), d.due.queued().len()), (4, 1));
     assert_eq!(engine.take_unsent_due_messages(), 1);
     // Unavailable at every attempt: five requests, then counted.
     d.due.inject(DueFault::Lost, 5);
-    assert!(
-        q.submit("t", json!(3))
-            .idempotency_key("c")
-            .await
-            .unwrap()
-            .created()
-    );
+    assert!(created(&q, 3, "c").await);
     assert_eq!((d.due.requests().len(), d.due.queued().len()), (9, 1));
     assert_eq!(engine.take_unsent_due_messages(), 1);
     assert_eq!(engine.take_unsent_due_messages(), 0, "taken once");
@@ -69,7 +51,7 @@ async fn before_claim_a_send_that_still_fails_writes_nothing_and_answers_retryab
             "{fault:?}: {e:?}"
         );
         assert!(e.is_retryable(), "{fault:?}");
-        let problem = idempotent_submit::intake::problem::Problem::from_submit(&e);
+        let problem = idempotent_submit::testing::intake::problem::Problem::from_submit(&e);
         assert_eq!(problem.status, 503, "{fault:?}");
         assert_eq!(problem.code, "storage_unavailable");
         assert!(problem.retry_after.is_some());

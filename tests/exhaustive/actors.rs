@@ -10,8 +10,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use chrono::SubsecRound;
 use idempotent_submit::due_sender::DueOrder;
-use idempotent_submit::protocol::{RecordOutcome, SweepOptions, SweepSummary};
 use idempotent_submit::store::{PutMode, Store, StoreError};
+use idempotent_submit::testing::protocol::{RecordOutcome, SweepOptions, SweepSummary};
 use idempotent_submit::{Clock, IfTaskFailed, Queue, Reset, Settings, SubmitError, Submitted};
 use serde_json::{Value, json};
 

@@ -7,9 +7,9 @@
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
 use idempotent_submit::Clock;
-use idempotent_submit::protocol::Record;
-use idempotent_submit::protocol::RecordOutcome;
-use idempotent_submit::protocol::hash::{canonical_json, input_hash};
+use idempotent_submit::testing::protocol::Record;
+use idempotent_submit::testing::protocol::RecordOutcome;
+use idempotent_submit::testing::protocol::hash::{canonical_json, input_hash};
 use idempotent_submit::{SubmitError, Submitted};
 
 use super::actors::{self, Events, Outcome, Role};
@@ -485,8 +485,8 @@ fn check_nothing_left_behind(sim: &Sim) -> Result<(), String> {
 
 /// Where the record of `key` is (scope `t`, no tenant).
 pub fn record_key(key: &str) -> String {
-    let k = idempotent_submit::protocol::IdempotencyKey::parse(key).expect("a key");
-    let hash = idempotent_submit::protocol::hash::key_hash(actors::TASK_TYPE, &k, None);
+    let k = idempotent_submit::testing::protocol::IdempotencyKey::parse(key).expect("a key");
+    let hash = idempotent_submit::testing::protocol::hash::key_hash(actors::TASK_TYPE, &k, None);
     format!(
         "idempotency/{}/{}.json",
         actors::TASK_TYPE,

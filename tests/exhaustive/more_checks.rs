@@ -1,7 +1,7 @@
 //! Guarantees 8 (request counts) and 11 (a failed task's key reused),
 //! checked after every step beside `checks.rs`'s.
 
-use idempotent_submit::protocol::Record;
+use idempotent_submit::testing::protocol::Record;
 use idempotent_submit::{SubmitError, Submitted};
 
 use super::actors::{Events, Role};

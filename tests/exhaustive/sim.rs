@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use chrono::{DateTime, Duration, Utc};
-use idempotent_submit::protocol::names::set_id_source;
 use idempotent_submit::store::MemoryStore;
 use idempotent_submit::store::memory::Behaviour;
+use idempotent_submit::testing::protocol::names::set_id_source;
 use idempotent_submit::{Clock, ListOrder, ManualClock, Settings};
 
 use super::actors::{self, Events, Outcome, Role, Running};

@@ -208,13 +208,7 @@ async fn a_reset_answers_204_with_the_old_task_then_404_and_409_while_the_task_m
         headers["link"],
         format!("</tasks/{}>; rel=\"related\"", s.task_id)
     );
-    let resets: u64 =
-        t.h.app
-            .metrics
-            .lines()
-            .iter()
-            .filter_map(|l| l["KeyResets"].as_u64())
-            .sum();
+    let resets: u64 = t.h.metric("KeyResets");
     assert_eq!(resets, 1);
     let (status, _, body) = t.on_key(Door::FunctionUrl, "DELETE", "a%2Fb", None).await;
     assert_eq!((status, body["code"].as_str()), (404, Some("not_found")));

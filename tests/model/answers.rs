@@ -225,15 +225,8 @@ impl Model {
                     s.task_id, t["task_type"], t["input"]
                 ));
             }
-            let marker = self
-                .world
-                .bucket
-                .list("ready/", None, None, 10_000)
-                .await
-                .unwrap()
-                .objects
-                .iter()
-                .any(|m| m.key.ends_with(&s.task_id.to_string()));
+            let id = s.task_id.to_string();
+            let marker = self.markers().await.iter().any(|m| m.ends_with(&id));
             // A worker that claimed the task has deleted its marker,
             // rightly: the marker is owed while the task is untouched.
             let untouched = self.untouched(s.task_id, &task.body).await;
@@ -252,19 +245,21 @@ impl Model {
     fn check_conflict(
         &mut self,
         c: &Ctx,
-        kind: idempotent_submit::protocol::ConflictKind,
+        kind: idempotent_submit::testing::protocol::ConflictKind,
         task_id: uuid::Uuid,
     ) -> Result<(), String> {
         let (my_type, my_hash) = (c.my_type(), c.my_hash());
         let live_before = c.live_before();
         match kind {
-            idempotent_submit::protocol::ConflictKind::Input => self.stats.input_conflicts += 1,
-            idempotent_submit::protocol::ConflictKind::TaskType => {
+            idempotent_submit::testing::protocol::ConflictKind::Input => {
+                self.stats.input_conflicts += 1
+            }
+            idempotent_submit::testing::protocol::ConflictKind::TaskType => {
                 self.stats.task_type_conflicts += 1
             }
             // The model sends no task options (tests/options.rs
             // covers them): its records all say "none".
-            idempotent_submit::protocol::ConflictKind::Options => {
+            idempotent_submit::testing::protocol::ConflictKind::Options => {
                 return Err(format!("an options conflict without options: {task_id}"));
             }
         }

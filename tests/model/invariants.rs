@@ -1,6 +1,13 @@
 use super::*;
 
 impl Model {
+    /// The keys of the ready index's markers, as the bucket lists them.
+    pub(super) async fn markers(&self) -> Vec<String> {
+        let listed = self.world.bucket.list("ready/", None, None, 10_000);
+        let objects = listed.await.unwrap().objects;
+        objects.into_iter().map(|m| m.key).collect()
+    }
+
     /// Guarantee 11 over the bucket, after every step: every record that
     /// replaced a failed task (whether or not its submit was answered)
     /// replaced a task that had ended failed or cancelled, which is for
@@ -35,15 +42,8 @@ impl Model {
     /// that named `id`: the task as its submit wrote it, untouched by any
     /// worker.
     pub(super) async fn untouched(&self, id: uuid::Uuid, body: &[u8]) -> bool {
-        self.recorder
-            .writes
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|w| w.key.starts_with("idempotency/"))
-            .filter_map(|w| Record::parse(&w.body).ok())
-            .find(|r| r.task_id == id)
-            .and_then(|r| r.pending_task)
+        self.first_record_write(id)
+            .and_then(|(r, _)| r.pending_task)
             .is_some_and(|p| p.get().as_bytes() == body)
     }
 
@@ -55,17 +55,10 @@ impl Model {
     /// marker whose task was never created (a submit that died between its
     /// two writes and was never finished).
     pub(super) async fn check_index(&self) -> Result<(), String> {
-        let markers = self
-            .world
-            .bucket
-            .list("ready/", None, None, 10_000)
-            .await
-            .unwrap()
-            .objects;
-        for m in markers {
-            let parts: Vec<&str> = m.key.split('/').collect();
+        for m in self.markers().await {
+            let parts: Vec<&str> = m.split('/').collect();
             let id: uuid::Uuid = parts[3].parse().unwrap();
-            if self.unsure_markers.contains(&m.key) || self.deleted.contains(&id) {
+            if self.unsure_markers.contains(&m) || self.deleted.contains(&id) {
                 continue;
             }
             let Some(task) = self.get(&format!("tasks/{}/{id}.json", parts[1])).await else {
@@ -76,7 +69,7 @@ impl Model {
             if t["status"] != "pending" || minute != parts[2].parse().ok() {
                 return Err(format!(
                     "guarantee 10: the marker {} names a task the queue cannot claim from it: {} available at {}",
-                    m.key, t["status"], t["available_at"]
+                    m, t["status"], t["available_at"]
                 ));
             }
         }
@@ -97,16 +90,7 @@ impl Model {
             .await
             .unwrap()
             .objects;
-        let markers: HashSet<String> = self
-            .world
-            .bucket
-            .list("ready/", None, None, 10_000)
-            .await
-            .unwrap()
-            .objects
-            .into_iter()
-            .map(|m| m.key)
-            .collect();
+        let markers: HashSet<String> = self.markers().await.into_iter().collect();
         for meta in tasks {
             let id = task_id_of(&meta.key);
             let task = self.get(&meta.key).await.ok_or("a listed task is gone")?;

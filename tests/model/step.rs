@@ -286,7 +286,7 @@ impl Model {
     /// it leaves no record it should have finished.
     async fn judge_sweep(
         &mut self,
-        r: Result<idempotent_submit::protocol::SweepSummary, SubmitError>,
+        r: Result<idempotent_submit::testing::protocol::SweepSummary, SubmitError>,
         dry_run: bool,
         ran: &Ran<'_>,
         alone: bool,

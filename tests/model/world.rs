@@ -66,7 +66,7 @@ pub(super) struct Model {
 pub(super) enum Outcome {
     Deliver(RecordOutcome),
     Submit(Result<idempotent_submit::Submitted, SubmitError>),
-    Sweep(Result<idempotent_submit::protocol::SweepSummary, SubmitError>),
+    Sweep(Result<idempotent_submit::testing::protocol::SweepSummary, SubmitError>),
     Work(Result<Worked, String>),
     Reset(Result<Reset, SubmitError>),
 }
@@ -206,14 +206,16 @@ impl Model {
 
     /// When the first write of the record naming `id` landed.
     pub(super) fn record_first_landed(&self, id: uuid::Uuid) -> Option<DateTime<Utc>> {
-        self.recorder
-            .writes
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|w| w.key.starts_with("idempotency/"))
-            .find(|w| Record::parse(&w.body).is_ok_and(|r| r.task_id == id))
-            .map(|w| w.at)
+        self.first_record_write(id).map(|(_, at)| at)
+    }
+
+    /// The first record write that named `id`: the record, and when it
+    /// landed.
+    pub(super) fn first_record_write(&self, id: uuid::Uuid) -> Option<(Record, DateTime<Utc>)> {
+        let writes = self.recorder.writes.lock().unwrap();
+        let records = writes.iter().filter(|w| w.key.starts_with("idempotency/"));
+        let mut parsed = records.filter_map(|w| Some((Record::parse(&w.body).ok()?, w.at)));
+        parsed.find(|(r, _)| r.task_id == id)
     }
 
     pub(super) async fn run_step(&mut self, step: &Step) -> Result<(), String> {

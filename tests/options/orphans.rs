@@ -30,7 +30,7 @@ async fn the_scheduled_pass_deletes_a_payload_no_task_names_once_no_task_can_be_
     let pass = || async {
         w.restarted()
             .engine()
-            .sweep(&idempotent_submit::protocol::SweepOptions {
+            .sweep(&idempotent_submit::testing::protocol::SweepOptions {
                 deadline: Some(w.clock.now() + Duration::minutes(10)),
                 ..Default::default()
             })
@@ -61,7 +61,7 @@ async fn the_scheduled_pass_deletes_a_payload_no_task_names_once_no_task_can_be_
 /// of the next nine days takes (so only the HEADs look at it): the last,
 /// since the cursor begins at the first and daily passes take nine a day.
 async fn orphan_payload(w: &World) -> String {
-    let slice = idempotent_submit::protocol::sweep::PAYLOAD_SLICES - 1;
+    let slice = idempotent_submit::testing::protocol::sweep::PAYLOAD_SLICES - 1;
     let mut b = *uuid::Uuid::new_v4().as_bytes();
     b[0] = slice as u8;
     let key = format!("payloads/{}/input.json", uuid::Uuid::from_bytes(b));
@@ -72,10 +72,13 @@ async fn orphan_payload(w: &World) -> String {
     key
 }
 
-async fn payload_pass(store: impl Store, w: &World) -> idempotent_submit::protocol::SweepSummary {
+async fn payload_pass(
+    store: impl Store,
+    w: &World,
+) -> idempotent_submit::testing::protocol::SweepSummary {
     Queue::with_clock(store, Arc::new(w.clock.clone()), common::settings())
         .engine()
-        .sweep(&idempotent_submit::protocol::SweepOptions::default())
+        .sweep(&idempotent_submit::testing::protocol::SweepOptions::default())
         .await
         .unwrap()
 }

@@ -24,14 +24,7 @@ async fn a_replay_of_a_key_whose_task_a_worker_has_claimed_writes_no_marker_and_
     // Run to completion: a replay answers that, and writes nothing either.
     let (mut task, etag) = w.task("k").await;
     task["status"] = json!("completed");
-    w.bucket
-        .put(
-            &r.task_key,
-            serde_json::to_vec(&task).unwrap().into(),
-            PutMode::Update(etag),
-        )
-        .await
-        .unwrap();
+    w.replace_json(&r.task_key, &task, etag).await;
     w.faulty.reset_log();
     let before = w.bucket.snapshot();
     let r = submit(&w.process()).await.unwrap();
@@ -159,10 +152,7 @@ async fn a_marker_left_for_a_task_a_worker_has_claimed_is_removed_by_the_next_fi
     // Left by an earlier version of this service, which wrote a marker
     // whenever its HEAD found none, or by a finisher that died before it
     // read the task again.
-    w.bucket
-        .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)
-        .await
-        .unwrap();
+    put_marker(&w, &marker).await;
     let r = submit(&w.process()).await.unwrap();
     assert_eq!(r.status, "running");
     assert!(w.keys("ready/").is_empty());
@@ -316,10 +306,29 @@ async fn a_keyless_submits_marker_that_took_a_retry_is_checked() {
     assert!(!ops.contains(&Op::Delete), "{ops:?}");
 }
 
+/// A scheduled pass (or its dry run) at `at`: it deletes `deleted` markers
+/// (a dry run: would delete) without an error, and leaves `left` in the
+/// ready index.
+async fn pass_at(w: &World, at: DateTime<Utc>, dry_run: bool, deleted: u64, left: &[&String]) {
+    w.clock.set(at);
+    let s = pass_of(w.restarted(), dry_run).await;
+    assert_eq!((s.markers_deleted, s.errors), (deleted, 0), "{s:?}");
+    let left: Vec<String> = left.iter().map(|m| m.to_string()).collect();
+    assert_eq!(w.keys("ready/"), left);
+}
+
+/// A marker at the key `marker`, written as a client of the queue would.
+async fn put_marker(w: &World, marker: &str) {
+    let put = w
+        .bucket
+        .put(marker, bytes::Bytes::new(), PutMode::Overwrite);
+    put.await.unwrap();
+}
+
 /// One scheduled pass as `q`'s process would run it.
-async fn pass_of(q: Queue, dry_run: bool) -> idempotent_submit::protocol::SweepSummary {
+async fn pass_of(q: Queue, dry_run: bool) -> idempotent_submit::testing::protocol::SweepSummary {
     q.engine()
-        .sweep(&idempotent_submit::protocol::SweepOptions {
+        .sweep(&idempotent_submit::testing::protocol::SweepOptions {
             dry_run,
             ..Default::default()
         })
@@ -341,23 +350,14 @@ async fn a_marker_that_lands_after_every_finisher_is_removed_by_the_pass_once_it
     // A marker PUT given up on by its client lands later, after the claim:
     // S3 may apply a request up to 15 minutes after it was sent.
     w.clock.advance(Duration::minutes(5));
-    w.bucket
-        .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)
-        .await
-        .unwrap();
+    put_marker(&w, &marker).await;
     let landed = w.clock.now();
     // Until it has stood for the late-write margin (15 minutes), no pass
     // judges it.
-    w.clock.set(landed + Duration::minutes(14));
-    let s = pass_of(w.restarted(), false).await;
-    assert_eq!((s.markers_deleted, s.errors), (0, 0), "{s:?}");
-    assert_eq!(w.keys("ready/"), std::slice::from_ref(&marker));
+    pass_at(&w, landed + Duration::minutes(14), false, 0, &[&marker]).await;
     // Then the pass whose window its age crosses reads its task and removes
     // it. A dry run reads the same and removes nothing.
-    w.clock.set(landed + Duration::minutes(16));
-    let dry = pass_of(w.restarted(), true).await;
-    assert_eq!((dry.markers_deleted, dry.errors), (1, 0), "{dry:?}");
-    assert_eq!(w.keys("ready/"), std::slice::from_ref(&marker));
+    pass_at(&w, landed + Duration::minutes(16), true, 1, &[&marker]).await;
     let s = pass_of(w.restarted(), false).await;
     assert_eq!(
         (s.markers_deleted, s.errors, s.finished),
@@ -393,10 +393,7 @@ async fn a_keyless_submits_marker_that_lands_after_a_claim_is_removed_by_the_pas
     // The worker deleted the marker it claimed by; a late PUT of it lands.
     w.bucket.delete(&marker, None).await.unwrap();
     w.clock.advance(Duration::minutes(1));
-    w.bucket
-        .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)
-        .await
-        .unwrap();
+    put_marker(&w, &marker).await;
     w.clock.advance(Duration::minutes(16));
     let s = pass_of(w.restarted(), false).await;
     assert_eq!((s.markers_deleted, s.errors), (1, 0), "{s:?}");
@@ -418,22 +415,13 @@ async fn a_marker_whose_task_was_never_written_goes_at_the_orphan_age_and_not_be
     let id = uuid::Uuid::new_v4().hyphenated().to_string();
     let minute = w.clock.now().timestamp().div_euclid(60);
     let marker = format!("ready/{}/{minute:010}/{id}", &id[..1]);
-    w.bucket
-        .put(&marker, bytes::Bytes::new(), PutMode::Overwrite)
-        .await
-        .unwrap();
+    put_marker(&w, &marker).await;
     let landed = w.clock.now();
     // At the late-write margin: its task may still come; it stays.
-    w.clock.set(landed + Duration::minutes(16));
-    let s = pass_of(w.restarted(), false).await;
-    assert_eq!((s.markers_deleted, s.errors), (0, 0), "{s:?}");
-    assert_eq!(w.keys("ready/"), std::slice::from_ref(&marker));
+    pass_at(&w, landed + Duration::minutes(16), false, 0, &[&marker]).await;
     // Past the finish window (40 min), the margin (15) and an operation's
     // length: gone.
-    w.clock.set(landed + Duration::minutes(56));
-    let s = pass_of(w.restarted(), false).await;
-    assert_eq!((s.markers_deleted, s.errors), (1, 0), "{s:?}");
-    assert!(w.keys("ready/").is_empty());
+    pass_at(&w, landed + Duration::minutes(56), false, 1, &[]).await;
 }
 
 #[tokio::test]

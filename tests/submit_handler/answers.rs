@@ -150,13 +150,7 @@ async fn task_options_come_through_sqs_bodies_and_batch_items_and_bad_ones_are_r
     );
     batch["Records"] = json!([good, bad]);
     assert!(h.sqs(batch).await.is_empty(), "nothing to retry");
-    let (rec, _) = h
-        .app
-        .queue
-        .record("remind", "r-sqs", None)
-        .await
-        .unwrap()
-        .unwrap();
+    let rec = h.record_of("remind", "r-sqs").await;
     let task: Value = serde_json::from_slice(
         &h.app
             .queue
@@ -232,20 +226,14 @@ async fn a_failed_tasks_key_is_a_200_replay_unless_the_post_says_if_task_failed_
     assert_eq!(retried.body["task_id"], id);
     assert_eq!(retried.body["replaces_task_id"], first.body["task_id"]);
     assert_eq!(h.count("tasks/").await, 2);
-    let reused: u64 = h
-        .app
-        .metrics
-        .lines()
-        .iter()
-        .filter_map(|l| l["FailedKeyReuses"].as_u64())
-        .sum();
+    let reused: u64 = h.metric("FailedKeyReuses");
     assert_eq!(reused, 1);
 }
 
 #[tokio::test]
 async fn the_if_task_failed_attribute_asks_an_sqs_message_for_a_new_task_and_a_bad_one_is_rejected()
 {
-    let (h, store) = Harness::memory();
+    let (h, _) = Harness::memory();
     let body = r#"{"task_type": "t", "input": 1, "idempotency_key": "k"}"#;
     assert!(h.sqs(sqs_with_bodies(&[body])).await.is_empty());
     let record = h.app.queue.record("t", "k", None).await.unwrap().unwrap().0;
@@ -269,26 +257,12 @@ async fn the_if_task_failed_attribute_asks_an_sqs_message_for_a_new_task_and_a_b
         "{}",
         rejected[0]
     );
-    assert_eq!(
-        store
-            .keys()
-            .iter()
-            .filter(|k| k.starts_with("tasks/"))
-            .count(),
-        1
-    );
+    assert_eq!(h.count("tasks/").await, 1);
     assert!(h.sqs(with_attribute("new_task")).await.is_empty());
     let now = h.app.queue.record("t", "k", None).await.unwrap().unwrap().0;
     assert_ne!(now.task_id, record.task_id);
     assert_eq!(now.replaces_task_id, Some(record.task_id));
-    assert_eq!(
-        store
-            .keys()
-            .iter()
-            .filter(|k| k.starts_with("tasks/"))
-            .count(),
-        2
-    );
+    assert_eq!(h.count("tasks/").await, 2);
 }
 
 /// The request id API Gateway gave `event`.

@@ -25,14 +25,7 @@ async fn a_rest_api_post_creates_then_replays() {
             .starts_with("sha256:")
     );
     assert!(r.body["created_at"].as_str().unwrap().ends_with('Z'));
-    assert_eq!(
-        (
-            h.count("tasks/").await,
-            h.count("ready/").await,
-            h.count("idempotency/").await
-        ),
-        (1, 1, 1)
-    );
+    assert_eq!(h.objects_by_kind().await, (1, 1, 1));
 
     let again = h.http(event("http-v1-post.json")).await;
     assert_eq!(again.status, 200);
@@ -97,26 +90,14 @@ async fn a_post_without_a_key_creates_a_task_without_idempotency() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_error_events_answer_their_problems() {
     let h = Harness::moto().await;
-    assert_problem(
-        &h.http(event("http-v2-post-invalid.json")).await,
-        400,
-        "invalid_request",
-    );
-    assert_problem(
-        &h.http(event("http-v1-get-missing.json")).await,
-        404,
-        "not_found",
-    );
-    assert_problem(
-        &h.http(event("http-v2-get-missing.json")).await,
-        404,
-        "not_found",
-    );
-    assert_problem(
-        &h.http(event("http-v2-unknown-route.json")).await,
-        404,
-        "not_found",
-    );
+    for (file, status, code) in [
+        ("http-v2-post-invalid.json", 400, "invalid_request"),
+        ("http-v1-get-missing.json", 404, "not_found"),
+        ("http-v2-get-missing.json", 404, "not_found"),
+        ("http-v2-unknown-route.json", 404, "not_found"),
+    ] {
+        assert_problem(&h.http(event(file)).await, status, code);
+    }
     let r = h.http(event("http-v2-wrong-method.json")).await;
     assert_problem(&r, 405, "method_not_allowed");
     assert_eq!(r.headers["allow"], "POST");
@@ -268,7 +249,7 @@ async fn with_tenant_isolation_get_answers_only_the_tenants_own_tasks() {
     let shared = Harness::over(store, Some(&clock), false)
         .http(event("http-v2-post-no-key.json"))
         .await;
-    let alice_tenant = idempotent_submit::protocol::Tenant::from_principal("lambda:alice")
+    let alice_tenant = idempotent_submit::testing::protocol::Tenant::from_principal("lambda:alice")
         .unwrap()
         .id();
     for id in [&keyed.body["task_id"], &keyless.body["task_id"]] {

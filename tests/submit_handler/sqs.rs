@@ -78,13 +78,7 @@ async fn the_same_key_through_http_then_sqs_lands_on_one_task() {
     batch["Records"] = json!([m]);
     assert!(h.sqs(batch).await.is_empty());
     assert_eq!(h.count("tasks/").await, 1);
-    let (rec, _) = h
-        .app
-        .queue
-        .record("charge_customer", "charge-ORD-123", None)
-        .await
-        .unwrap()
-        .unwrap();
+    let rec = h.record_of("charge_customer", "charge-ORD-123").await;
     assert_eq!(rec.task_id.to_string(), r.body["task_id"].as_str().unwrap());
 }
 
@@ -95,35 +89,35 @@ async fn a_fifo_batch_rejects_without_stopping_its_group() {
     assert_eq!(h.count("tasks/").await, 4);
     assert_eq!(h.count("rejected/").await, 1);
     // The deduplication id is the key.
-    assert!(
-        h.app
-            .queue
-            .record("ship", "A-2", None)
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(h.has_record("ship", "A-2").await, "A-2");
 }
 
 fn record_prefix(scope: &str, key: &str) -> String {
     let k = IdempotencyKey::parse(key).unwrap();
-    idempotent_submit::protocol::record::record_key(scope, &hash::key_hash(scope, &k, None))
-        .trim_end_matches(".json")
-        .to_owned()
+    idempotent_submit::testing::protocol::record::record_key(
+        scope,
+        &hash::key_hash(scope, &k, None),
+    )
+    .trim_end_matches(".json")
+    .to_owned()
+}
+
+/// The handler over a bucket where every `op` under `prefix` fails with a
+/// retryable `why`; the bucket, to see its calls.
+fn failing(
+    op: Op,
+    prefix: &str,
+    why: &str,
+) -> (Harness, FaultyStore<idempotent_submit::MemoryStore>) {
+    let clock = ManualClock::at_epoch();
+    let f = FaultyStore::new(common::memory_store(&clock));
+    f.inject(Some(op), prefix, 1, usize::MAX, common::unavailable(why));
+    (Harness::over(f.clone(), Some(&clock), false), f)
 }
 
 #[tokio::test]
 async fn a_fifo_group_stops_at_its_first_failure_and_lists_the_rest_untouched() {
-    let clock = ManualClock::at_epoch();
-    let f = FaultyStore::new(common::memory_store(&clock));
-    f.inject(
-        Some(Op::PutCreate),
-        &record_prefix("ship", "A-1"),
-        1,
-        usize::MAX,
-        common::unavailable("503 SlowDown"),
-    );
-    let h = Harness::over(f.clone(), Some(&clock), false);
+    let (h, f) = failing(Op::PutCreate, &record_prefix("ship", "A-1"), "503 SlowDown");
     let failures = h.sqs(event("sqs-fifo-batch.json")).await;
     assert_eq!(
         failures,
@@ -138,45 +132,21 @@ async fn a_fifo_group_stops_at_its_first_failure_and_lists_the_rest_untouched() 
             .iter()
             .any(|c| c.key.starts_with(&record_prefix("ship", "A-2")))
     );
-    assert!(
-        h.app
-            .queue
-            .record("ship", "B-3", None)
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(h.has_record("ship", "B-3").await, "B-3");
     assert_eq!(h.count("tasks/").await, 2);
 }
 
 #[tokio::test]
 async fn a_standard_batch_lists_exactly_the_storage_failures() {
-    let clock = ManualClock::at_epoch();
-    let f = FaultyStore::new(common::memory_store(&clock));
-    f.inject(
-        Some(Op::PutCreate),
-        &record_prefix("charge_customer", "charge-ORD-200"),
-        1,
-        usize::MAX,
-        common::unavailable("500"),
-    );
-    let h = Harness::over(f, Some(&clock), false);
+    let prefix = record_prefix("charge_customer", "charge-ORD-200");
+    let (h, _) = failing(Op::PutCreate, &prefix, "500");
     let failures = h.sqs(event("sqs-standard-batch.json")).await;
     assert_eq!(failures, ["059f36b4-87a3-44ab-83d2-661975830a7d"]);
 }
 
 #[tokio::test]
 async fn a_rejection_that_cannot_be_written_is_retried() {
-    let clock = ManualClock::at_epoch();
-    let f = FaultyStore::new(common::memory_store(&clock));
-    f.inject(
-        Some(Op::Put),
-        "rejected/",
-        1,
-        usize::MAX,
-        common::unavailable("503"),
-    );
-    let h = Harness::over(f, Some(&clock), false);
+    let (h, _) = failing(Op::Put, "rejected/", "503");
     let mut failures = h.sqs(event("sqs-standard-batch.json")).await;
     failures.sort();
     assert_eq!(

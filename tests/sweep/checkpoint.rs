@@ -201,7 +201,7 @@ async fn an_unparseable_checkpoint_is_counted_as_an_error_and_a_new_pass_replace
         .unwrap();
     w.bucket
         .put(
-            idempotent_submit::protocol::sweep::CHECKPOINT_KEY,
+            idempotent_submit::testing::protocol::sweep::CHECKPOINT_KEY,
             bytes::Bytes::from_static(b"{not a checkpoint"),
             PutMode::Overwrite,
         )
@@ -212,7 +212,7 @@ async fn an_unparseable_checkpoint_is_counted_as_an_error_and_a_new_pass_replace
     assert_eq!((s.errors, s.complete, s.scanned), (1, true, 1), "{s:?}");
     let saved = w
         .bucket
-        .get(idempotent_submit::protocol::sweep::CHECKPOINT_KEY)
+        .get(idempotent_submit::testing::protocol::sweep::CHECKPOINT_KEY)
         .await
         .unwrap();
     let v: serde_json::Value =

@@ -25,7 +25,7 @@ async fn bucket_of_payloads(
     clock: &ManualClock,
     day: DateTime<Utc>,
 ) -> Vec<Built> {
-    use idempotent_submit::protocol::sweep::PayloadPlan;
+    use idempotent_submit::testing::protocol::sweep::PayloadPlan;
     let ours = PayloadPlan::after(0, None, day).slices.start;
     let other = PayloadPlan::after(0, None, day).slices.end % 256;
     let mut built = Vec::new();
@@ -74,7 +74,7 @@ async fn put_task(bucket: &MemoryStore, shard: &str, id: &str) {
 }
 
 async fn deletes_exactly_the_payloads_the_rule_names(behaviour: Behaviour, order: ListOrder) {
-    use idempotent_submit::protocol::sweep::PayloadPlan;
+    use idempotent_submit::testing::protocol::sweep::PayloadPlan;
     let clock = ManualClock::at_epoch();
     let bucket = common::memory_store(&clock).with_behaviour(behaviour);
     let day = clock.now() + Duration::days(20);

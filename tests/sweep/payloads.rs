@@ -8,7 +8,9 @@ use super::*;
 /// end every orphan is gone and every payload with its task is there. A
 /// fresh orphan of the first pass's slice, too young, is kept by it.
 async fn old_orphans_go_by_their_slices_day_on(behaviour: Behaviour, order: ListOrder) {
-    use idempotent_submit::protocol::sweep::{PAYLOAD_CYCLE_DAYS, PAYLOAD_SLICES, PayloadPlan};
+    use idempotent_submit::testing::protocol::sweep::{
+        PAYLOAD_CYCLE_DAYS, PAYLOAD_SLICES, PayloadPlan,
+    };
     let clock = ManualClock::at_epoch();
     let bucket = common::memory_store(&clock).with_behaviour(behaviour);
     let mut settings = ordered(order);
@@ -319,7 +321,7 @@ async fn slice_pass_requests_under(
     total: usize,
     order: ListOrder,
 ) -> (usize, usize, usize, usize, u64) {
-    use idempotent_submit::protocol::sweep::{PAYLOAD_SLICES, PayloadPlan};
+    use idempotent_submit::testing::protocol::sweep::{PAYLOAD_SLICES, PayloadPlan};
     let clock = ManualClock::at_epoch();
     let bucket = common::memory_store(&clock);
     let day = clock.now() + Duration::days(9);

@@ -250,11 +250,11 @@ async fn a_dry_run_counts_what_the_real_pass_then_does_on(
         .and_utc();
     // The slices the second pass's check takes: after the first's (11
     // minutes in, from the cursor's beginning), by the time between them.
-    use idempotent_submit::protocol::sweep::PayloadPlan;
+    use idempotent_submit::testing::protocol::sweep::PayloadPlan;
     let first = start + Duration::minutes(11);
     let after_first = PayloadPlan::after(0, None, first).next_slice();
     let slices = PayloadPlan::after(after_first, Some(first), later).slices;
-    let outside = (slices.end) % idempotent_submit::protocol::sweep::PAYLOAD_SLICES;
+    let outside = (slices.end) % idempotent_submit::testing::protocol::sweep::PAYLOAD_SLICES;
     payload_of_slice(&store, slices.start).await;
     payload_of_slice(&store, slices.end - 1).await;
     payload_of_slice(&store, outside).await;

@@ -9,8 +9,8 @@ use super::*;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use idempotent_submit::protocol::sweep::{PAYLOAD_SLICES, PayloadPlan};
-use idempotent_submit::protocol::{Continuation, HandOn, ShareOutcome};
+use idempotent_submit::testing::protocol::sweep::{PAYLOAD_SLICES, PayloadPlan};
+use idempotent_submit::testing::protocol::{Continuation, HandOn, ShareOutcome};
 
 /// The pass queue's stand-in: the continuations handed on, for the driver
 /// to start an invocation for each.
