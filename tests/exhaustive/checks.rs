@@ -293,6 +293,9 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
             Ok(())
         }
         (Role::Sweep(m), Some(Outcome::Swept(o))) => check_swept(sim, i, &m.key, o),
+        (Role::Reset { key }, Some(Outcome::Reset(Ok(r)))) => {
+            more_checks::check_reset(sim, i, key, r)
+        }
         // The worker's reads meet no fault but a crash (which ends it) or a
         // clock step that times them out.
         (Role::Worker | Role::Scanner, Some(Outcome::Worked(w)))

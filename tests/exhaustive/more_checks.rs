@@ -2,7 +2,7 @@
 //! checked after every step beside `checks.rs`'s.
 
 use idempotent_submit::protocol::Record;
-use idempotent_submit::{SubmitError, Submitted};
+use idempotent_submit::{Reset, SubmitError, Submitted};
 
 use super::actors::{Events, Role};
 use super::checks::Life;
@@ -142,4 +142,28 @@ pub fn check_requests(
         ));
     }
     Ok(())
+}
+
+/// A reset's answer is true: one whose reset record landed at its key, and
+/// that no other write replaced before it answered, answers `Done` (not
+/// `Changed` or `NotFound`, which say that nothing was written).
+pub fn check_reset(sim: &Sim, i: usize, key: &str, r: &Reset) -> Result<(), String> {
+    let rkey = super::checks::record_key(key);
+    let s = gate::lock(&sim.gate.state);
+    let Some(n) = s
+        .log
+        .iter()
+        .position(|l| l.actor == i && l.ok && l.key == rkey && l.kind.is_write())
+    else {
+        return Ok(());
+    };
+    let replaced = s.log[n + 1..]
+        .iter()
+        .any(|l| l.actor != i && l.ok && l.key == rkey && l.kind != Kind::Send);
+    if replaced || matches!(r, Reset::Done { .. }) {
+        return Ok(());
+    }
+    Err(format!(
+        "the reset's answer: #{i}'s reset record landed at {rkey} and is there, but it answered {r:?}"
+    ))
 }
