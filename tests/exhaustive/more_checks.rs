@@ -2,7 +2,7 @@
 //! checked after every step beside `checks.rs`'s.
 
 use idempotent_submit::protocol::Record;
-use idempotent_submit::{Reset, SubmitError, Submitted};
+use idempotent_submit::{Clock, Reset, SubmitError, Submitted};
 
 use super::actors::{Events, Role};
 use super::checks::Life;
@@ -149,6 +149,21 @@ pub fn check_requests(
 /// `Changed` or `NotFound`, which say that nothing was written).
 pub fn check_reset(sim: &Sim, i: usize, key: &str, r: &Reset) -> Result<(), String> {
     let rkey = super::checks::record_key(key);
+    // `NotFound` says no live record held the key: not one that was there,
+    // live, from before the reset began to its answer.
+    let (start, now) = (sim.actors[i].span.0, sim.clock.now());
+    let held = sim.checks.lives.iter().any(|l| {
+        l.key == rkey
+            && !l.reset()
+            && l.from <= start
+            && l.to.is_none()
+            && now < l.record.expires_at
+    });
+    if held && matches!(r, Reset::NotFound) {
+        return Err(format!(
+            "the reset's answer: NotFound while {rkey} held a live record throughout"
+        ));
+    }
     let s = gate::lock(&sim.gate.state);
     let Some(n) = s
         .log
