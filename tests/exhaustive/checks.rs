@@ -148,7 +148,7 @@ fn life_of_task<'a>(lives: &'a [Life], id: &str) -> Option<&'a Life> {
 }
 
 /// `life` was ended by a reset (the key's reset record came in its place).
-fn reset_before(lives: &[Life], life: &Life) -> bool {
+pub fn reset_before(lives: &[Life], life: &Life) -> bool {
     life.to.is_some_and(|t| {
         lives
             .iter()
@@ -289,6 +289,7 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
             for ((key, input), r) in role.submits().into_iter().zip(rs) {
                 check_submit(sim, i, key, input, r).map_err(|e| format!("#{i} {key}: {e}"))?;
                 more_checks::check_requests(sim, i, r)?;
+                more_checks::check_after_reset(sim, i, r)?;
             }
             Ok(())
         }

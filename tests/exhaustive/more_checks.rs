@@ -182,3 +182,36 @@ pub fn check_reset(sim: &Sim, i: usize, key: &str, r: &Reset) -> Result<(), Stri
         "the reset's answer: #{i}'s reset record landed at {rkey} and is there, but it answered {r:?}"
     ))
 }
+
+/// The reset's promise to the submits after it: a submit that met no
+/// fault and heard its first answer a whole second after the reset's
+/// `reset_at` (the engine judges by S3's earliest time at that answer,
+/// whole seconds) began after the reset, and is never answered the task
+/// of the record the reset replaced.
+pub fn check_after_reset(
+    sim: &Sim,
+    i: usize,
+    r: &Result<Submitted, SubmitError>,
+) -> Result<(), String> {
+    let a = &sim.actors[i];
+    let (Ok(s), Some(first), false) = (r, a.first_heard, a.faulted || a.met_409) else {
+        return Ok(());
+    };
+    let lives = &sim.checks.lives;
+    let Some(old) = lives.iter().find(|l| {
+        !l.reset() && l.record.task_id == s.task_id && super::checks::reset_before(lives, l)
+    }) else {
+        return Ok(());
+    };
+    let reset_at = lives
+        .iter()
+        .find(|l| l.reset() && l.key == old.key && Some(l.from) == old.to)
+        .and_then(|l| l.record.reset_at);
+    if reset_at.is_some_and(|t| first >= t + chrono::Duration::seconds(1)) {
+        return Err(format!(
+            "the reset's promise: #{i} heard its first answer at {first}, after the reset at {reset_at:?}, and was answered the reset record's task {}",
+            s.task_id
+        ));
+    }
+    Ok(())
+}
