@@ -346,6 +346,20 @@ fn check_submit(
             if life.record.input_hash != hash_of(input) {
                 return Err("guarantee 5: accepted over a record of another input".into());
             }
+            // The status it answers is the task's, one of buquet's.
+            const STATUSES: [&str; 8] = [
+                "pending",
+                "running",
+                "completed",
+                "failed",
+                "cancelled",
+                "expired",
+                "archived",
+                "missing",
+            ];
+            if !STATUSES.contains(&s.status.as_str()) {
+                return Err(format!("answered {id} with status {:?}", s.status));
+            }
             if s.status == "missing" {
                 let since = life.last_modified + st.finish_window + st.late_write_margin;
                 if object(sim, &life.record.task_key).is_some() || now < since {
