@@ -159,6 +159,12 @@ pub fn check_reset(sim: &Sim, i: usize, key: &str, r: &Reset) -> Result<(), Stri
             && l.to.is_none()
             && now < l.record.expires_at
     });
+    // `InProgress` says when a reset may succeed: later than now.
+    if let Reset::InProgress { retry_after, .. } = r
+        && retry_after.is_zero()
+    {
+        return Err("the reset's answer: InProgress, to be tried again after no time".into());
+    }
     if held && matches!(r, Reset::NotFound) {
         return Err(format!(
             "the reset's answer: NotFound while {rkey} held a live record throughout"
