@@ -148,7 +148,7 @@ fn life_of_task<'a>(lives: &'a [Life], id: &str) -> Option<&'a Life> {
 }
 
 /// `life` was ended by a reset (the key's reset record came in its place).
-fn reset_before(lives: &[Life], life: &Life) -> bool {
+pub fn reset_before(lives: &[Life], life: &Life) -> bool {
     life.to.is_some_and(|t| {
         lives
             .iter()
@@ -289,10 +289,14 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
             for ((key, input), r) in role.submits().into_iter().zip(rs) {
                 check_submit(sim, i, key, input, r).map_err(|e| format!("#{i} {key}: {e}"))?;
                 more_checks::check_requests(sim, i, r)?;
+                more_checks::check_after_reset(sim, i, r)?;
             }
             Ok(())
         }
         (Role::Sweep(m), Some(Outcome::Swept(o))) => check_swept(sim, i, &m.key, o),
+        (Role::Reset { key }, Some(Outcome::Reset(Ok(r)))) => {
+            more_checks::check_reset(sim, i, key, r)
+        }
         // The worker's reads meet no fault but a crash (which ends it) or a
         // clock step that times them out.
         (Role::Worker | Role::Scanner, Some(Outcome::Worked(w)))
@@ -341,6 +345,20 @@ fn check_submit(
             }
             if life.record.input_hash != hash_of(input) {
                 return Err("guarantee 5: accepted over a record of another input".into());
+            }
+            // The status it answers is the task's, one of buquet's.
+            const STATUSES: [&str; 8] = [
+                "pending",
+                "running",
+                "completed",
+                "failed",
+                "cancelled",
+                "expired",
+                "archived",
+                "missing",
+            ];
+            if !STATUSES.contains(&s.status.as_str()) {
+                return Err(format!("answered {id} with status {:?}", s.status));
             }
             if s.status == "missing" {
                 let since = life.last_modified + st.finish_window + st.late_write_margin;

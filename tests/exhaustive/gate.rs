@@ -270,7 +270,11 @@ impl GateStore {
         if fault.is_crash() {
             s.crashed.push(actor);
         }
-        let d = digest(&answer);
+        // When it heard it too: the engine keeps S3's time of an answer (a
+        // submit's first one decides whether it began after a reset), so
+        // two states whose actors heard the same answers at other times
+        // are not the same state.
+        let d = digest(&(&answer, self.clock.now()));
         s.heard(actor, d);
         answer
     }

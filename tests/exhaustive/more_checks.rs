@@ -2,7 +2,7 @@
 //! checked after every step beside `checks.rs`'s.
 
 use idempotent_submit::testing::protocol::Record;
-use idempotent_submit::{SubmitError, Submitted};
+use idempotent_submit::{Clock, Reset, SubmitError, Submitted};
 
 use super::actors::{Events, Role};
 use super::checks::Life;
@@ -139,6 +139,84 @@ pub fn check_requests(
             "guarantee 8: #{i} ({what}) made {n} requests, alone and without a fault; the table says {}..={}",
             low + sends,
             high + sends
+        ));
+    }
+    Ok(())
+}
+
+/// A reset's answer is true: one whose reset record landed at its key, and
+/// that no other write replaced before it answered, answers `Done` (not
+/// `Changed` or `NotFound`, which say that nothing was written).
+pub fn check_reset(sim: &Sim, i: usize, key: &str, r: &Reset) -> Result<(), String> {
+    let rkey = super::checks::record_key(key);
+    // `NotFound` says no live record held the key: not one that was there,
+    // live, from before the reset began to its answer.
+    let (start, now) = (sim.actors[i].span.0, sim.clock.now());
+    let held = sim.checks.lives.iter().any(|l| {
+        l.key == rkey
+            && !l.reset()
+            && l.from <= start
+            && l.to.is_none()
+            && now < l.record.expires_at
+    });
+    // `InProgress` says when a reset may succeed: later than now.
+    if let Reset::InProgress { retry_after, .. } = r
+        && retry_after.is_zero()
+    {
+        return Err("the reset's answer: InProgress, to be tried again after no time".into());
+    }
+    if held && matches!(r, Reset::NotFound) {
+        return Err(format!(
+            "the reset's answer: NotFound while {rkey} held a live record throughout"
+        ));
+    }
+    let s = gate::lock(&sim.gate.state);
+    let Some(n) = s
+        .log
+        .iter()
+        .position(|l| l.actor == i && l.ok && l.key == rkey && l.kind.is_write())
+    else {
+        return Ok(());
+    };
+    let replaced = s.log[n + 1..]
+        .iter()
+        .any(|l| l.actor != i && l.ok && l.key == rkey && l.kind != Kind::Send);
+    if replaced || matches!(r, Reset::Done { .. }) {
+        return Ok(());
+    }
+    Err(format!(
+        "the reset's answer: #{i}'s reset record landed at {rkey} and is there, but it answered {r:?}"
+    ))
+}
+
+/// The reset's promise to the submits after it: a submit that met no
+/// fault and heard its first answer a whole second after the reset's
+/// `reset_at` (the engine judges by S3's earliest time at that answer,
+/// whole seconds) began after the reset, and is never answered the task
+/// of the record the reset replaced.
+pub fn check_after_reset(
+    sim: &Sim,
+    i: usize,
+    r: &Result<Submitted, SubmitError>,
+) -> Result<(), String> {
+    let a = &sim.actors[i];
+    let (Ok(s), Some(first), false) = (r, a.first_heard, a.faulted || a.met_409) else {
+        return Ok(());
+    };
+    let lives = &sim.checks.lives;
+    let Some(old) = lives.iter().find(|l| {
+        !l.reset() && l.record.task_id == s.task_id && super::checks::reset_before(lives, l)
+    }) else {
+        return Ok(());
+    };
+    let reset_at = lives
+        .iter()
+        .find(|l| l.reset() && l.key == old.key && Some(l.from) == old.to)
+        .and_then(|l| l.record.reset_at);
+    if reset_at.is_some_and(|t| first >= t + chrono::Duration::seconds(1)) {
+        return Err(format!(
+            "the reset's promise: #{i} heard its first answer at {first}, after the reset at {reset_at:?}, and was answered the reset record's task {}",
+            s.task_id
         ));
     }
     Ok(())

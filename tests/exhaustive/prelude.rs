@@ -22,6 +22,8 @@ use super::sim::{Sim, now_or_never};
 pub enum Prelude {
     /// Nothing.
     Empty,
+    /// A submit of `k` (input 1) answered: its record, task and marker.
+    Answered,
     /// A submit of `k` (input 1) answered, its task taken by a worker (its
     /// marker deleted) and ended `failed`: a key `if_task_failed: new_task`
     /// may reuse.
@@ -48,7 +50,7 @@ pub fn run(sim: &mut Sim, prelude: Prelude) {
     let lm = submit(&bucket, &sim.gate, &sim.settings);
     let st = &sim.settings;
     match prelude {
-        Prelude::Empty => {}
+        Prelude::Empty | Prelude::Answered => {}
         Prelude::Failed => end_task(&bucket, "failed"),
         Prelude::Completed => end_task(&bucket, "completed"),
         Prelude::Running => end_task(&bucket, "running"),

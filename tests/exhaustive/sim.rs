@@ -122,6 +122,9 @@ pub struct Actor {
     /// It met a 409, which the engine retries (guarantee 9): no fault of
     /// ours, but buquet's worker's (it does not retry).
     pub met_409: bool,
+    /// S3's time when it first heard an answer (the reset's promise
+    /// judges a submit by its first answer).
+    pub first_heard: Option<DateTime<Utc>>,
     pub outcome: Option<Outcome>,
 }
 
@@ -246,6 +249,7 @@ impl Sim {
             started_at: self.clock.now(),
             faulted: false,
             met_409: false,
+            first_heard: None,
             outcome: None,
         });
         self.actors.len() - 1
@@ -460,6 +464,10 @@ impl Sim {
                 Some(run) => run.as_mut().poll(&mut Context::from_waker(Waker::noop())),
                 None => continue,
             };
+            let heard = gate::lock(&self.gate.state).heard.contains_key(&i);
+            if heard && self.actors[i].first_heard.is_none() {
+                self.actors[i].first_heard = Some(self.clock.now());
+            }
             let died = {
                 let mut s = gate::lock(&self.gate.state);
                 let died = s.crashed.contains(&i);

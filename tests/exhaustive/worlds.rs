@@ -237,3 +237,20 @@ fn with_the_machines_clock_behind_s3s_a_submit_and_the_sweeper_keep_every_guaran
         holds(w);
     }
 }
+
+#[test]
+fn a_key_reset_beside_a_submit_of_the_key_from_an_answered_submit_keeps_every_guarantee() {
+    for store in STORES {
+        // The key's first submit answered (record, task, marker): the
+        // reset may write, and the second submit is a replay before it and
+        // a new task after it.
+        let reset = Role::Reset { key: "k" };
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            prelude: Prelude::Answered,
+            depth: 8,
+            ..spec("an answered key, a reset, a submit", store, vec![reset, a])
+        };
+        holds(w);
+    }
+}
