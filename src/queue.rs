@@ -128,6 +128,27 @@ impl Queue {
         self.engine.sweep(opts).await
     }
 
+    /// This queue, its scheduled passes handing their continuations to
+    /// `hand_on` (the `sweep` function's pass queue).
+    #[cfg(feature = "lambda")]
+    pub(crate) fn with_pass_hand_on(self, hand_on: Arc<dyn crate::protocol::HandOn>) -> Self {
+        Queue {
+            engine: self.engine.with_pass_hand_on(hand_on),
+        }
+    }
+
+    /// One invocation's share of the scheduled pass, handing continuations
+    /// on where this queue was given somewhere to hand them.
+    #[cfg(feature = "lambda")]
+    pub(crate) async fn sweep_share(
+        &self,
+        opts: &crate::protocol::SweepOptions,
+    ) -> Result<crate::protocol::ShareOutcome, SubmitError> {
+        self.engine
+            .sweep_share(opts, self.engine.pass_hand_on())
+            .await
+    }
+
     /// The sweeper on the record a due message names (`key`), sent at
     /// `sent_at`: what the due queue's batches run, one record each.
     #[cfg(any(feature = "lambda", feature = "cli"))]

@@ -21,8 +21,12 @@ mod compare;
 mod config;
 #[path = "chaos/damage.rs"]
 mod damage;
+#[path = "chaos/drainer.rs"]
+mod drainer;
 #[path = "chaos/evidence.rs"]
 mod evidence;
+#[path = "chaos/judge.rs"]
+mod judge;
 #[path = "chaos/processes.rs"]
 mod processes;
 #[path = "chaos/producers.rs"]

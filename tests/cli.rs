@@ -26,6 +26,14 @@ impl Idem {
         args.extend_from_slice(rest);
         self.run(&args).await
     }
+
+    /// `idem key` of `k-tenant` in scope `t`, as `tenant`.
+    async fn key_of(&self, tenant: &str) -> (i32, Value) {
+        let args = [
+            "key", "--scope", "t", "--key", "k-tenant", "--tenant", tenant,
+        ];
+        self.run(&args).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,20 +64,15 @@ async fn submit_exits_2_when_invalid_and_3_on_conflict() {
     let idem = Idem::new().await;
     let (code, v) = idem.run(&["submit", "--type", "a/b", "--input", "1"]).await;
     assert_eq!((code, v["error"].as_str()), (2, Some("invalid_request")));
-    let (code, _) = idem.submit_t("{not json", &[]).await;
-    assert_eq!(code, 2);
-    let (code, _) = idem
-        .submit_t("1", &["--key", "k", "--ttl-seconds", "60"])
-        .await;
-    assert_eq!(code, 2);
-    let (code, _) = idem
-        .submit_t("1", &["--key", "k", "--scope", "bad scope"])
-        .await;
-    assert_eq!(code, 2);
-    let (code, _) = idem
-        .submit_t("1", &["--key", "k", "--scope", "queue"])
-        .await;
-    assert_eq!(code, 0);
+    for (input, args, exit) in [
+        ("{not json", &[][..], 2),
+        ("1", &["--key", "k", "--ttl-seconds", "60"], 2),
+        ("1", &["--key", "k", "--scope", "bad scope"], 2),
+        ("1", &["--key", "k", "--scope", "queue"], 0),
+    ] {
+        let (code, v) = idem.submit_t(input, args).await;
+        assert_eq!(code, exit, "{input} {args:?}: {v}");
+    }
     let (code, v) = idem
         .submit_t("2", &["--key", "k", "--scope", "queue"])
         .await;
@@ -162,15 +165,7 @@ async fn key_with_a_tenant_finds_that_tenants_record_only() {
     let idem = Idem { bucket };
     // Any session of the role names the same tenant.
     let (code, rec) = idem
-        .run(&[
-            "key",
-            "--scope",
-            "t",
-            "--key",
-            "k-tenant",
-            "--tenant",
-            "iam:arn:aws:sts::123456789012:assumed-role/producer/i-0abc",
-        ])
+        .key_of("iam:arn:aws:sts::123456789012:assumed-role/producer/i-0abc")
         .await;
     assert_eq!(code, 0, "{rec}");
     assert_eq!(rec["task_id"], s.task_id.to_string());
@@ -180,24 +175,10 @@ async fn key_with_a_tenant_finds_that_tenants_record_only() {
         .run(&["key", "--scope", "t", "--key", "k-tenant"])
         .await;
     assert_eq!(code, 4);
-    let (code, _) = idem
-        .run(&[
-            "key",
-            "--scope",
-            "t",
-            "--key",
-            "k-tenant",
-            "--tenant",
-            "lambda:other",
-        ])
-        .await;
+    let (code, _) = idem.key_of("lambda:other").await;
     assert_eq!(code, 4);
     // A tenant that is no principal form is invalid (exit 2).
-    let (code, err) = idem
-        .run(&[
-            "key", "--scope", "t", "--key", "k-tenant", "--tenant", "alice",
-        ])
-        .await;
+    let (code, err) = idem.key_of("alice").await;
     assert_eq!(code, 2, "{err}");
 }
 

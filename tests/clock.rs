@@ -146,12 +146,7 @@ async fn within_60_s_a_deadline_passed_by_s3s_clock_is_passed_though_ours_is_sho
     }
     assert_eq!(w.bucket.snapshot(), before);
     // The sweeper, too, leaves it as it is.
-    let rkey = w
-        .bucket
-        .keys()
-        .into_iter()
-        .find(|k| k.starts_with("idempotency/"))
-        .unwrap();
+    let rkey = w.keys("idempotency/")[0].clone();
     let outcome = w.queue().engine().sweep_record(&rkey, false, None).await;
     assert!(
         matches!(outcome, RecordOutcome::PastDeadline),
@@ -197,12 +192,7 @@ async fn a_sweeper_whose_clock_is_off_leaves_records_and_its_checkpoint_alone() 
     w.died_after_its_record("k").await;
     w.clock.advance(Duration::seconds(600));
     w.bucket.set_skew(Duration::minutes(-3));
-    let rkey = w
-        .bucket
-        .keys()
-        .into_iter()
-        .find(|k| k.starts_with("idempotency/"))
-        .unwrap();
+    let rkey = w.keys("idempotency/")[0].clone();
     let before = w.bucket.snapshot();
     let outcome = w.queue().engine().sweep_record(&rkey, false, None).await;
     match outcome {

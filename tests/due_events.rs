@@ -4,14 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use crate::common::World;
+use crate::common::{World, unavailable};
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use bytes::Bytes;
 use chrono::Duration;
-use idempotent_submit::intake::due::{DueMessage, handle_messages};
+use idempotent_submit::intake::due::{DueBatch, DueMessage, handle_messages};
 use idempotent_submit::lambda::{Metrics, Sweeper, handle_sweep};
 use idempotent_submit::protocol::RecordStatus;
-use idempotent_submit::store::{Fault, FaultyStore, Op, PutMode, Store};
+use idempotent_submit::store::{FaultyStore, MemoryStore, Op, PutMode, Store};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
@@ -52,9 +52,15 @@ impl World {
     }
 
     /// Hands `messages` to the sweeper over this bucket.
-    async fn deliver(&self, messages: &[DueMessage]) -> idempotent_submit::intake::due::DueBatch {
+    async fn deliver(&self, messages: &[DueMessage]) -> DueBatch {
         let q = self.queue_over(self.bucket.clone());
         handle_messages(&q, BUCKET, messages, false, None).await
+    }
+
+    /// `rkey`'s event (message `m1`) handled through `f`.
+    async fn deliver_through(&self, f: &FaultyStore<MemoryStore>, rkey: &str) -> DueBatch {
+        let m = [msg("m1", notification(BUCKET, rkey))];
+        handle_messages(&self.queue_over(f.clone()), BUCKET, &m, false, None).await
     }
 
     async fn status(&self, rkey: &str) -> Option<RecordStatus> {
@@ -117,8 +123,7 @@ async fn an_answered_submits_event_checks_both_objects_and_writes_nothing() {
     let before = w.bucket.snapshot();
     w.clock.advance(Duration::seconds(600));
     let f = FaultyStore::new(w.bucket.clone());
-    let m = [msg("m1", notification(BUCKET, &rkey))];
-    let b = handle_messages(&w.queue_over(f.clone()), BUCKET, &m, false, None).await;
+    let b = w.deliver_through(&f, &rkey).await;
     assert!(b.retry.is_empty());
     assert_eq!(
         (b.summary.scanned, b.summary.finished, b.summary.errors),
@@ -146,8 +151,7 @@ async fn a_record_an_earlier_version_turned_ready_is_read_once_by_its_event_and_
     let before = w.bucket.snapshot();
     w.clock.advance(Duration::seconds(600));
     let f = FaultyStore::new(w.bucket.clone());
-    let m = [msg("m1", notification(BUCKET, &rkey))];
-    let b = handle_messages(&w.queue_over(f.clone()), BUCKET, &m, false, None).await;
+    let b = w.deliver_through(&f, &rkey).await;
     assert!(b.retry.is_empty());
     assert_eq!((b.summary.scanned, b.summary.errors), (1, 0));
     let calls: Vec<(Op, String)> = f.calls().into_iter().map(|c| (c.op, c.key)).collect();
@@ -155,38 +159,34 @@ async fn a_record_an_earlier_version_turned_ready_is_read_once_by_its_event_and_
     assert_eq!(w.bucket.snapshot(), before);
 }
 
+/// `rkey`'s event while every `op` under `prefix` fails with a 503: it goes
+/// back to the queue, counted an error, nothing written under `prefix`;
+/// once the store heals, its redelivery finishes the record, still
+/// `creating`.
+async fn back_until_healed(w: &World, rkey: &str, op: Op, prefix: &str) {
+    let f = FaultyStore::new(w.bucket.clone());
+    f.inject(Some(op), prefix, 1, usize::MAX, unavailable("503"));
+    let b = w.deliver_through(&f, rkey).await;
+    assert_eq!(b.retry, ["m1"]);
+    assert_eq!(b.summary.errors, 1);
+    assert_eq!(w.count(prefix), 0);
+    f.heal();
+    let b = w.deliver_through(&f, rkey).await;
+    assert!(b.retry.is_empty());
+    assert_eq!(b.summary.finished, 1);
+    assert_eq!(w.status(rkey).await, Some(RecordStatus::Creating));
+}
+
 #[tokio::test]
 async fn a_record_whose_marker_is_missing_keeps_its_message_until_the_marker_is_written() {
     let w = World::new();
     let rkey = w.answered("a", Duration::days(30)).await;
     let written = w.etag(&rkey).await;
-    let marker = w
-        .bucket
-        .keys()
-        .into_iter()
-        .find(|k| k.starts_with("ready/"))
-        .unwrap();
+    let marker = w.keys("ready/")[0].clone();
     w.bucket.delete(&marker, None).await.unwrap();
     w.clock.advance(Duration::seconds(600));
-    let f = FaultyStore::new(w.bucket.clone());
     // The marker cannot be written this time: the message must come back.
-    f.inject(
-        Some(Op::Put),
-        "ready/",
-        1,
-        usize::MAX,
-        Fault::Fail(idempotent_submit::StoreError::Unavailable("503".into())),
-    );
-    let m = [msg("m1", notification(BUCKET, &rkey))];
-    let b = handle_messages(&w.queue_over(f.clone()), BUCKET, &m, false, None).await;
-    assert_eq!(b.retry, ["m1"]);
-    assert_eq!(b.summary.errors, 1);
-    assert_eq!(w.count("ready/"), 0);
-    f.heal();
-    let b = handle_messages(&w.queue_over(f), BUCKET, &m, false, None).await;
-    assert!(b.retry.is_empty());
-    assert_eq!(b.summary.finished, 1);
-    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Creating));
+    back_until_healed(&w, &rkey, Op::Put, "ready/").await;
     assert_eq!(w.etag(&rkey).await, written, "the record is written once");
     assert_eq!(
         w.bucket.keys().into_iter().filter(|k| *k == marker).count(),
@@ -235,23 +235,7 @@ async fn a_storage_failure_sends_the_message_back_and_the_redelivery_finishes_it
     let w = World::new();
     let rkey = w.interrupted_after_its_record("a", json!({"k": "a"})).await;
     w.clock.advance(Duration::seconds(700));
-    let f = FaultyStore::new(w.bucket.clone());
-    f.inject(
-        Some(Op::PutCreate),
-        "tasks/",
-        1,
-        usize::MAX,
-        Fault::Fail(idempotent_submit::StoreError::Unavailable("503".into())),
-    );
-    let m = [msg("m1", notification(BUCKET, &rkey))];
-    let b = handle_messages(&w.queue_over(f.clone()), BUCKET, &m, false, None).await;
-    assert_eq!(b.retry, ["m1"]);
-    assert_eq!(b.summary.errors, 1);
-    f.heal();
-    let b = handle_messages(&w.queue_over(f), BUCKET, &m, false, None).await;
-    assert!(b.retry.is_empty());
-    assert_eq!(b.summary.finished, 1);
-    assert_eq!(w.status(&rkey).await, Some(RecordStatus::Creating));
+    back_until_healed(&w, &rkey, Op::PutCreate, "tasks/").await;
     assert_eq!((w.count("tasks/"), w.count("ready/")), (1, 1));
 }
 

@@ -18,16 +18,14 @@ use std::time::{Duration as StdDuration, Instant};
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::Duration;
-use common::World;
 use common::due::{BuquetAt, CrashPoint, Mode};
+use common::{Hooks, World, Wrapped};
 use idempotent_submit::clock::Clock;
 use idempotent_submit::due_sender::memory::Queued;
 use idempotent_submit::due_sender::{DueFault, DueOrder, MemoryDueQueue, RecordDue, SendError};
 use idempotent_submit::intake::due::{DueBatch, DueMessage, handle_messages};
 use idempotent_submit::protocol::Record;
-use idempotent_submit::store::{
-    ETag, ListPage, MemoryStore, Object, ObjectMeta, PutMode, PutResult, StoreError,
-};
+use idempotent_submit::store::{MemoryStore, PutMode, PutResult, StoreError};
 use idempotent_submit::{Queue, Store, SubmitError};
 use serde_json::json;
 
@@ -123,23 +121,25 @@ enum BeforeRecordPut {
     HoldThenDie(Arc<tokio::sync::Notify>),
 }
 
-/// A bucket whose record PUTs do [`BeforeRecordPut`] first.
+/// A bucket whose record PUTs do [`BeforeRecordPut`] first (as the hooks of
+/// a [`Wrapped`] store).
 #[derive(Clone)]
 struct RecordPuts {
     inner: MemoryStore,
     before: BeforeRecordPut,
 }
 
+/// `inner`, its record PUTs doing `before` first.
+fn record_puts(inner: MemoryStore, before: BeforeRecordPut) -> Wrapped<RecordPuts> {
+    Wrapped(RecordPuts { inner, before })
+}
+
 #[async_trait]
-impl Store for RecordPuts {
-    fn clock_offset(&self) -> Option<idempotent_submit::clock::Offset> {
-        self.inner.clock_offset()
-    }
-    async fn get(&self, key: &str) -> Result<Object, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
-        self.inner.head(key).await
+impl Hooks for RecordPuts {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
     }
     async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
         if key.starts_with("idempotency/") {
@@ -172,27 +172,15 @@ impl Store for RecordPuts {
         }
         self.inner.put(key, body, mode).await
     }
-    async fn delete(&self, key: &str, if_match: Option<&ETag>) -> Result<(), StoreError> {
-        self.inner.delete(key, if_match).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-        start_after: Option<&str>,
-        page: Option<String>,
-        limit: usize,
-    ) -> Result<ListPage, StoreError> {
-        self.inner.list(prefix, start_after, page, limit).await
-    }
 }
 
 impl Due {
     fn awaiting(&self) -> (Queue, Arc<AtomicUsize>) {
         let waited = Arc::new(AtomicUsize::new(0));
-        let store = RecordPuts {
-            inner: self.w.bucket.clone(),
-            before: BeforeRecordPut::AwaitItsMessage(self.due.clone(), waited.clone()),
-        };
+        let store = record_puts(
+            self.w.bucket.clone(),
+            BeforeRecordPut::AwaitItsMessage(self.due.clone(), waited.clone()),
+        );
         (self.queue_over(store), waited)
     }
 }
@@ -254,10 +242,10 @@ async fn with_claim_a_keyed_submit_queues_its_records_due_message_while_its_reco
 async fn before_claim_the_record_put_is_sent_only_once_the_queue_holds_its_message() {
     let d = Due::new();
     let unannounced = Arc::new(AtomicUsize::new(0));
-    let q = d.queue_over(RecordPuts {
-        inner: d.w.bucket.clone(),
-        before: BeforeRecordPut::CountUnannounced(d.due.clone(), unannounced.clone()),
-    });
+    let q = d.queue_over(record_puts(
+        d.w.bucket.clone(),
+        BeforeRecordPut::CountUnannounced(d.due.clone(), unannounced.clone()),
+    ));
     let s = q
         .submit("t", json!({"n": 1}))
         .idempotency_key("k")
@@ -270,10 +258,10 @@ async fn before_claim_the_record_put_is_sent_only_once_the_queue_holds_its_messa
     // and this bucket sees it before the queue holds it.
     let with = Due::sending(DueOrder::WithClaim);
     let counted = Arc::new(AtomicUsize::new(0));
-    let q = with.queue_over(RecordPuts {
-        inner: with.w.bucket.clone(),
-        before: BeforeRecordPut::CountUnannounced(with.due.clone(), counted.clone()),
-    });
+    let q = with.queue_over(record_puts(
+        with.w.bucket.clone(),
+        BeforeRecordPut::CountUnannounced(with.due.clone(), counted.clone()),
+    ));
     q.submit("t", json!({"n": 1}))
         .idempotency_key("k")
         .await

@@ -13,22 +13,8 @@ mod actors;
 mod checks;
 mod explore;
 mod gate;
+mod more_checks;
 mod planted_bugs;
+mod prelude;
 mod sim;
 mod worlds;
-
-// The model test's planted bugs, the same file: its store wrappers and
-// settings run here on the gate. Included a second time (tests/model.rs
-// keeps its copy private, and each includer gives it its own history of
-// writes, `super::Write`).
-#[allow(dead_code, clippy::duplicate_mod)]
-#[path = "model/planted.rs"]
-mod planted;
-
-/// A write that landed, as `planted.rs` reads the history (a task's first
-/// body).
-#[derive(Debug, Clone)]
-pub struct Write {
-    pub key: String,
-    pub body: bytes::Bytes,
-}

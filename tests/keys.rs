@@ -179,14 +179,7 @@ async fn a_reset_is_refused_while_a_task_may_still_be_written_for_the_record_and
     let w = World::new();
     // The submit died right after its record: its task is not there, and a
     // replay or the sweeper may still write it.
-    w.submit_dying_at(
-        "k",
-        json!(1),
-        Op::PutCreate,
-        "idempotency/",
-        Fault::CrashAfter,
-    )
-    .await;
+    w.interrupted_after_its_record("k", json!(1)).await;
     let q = w.queue();
     let Reset::InProgress {
         task_id,
@@ -219,14 +212,7 @@ async fn a_reset_is_refused_while_a_task_may_still_be_written_for_the_record_and
 #[tokio::test]
 async fn a_record_that_nobody_finished_can_be_reset_once_it_is_settled_and_its_task_never_comes() {
     let w = World::new();
-    w.submit_dying_at(
-        "k",
-        json!(1),
-        Op::PutCreate,
-        "idempotency/",
-        Fault::CrashAfter,
-    )
-    .await;
+    w.interrupted_after_its_record("k", json!(1)).await;
     let settings = common::settings();
     let q = w.queue();
     // Until no late write can land, the reset waits ...
@@ -319,12 +305,7 @@ async fn a_reset_racing_a_replay_and_the_sweeper_leaves_one_task_for_the_old_rec
         .await;
     w.clock
         .advance(settings.stale_creating_after + Duration::seconds(1));
-    let record = w
-        .bucket
-        .keys()
-        .into_iter()
-        .find(|k| k.starts_with("idempotency/"))
-        .unwrap();
+    let record = w.keys("idempotency/")[0].clone();
     let (clock, bucket) = (w.clock.clone(), w.bucket.clone());
     let replayed = Arc::new(Mutex::new(None));
     let hook = {
@@ -364,12 +345,7 @@ async fn a_reset_racing_a_replay_and_the_sweeper_leaves_one_task_for_the_old_rec
     // first, and the key free: the next submit is new.
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
-    let next = w
-        .queue()
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let next = common::submit_key(&w.queue(), "k").await;
     assert!(!next.replayed && next.task_id != old_task_id);
     // Nothing more is ever written for the old record: a pass finds nothing
     // to finish, and the bucket holds the two tasks.

@@ -15,11 +15,24 @@ fn function(bin: &str, api: &RuntimeApi, bucket: &str) -> tokio::process::Child 
         .expect("starting the function")
 }
 
+/// The function's process killed: what it logged, and its lines that are
+/// JSON.
+async fn killed_logs(mut child: tokio::process::Child) -> (String, Vec<Value>) {
+    child.start_kill().unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let logs = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    (logs, lines)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_submit_binary_serves_http_and_sqs_events_through_the_runtime_api() {
     let store = common::moto_store().await;
     let mut api = RuntimeApi::start().await;
-    let mut child = function(env!("CARGO_BIN_EXE_submit"), &api, store.bucket());
+    let child = function(env!("CARGO_BIN_EXE_submit"), &api, store.bucket());
 
     let id = api.invoke(event("http-v2-post.json"));
     let p = api.next_posted().await;
@@ -54,14 +67,8 @@ async fn the_submit_binary_serves_http_and_sqs_events_through_the_runtime_api() 
     assert_eq!(p.body["statusCode"], 404);
     common::openapi::check(&event("http-v2-get-missing.json"), &p.body);
 
-    child.start_kill().unwrap();
-    let out = child.wait_with_output().await.unwrap();
-    let logs = String::from_utf8_lossy(&out.stdout);
     // JSON log lines and EMF metric lines; never the input.
-    let lines: Vec<Value> = logs
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let (logs, lines) = killed_logs(child).await;
     assert!(
         lines
             .iter()
@@ -114,7 +121,7 @@ async fn a_bad_variable_stops_the_function_at_start_naming_it() {
 async fn a_batch_logs_one_line_per_item_with_its_outcome_and_never_the_input() {
     let store = common::moto_store().await;
     let mut api = RuntimeApi::start().await;
-    let mut child = function(env!("CARGO_BIN_EXE_submit"), &api, store.bucket());
+    let child = function(env!("CARGO_BIN_EXE_submit"), &api, store.bucket());
     let mut e = event("http-v2-batch.json");
     e["body"] = json!(
         json!({"tasks": [
@@ -128,13 +135,7 @@ async fn a_batch_logs_one_line_per_item_with_its_outcome_and_never_the_input() {
     let p = api.next_posted().await;
     assert_eq!(p.body["statusCode"], 200, "{p:?}");
     common::openapi::check(&e, &p.body);
-    child.start_kill().unwrap();
-    let out = child.wait_with_output().await.unwrap();
-    let logs = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<Value> = logs
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let (logs, lines) = killed_logs(child).await;
     let mut items: Vec<(u64, u64)> = lines
         .iter()
         .filter(|l| {

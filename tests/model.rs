@@ -35,7 +35,7 @@ mod due_queue;
 mod history;
 mod hooks;
 mod invariants;
-mod planted;
+pub(crate) mod planted;
 mod reset;
 mod schedule;
 mod stats;

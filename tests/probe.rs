@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use idempotent_submit::ManualClock;
-use idempotent_submit::probe::{ProbeReport, probe};
+use idempotent_submit::probe::{Finding, ProbeReport, probe};
 use idempotent_submit::store::memory::{Behaviour, CreateOnly, Listing, MissingIfMatch};
 use idempotent_submit::store::{MemoryStore, Store};
 
@@ -29,6 +29,31 @@ async fn probed(store: MemoryStore) -> ProbeReport {
         store.keys_with_versions()
     );
     report
+}
+
+/// Probes a versioned in-memory bucket whose behaviour is S3's but for
+/// what `change` makes of it.
+async fn probed_with(change: impl FnOnce(&mut Behaviour)) -> ProbeReport {
+    let mut b = Behaviour::default();
+    change(&mut b);
+    probed(bucket(b)).await
+}
+
+/// The report's finding on `capability`.
+fn finding<'r>(r: &'r ProbeReport, capability: &str) -> &'r Finding {
+    let found = r.findings.iter().find(|f| f.capability == capability);
+    found.unwrap_or_else(|| panic!("no finding on {capability}: {r:#?}"))
+}
+
+/// A store that lists out of byte order and refuses StartAfter in it can
+/// host the service with LIST_ORDER=any.
+fn needs_list_order_any(r: &ProbeReport) {
+    let c = r.capabilities;
+    assert!(
+        !c.byte_order_listing && !c.start_after && r.can_host,
+        "{r:#?}"
+    );
+    assert_eq!(settings(r), [("LIST_ORDER", "any")]);
 }
 
 fn settings(r: &ProbeReport) -> Vec<(&str, &str)> {
@@ -58,11 +83,7 @@ async fn a_store_that_answers_as_s3_has_every_capability_and_needs_no_setting() 
 
 #[tokio::test]
 async fn a_store_that_ignores_if_none_match_cannot_host_the_service() {
-    let r = probed(bucket(Behaviour {
-        create_only: CreateOnly::Ignored,
-        ..Behaviour::default()
-    }))
-    .await;
+    let r = probed_with(|b| b.create_only = CreateOnly::Ignored).await;
     assert!(!r.capabilities.create_only);
     assert!(!r.can_host);
     assert!(r.refused[0].contains("no atomic create-only PUT"), "{r:#?}");
@@ -71,31 +92,19 @@ async fn a_store_that_ignores_if_none_match_cannot_host_the_service() {
 
 #[tokio::test]
 async fn a_store_whose_racing_creates_all_win_cannot_host_the_service() {
-    let r = probed(bucket(Behaviour {
-        create_only: CreateOnly::Racy,
-        ..Behaviour::default()
-    }))
-    .await;
+    let r = probed_with(|b| b.create_only = CreateOnly::Racy).await;
     assert!(!r.capabilities.create_only, "{r:#?}");
     assert!(r.create_only_winners > 1, "{}", r.create_only_winners);
     assert!(!r.can_host);
     // A second create after the first landed is still refused there: only
     // the race shows it.
-    let f = r
-        .findings
-        .iter()
-        .find(|f| f.capability == "create_only")
-        .unwrap();
+    let f = finding(&r, "create_only");
     assert!(f.detail.contains("of 16 racing"), "{f:?}");
 }
 
 #[tokio::test]
 async fn a_store_that_ignores_if_match_on_put_cannot_host_the_service() {
-    let r = probed(bucket(Behaviour {
-        compare_and_swap: false,
-        ..Behaviour::default()
-    }))
-    .await;
+    let r = probed_with(|b| b.compare_and_swap = false).await;
     assert!(!r.capabilities.compare_and_swap && r.capabilities.create_only);
     assert!(!r.can_host);
     assert!(r.refused[0].contains("no compare-and-swap"), "{r:#?}");
@@ -103,22 +112,14 @@ async fn a_store_that_ignores_if_match_on_put_cannot_host_the_service() {
 
 #[tokio::test]
 async fn a_store_that_writes_on_if_match_to_a_missing_key_cannot_host_the_service() {
-    let r = probed(bucket(Behaviour {
-        missing_if_match: MissingIfMatch::Writes,
-        ..Behaviour::default()
-    }))
-    .await;
+    let r = probed_with(|b| b.missing_if_match = MissingIfMatch::Writes).await;
     assert_eq!(r.compare_and_swap_missing_key, "wrote");
     assert!(!r.capabilities.compare_and_swap && !r.can_host);
 }
 
 #[tokio::test]
 async fn a_412_for_if_match_on_a_missing_key_is_reported_and_needs_no_setting() {
-    let r = probed(bucket(Behaviour {
-        missing_if_match: MissingIfMatch::PreconditionFailed,
-        ..Behaviour::default()
-    }))
-    .await;
+    let r = probed_with(|b| b.missing_if_match = MissingIfMatch::PreconditionFailed).await;
     assert_eq!(r.compare_and_swap_missing_key, "412");
     assert!(r.capabilities.compare_and_swap && r.can_host);
     assert!(r.settings.is_empty(), "{:?}", r.settings);
@@ -133,38 +134,16 @@ async fn a_store_that_ignores_if_match_on_delete_needs_conditional_delete_off() 
 
 #[tokio::test]
 async fn a_store_that_lists_folders_first_needs_list_order_any() {
-    let r = probed(bucket(Behaviour {
-        listing: Listing::FoldersFirst,
-        ..Behaviour::default()
-    }))
-    .await;
-    let c = r.capabilities;
-    assert!(
-        !c.byte_order_listing && !c.start_after && r.can_host,
-        "{r:#?}"
-    );
-    assert_eq!(settings(&r), [("LIST_ORDER", "any")]);
+    let r = probed_with(|b| b.listing = Listing::FoldersFirst).await;
+    needs_list_order_any(&r);
 }
 
 #[tokio::test]
 async fn a_store_that_lists_in_no_order_without_start_after_needs_list_order_any() {
     for seed in [1, 2, 3] {
-        let r = probed(bucket(Behaviour {
-            listing: Listing::Unordered { seed },
-            ..Behaviour::default()
-        }))
-        .await;
-        let c = r.capabilities;
-        assert!(
-            !c.byte_order_listing && !c.start_after && r.can_host,
-            "{r:#?}"
-        );
-        assert_eq!(settings(&r), [("LIST_ORDER", "any")]);
-        let sa = r
-            .findings
-            .iter()
-            .find(|f| f.capability == "start_after")
-            .unwrap();
+        let r = probed_with(|b| b.listing = Listing::Unordered { seed }).await;
+        needs_list_order_any(&r);
+        let sa = finding(&r, "start_after");
         assert!(sa.detail.contains("refused"), "{sa:?}");
         // What LIST_ORDER=any lists by still works there.
         assert!(r.findings.iter().any(|f| f.capability == "folders" && f.ok));
@@ -223,23 +202,31 @@ async fn nothing_left(store: &idempotent_submit::S3Store) {
     assert!(versions.is_empty(), "{versions:?}");
 }
 
-async fn probe_moto(versioning: common::Versioning) {
-    let store = common::moto_store_with(versioning).await;
-    let r = probe(Arc::new(store.clone()), Some(true)).await;
+/// Probes a real store's bucket (with event notifications or not): it
+/// leaves nothing, has the conditional writes the protocol needs, can host
+/// the service, and reports versioning as the bucket has it.
+async fn probe_real(
+    store: idempotent_submit::S3Store,
+    notifications: bool,
+    versioning: common::Versioning,
+) -> ProbeReport {
+    let r = probe(Arc::new(store.clone()), Some(notifications)).await;
     nothing_left(&store).await;
     let c = r.capabilities;
     assert!(
-        c.create_only
-            && c.compare_and_swap
-            && c.conditional_delete
-            && c.byte_order_listing
-            && c.start_after,
+        c.create_only && c.compare_and_swap && c.conditional_delete && r.can_host,
         "{r:#?}"
     );
     assert_eq!(c.versioning, versioning == common::Versioning::On);
+    r
+}
+
+async fn probe_moto(versioning: common::Versioning) {
+    let r = probe_real(common::moto_store_with(versioning).await, true, versioning).await;
+    let c = r.capabilities;
+    assert!(c.byte_order_listing && c.start_after, "{r:#?}");
     assert_eq!(r.compare_and_swap_missing_key, "404");
     assert_eq!(r.create_only_winners, 1);
-    assert!(r.can_host);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -283,18 +270,12 @@ async fn idem_doctor_probe_exits_5_on_a_bucket_without_events_and_names_the_sett
 // ---- on SeaweedFS ----
 
 async fn probe_seaweedfs(versioning: common::Versioning) -> ProbeReport {
-    let store = common::seaweedfs_store_with(versioning).await;
     // SeaweedFS sends no event notifications.
-    let r = probe(Arc::new(store.clone()), Some(false)).await;
-    nothing_left(&store).await;
-    let c = r.capabilities;
-    assert!(
-        c.create_only && c.compare_and_swap && c.conditional_delete && r.can_host,
-        "{r:#?}"
-    );
+    let store = common::seaweedfs_store_with(versioning).await;
+    let r = probe_real(store, false, versioning).await;
     // Folders first, and StartAfter in that order.
+    let c = r.capabilities;
     assert!(!c.byte_order_listing && !c.start_after, "{r:#?}");
-    assert_eq!(c.versioning, versioning == common::Versioning::On);
     assert_eq!(r.compare_and_swap_missing_key, "412");
     assert!(r.create_only_winners <= 1);
     r

@@ -24,12 +24,7 @@ async fn resubmit(q: &Queue, input: Value) -> Result<Submitted, SubmitError> {
 
 /// The key's first task, submitted and then failed for good.
 async fn failed_first(w: &World) -> Submitted {
-    let first = w
-        .queue()
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let first = common::submit_key(&w.queue(), "k").await;
     common::end_task(&w.bucket, &first.task_key, "failed").await;
     first
 }
@@ -248,12 +243,7 @@ async fn a_reuse_that_died_after_its_claim_is_finished_by_the_next_submit_or_by_
         } else {
             // Even a submit that would replay a failed task finishes the new
             // one: the key is the new record's now.
-            let next = w
-                .queue()
-                .submit("t", json!(1))
-                .idempotency_key("k")
-                .await
-                .unwrap();
+            let next = common::submit_key(&w.queue(), "k").await;
             assert!(next.replayed && next.recovered);
             assert_eq!(
                 (next.task_id, next.replaces_task_id),
@@ -342,12 +332,7 @@ async fn a_record_of_buquets_own_submit_whose_task_failed_is_claimed_over_too() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_s3_and_seaweedfs_racing_new_task_submits_of_a_failed_key_make_one_new_task_and_a_late_old_claim_changes_nothing()
  {
-    for store in [
-        common::moto_store().await,
-        common::moto_store_versioned().await,
-        common::seaweedfs_store().await,
-        common::seaweedfs_store_versioned().await,
-    ] {
+    for store in common::real_buckets().await {
         let bucket = store.bucket().to_owned();
         let q = Queue::new(store.clone(), common::settings());
         let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();

@@ -159,12 +159,7 @@ async fn finished_on_seaweedfs_by_the_submitters_message(point: common::due::Cra
         access_key_id: &sw.access_key_id,
         secret_access_key: &sw.secret_access_key,
     };
-    let run = common::due::buquet(&at, &["work", "remind", "1"]);
-    assert_eq!(run["processed"], 1, "{run}");
-    let task = common::due::buquet(&at, &["get", &task_id]);
-    assert_eq!(task["status"], "completed", "{task}");
-    let idle = common::due::buquet(&at, &["idle", "remind", "2"]);
-    assert_eq!(idle["processed"], 0, "run once: {idle}");
+    common::due::buquet_runs_once(&at, &task_id);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

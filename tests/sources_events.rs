@@ -9,10 +9,10 @@ use crate::common;
 
 use crate::common::event;
 use crate::common::handler::Harness;
+use idempotent_submit::ManualClock;
 use idempotent_submit::intake::sources::Sources;
 use idempotent_submit::lambda::handle_submit;
 use idempotent_submit::store::{Fault, FaultyStore, StoreError};
-use idempotent_submit::{ManualClock, Store};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
@@ -42,21 +42,6 @@ impl Harness {
         handle_submit(&self.app, LambdaEvent::new(event, Context::default()))
             .await
             .map_err(|e| e.to_string())
-    }
-
-    /// The JSON objects under `prefix`.
-    async fn objects(&self, prefix: &str) -> Vec<Value> {
-        let store = self.app.queue.engine().store();
-        let mut out = Vec::new();
-        for k in self
-            .keys()
-            .await
-            .into_iter()
-            .filter(|k| k.starts_with(prefix))
-        {
-            out.push(serde_json::from_slice(&store.get(&k).await.unwrap().body).unwrap());
-        }
-        out
     }
 
     /// The keys of the records in the bucket, in order (tests/sources_moto.rs

@@ -109,37 +109,8 @@ async fn sns_through_sqs_raw_and_enveloped_makes_one_task_each_and_a_redelivery_
 /// The notification of `bucket`'s object-created writes under `incoming/`
 /// to a new queue; the queue's URL and ARN.
 async fn notify(bucket: &S3Store) -> (String, String) {
-    use aws_sdk_s3::types::{
-        Event, FilterRule, FilterRuleName, NotificationConfiguration,
-        NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter,
-    };
     let (url, arn) = queue(&format!("uploads-{}", bucket.bucket())).await;
-    let rule = FilterRule::builder()
-        .name(FilterRuleName::Prefix)
-        .value("incoming/")
-        .build();
-    let q = QueueConfiguration::builder()
-        .queue_arn(&arn)
-        .events(Event::S3ObjectCreated)
-        .filter(
-            NotificationConfigurationFilter::builder()
-                .key(S3KeyFilter::builder().filter_rules(rule).build())
-                .build(),
-        )
-        .build()
-        .unwrap();
-    bucket
-        .client()
-        .put_bucket_notification_configuration()
-        .bucket(bucket.bucket())
-        .notification_configuration(
-            NotificationConfiguration::builder()
-                .queue_configurations(q)
-                .build(),
-        )
-        .send()
-        .await
-        .expect("the bucket's notification configuration");
+    common::moto::notify_queue(bucket, "incoming/", &arn).await;
     (url, arn)
 }
 

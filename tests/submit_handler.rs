@@ -16,29 +16,13 @@ use crate::common::handler::{Harness, Resp};
 use idempotent_submit::lambda::{App, Metrics, handle_submit};
 use idempotent_submit::protocol::IdempotencyKey;
 use idempotent_submit::protocol::hash;
-use idempotent_submit::store::{Fault, FaultyStore, Op, Store, StoreError};
+use idempotent_submit::store::{Fault, FaultyStore, Op, StoreError};
 use idempotent_submit::{Config, ManualClock, Queue};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
 fn config(tenants: bool) -> Config {
     common::lambda::config(tenants, common::settings())
-}
-
-impl Harness {
-    async fn rejected(&self) -> Vec<Value> {
-        let store = self.app.queue.engine().store();
-        let mut out = Vec::new();
-        for k in self
-            .keys()
-            .await
-            .into_iter()
-            .filter(|k| k.starts_with("rejected/"))
-        {
-            out.push(serde_json::from_slice(&store.get(&k).await.unwrap().body).unwrap());
-        }
-        out
-    }
 }
 
 fn assert_problem(r: &Resp, status: u64, code: &str) {

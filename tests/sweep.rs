@@ -28,6 +28,7 @@ mod races;
 mod reads;
 mod real;
 mod resume;
+mod share;
 
 use crate::common;
 

@@ -7,37 +7,33 @@ use std::sync::Arc;
 use crate::common::event;
 use chrono::Duration;
 use idempotent_submit::lambda::{Metrics, schedule};
-use idempotent_submit::store::{Fault, FaultyStore, Op};
+use idempotent_submit::store::{FaultyStore, Op};
 use idempotent_submit::{ManualClock, Queue};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
 
 async fn interrupted_bucket() -> (ManualClock, idempotent_submit::MemoryStore) {
     let w = common::World::new();
-    w.submit_dying_at(
-        "k",
-        json!(1),
-        Op::PutCreate,
-        "idempotency/",
-        Fault::CrashAfter,
-    )
-    .await;
+    w.interrupted_after_its_record("k", json!(1)).await;
     w.clock.advance(Duration::minutes(11));
     (w.clock, w.bucket)
+}
+
+/// The schedule's handler on `event`, which must succeed.
+async fn scheduled(
+    q: &Queue,
+    event: serde_json::Value,
+) -> idempotent_submit::protocol::SweepSummary {
+    let metrics = Metrics::collecting("sweep");
+    let event = LambdaEvent::new(event, Context::default());
+    schedule::handle(q, &metrics, event).await.unwrap()
 }
 
 #[tokio::test]
 async fn a_scheduled_event_runs_a_sweep_and_answers_its_summary() {
     let (clock, bucket) = interrupted_bucket().await;
     let q = Queue::with_clock(bucket.clone(), Arc::new(clock), common::settings());
-    let metrics = Metrics::collecting("sweep");
-    let s = schedule::handle(
-        &q,
-        &metrics,
-        LambdaEvent::new(event("sweep-scheduled.json"), Context::default()),
-    )
-    .await
-    .unwrap();
+    let s = scheduled(&q, event("sweep-scheduled.json")).await;
     assert_eq!(
         (s.scanned, s.finished, s.complete, s.dry_run),
         (1, 1, true, false)
@@ -71,25 +67,12 @@ async fn a_dry_run_event_changes_nothing() {
     let (clock, bucket) = interrupted_bucket().await;
     let before = bucket.snapshot();
     let q = Queue::with_clock(bucket.clone(), Arc::new(clock), common::settings());
-    let metrics = Metrics::collecting("sweep");
-    let s = schedule::handle(
-        &q,
-        &metrics,
-        LambdaEvent::new(event("sweep-dry-run.json"), Context::default()),
-    )
-    .await
-    .unwrap();
+    let s = scheduled(&q, event("sweep-dry-run.json")).await;
     assert!(s.dry_run);
     assert_eq!(s.finished, 1, "it reports what it would finish");
     assert_eq!(bucket.snapshot(), before, "keys, bytes and ETags");
     // The real pass then does what the dry run said.
-    let real = schedule::handle(
-        &q,
-        &metrics,
-        LambdaEvent::new(json!({}), Context::default()),
-    )
-    .await
-    .unwrap();
+    let real = scheduled(&q, json!({})).await;
     assert_eq!((real.finished, real.reads), (s.finished, s.reads));
 }
 
@@ -97,13 +80,7 @@ async fn a_dry_run_event_changes_nothing() {
 async fn an_empty_event_is_a_plain_sweep() {
     let (clock, bucket) = interrupted_bucket().await;
     let q = Queue::with_clock(bucket, Arc::new(clock), common::settings());
-    let s = schedule::handle(
-        &q,
-        &Metrics::collecting("sweep"),
-        LambdaEvent::new(json!({}), Context::default()),
-    )
-    .await
-    .unwrap();
+    let s = scheduled(&q, json!({})).await;
     assert!(!s.dry_run && s.complete);
 }
 

@@ -181,11 +181,7 @@ async fn a_delete_marker_event_is_acknowledged_without_a_read() {
     let clock = ManualClock::at_epoch();
     let bucket = common::memory_store_versioned(&clock);
     let queue = Queue::with_clock(bucket.clone(), Arc::new(clock.clone()), common::settings());
-    queue
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    common::submit_key(&queue, "k").await;
     let rkey = bucket
         .keys()
         .into_iter()
@@ -222,11 +218,7 @@ async fn with_conditional_delete_off_a_reset_key_with_a_failed_task_beneath_leav
         ..common::settings()
     };
     let queue = Queue::with_clock(store.clone(), Arc::new(clock.clone()), settings.clone());
-    let first = queue
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let first = common::submit_key(&queue, "k").await;
     common::end_task(&store, &first.task_key, "failed").await;
     let new = queue
         .submit("t", json!(2))

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use chrono::Duration as ChronoDuration;
 use idempotent_submit::protocol::SweepOptions;
-use idempotent_submit::protocol::sweep::{PAYLOAD_SLICES, payload_slices};
+use idempotent_submit::protocol::sweep::{PAYLOAD_SLICES, PayloadPlan};
 use idempotent_submit::store::{FaultyStore, Op, PutMode, Store};
 use idempotent_submit::{Clock, ManualClock, MemoryStore, Queue, Settings};
 use serde_json::json;
@@ -83,7 +83,7 @@ async fn old_orphans(r: &mut Report, total: usize) {
     let clock = ManualClock::at_epoch();
     let mem = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
     let day = clock.now() + ChronoDuration::days(9);
-    let slices = payload_slices(day);
+    let slices = PayloadPlan::after(0, None, day).slices;
     let per_slice = total / PAYLOAD_SLICES as usize;
     let mut built = 0;
     for slice in slices.clone() {

@@ -1,6 +1,7 @@
 //! The `sweep` Lambda function. Wiring only: configuration and the S3 client
-//! once, then the runtime loop over `lambda::handle_sweep` (the due queue's
-//! batches and the schedule).
+//! once (and the pass queue's, `PASS_QUEUE_URL`), then the runtime loop over
+//! `lambda::handle_sweep` (the due queue's batches, the schedule and the
+//! pass's continuations).
 
 use idempotent_submit::lambda::{self, Metrics, Sweeper};
 use idempotent_submit::{Config, Queue};
@@ -21,7 +22,9 @@ async fn main() -> Result<(), Error> {
         queue,
         bucket: config.bucket.clone(),
         metrics: Metrics::for_function("sweep"),
-    };
+    }
+    .with_pass_queue(config.pass_queue_url.clone())
+    .await;
     run(service_fn(|event: LambdaEvent<Value>| async move {
         lambda::handle_sweep(sweeper, event).await
     }))

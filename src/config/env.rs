@@ -59,6 +59,10 @@ pub struct Config {
     /// accepts each record's due message before the record's PUT is sent
     /// (the default) or beside it.
     pub due_message: DueOrder,
+    /// `PASS_QUEUE_URL`: the queue a scheduled pass hands its continuations
+    /// to (the `sweep` function's pass queue). Unset: a pass that outlasts
+    /// its invocation goes on at the next scheduled run.
+    pub pass_queue_url: Option<String>,
     /// `S3_CREDENTIALS_SECRET`: a Secrets Manager secret (name or ARN) with
     /// the bucket's key pair, for a bucket at another provider; only the S3
     /// client signs with it. Unset: the S3 client takes the credentials the
@@ -238,6 +242,7 @@ impl Config {
             conditional_delete: parse_bool(CONDITIONAL_DELETE, &get, true)?,
             list_order: parse_list_order(&get)?,
             if_task_failed: parse_if_task_failed(&get)?,
+            pass_concurrency: parse_num("PASS_CONCURRENCY", &get, d.pass_concurrency)?,
             ..d
         };
         settings.check_under(&world)?;
@@ -284,6 +289,7 @@ impl Config {
             record_events,
             due_queue_url,
             due_message,
+            pass_queue_url: nonempty("PASS_QUEUE_URL"),
             s3_credentials_secret: nonempty("S3_CREDENTIALS_SECRET"),
         })
     }

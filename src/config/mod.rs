@@ -9,6 +9,6 @@ pub use crate::due_sender::DueOrder;
 pub use env::{Config, RecordEvents, TESTING_CONDITIONS_VAR};
 pub use settings::{
     ClockCheck, Conditions, ConfigError, EVENT_DELIVERY_MARGIN, IfTaskFailed, LATE_WRITE_MARGIN,
-    ListOrder, MAX_BATCH_TASKS_LIMIT, MAX_CLOCK_OFFSET, MAX_SCHEMA_CACHE, MAX_SQS_DELAY,
-    NO_SCHEMAS_BUILD, RetryPolicy, Settings,
+    ListOrder, MAX_BATCH_TASKS_LIMIT, MAX_CLOCK_OFFSET, MAX_PASS_CONCURRENCY, MAX_SCHEMA_CACHE,
+    MAX_SQS_DELAY, NO_SCHEMAS_BUILD, RetryPolicy, Settings,
 };

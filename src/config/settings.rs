@@ -114,7 +114,15 @@ pub struct Settings {
     /// What a keyed submit does when its key's task ended failed or
     /// cancelled, unless it says (`IF_TASK_FAILED`; `replay` by default).
     pub if_task_failed: IfTaskFailed,
+    /// The most invocations that work one scheduled pass at once
+    /// (`PASS_CONCURRENCY`; 4 by default): each holds a share of the pass's
+    /// ranges by a lease in the checkpoint.
+    pub pass_concurrency: usize,
 }
+
+/// The most invocations of one pass at once that `PASS_CONCURRENCY` may
+/// ask (SQS's event source mappings take 2 to 1,000).
+pub const MAX_PASS_CONCURRENCY: usize = 1000;
 
 /// How the store lists (`LIST_ORDER`; docs/protocol.md, "The scheduled
 /// pass").
@@ -169,6 +177,7 @@ impl Default for Settings {
             conditional_delete: true,
             list_order: ListOrder::Bytes,
             if_task_failed: IfTaskFailed::Replay,
+            pass_concurrency: 4,
         }
     }
 }
@@ -369,6 +378,12 @@ impl Settings {
             return Err(err(
                 "MAX_BATCH_TASKS",
                 format!("must be 1 to {MAX_BATCH_TASKS_LIMIT}"),
+            ));
+        }
+        if !(1..=MAX_PASS_CONCURRENCY).contains(&self.pass_concurrency) {
+            return Err(err(
+                "PASS_CONCURRENCY",
+                format!("must be 1 to {MAX_PASS_CONCURRENCY}"),
             ));
         }
         Ok(())

@@ -142,6 +142,19 @@ impl Metrics {
         self.emit(&[("Rejected", 1)]);
     }
 
+    /// A scheduled pass that ended: `SweepPasses` (1), the shares it took
+    /// over all its invocations (`SweepPassShares`), the most at once
+    /// (`SweepPassConcurrency`), and its length in seconds from its start to
+    /// its end, in S3's time (`SweepPassSeconds`).
+    pub fn pass(&self, shares: u64, peak: u64, seconds: u64) {
+        self.emit(&[
+            ("SweepPasses", 1),
+            ("SweepPassShares", shares),
+            ("SweepPassConcurrency", peak),
+            ("SweepPassSeconds", seconds),
+        ]);
+    }
+
     /// A sweep's summary.
     pub fn sweep(&self, s: &SweepSummary) {
         self.emit(&[

@@ -9,6 +9,7 @@ pub mod due_queue;
 pub mod http;
 pub mod keys;
 pub mod metrics;
+pub mod pass_queue;
 pub mod routes;
 pub mod schedule;
 pub mod sources;
@@ -169,6 +170,19 @@ pub struct Sweeper {
     pub metrics: Metrics,
 }
 
+impl Sweeper {
+    /// This sweeper, its scheduled passes handing their continuations to
+    /// the pass queue at `url` (`PASS_QUEUE_URL`); unchanged without one (a
+    /// pass that outlasts its invocation goes on at the next scheduled run).
+    pub async fn with_pass_queue(mut self, url: Option<String>) -> Self {
+        if let Some(url) = url {
+            let hand_on = pass_queue::SqsHandOn::from_env(url).await;
+            self.queue = self.queue.with_pass_hand_on(Arc::new(hand_on));
+        }
+        self
+    }
+}
+
 /// An event the `sweep` function does not take.
 #[derive(Debug, thiserror::Error)]
 #[error(
@@ -177,7 +191,9 @@ pub struct Sweeper {
 pub struct UnrecognizedSweepEvent(String);
 
 /// The `sweep` function: a batch of the due queue (told by its records'
-/// `eventSource`, `aws:sqs`) answers an SQS partial batch response; any
+/// `eventSource`, `aws:sqs`) answers an SQS partial batch response, as a
+/// batch of the pass queue does (told by its first body, a continuation of
+/// a pass: `{"sweep_pass": ...}`); any
 /// other event without `Records` (EventBridge Scheduler, `{}`) runs the
 /// scheduled pass and answers its summary. `Records` from another source (an
 /// S3 notification sent straight to the function, SNS) is refused.
@@ -190,6 +206,15 @@ pub async fn handle_sweep(
     if let Some(records) = payload.get("Records") {
         sqs_records(records).map_err(UnrecognizedSweepEvent)?;
         let batch: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(payload)?;
+        let of_the_pass = batch
+            .records
+            .first()
+            .is_some_and(|m| m.body.as_deref().and_then(schedule::continuation).is_some());
+        if of_the_pass {
+            let event = LambdaEvent::new(batch, context);
+            let resp = schedule::handle_continuations(queue, &sweeper.metrics, event).await;
+            return Ok(serde_json::to_value(resp)?);
+        }
         let resp = due_queue::handle(
             queue,
             &sweeper.metrics,
@@ -213,9 +238,19 @@ pub(crate) fn report_sweep(
     request_id: &str,
     source: &'static str,
     s: &SweepSummary,
-    (messages, retried): (usize, usize),
+    counts: (usize, usize),
 ) {
     metrics.sweep(s);
+    log_sweep(request_id, source, s, counts);
+}
+
+/// A sweep's summary, logged as [`report_sweep`] logs it, without metrics.
+pub(crate) fn log_sweep(
+    request_id: &str,
+    source: &'static str,
+    s: &SweepSummary,
+    (messages, retried): (usize, usize),
+) {
     tracing::info!(
         request_id = %request_id,
         source,

@@ -1,22 +1,28 @@
 //! The scheduled pass of the `sweep` function: EventBridge Scheduler or a
 //! rule (any event that is not an SQS batch), or `{}` or `{"dry_run": true}`
-//! sent directly.
+//! sent directly, opens or joins a pass; a batch of the pass queue (each
+//! message a [`Continuation`]) joins the pass it names. Each invocation
+//! runs one share of the pass (docs/protocol.md, "The scheduled pass") and
+//! logs it; the invocation that ends the pass logs the pass's one summary
+//! and emits its metrics, once a pass.
 
 use std::time::{Duration as StdDuration, SystemTime};
 
+use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
 use super::Metrics;
 use crate::Queue;
-use crate::protocol::{SubmitError, SweepOptions, SweepSummary};
+use crate::protocol::{Continuation, ShareOutcome, SubmitError, SweepOptions, SweepSummary};
 
 /// How long before the invocation's deadline the sweep stops, to save its
 /// place and answer.
 pub const DEADLINE_MARGIN: StdDuration = StdDuration::from_secs(10);
 
-/// Runs one sweep for one invocation, and logs its summary.
+/// Runs one scheduled invocation's share of the pass, and logs it: its own
+/// summary is the answer (`complete` when the pass ended in it).
 pub async fn handle(
     queue: &Queue,
     metrics: &Metrics,
@@ -31,21 +37,86 @@ pub async fn handle(
         dry_run,
         deadline: stop_at(queue, event.context.deadline()),
         max_records: None,
+        continuation: None,
     };
-    let summary = queue.sweep(&opts).await;
-    match &summary {
-        Ok(s) => super::report_sweep(
-            metrics,
-            &event.context.request_id,
-            "scheduled pass",
-            s,
-            (0, 0),
-        ),
-        Err(e) => {
-            tracing::error!(request_id = %event.context.request_id, error = %e, "sweep failed")
+    run_share(queue, metrics, &event.context.request_id, &opts).await
+}
+
+/// The continuation a pass queue message carries, if it is one.
+pub fn continuation(body: &str) -> Option<Continuation> {
+    serde_json::from_str(body).ok()
+}
+
+/// A batch of the pass queue: one share of the pass its first message
+/// names (the others name the same pass, or one that is over: a share is
+/// an invocation's whole work). The batch is handed back whole when the
+/// share failed, so SQS delivers it again (and, after its receives, to the
+/// pass queue's dead-letter queue).
+pub async fn handle_continuations(
+    queue: &Queue,
+    metrics: &Metrics,
+    event: LambdaEvent<SqsEvent>,
+) -> SqsBatchResponse {
+    let records = event.payload.records;
+    let mut resp = SqsBatchResponse::default();
+    let first = records
+        .iter()
+        .find_map(|m| m.body.as_deref().and_then(continuation));
+    let Some(first) = first else {
+        tracing::warn!(
+            messages = records.len(),
+            "a pass queue batch without a continuation: acknowledged"
+        );
+        return resp;
+    };
+    let opts = SweepOptions {
+        dry_run: false,
+        deadline: stop_at(queue, event.context.deadline()),
+        max_records: None,
+        continuation: Some(first),
+    };
+    if run_share(queue, metrics, &event.context.request_id, &opts)
+        .await
+        .is_err()
+    {
+        for m in records {
+            let mut f = BatchItemFailure::default();
+            f.item_identifier = m.message_id.unwrap_or_default();
+            resp.batch_item_failures.push(f);
         }
     }
-    summary
+    resp
+}
+
+/// One share, logged; the pass's summary and metrics when it ended here.
+async fn run_share(
+    queue: &Queue,
+    metrics: &Metrics,
+    request_id: &str,
+    opts: &SweepOptions,
+) -> Result<SweepSummary, SubmitError> {
+    let out = queue.sweep_share(opts).await;
+    match &out {
+        Ok(o) => report(metrics, request_id, o),
+        Err(e) => tracing::error!(request_id = %request_id, error = %e, "sweep failed"),
+    }
+    out.map(|o| o.summary)
+}
+
+/// The share's log line ("scheduled pass"); at the pass's end, the pass's
+/// line ("pass") with its metrics, the shares it took and its length.
+fn report(metrics: &Metrics, request_id: &str, o: &ShareOutcome) {
+    super::log_sweep(request_id, "scheduled pass", &o.summary, (0, 0));
+    if !o.handed_on.is_empty() {
+        tracing::info!(request_id = %request_id, continuations = o.handed_on.len(), "the pass handed on");
+    }
+    if let Some(pass) = &o.pass {
+        super::report_sweep(metrics, request_id, "pass", pass, (0, 0));
+        let (shares, peak) = o.pass_shares.unwrap_or_default();
+        let seconds = o.pass_length.map_or(0, |d| d.num_seconds().max(0) as u64);
+        tracing::info!(request_id = %request_id, shares, peak_shares = peak, seconds, "pass ended");
+        metrics.pass(shares, peak, seconds);
+    }
 }
 
 /// The invocation's deadline, less the margin, on the queue's clock. A

@@ -31,6 +31,9 @@ pub struct Engine {
     pub(crate) due: Option<Arc<DueMessages>>,
     /// How the first due message goes: alone, or with its batch's.
     pub(crate) due_route: Route,
+    /// Where a scheduled pass hands its continuations (the `sweep`
+    /// function's pass queue); `None`: the next scheduled run goes on.
+    pub(crate) pass_hand_on: Option<Arc<dyn super::sweep::HandOn>>,
 }
 
 impl Engine {
@@ -43,7 +46,20 @@ impl Engine {
             schemas: Arc::default(),
             due: None,
             due_route: Route::Alone,
+            pass_hand_on: None,
         }
+    }
+
+    /// This engine, handing the continuations of its scheduled passes to
+    /// `hand_on` (docs/protocol.md, "The scheduled pass").
+    pub fn with_pass_hand_on(mut self, hand_on: Arc<dyn super::sweep::HandOn>) -> Self {
+        self.pass_hand_on = Some(hand_on);
+        self
+    }
+
+    /// Where this engine's passes hand their continuations, if anywhere.
+    pub fn pass_hand_on(&self) -> Option<&dyn super::sweep::HandOn> {
+        self.pass_hand_on.as_deref()
     }
 
     /// This engine, sending every record's due message itself through `due`

@@ -37,5 +37,5 @@ pub use names::{
 pub use record::{Record, RecordStatus, TaskLocation};
 pub use request::{IdempotencyInfo, Input, KeySpec, Phase, SubmitRequest, Submitted};
 pub use retry_policy::TaskRetryPolicy;
-pub use sweep::{RecordOutcome, SweepOptions, SweepSummary};
+pub use sweep::{Continuation, HandOn, RecordOutcome, ShareOutcome, SweepOptions, SweepSummary};
 pub use task_options::{TaskFields, TaskOptions};

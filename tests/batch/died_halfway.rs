@@ -66,6 +66,11 @@ async fn crashed_batch(
     (clock, faulty.inner().clone(), answered)
 }
 
+/// A process started afresh on the crashed batch's bucket.
+fn restart(clock: &ManualClock, store: &MemoryStore) -> Queue {
+    Queue::with_clock(store.clone(), Arc::new(clock.clone()), common::settings())
+}
+
 /// After the crash each item is either finished (its record, its task and
 /// its marker) or never started (no record): every record's task id has
 /// exactly one task object and one marker.
@@ -86,20 +91,17 @@ fn each_item_finished_or_never_started(
         started,
         "{why}: one marker per started item"
     );
-    for id in recs.iter().flatten() {
+    let keys = store.keys();
+    for id in recs.iter().flatten().map(|id| id.to_string()) {
+        let task = keys
+            .iter()
+            .any(|k| k.starts_with("tasks/") && k.contains(&id));
+        let marker = keys
+            .iter()
+            .any(|k| k.starts_with("ready/") && k.ends_with(&id));
         assert!(
-            store
-                .keys()
-                .iter()
-                .any(|k| k.starts_with("tasks/") && k.contains(&id.to_string())),
-            "{why}: {id}"
-        );
-        assert!(
-            store
-                .keys()
-                .iter()
-                .any(|k| k.starts_with("ready/") && k.ends_with(&id.to_string())),
-            "{why}: {id}"
+            task && marker,
+            "{why}: {id} has its task {task}, its marker {marker}"
         );
     }
 }
@@ -144,8 +146,7 @@ async fn a_batch_that_died_halfway_is_finished_by_its_records_events_and_a_retry
     for (nth, fault) in crash_points() {
         let why = format!("{fault:?} at call {nth}");
         let (clock, store, answered) = crashed_batch(nth, fault).await;
-        let restarted =
-            Queue::with_clock(store.clone(), Arc::new(clock.clone()), common::settings());
+        let restarted = restart(&clock, &store);
         let before = records(&restarted).await;
         // The records' events, STALE_CREATING_AFTER_SECONDS after the writes.
         clock.advance(common::settings().stale_creating_after);
@@ -182,8 +183,7 @@ async fn a_batch_that_died_halfway_is_finished_by_a_retry_of_the_batch_alone() {
     for (nth, fault) in crash_points() {
         let why = format!("{fault:?} at call {nth}");
         let (clock, store, answered) = crashed_batch(nth, fault).await;
-        let restarted =
-            Queue::with_clock(store.clone(), Arc::new(clock.clone()), common::settings());
+        let restarted = restart(&clock, &store);
         let before = records(&restarted).await;
         retry_answers_every_item_truthfully(&restarted, &store, &before, &answered, &why).await;
         each_item_finished_or_never_started(&store, &records(&restarted).await, &why);

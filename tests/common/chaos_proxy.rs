@@ -235,150 +235,182 @@ fn error_response(status: u16, code: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// What every connection of a proxy shares: where it forwards, what it
+/// counts, and the knobs its owner turns.
+#[derive(Clone)]
+struct Link {
+    upstream: String,
+    counts: Arc<Counts>,
+    rate: Arc<AtomicU64>,
+    lose: Arc<AtomicU64>,
+    spikes: Arc<Spikes>,
+    landed: Arc<Mutex<Option<LandedHook>>>,
+}
+
+impl Link {
+    /// One connection's requests, each answered in turn until a fault
+    /// drops the connection.
+    async fn serve(self, sock: TcpStream, rng: Mutex<fastrand::Rng>) {
+        let (rd, mut wr) = sock.into_split();
+        let mut rd = BufReader::new(rd);
+        while let Some(req) = read_request(&mut rd).await {
+            self.spike(&rng).await;
+            let chaos = self.draw(&rng, &req);
+            if let Some(kind) = chaos {
+                self.count(kind, &req);
+            }
+            match self.reply(chaos, &req).await {
+                Some(bytes) => {
+                    if wr.write_all(&bytes).await.is_err() {
+                        return;
+                    }
+                }
+                None => return, // drops the connection
+            }
+        }
+    }
+
+    /// A latency spike, drawn at the spikes' rate.
+    async fn spike(&self, rng: &Mutex<fastrand::Rng>) {
+        let hold = {
+            let mut g = rng.lock().unwrap();
+            let max = self.spikes.max_ms.load(Ordering::SeqCst).max(1);
+            (g.u64(0..1000) < self.spikes.per_mille.load(Ordering::SeqCst))
+                .then(|| g.u64(max / 4..=max))
+        };
+        if let Some(ms) = hold {
+            self.counts.spikes.fetch_add(1, Ordering::SeqCst);
+            self.counts.spike_ms.fetch_add(ms, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+    }
+
+    /// The fault for `req`, if any: drawn at the rate (a 409 only for a
+    /// conditional request, a 503 instead), or the next update whose answer
+    /// is to be lost.
+    fn draw(&self, rng: &Mutex<fastrand::Rng>, req: &Request) -> Option<Chaos> {
+        let chaos = {
+            let mut g = rng.lock().unwrap();
+            (g.u64(0..1000) < self.rate.load(Ordering::SeqCst)).then(|| ALL[g.usize(..ALL.len())])
+        };
+        let chaos = match chaos {
+            Some(Chaos::Conflict409) if !req.conditional => Some(Chaos::SlowDown),
+            c => c,
+        };
+        let update = req.conditional && !req.if_none_match;
+        let lose = || {
+            self.lose
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        };
+        if update && lose() {
+            Some(Chaos::LandedThenReset)
+        } else {
+            chaos
+        }
+    }
+
+    /// Counts a fault, and a conditional write whose answer it loses.
+    fn count(&self, kind: Chaos, req: &Request) {
+        let counts = &self.counts;
+        counts.faults.fetch_add(1, Ordering::SeqCst);
+        let i = ALL.iter().position(|k| *k == kind).unwrap_or(0);
+        counts.by_kind[i].fetch_add(1, Ordering::SeqCst);
+        if matches!(kind, Chaos::LandedThen500 | Chaos::LandedThenReset) && req.conditional {
+            if req.if_none_match {
+                counts.lost_create.fetch_add(1, Ordering::SeqCst);
+            } else {
+                counts.lost_update.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// The answer to `req` under `chaos`: forwarded, or a fault's; `None`
+    /// drops the connection.
+    async fn reply(&self, chaos: Option<Chaos>, req: &Request) -> Option<Vec<u8>> {
+        match chaos {
+            None => {
+                self.counts.forwarded.fetch_add(1, Ordering::SeqCst);
+                let line = req.head.lines().next().unwrap_or("").to_owned();
+                self.counts.requests.lock().unwrap().push(line);
+                let resp = forward(&self.upstream, req).await;
+                self.land(req, &resp);
+                resp
+            }
+            Some(Chaos::SlowDown) => Some(error_response(503, "SlowDown")),
+            Some(Chaos::InternalError) => Some(error_response(500, "InternalError")),
+            Some(Chaos::Conflict409) => Some(error_response(409, "ConditionalRequestConflict")),
+            Some(Chaos::LandedThen500) => {
+                self.land(req, &forward(&self.upstream, req).await);
+                Some(error_response(500, "InternalError"))
+            }
+            Some(Chaos::LandedThenReset) => {
+                self.land(req, &forward(&self.upstream, req).await);
+                None
+            }
+            Some(Chaos::ResetBefore) => None,
+            Some(Chaos::Hold) => {
+                // Longer than the client's attempt timeout; it gives up and
+                // retries on another connection.
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                None
+            }
+        }
+    }
+
+    /// Tells the landing hook, if one is set, of a request that reached the
+    /// upstream and the status it answered.
+    fn land(&self, req: &Request, resp: &Option<Vec<u8>>) {
+        let hook = self.landed.lock().unwrap().clone();
+        if let Some(hook) = hook {
+            let status = resp
+                .as_deref()
+                .and_then(|r| r.get(9..12))
+                .and_then(|s| std::str::from_utf8(s).ok())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            hook(&Landing {
+                line: req.head.lines().next().unwrap_or(""),
+                if_none_match: req.if_none_match,
+                if_match: req.conditional && !req.if_none_match,
+                status,
+            });
+        }
+    }
+}
+
 impl ChaosProxy {
     pub async fn start(upstream: &str, per_mille: u64, seed: u64) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let endpoint = format!("http://{}", listener.local_addr().unwrap());
-        let upstream = upstream.trim_start_matches("http://").to_owned();
-        let counts = Arc::new(Counts::default());
-        let rate = Arc::new(AtomicU64::new(per_mille));
-        let lose = Arc::new(AtomicU64::new(0));
-        let spikes = Arc::new(Spikes::default());
-        let landed: Arc<Mutex<Option<LandedHook>>> = Arc::new(Mutex::new(None));
-        let (c, r, l) = (counts.clone(), rate.clone(), lose.clone());
-        let (sp, la) = (spikes.clone(), landed.clone());
+        let link = Link {
+            upstream: upstream.trim_start_matches("http://").to_owned(),
+            counts: Arc::new(Counts::default()),
+            rate: Arc::new(AtomicU64::new(per_mille)),
+            lose: Arc::new(AtomicU64::new(0)),
+            spikes: Arc::new(Spikes::default()),
+            landed: Arc::new(Mutex::new(None)),
+        };
+        let proxy = ChaosProxy {
+            endpoint,
+            counts: link.counts.clone(),
+            per_mille: link.rate.clone(),
+            lose_updates: link.lose.clone(),
+            spikes: link.spikes.clone(),
+            landed: link.landed.clone(),
+        };
         tokio::spawn(async move {
             let mut connection: u64 = 0;
             while let Ok((sock, _)) = listener.accept().await {
                 connection += 1;
+                // Each connection's own draws, from the seed and its number.
                 let rng = Mutex::new(fastrand::Rng::with_seed(
                     seed ^ connection.wrapping_mul(0x9e37_79b9_7f4a_7c15),
                 ));
-                let (upstream, counts, rate, lose) =
-                    (upstream.clone(), c.clone(), r.clone(), l.clone());
-                let (spikes, landed) = (sp.clone(), la.clone());
-                tokio::spawn(async move {
-                    let (rd, mut wr) = sock.into_split();
-                    let mut rd = BufReader::new(rd);
-                    while let Some(req) = read_request(&mut rd).await {
-                        let hold = {
-                            let mut g = rng.lock().unwrap();
-                            let max = spikes.max_ms.load(Ordering::SeqCst).max(1);
-                            (g.u64(0..1000) < spikes.per_mille.load(Ordering::SeqCst))
-                                .then(|| g.u64(max / 4..=max))
-                        };
-                        if let Some(ms) = hold {
-                            counts.spikes.fetch_add(1, Ordering::SeqCst);
-                            counts.spike_ms.fetch_add(ms, Ordering::SeqCst);
-                            tokio::time::sleep(Duration::from_millis(ms)).await;
-                        }
-                        let land = |resp: &Option<Vec<u8>>| {
-                            let hook = landed.lock().unwrap().clone();
-                            if let Some(hook) = hook {
-                                let status = resp
-                                    .as_deref()
-                                    .and_then(|r| r.get(9..12))
-                                    .and_then(|s| std::str::from_utf8(s).ok())
-                                    .and_then(|s| s.parse().ok())
-                                    .unwrap_or(0);
-                                hook(&Landing {
-                                    line: req.head.lines().next().unwrap_or(""),
-                                    if_none_match: req.if_none_match,
-                                    if_match: req.conditional && !req.if_none_match,
-                                    status,
-                                });
-                            }
-                        };
-                        let chaos = {
-                            let mut g = rng.lock().unwrap();
-                            (g.u64(0..1000) < rate.load(Ordering::SeqCst))
-                                .then(|| ALL[g.usize(..ALL.len())])
-                        };
-                        let chaos = match chaos {
-                            Some(Chaos::Conflict409) if !req.conditional => Some(Chaos::SlowDown),
-                            c => c,
-                        };
-                        let update = req.conditional && !req.if_none_match;
-                        let chaos = if update
-                            && lose
-                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                                    n.checked_sub(1)
-                                })
-                                .is_ok()
-                        {
-                            Some(Chaos::LandedThenReset)
-                        } else {
-                            chaos
-                        };
-                        if let Some(kind) = chaos {
-                            counts.faults.fetch_add(1, Ordering::SeqCst);
-                            let i = ALL.iter().position(|k| *k == kind).unwrap_or(0);
-                            counts.by_kind[i].fetch_add(1, Ordering::SeqCst);
-                            if matches!(kind, Chaos::LandedThen500 | Chaos::LandedThenReset)
-                                && req.conditional
-                            {
-                                if req.if_none_match {
-                                    counts.lost_create.fetch_add(1, Ordering::SeqCst);
-                                } else {
-                                    counts.lost_update.fetch_add(1, Ordering::SeqCst);
-                                }
-                            }
-                        }
-                        let reply = match chaos {
-                            None => {
-                                counts.forwarded.fetch_add(1, Ordering::SeqCst);
-                                counts
-                                    .requests
-                                    .lock()
-                                    .unwrap()
-                                    .push(req.head.lines().next().unwrap_or("").to_owned());
-                                let resp = forward(&upstream, &req).await;
-                                land(&resp);
-                                resp
-                            }
-                            Some(Chaos::SlowDown) => Some(error_response(503, "SlowDown")),
-                            Some(Chaos::InternalError) => {
-                                Some(error_response(500, "InternalError"))
-                            }
-                            Some(Chaos::Conflict409) => {
-                                Some(error_response(409, "ConditionalRequestConflict"))
-                            }
-                            Some(Chaos::LandedThen500) => {
-                                land(&forward(&upstream, &req).await);
-                                Some(error_response(500, "InternalError"))
-                            }
-                            Some(Chaos::LandedThenReset) => {
-                                land(&forward(&upstream, &req).await);
-                                None
-                            }
-                            Some(Chaos::ResetBefore) => None,
-                            Some(Chaos::Hold) => {
-                                // Longer than the client's attempt timeout; it
-                                // gives up and retries on another connection.
-                                tokio::time::sleep(Duration::from_secs(3)).await;
-                                None
-                            }
-                        };
-                        match reply {
-                            Some(bytes) => {
-                                if wr.write_all(&bytes).await.is_err() {
-                                    return;
-                                }
-                            }
-                            None => return, // drops the connection
-                        }
-                    }
-                });
+                tokio::spawn(link.clone().serve(sock, rng));
             }
         });
-        ChaosProxy {
-            endpoint,
-            counts,
-            per_mille: rate,
-            lose_updates: lose,
-            spikes,
-            landed,
-        }
+        proxy
     }
 
     /// Holds `per_mille` of requests from now on for a random while, a

@@ -120,16 +120,7 @@ pub async fn drain_until_finished(
     let mut summary = SweepSummary::default();
     let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while summary.finished < finished && std::time::Instant::now() < end {
-        let got = sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(0)
-            .send()
-            .await
-            .expect("receiving from moto's SQS")
-            .messages
-            .unwrap_or_default();
+        let got = super::moto::receive_now(&sqs, url, None).await;
         if got.is_empty() {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             continue;
@@ -183,6 +174,17 @@ pub fn buquet(at: &BuquetAt<'_>, args: &[&str]) -> Value {
         .output()
         .expect("python3 runs");
     buquet_answer(&out, args)
+}
+
+/// buquet's worker runs the `remind` task `task_id` once: it completes it,
+/// and a second worker finds nothing to run.
+pub fn buquet_runs_once(at: &BuquetAt<'_>, task_id: &str) {
+    let run = buquet(at, &["work", "remind", "1"]);
+    assert_eq!(run["processed"], 1, "{run}");
+    let task = buquet(at, &["get", task_id]);
+    assert_eq!(task["status"], "completed", "{task}");
+    let idle = buquet(at, &["idle", "remind", "2"]);
+    assert_eq!(idle["processed"], 0, "run once: {idle}");
 }
 
 /// The JSON a run of buquet's client printed, which must have succeeded.

@@ -100,6 +100,16 @@ impl Harness {
         super::all_keys(self.app.queue.engine().store().as_ref()).await
     }
 
+    /// The JSON objects under `prefix`, in the order of their keys.
+    pub async fn objects(&self, prefix: &str) -> Vec<serde_json::Value> {
+        let store = self.app.queue.engine().store();
+        let mut out = Vec::new();
+        for k in self.keys().await.iter().filter(|k| k.starts_with(prefix)) {
+            out.push(serde_json::from_slice(&store.get(k).await.unwrap().body).unwrap());
+        }
+        out
+    }
+
     /// How many keys of the bucket start with `prefix`.
     pub async fn count(&self, prefix: &str) -> usize {
         self.keys()

@@ -21,6 +21,7 @@ pub fn config(tenant_isolation: bool, settings: Settings) -> Config {
         record_events: idempotent_submit::RecordEvents::Bucket,
         due_queue_url: None,
         due_message: Default::default(),
+        pass_queue_url: None,
         s3_credentials_secret: None,
     }
 }

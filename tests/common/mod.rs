@@ -68,6 +68,30 @@ pub fn settings() -> Settings {
     }
 }
 
+/// A keyed submit of the tests' usual task (type `t`, input `1`), which
+/// must succeed.
+pub async fn submit_key(
+    queue: &idempotent_submit::Queue,
+    key: &str,
+) -> idempotent_submit::Submitted {
+    queue
+        .submit("t", serde_json::json!(1))
+        .idempotency_key(key)
+        .await
+        .unwrap()
+}
+
+/// A fresh bucket on each real store the tests run on: moto's and
+/// SeaweedFS's, each unversioned then versioned.
+pub async fn real_buckets() -> [idempotent_submit::S3Store; 4] {
+    [
+        moto_store().await,
+        moto_store_versioned().await,
+        seaweedfs_store().await,
+        seaweedfs_store_versioned().await,
+    ]
+}
+
 /// Every key in a bucket, whatever store holds it.
 pub async fn all_keys(store: &dyn idempotent_submit::Store) -> Vec<String> {
     let mut out = Vec::new();

@@ -88,26 +88,39 @@ pub async fn moto_store_with(versioning: Versioning) -> S3Store {
 
 /// A store on a new, empty bucket of the moto server at `endpoint`.
 pub async fn moto_store_at(endpoint: &str, versioning: Versioning) -> S3Store {
+    let store = S3Store::for_endpoint(endpoint, fresh_bucket_name("t"));
+    create_bucket(&store, versioning, "moto").await;
+    store
+}
+
+/// A bucket name no other test of any run has used: `prefix`, the process,
+/// a count, a random number.
+pub fn fresh_bucket_name(prefix: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
-    let bucket = format!(
-        "t{}-{}-{}",
+    format!(
+        "{prefix}{}-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::SeqCst),
         fastrand::u32(..)
-    );
-    let store = S3Store::for_endpoint(endpoint, &bucket);
+    )
+}
+
+/// Creates `store`'s bucket on `server` (its name, for the panic), and
+/// turns versioning on when asked.
+pub async fn create_bucket(store: &S3Store, versioning: Versioning, server: &str) {
+    let bucket = store.bucket();
     store
         .client()
         .create_bucket()
-        .bucket(&bucket)
+        .bucket(bucket)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("creating bucket {bucket} on moto: {e:?}"));
+        .unwrap_or_else(|e| panic!("creating bucket {bucket} on {server}: {e:?}"));
     if versioning == Versioning::On {
         store
             .client()
             .put_bucket_versioning()
-            .bucket(&bucket)
+            .bucket(bucket)
             .versioning_configuration(
                 aws_sdk_s3::types::VersioningConfiguration::builder()
                     .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
@@ -117,7 +130,6 @@ pub async fn moto_store_at(endpoint: &str, versioning: Versioning) -> S3Store {
             .await
             .unwrap_or_else(|e| panic!("enabling versioning on {bucket}: {e:?}"));
     }
-    store
 }
 
 /// What ListObjectVersions shows of one key.
@@ -187,15 +199,22 @@ pub async fn moto_due_queue(store: &S3Store, delay_seconds: u32) -> String {
 
 /// The same, on the moto server at `endpoint` (`store`'s, for its events).
 pub async fn moto_due_queue_at(endpoint: &str, store: &S3Store, delay_seconds: u32) -> String {
+    let url = moto_queue_at(endpoint, &format!("due-{}", store.bucket()), delay_seconds).await;
+    let arn = queue_arn(&moto_sqs_at(endpoint), &url).await;
+    notify_queue(store, "idempotency/", &arn).await;
+    url
+}
+
+/// `store`'s bucket notifies the queue `arn` of every object created under
+/// `prefix` (the one notification it has).
+pub async fn notify_queue(store: &S3Store, prefix: &str, arn: &str) {
     use aws_sdk_s3::types::{
         Event, FilterRule, FilterRuleName, NotificationConfiguration,
         NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter,
     };
-    let url = moto_queue_at(endpoint, &format!("due-{}", store.bucket()), delay_seconds).await;
-    let arn = queue_arn(&moto_sqs_at(endpoint), &url).await;
     let rule = FilterRule::builder()
         .name(FilterRuleName::Prefix)
-        .value("idempotency/")
+        .value(prefix)
         .build();
     let queue = QueueConfiguration::builder()
         .queue_arn(arn)
@@ -219,7 +238,6 @@ pub async fn moto_due_queue_at(endpoint: &str, store: &S3Store, delay_seconds: u
         .send()
         .await
         .expect("the bucket's notification configuration");
-    url
 }
 
 /// The ARN of the queue at `url` (what a bucket's notification and an SQS
@@ -273,22 +291,31 @@ pub async fn receive_all(url: &str, visibility: i32) -> Vec<aws_sdk_sqs::types::
     let sqs = moto_sqs();
     let mut out = Vec::new();
     loop {
-        let got = sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(0)
-            .visibility_timeout(visibility)
-            .send()
-            .await
-            .expect("receiving from moto's SQS")
-            .messages
-            .unwrap_or_default();
+        let got = receive_now(&sqs, url, Some(visibility)).await;
         if got.is_empty() {
             return out;
         }
         out.extend(got);
     }
+}
+
+/// One short poll of the queue at `url`: up to ten messages, left invisible
+/// for `visibility` seconds (the queue's own timeout if none).
+pub async fn receive_now(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    visibility: Option<i32>,
+) -> Vec<aws_sdk_sqs::types::Message> {
+    sqs.receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(0)
+        .set_visibility_timeout(visibility)
+        .send()
+        .await
+        .expect("receiving from moto's SQS")
+        .messages
+        .unwrap_or_default()
 }
 
 /// A secret on moto's Secrets Manager holding `value` (its string); its ARN.

@@ -9,12 +9,11 @@
 
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use idempotent_submit::store::S3Store;
 
-use super::moto::Versioning;
+use super::moto::{Versioning, create_bucket, fresh_bucket_name};
 
 /// Where the SeaweedFS S3 API is, and the one key pair it accepts (unsigned
 /// requests and any other key are refused with a 403).
@@ -115,34 +114,7 @@ pub async fn seaweedfs_store_versioned() -> S3Store {
 /// not. (Each bucket is a SeaweedFS collection with a volume of its own;
 /// scripts/with-seaweedfs.sh allows 2,000 of them.)
 pub async fn seaweedfs_store_with(versioning: Versioning) -> S3Store {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let bucket = format!(
-        "sw{}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst),
-        fastrand::u32(..)
-    );
-    let store = seaweedfs_bucket(&bucket);
-    store
-        .client()
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("creating bucket {bucket} on SeaweedFS: {e:?}"));
-    if versioning == Versioning::On {
-        store
-            .client()
-            .put_bucket_versioning()
-            .bucket(&bucket)
-            .versioning_configuration(
-                aws_sdk_s3::types::VersioningConfiguration::builder()
-                    .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
-                    .build(),
-            )
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("enabling versioning on {bucket}: {e:?}"));
-    }
+    let store = seaweedfs_bucket(&fresh_bucket_name("sw"));
+    create_bucket(&store, versioning, "SeaweedFS").await;
     store
 }

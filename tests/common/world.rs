@@ -187,6 +187,17 @@ pub fn dying_at<S: Store + Clone>(store: S, op: Op, prefix: &str, fault: Fault) 
     f
 }
 
+/// A submit of `key` (task type `t`, input `1`) that died right after
+/// writing its record: in flight, its task not written.
+pub async fn died_after_record<S: Store + Clone>(store: S, key: &str) {
+    let dying = dying_at(store, Op::PutCreate, "idempotency/", Fault::CrashAfter);
+    Queue::new(dying, settings())
+        .submit("t", serde_json::json!(1))
+        .idempotency_key(key)
+        .await
+        .unwrap_err();
+}
+
 /// A retryable failure (a 503, a timeout) saying `why`.
 pub fn unavailable(why: &str) -> Fault {
     Fault::Fail(StoreError::Unavailable(why.into()))

@@ -5,10 +5,10 @@ use super::*;
 /// message is handed over, at the very instant its delay ends.
 async fn delivered_on_time(d: &Due, flight: Duration) -> (DueBatch, Vec<Queued>) {
     d.w.clock.advance(Duration::milliseconds(990));
-    let slow = RecordPuts {
-        inner: d.w.bucket.clone(),
-        before: BeforeRecordPut::Fly(d.w.clock.clone(), flight),
-    };
+    let slow = record_puts(
+        d.w.bucket.clone(),
+        BeforeRecordPut::Fly(d.w.clock.clone(), flight),
+    );
     d.queue_over(CrashPoint::AfterRecord.in_front_of(slow))
         .submit("t", json!(1))
         .idempotency_key("k")
@@ -142,10 +142,10 @@ async fn a_record_put_that_lands_after_its_message_was_read_is_finished_at_the_n
     for order in [DueOrder::BeforeClaim, DueOrder::WithClaim] {
         let d = Due::sending(order);
         let release = Arc::new(tokio::sync::Notify::new());
-        let q = d.queue_over(RecordPuts {
-            inner: d.w.bucket.clone(),
-            before: BeforeRecordPut::HoldThenDie(release.clone()),
-        });
+        let q = d.queue_over(record_puts(
+            d.w.bucket.clone(),
+            BeforeRecordPut::HoldThenDie(release.clone()),
+        ));
         let submit =
             tokio::spawn(async move { q.submit("t", json!(1)).idempotency_key("k").await });
         while d.due.queued().is_empty() {

@@ -68,12 +68,7 @@ async fn finished_by_the_due_queue_then_run_once(point: CrashPoint, mode: Mode) 
         access_key_id: "test",
         secret_access_key: "test",
     };
-    let run = common::due::buquet(&at, &["work", "remind", "1"]);
-    assert_eq!(run["processed"], 1, "{run}");
-    let task = common::due::buquet(&at, &["get", &task_id]);
-    assert_eq!(task["status"], "completed", "{task}");
-    let idle = common::due::buquet(&at, &["idle", "remind", "2"]);
-    assert_eq!(idle["processed"], 0, "run once: {idle}");
+    common::due::buquet_runs_once(&at, &task_id);
 }
 
 macro_rules! in_both_modes {

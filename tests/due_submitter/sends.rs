@@ -90,12 +90,7 @@ async fn before_claim_a_send_that_still_fails_writes_nothing_and_answers_retryab
 async fn a_send_that_never_answers_is_ended_by_its_attempt_timeout_and_sent_again() {
     let d = Due::new();
     d.due.inject(DueFault::Hang, 1);
-    let s = d
-        .queue()
-        .submit("t", json!(1))
-        .idempotency_key("a")
-        .await
-        .unwrap();
+    let s = common::submit_key(&d.queue(), "a").await;
     assert!(s.created());
     assert_eq!((d.due.requests().len(), d.due.queued().len()), (2, 1));
 }

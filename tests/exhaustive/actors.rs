@@ -8,14 +8,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use chrono::SubsecRound;
 use idempotent_submit::due_sender::DueOrder;
 use idempotent_submit::protocol::{RecordOutcome, SweepOptions, SweepSummary};
-use idempotent_submit::store::{PutMode, Store};
-use idempotent_submit::{Clock, Queue, Reset, Settings, SubmitError, Submitted};
+use idempotent_submit::store::{PutMode, Store, StoreError};
+use idempotent_submit::{Clock, IfTaskFailed, Queue, Reset, Settings, SubmitError, Submitted};
 use serde_json::{Value, json};
 
 use super::gate::{GateDue, GateStore, Message};
-use super::planted::{self, Bug, Planted};
+use crate::model::planted::{self, Bug, FirstBody, Planted};
 
 /// The scope every key of a world lives in (the task type's own).
 pub const TASK_TYPE: &str = "t";
@@ -26,6 +27,8 @@ pub const BUCKET: &str = "exhaustive-bucket";
 pub enum Role {
     /// A keyed submit of `key` with input number `input`.
     Submit { key: &'static str, input: u8 },
+    /// A keyed submit with `if_task_failed: new_task`.
+    Reuse { key: &'static str, input: u8 },
     /// `submit_many` of keyed items, one `SendMessageBatch` for their due
     /// messages under `RECORD_EVENTS=submitter`.
     Batch { items: Vec<(&'static str, u8)> },
@@ -38,13 +41,25 @@ pub enum Role {
     /// buquet's worker: one poll of the ready index, claiming, deleting
     /// the marker, completing.
     Worker,
+    /// buquet's worker finding a task by listing `tasks/` (not by its
+    /// marker) and claiming it: a marker of ours may still be written.
+    Scanner,
+    /// The planted bug `ResetIgnoresPhase`'s operator: a key reset by
+    /// hand, the record read and replaced by a reset record with
+    /// `If-Match`, whatever its phase.
+    ResetByHand { key: &'static str },
 }
 
 impl Role {
+    /// One of buquet's workers, not our code.
+    pub fn is_workers(&self) -> bool {
+        matches!(self, Role::Worker | Role::Scanner)
+    }
+
     /// A submit's key and input, for the checks.
     pub fn submits(&self) -> Vec<(&'static str, u8)> {
         match self {
-            Role::Submit { key, input } => vec![(key, *input)],
+            Role::Submit { key, input } | Role::Reuse { key, input } => vec![(key, *input)],
             Role::Batch { items } => items.clone(),
             _ => Vec::new(),
         }
@@ -76,15 +91,27 @@ pub fn input_of(input: u8) -> Value {
     json!({ "n": input })
 }
 
+/// Where the planted bugs find a task's first body: the gate's history.
+fn first_body(gate: &GateStore) -> FirstBody {
+    let writes = super::gate::lock(&gate.state).writes.clone();
+    Arc::new(move |key: &str| {
+        let writes = writes.lock().unwrap_or_else(|e| e.into_inner());
+        writes
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, b)| b.clone())
+    })
+}
+
 /// One process's queue over the gate, with the planted bug if any.
 pub fn queue(gate: &GateStore, settings: &Settings, events: Events, bug: Option<Bug>) -> Queue {
     let planted = Planted {
         inner: gate.clone(),
         bug,
-        writes: super::gate::lock(&gate.state).writes.clone(),
+        first_body: first_body(gate),
         armed: Arc::default(),
     };
-    let clock = Arc::new(gate.clock.clone()) as Arc<dyn Clock>;
+    let clock = Arc::new(gate.machine.clone()) as Arc<dyn Clock>;
     let s = planted::engine_settings(bug, settings);
     let q = Queue::with_clock(crate::common::Wrapped(planted), clock, s);
     match events {
@@ -94,13 +121,26 @@ pub fn queue(gate: &GateStore, settings: &Settings, events: Events, bug: Option<
 }
 
 /// The future of `role` run by a process on `q` (`store`: the gate, for
-/// the worker).
-pub fn start(role: &Role, q: Queue, store: GateStore) -> Running {
-    match role.clone() {
+/// the worker). A reset by hand is the library's reset but under its
+/// planted bug.
+pub fn start(role: &Role, q: Queue, store: GateStore, bug: Option<Bug>) -> Running {
+    let role = match role {
+        Role::ResetByHand { key } if bug != Some(Bug::ResetIgnoresPhase) => Role::Reset { key },
+        r => r.clone(),
+    };
+    match role {
         Role::Submit { key, input } => Box::pin(async move {
             let r = q
                 .submit(TASK_TYPE, input_of(input))
                 .idempotency_key(key)
+                .await;
+            Outcome::Submitted(vec![r])
+        }),
+        Role::Reuse { key, input } => Box::pin(async move {
+            let r = q
+                .submit(TASK_TYPE, input_of(input))
+                .idempotency_key(key)
+                .if_task_failed(IfTaskFailed::NewTask)
                 .await;
             Outcome::Submitted(vec![r])
         }),
@@ -123,6 +163,10 @@ pub fn start(role: &Role, q: Queue, store: GateStore) -> Running {
             )
         }
         Role::Worker => Box::pin(async move { Outcome::Worked(work(&store).await) }),
+        Role::Scanner => Box::pin(async move { Outcome::Worked(scan(&store).await) }),
+        Role::ResetByHand { key } => {
+            Box::pin(async move { Outcome::Reset(reset_by_hand(&q, key).await) })
+        }
     }
 }
 
@@ -164,6 +208,62 @@ async fn work(store: &GateStore) -> String {
     match store.put(&task_key, done, PutMode::Update(put.etag)).await {
         Ok(_) => "completed".into(),
         Err(_) => "claimed".into(),
+    }
+}
+
+/// buquet's worker by its listing of `tasks/`: the first task, claimed by
+/// a compare-and-swap to `running` if it is pending; its marker left alone.
+async fn scan(store: &GateStore) -> String {
+    let Ok(page) = store.list("tasks/", None, None, 1000).await else {
+        return "listing failed".into();
+    };
+    let Some(task_key) = page.objects.first().map(|o| o.key.clone()) else {
+        return "no task".into();
+    };
+    let Ok(obj) = store.get(&task_key).await else {
+        return "no task".into();
+    };
+    let Ok(mut task) = serde_json::from_slice::<Value>(&obj.body) else {
+        return "unreadable task".into();
+    };
+    if task["status"] != "pending" {
+        return "not pending".into();
+    }
+    task["status"] = json!("running");
+    let body = Bytes::from(task.to_string());
+    match store
+        .put(&task_key, body, PutMode::Update(obj.meta.etag))
+        .await
+    {
+        Ok(_) => "claimed".into(),
+        Err(_) => "claim lost".into(),
+    }
+}
+
+/// `ResetIgnoresPhase`: the record read as the library reads it, and
+/// replaced by a reset record on its ETag, whatever its phase.
+async fn reset_by_hand(q: &Queue, key: &str) -> Result<Reset, SubmitError> {
+    let Some((rec, meta)) = q.record(TASK_TYPE, key, None).await? else {
+        return Ok(Reset::NotFound);
+    };
+    let mut reset = rec.clone();
+    let now = q.engine().clock().now().trunc_subsecs(0);
+    (reset.expires_at, reset.reset_at) = (now, Some(now));
+    (reset.pending_task, reset.pending_input) = (None, None);
+    let body = Bytes::from(serde_json::to_vec(&reset).unwrap_or_default());
+    let path = super::checks::record_key(key);
+    match q
+        .engine()
+        .store()
+        .put(&path, body, PutMode::Update(meta.etag))
+        .await
+    {
+        Ok(_) => Ok(Reset::Done {
+            old_task_id: rec.task_id,
+        }),
+        Err(StoreError::PreconditionFailed) => Ok(Reset::Changed),
+        Err(StoreError::NotFound) => Ok(Reset::NotFound),
+        Err(e) => Err(SubmitError::Storage(e)),
     }
 }
 

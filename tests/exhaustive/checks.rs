@@ -14,6 +14,7 @@ use idempotent_submit::{SubmitError, Submitted};
 
 use super::actors::{self, Events, Outcome, Role};
 use super::gate::{self, Kind};
+use super::more_checks;
 use super::sim::{Sim, State};
 
 /// One life of a record: from the step its write was first seen current to
@@ -69,6 +70,9 @@ pub fn hash_of(input: u8) -> String {
 /// Every guarantee, after one step.
 pub fn after_step(sim: &mut Sim) -> Result<(), String> {
     observe(sim);
+    // Guarantee 11 first: a second replacement of a failed task is also a
+    // live record replaced, and 11 says why.
+    more_checks::check_replacements(sim)?;
     if let Some(e) = sim.checks.broken.take() {
         return Err(e);
     }
@@ -83,7 +87,7 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
 }
 
 /// Notes each record's life as the bucket shows it now.
-fn observe(sim: &mut Sim) {
+pub fn observe(sim: &mut Sim) {
     let step = sim.step;
     let now = sim.clock.now();
     let current: Vec<(String, Bytes, DateTime<Utc>)> = sim
@@ -103,7 +107,11 @@ fn observe(sim: &mut Sim) {
             if now < life.record.expires_at && !life.reset() {
                 let by = current.iter().find(|(k, ..)| *k == life.key);
                 let reset = by.and_then(|(_, b, _)| serde_json::from_slice::<Record>(b).ok());
-                if reset.is_none_or(|r| r.reset_at.is_none()) {
+                // Only a reset or a failed task's reuse (guarantee 11,
+                // judged by `check_replacements`) may end a live record.
+                let allowed =
+                    reset.is_some_and(|r| r.reset_at.is_some() || more_checks::replaces(&r, life));
+                if !allowed {
                     sim.checks.broken.get_or_insert(format!(
                         "guarantee 1: the live record of {} (task {}) was deleted or replaced before it expired",
                         life.key, life.record.task_id
@@ -139,6 +147,15 @@ fn life_of_task<'a>(lives: &'a [Life], id: &str) -> Option<&'a Life> {
         .find(|l| !l.reset() && l.record.task_id.to_string() == id)
 }
 
+/// `life` was ended by a reset (the key's reset record came in its place).
+fn reset_before(lives: &[Life], life: &Life) -> bool {
+    life.to.is_some_and(|t| {
+        lives
+            .iter()
+            .any(|r| r.reset() && r.key == life.key && r.from == t)
+    })
+}
+
 /// Guarantee 2 and the finish deadline, over every request that reached the
 /// bucket since the last step: each task object created once, only for a
 /// record, never rewritten by us; every task and marker write sent before
@@ -148,7 +165,7 @@ fn check_writes(sim: &mut Sim) -> Result<(), String> {
     let window = sim.settings.finish_window;
     sim.checks.seen += log.len();
     for l in &log {
-        let ours = !matches!(sim.actors[l.actor].role, Role::Worker);
+        let ours = !sim.actors[l.actor].role.is_workers();
         let (Some(id), true) = (actors::id_of(&l.key), ours && l.kind.is_write()) else {
             continue;
         };
@@ -158,6 +175,12 @@ fn check_writes(sim: &mut Sim) -> Result<(), String> {
         let Some(life) = life_of_task(&sim.checks.lives, id) else {
             return Err(format!("guarantee 2: {} written for no record", l.key));
         };
+        if l.ok && reset_before(&sim.checks.lives, life) {
+            return Err(format!(
+                "the reset's promise: {} written after its record was reset",
+                l.key
+            ));
+        }
         if l.sent >= life.last_modified + window {
             return Err(format!(
                 "deadline: a write of {} was sent at {} past its record's finish deadline {}",
@@ -181,7 +204,8 @@ fn check_writes(sim: &mut Sim) -> Result<(), String> {
     Ok(())
 }
 
-fn object(sim: &Sim, key: &str) -> Option<Bytes> {
+/// The body of `key` in the bucket now.
+pub fn object(sim: &Sim, key: &str) -> Option<Bytes> {
     use idempotent_submit::store::Store;
     super::sim::now_or_never(sim.bucket.get(key))
         .and_then(Result::ok)
@@ -227,7 +251,7 @@ fn check_markers_of(sim: &Sim, i: usize) -> Result<(), String> {
     let worker_failed = sim
         .actors
         .iter()
-        .any(|a| matches!(a.role, Role::Worker) && (a.faulted || a.state == State::Crashed));
+        .any(|a| a.role.is_workers() && (a.faulted || a.state == State::Crashed));
     if !clean || worker_failed {
         return Ok(());
     }
@@ -264,13 +288,16 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
         (role, Some(Outcome::Submitted(rs))) => {
             for ((key, input), r) in role.submits().into_iter().zip(rs) {
                 check_submit(sim, i, key, input, r).map_err(|e| format!("#{i} {key}: {e}"))?;
+                more_checks::check_requests(sim, i, r)?;
             }
             Ok(())
         }
         (Role::Sweep(m), Some(Outcome::Swept(o))) => check_swept(sim, i, &m.key, o),
         // The worker's reads meet no fault but a crash (which ends it) or a
         // clock step that times them out.
-        (Role::Worker, Some(Outcome::Worked(w))) if w == "listing failed" && !a.faulted => {
+        (Role::Worker | Role::Scanner, Some(Outcome::Worked(w)))
+            if w == "listing failed" && !a.faulted =>
+        {
             Err(format!("#{i}: the worker's listing failed without a fault"))
         }
         (_, Some(Outcome::Reset(Err(e)))) | (_, Some(Outcome::Passed(Err(e)))) => {
@@ -325,8 +352,13 @@ fn check_submit(
                 return Ok(());
             }
             let past = now >= life.last_modified + st.finish_window - Duration::seconds(2);
+            // The one exception, the documented limit: past the finish
+            // deadline a replay answers a task that is there though its
+            // marker never landed (nothing is written past the deadline).
+            // A task that is not there is never answered.
+            let task_there = object(sim, &life.record.task_key).is_some();
             match finished(sim, life) {
-                Err(e) if !past || sim.spec.limits => Err(format!(
+                Err(e) if !past || !task_there || sim.spec.limits => Err(format!(
                     "guarantee 3{}: answered {}: {e}",
                     if past {
                         " (past the finish deadline)"
@@ -369,6 +401,9 @@ fn expected_error(sim: &Sim, i: usize, e: &SubmitError) -> Result<(), String> {
     let late = sim.clock.now() >= a.started_at + sim.settings.operation_timeout;
     match e {
         SubmitError::Storage(_) if a.faulted => Ok(()),
+        SubmitError::Storage(_) if a.met_409 => Err(format!(
+            "guarantee 9: #{i} met a 409 and answered a storage error: {e:?}"
+        )),
         SubmitError::DeadlineExceeded if a.faulted || late => Ok(()),
         SubmitError::Undetermined { .. } => Ok(()),
         _ => Err(format!("#{i}: an error nothing explains: {e:?}")),

@@ -175,8 +175,9 @@ pub fn shortest(spec: &Spec) -> Report {
     r
 }
 
-/// `MODEL_CHECK_DEPTH` deepens every world by that many steps.
-pub fn deeper() -> usize {
+/// `MODEL_CHECK_DEPTH` deepens every world by that many steps (a negative
+/// number makes them shallower: the mutation runs', docs/testing.md).
+pub fn deeper() -> i64 {
     std::env::var("MODEL_CHECK_DEPTH")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -140,6 +140,8 @@ pub struct GateState {
     /// Actors that died at a request: the explorer drops them.
     pub crashed: Vec<usize>,
     pub log: Vec<Landed>,
+    /// The actor of every request sent, in order (guarantee 8's counts).
+    pub sent_by: Vec<usize>,
     /// Per actor, a digest of every answer it read, in order: with its role,
     /// what its future holds.
     pub heard: HashMap<usize, Vec<u64>>,
@@ -149,8 +151,8 @@ pub struct GateState {
     pub s3_events: bool,
     /// The due queue's delay (`STALE_CREATING_AFTER_SECONDS`).
     pub queue_delay: Duration,
-    /// Every write that landed, as the planted bugs read them.
-    pub writes: Arc<Mutex<Vec<super::Write>>>,
+    /// Every write that landed (key, body), as the planted bugs read them.
+    pub writes: Arc<Mutex<Vec<(String, Bytes)>>>,
 }
 
 pub type Shared = Arc<Mutex<GateState>>;
@@ -190,7 +192,10 @@ impl GateState {
 pub struct GateStore {
     pub state: Shared,
     pub inner: MemoryStore,
+    /// S3's clock: when a request was sent and landed.
     pub clock: ManualClock,
+    /// The clock the functions' machines run on.
+    pub machine: super::sim::Machine,
 }
 
 impl GateStore {
@@ -208,6 +213,7 @@ impl GateStore {
             let id = s.next_id;
             s.next_id += 1;
             let actor = s.current;
+            s.sent_by.push(actor);
             s.pending.push(Request {
                 id,
                 actor,
@@ -292,10 +298,7 @@ impl GateStore {
             });
         }
         if let (true, Some(b)) = (ok, &body) {
-            let w = super::Write {
-                key: key.to_owned(),
-                body: b.clone(),
-            };
+            let w = (key.to_owned(), b.clone());
             s.writes.lock().unwrap_or_else(|e| e.into_inner()).push(w);
         }
         s.log.push(Landed {

@@ -9,8 +9,9 @@ use idempotent_submit::due_sender::DueOrder;
 
 use super::actors::{Events, Role};
 use super::explore::{self, Report};
-use super::planted::Bug;
+use super::prelude::Prelude;
 use super::sim::{Spec, StoreKind};
+use crate::model::planted::Bug;
 
 fn world(name: &'static str, actors: Vec<Role>, bug: Option<Bug>) -> Spec {
     Spec {
@@ -28,6 +29,8 @@ fn world(name: &'static str, actors: Vec<Role>, bug: Option<Bug>) -> Spec {
         bug,
         late_starts: false,
         limits: false,
+        prelude: Prelude::Empty,
+        skew: 0,
     }
 }
 
@@ -126,6 +129,131 @@ fn the_checker_finds_an_expired_record_kept_alive() {
     // pending_task: a finisher takes the task for touched, and guarantee 3
     // breaks first.
     caught(w, "guarantee");
+}
+
+#[test]
+fn the_checker_finds_two_new_tasks_for_one_failed_task_claimed_without_if_match() {
+    let a = Role::Reuse { key: "k", input: 1 };
+    let w = Spec {
+        prelude: Prelude::Failed,
+        ..world(
+            "reuse without If-Match",
+            vec![a.clone(), a],
+            Some(Bug::ReuseWithoutIfMatch),
+        )
+    };
+    caught(w, "guarantee 11");
+}
+
+#[test]
+fn the_checker_finds_a_completed_tasks_key_reused() {
+    let a = Role::Reuse { key: "k", input: 1 };
+    let w = Spec {
+        prelude: Prelude::Completed,
+        ..world(
+            "completed read as failed",
+            vec![a],
+            Some(Bug::CompletedReadAsFailed),
+        )
+    };
+    caught(w, "guarantee 11");
+}
+
+#[test]
+fn the_checker_finds_a_replay_mode_submit_that_replaces_a_failed_task() {
+    let a = Role::Submit { key: "k", input: 1 };
+    let w = Spec {
+        prelude: Prelude::Failed,
+        ..world("new_task by default", vec![a], Some(Bug::ReuseByDefault))
+    };
+    caught(w, "guarantee 11");
+}
+
+#[test]
+fn the_checker_finds_a_sweepers_delete_trusting_if_match_where_the_store_ignores_it() {
+    // A redelivered event of an expired record, and a submit that replaces
+    // the record between the sweeper's read and its DELETE.
+    let a = Role::Submit { key: "k", input: 1 };
+    let w = Spec {
+        store: StoreKind::VersionedNoConditionalDelete,
+        prelude: Prelude::Expired,
+        deliver: true,
+        ..world(
+            "delete trusting If-Match",
+            vec![a],
+            Some(Bug::TrustDeleteIfMatch),
+        )
+    };
+    caught(w, "guarantee 1");
+}
+
+#[test]
+fn the_checker_finds_a_machine_clock_trusted_as_s3s() {
+    // The machines' clock 58 s behind S3's, a submit that died after its
+    // task, found 10 s past its finish deadline by S3's clock.
+    let a = Role::Submit { key: "k", input: 1 };
+    let w = Spec {
+        prelude: Prelude::MarkerLost,
+        skew: 58,
+        ..world(
+            "machine clock trusted",
+            vec![a],
+            Some(Bug::TrustMachineClock),
+        )
+    };
+    caught(w, "deadline");
+}
+
+#[test]
+fn the_checker_finds_a_marker_written_for_a_task_a_worker_has_taken() {
+    // A replay of a key whose task a worker has claimed (its marker
+    // deleted); the planted finisher takes the task for untouched.
+    let a = Role::Submit { key: "k", input: 1 };
+    let w = Spec {
+        prelude: Prelude::Running,
+        ..world(
+            "marker when HEAD finds none",
+            vec![a],
+            Some(Bug::MarkerWhenHeadFindsNone),
+        )
+    };
+    caught(w, "guarantee 10");
+}
+
+#[test]
+fn the_checker_finds_a_marker_kept_though_a_worker_claimed_its_task_before_it_landed() {
+    // A replay finishing a submit that died after its task, and buquet's
+    // worker claiming the task by its listing of `tasks/` between the
+    // replay's marker PUT and its read of the task after it.
+    let roles = vec![Role::Submit { key: "k", input: 1 }, Role::Scanner];
+    let w = Spec {
+        prelude: Prelude::NoMarker,
+        faults: 0,
+        crashes: 0,
+        depth: 11,
+        ..world("marker unverified", roles, Some(Bug::MarkerUnverified))
+    };
+    caught(w, "guarantee 10");
+}
+
+#[test]
+fn the_checker_finds_a_reset_that_ignores_the_records_phase() {
+    // A submit still in flight writes its task after a reset by hand
+    // replaced its `creating` record.
+    let roles = vec![
+        Role::Submit { key: "k", input: 1 },
+        Role::ResetByHand { key: "k" },
+    ];
+    let w = Spec {
+        faults: 0,
+        crashes: 0,
+        ..world(
+            "reset ignoring the phase",
+            roles,
+            Some(Bug::ResetIgnoresPhase),
+        )
+    };
+    caught(w, "the reset's promise");
 }
 
 /// The known limit, printed: the shortest schedule that leaves a record

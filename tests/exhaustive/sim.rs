@@ -19,7 +19,8 @@ use idempotent_submit::{Clock, ListOrder, ManualClock, Settings};
 
 use super::actors::{self, Events, Outcome, Role, Running};
 use super::gate::{self, Fault, GateState, GateStore};
-use super::planted::Bug;
+use super::prelude::Prelude;
+use crate::model::planted::Bug;
 
 /// The store behaviours the protocol supports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +64,25 @@ pub struct Spec {
     /// task whose marker never landed.
     pub limits: bool,
     pub bug: Option<Bug>,
+    /// What the bucket holds before the first step.
+    pub prelude: Prelude,
+    /// How far the functions' machines' clock stands behind S3's, in
+    /// seconds (S3's answers carry its `Date`; the engine learns the
+    /// offset from them).
+    pub skew: i64,
+}
+
+/// The functions' machines' clock: S3's (the explorer's) less `behind`.
+#[derive(Clone)]
+pub struct Machine {
+    pub s3: ManualClock,
+    pub behind: Duration,
+}
+
+impl Clock for Machine {
+    fn now(&self) -> DateTime<Utc> {
+        self.s3.now() - self.behind
+    }
 }
 
 /// One choice of a schedule.
@@ -99,6 +119,9 @@ pub struct Actor {
     pub started_at: DateTime<Utc>,
     /// It met a fault (a storage error is then a fair answer).
     pub faulted: bool,
+    /// It met a 409, which the engine retries (guarantee 9): no fault of
+    /// ours, but buquet's worker's (it does not retry).
+    pub met_409: bool,
     pub outcome: Option<Outcome>,
 }
 
@@ -139,21 +162,29 @@ pub fn settings(kind: StoreKind) -> Settings {
     s
 }
 
-fn bucket(kind: StoreKind, clock: &ManualClock) -> MemoryStore {
-    let c = Arc::new(clock.clone()) as Arc<dyn Clock>;
-    match kind {
+/// The bucket, on the machines' clock set `behind` S3's: its
+/// `LastModified` and its answers' dates are S3's time.
+fn bucket(kind: StoreKind, machine: &Machine) -> MemoryStore {
+    let c = Arc::new(machine.clone()) as Arc<dyn Clock>;
+    let b = match kind {
         StoreKind::S3 => MemoryStore::new(c),
         StoreKind::Express => MemoryStore::new(c).with_behaviour(Behaviour::s3_express(7)),
         StoreKind::VersionedNoConditionalDelete => {
             MemoryStore::versioned(c).with_behaviour(Behaviour::minio())
         }
-    }
+    };
+    b.set_skew(machine.behind);
+    b
 }
 
 impl Sim {
     pub fn new(spec: &Spec) -> Self {
         let clock = ManualClock::at_epoch();
-        let bucket = bucket(spec.store, &clock);
+        let machine = Machine {
+            s3: clock.clone(),
+            behind: Duration::seconds(spec.skew),
+        };
+        let bucket = bucket(spec.store, &machine);
         let settings = settings(spec.store);
         let state = GateState {
             s3_events: spec.events == Events::S3,
@@ -164,6 +195,7 @@ impl Sim {
             state: Arc::new(std::sync::Mutex::new(state)),
             inner: bucket.clone(),
             clock: clock.clone(),
+            machine,
         };
         let ids = Rc::new(RefCell::new(Ids::default()));
         let source = ids.clone();
@@ -193,6 +225,8 @@ impl Sim {
             checks: super::checks::Checks::default(),
             ids,
         };
+        super::prelude::run(&mut sim, spec.prelude);
+        super::checks::observe(&mut sim);
         for role in &spec.actors {
             let i = sim.add(role.clone());
             if !spec.late_starts {
@@ -211,6 +245,7 @@ impl Sim {
             span: (0, 0),
             started_at: self.clock.now(),
             faulted: false,
+            met_409: false,
             outcome: None,
         });
         self.actors.len() - 1
@@ -218,7 +253,7 @@ impl Sim {
 
     fn launch(&mut self, i: usize) {
         let q = actors::queue(&self.gate, &self.settings, self.spec.events, self.spec.bug);
-        let run = actors::start(&self.actors[i].role, q, self.gate.clone());
+        let run = actors::start(&self.actors[i].role, q, self.gate.clone(), self.spec.bug);
         let a = &mut self.actors[i];
         a.run = Some(run);
         a.state = State::Running;
@@ -361,7 +396,12 @@ impl Sim {
         };
         if f != Fault::Ok {
             self.faults += 1;
-            self.actors[r.actor].faulted = true;
+            let a = &mut self.actors[r.actor];
+            if f == Fault::Conflict && !a.role.is_workers() {
+                a.met_409 = true;
+            } else {
+                a.faulted = true;
+            }
         }
         if f.is_crash() {
             self.crashes += 1;

@@ -6,6 +6,7 @@ use idempotent_submit::due_sender::DueOrder;
 
 use super::actors::{Events, Role};
 use super::explore::{self, Report};
+use super::prelude::Prelude;
 use super::sim::{Spec, StoreKind};
 
 const STORES: [StoreKind; 3] = [
@@ -30,6 +31,8 @@ fn spec(name: &'static str, store: StoreKind, actors: Vec<Role>) -> Spec {
         bug: None,
         late_starts: false,
         limits: false,
+        prelude: Prelude::Empty,
+        skew: 0,
     }
 }
 
@@ -37,7 +40,7 @@ fn spec(name: &'static str, store: StoreKind, actors: Vec<Role>) -> Spec {
 /// fails with the counterexample if a guarantee broke.
 fn holds(spec: Spec) -> Report {
     let spec = Spec {
-        depth: spec.depth + explore::deeper(),
+        depth: (spec.depth as i64 + explore::deeper()).max(1) as usize,
         ..spec
     };
     let r = explore::explore(&spec);
@@ -177,6 +180,59 @@ fn buquets_worker_claiming_and_deleting_the_marker_beside_submits_and_the_sweepe
                 store,
                 vec![a, Role::Worker],
             )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn two_new_task_submits_racing_over_a_failed_tasks_key_write_one_new_task_in_every_schedule() {
+    for store in STORES {
+        let a = Role::Reuse { key: "k", input: 1 };
+        let w = Spec {
+            prelude: Prelude::Failed,
+            depth: 6,
+            ..spec(
+                "a failed task, two new_task submits",
+                store,
+                vec![a.clone(), a],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_new_task_submit_and_a_replay_over_a_failed_tasks_key_keep_every_guarantee() {
+    for store in STORES {
+        let reuse = Role::Reuse { key: "k", input: 2 };
+        let replay = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            prelude: Prelude::Failed,
+            depth: 6,
+            ..spec(
+                "a failed task, new_task beside replay",
+                store,
+                vec![reuse, replay],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn with_the_machines_clock_behind_s3s_a_submit_and_the_sweeper_keep_every_guarantee() {
+    for store in STORES {
+        let a = Role::Submit { key: "k", input: 1 };
+        // 58 s behind: within the 60 s past which nothing bound by a
+        // deadline is written (docs/protocol.md, "S3's clock, not ours").
+        let w = Spec {
+            advances: 1,
+            passes: 1,
+            deliver: true,
+            depth: 5,
+            skew: 58,
+            ..spec("machine clock 58 s behind S3's", store, vec![a])
         };
         holds(w);
     }

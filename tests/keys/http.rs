@@ -87,6 +87,19 @@ impl Http {
         )
     }
 
+    /// `method` on the key `encoded` in scope `t`, through `door`, from
+    /// `principal` if any.
+    async fn on_key(
+        &self,
+        door: Door,
+        method: &str,
+        encoded: &str,
+        principal: Option<&str>,
+    ) -> (u64, Value, Value) {
+        self.call(key_event(door, method, encoded, "scope=t", principal))
+            .await
+    }
+
     fn queue(&self) -> &idempotent_submit::Queue {
         &self.h.app.queue
     }
@@ -110,9 +123,7 @@ async fn a_key_with_slashes_percents_spaces_or_non_ascii_is_found_through_either
             .await
             .unwrap();
         for door in [Door::HttpApi, Door::FunctionUrl] {
-            let (status, _, body) = t
-                .call(key_event(door, "GET", encoded, "scope=t", None))
-                .await;
+            let (status, _, body) = t.on_key(door, "GET", encoded, None).await;
             assert_eq!(status, 200, "{key:?}: {body}");
             assert_eq!(body["key"], key);
             assert_eq!(body["task_id"], s.task_id.to_string());
@@ -150,9 +161,7 @@ async fn a_lookup_without_one_good_scope_or_with_a_bad_key_is_a_400_that_names_i
         }
     }
     let long = "k".repeat(256);
-    let (status, _, _) = t
-        .call(key_event(Door::FunctionUrl, "GET", &long, "scope=t", None))
-        .await;
+    let (status, _, _) = t.on_key(Door::FunctionUrl, "GET", &long, None).await;
     assert_eq!(status, 400);
     assert!(t.bucket.keys().is_empty(), "a bad request wrote nothing");
 }
@@ -160,22 +169,16 @@ async fn a_lookup_without_one_good_scope_or_with_a_bad_key_is_a_400_that_names_i
 #[tokio::test]
 async fn no_record_is_a_404_and_a_reset_is_a_405_unless_the_stack_allows_it() {
     let t = Http::new(false, false);
-    let (status, _, body) = t
-        .call(key_event(Door::HttpApi, "GET", "nope", "scope=t", None))
-        .await;
+    let (status, _, body) = t.on_key(Door::HttpApi, "GET", "nope", None).await;
     assert_eq!((status, body["code"].as_str()), (404, Some("not_found")));
     t.queue()
         .submit("t", json!(1))
         .idempotency_key("k")
         .await
         .unwrap();
-    let (status, headers, _) = t
-        .call(key_event(Door::HttpApi, "DELETE", "k", "scope=t", None))
-        .await;
+    let (status, headers, _) = t.on_key(Door::HttpApi, "DELETE", "k", None).await;
     assert_eq!((status, headers["allow"].as_str()), (405, Some("GET")));
-    let (status, headers, _) = t
-        .call(key_event(Door::HttpApi, "POST", "k", "scope=t", None))
-        .await;
+    let (status, headers, _) = t.on_key(Door::HttpApi, "POST", "k", None).await;
     assert_eq!((status, headers["allow"].as_str()), (405, Some("GET")));
     assert_eq!(
         t.bucket
@@ -186,9 +189,7 @@ async fn no_record_is_a_404_and_a_reset_is_a_405_unless_the_stack_allows_it() {
         1
     );
     let on = Http::new(true, false);
-    let (status, headers, _) = on
-        .call(key_event(Door::HttpApi, "PUT", "k", "scope=t", None))
-        .await;
+    let (status, headers, _) = on.on_key(Door::HttpApi, "PUT", "k", None).await;
     assert_eq!(
         (status, headers["allow"].as_str()),
         (405, Some("GET, DELETE"))
@@ -198,22 +199,9 @@ async fn no_record_is_a_404_and_a_reset_is_a_405_unless_the_stack_allows_it() {
 #[tokio::test]
 async fn a_reset_answers_204_with_the_old_task_then_404_and_409_while_the_task_may_still_come() {
     let t = Http::new(true, false);
-    let s = t
-        .queue()
-        .submit("t", json!(1))
-        .idempotency_key("a/b")
-        .await
-        .unwrap();
+    let s = common::submit_key(t.queue(), "a/b").await;
     // At once: no waiting for the record's own submit.
-    let (status, headers, body) = t
-        .call(key_event(
-            Door::FunctionUrl,
-            "DELETE",
-            "a%2Fb",
-            "scope=t",
-            None,
-        ))
-        .await;
+    let (status, headers, body) = t.on_key(Door::FunctionUrl, "DELETE", "a%2Fb", None).await;
     assert_eq!(status, 204, "{body}");
     assert_eq!(body, Value::Null);
     assert_eq!(
@@ -228,31 +216,11 @@ async fn a_reset_answers_204_with_the_old_task_then_404_and_409_while_the_task_m
             .filter_map(|l| l["KeyResets"].as_u64())
             .sum();
     assert_eq!(resets, 1);
-    let (status, _, body) = t
-        .call(key_event(
-            Door::FunctionUrl,
-            "DELETE",
-            "a%2Fb",
-            "scope=t",
-            None,
-        ))
-        .await;
+    let (status, _, body) = t.on_key(Door::FunctionUrl, "DELETE", "a%2Fb", None).await;
     assert_eq!((status, body["code"].as_str()), (404, Some("not_found")));
     // In flight, its task not there yet: refused, and kept.
-    let dying = common::world::dying_at(
-        t.bucket.clone(),
-        Op::PutCreate,
-        "idempotency/",
-        Fault::CrashAfter,
-    );
-    idempotent_submit::Queue::new(dying, common::settings())
-        .submit("t", json!(1))
-        .idempotency_key("dying")
-        .await
-        .unwrap_err();
-    let (status, headers, body) = t
-        .call(key_event(Door::HttpApi, "DELETE", "dying", "scope=t", None))
-        .await;
+    common::world::died_after_record(t.bucket.clone(), "dying").await;
+    let (status, headers, body) = t.on_key(Door::HttpApi, "DELETE", "dying", None).await;
     assert_eq!(
         (status, body["code"].as_str()),
         (409, Some("submit_in_progress")),
@@ -267,9 +235,7 @@ async fn a_reset_answers_204_with_the_old_task_then_404_and_409_while_the_task_m
             >= 1
     );
     assert!(body["task_id"].is_string());
-    let (status, _, body) = t
-        .call(key_event(Door::HttpApi, "GET", "dying", "scope=t", None))
-        .await;
+    let (status, _, body) = t.on_key(Door::HttpApi, "GET", "dying", None).await;
     assert_eq!(
         (status, body["task_status"].as_str()),
         (200, Some("missing"))
@@ -286,45 +252,19 @@ async fn under_tenant_isolation_a_tenant_neither_sees_nor_resets_anothers_key() 
         .tenant(a)
         .await
         .unwrap();
-    let (status, _, body) = t
-        .call(key_event(Door::HttpApi, "GET", "k", "scope=t", None))
-        .await;
+    let (status, _, body) = t.on_key(Door::HttpApi, "GET", "k", None).await;
     assert_eq!(
         (status, body["code"].as_str()),
         (401, Some("unauthenticated"))
     );
     for method in ["GET", "DELETE"] {
-        let (status, _, _) = t
-            .call(key_event(
-                Door::HttpApi,
-                method,
-                "k",
-                "scope=t",
-                Some("bob"),
-            ))
-            .await;
+        let (status, _, _) = t.on_key(Door::HttpApi, method, "k", Some("bob")).await;
         assert_eq!(status, 404, "{method} by another tenant");
     }
-    let (status, _, body) = t
-        .call(key_event(
-            Door::HttpApi,
-            "GET",
-            "k",
-            "scope=t",
-            Some("alice"),
-        ))
-        .await;
+    let (status, _, body) = t.on_key(Door::HttpApi, "GET", "k", Some("alice")).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.get("tenant").is_none());
-    let (status, _, _) = t
-        .call(key_event(
-            Door::HttpApi,
-            "DELETE",
-            "k",
-            "scope=t",
-            Some("alice"),
-        ))
-        .await;
+    let (status, _, _) = t.on_key(Door::HttpApi, "DELETE", "k", Some("alice")).await;
     assert_eq!(status, 204);
 }
 

@@ -19,12 +19,7 @@ fn short_submits() -> idempotent_submit::Settings {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_s3_and_seaweedfs_a_reset_answered_at_once_lets_the_next_submit_make_a_new_task_and_a_late_put_of_the_old_claim_changes_nothing()
  {
-    for store in [
-        common::moto_store().await,
-        common::moto_store_versioned().await,
-        common::seaweedfs_store().await,
-        common::seaweedfs_store_versioned().await,
-    ] {
+    for store in common::real_buckets().await {
         let bucket = store.bucket().to_owned();
         let q = idempotent_submit::Queue::new(store.clone(), short_submits());
         let first = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
@@ -56,23 +51,9 @@ async fn idem_key_reset_exits_0_when_reset_4_when_not_found_and_1_while_in_progr
     let store = common::moto_store().await;
     let bucket = store.bucket().to_owned();
     let q = idempotent_submit::Queue::new(store.clone(), common::settings());
-    let done = q
-        .submit("t", json!(1))
-        .idempotency_key("done")
-        .await
-        .unwrap();
+    let done = common::submit_key(&q, "done").await;
     // A submit that died right after its record: in flight, no task yet.
-    let dying = common::world::dying_at(
-        store.clone(),
-        Op::PutCreate,
-        "idempotency/",
-        Fault::CrashAfter,
-    );
-    idempotent_submit::Queue::new(dying, common::settings())
-        .submit("t", json!(1))
-        .idempotency_key("dying")
-        .await
-        .unwrap_err();
+    common::world::died_after_record(store.clone(), "dying").await;
     let reset = |key: &'static str| {
         let bucket = bucket.clone();
         async move {

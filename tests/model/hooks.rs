@@ -42,6 +42,17 @@ pub(super) struct Recorder {
     pub(super) changes: Arc<AtomicU64>,
 }
 
+impl Recorder {
+    /// Where the planted bugs find a task's first body: this history.
+    pub(super) fn first_body(&self) -> planted::FirstBody {
+        let writes = self.writes.clone();
+        Arc::new(move |key: &str| {
+            let writes = writes.lock().unwrap();
+            writes.iter().find(|w| w.key == key).map(|w| w.body.clone())
+        })
+    }
+}
+
 /// The recorder as a store.
 pub(super) type Recorded = common::Wrapped<Recorder>;
 

@@ -1,5 +1,7 @@
 //! Bugs planted on purpose, one per guarantee, so that the model test can
-//! show that its checker catches each of them with a shrunk schedule.
+//! show that its checker catches each of them with a shrunk schedule, and
+//! the exhaustive checker (tests/exhaustive/) each with its shortest one:
+//! one module, `crate::model::planted`, that both use.
 //!
 //! None of them is in the library: each is a wrapper of the store the
 //! protocol runs on, answering or writing what a buggy protocol would have
@@ -19,7 +21,6 @@ use idempotent_submit::store::{ETag, Object, ObjectMeta, PutMode, PutResult, Sto
 use idempotent_submit::{IfTaskFailed, Settings};
 use serde_json::Value;
 
-use super::Write;
 use crate::common::Hooks;
 
 /// One planted bug.
@@ -107,6 +108,10 @@ pub fn engine_settings(bug: Option<Bug>, checker: &Settings) -> Settings {
     s
 }
 
+/// The body of the first write of a key that landed, from the history of
+/// writes of whoever wraps a store in [`Planted`].
+pub type FirstBody = Arc<dyn Fn(&str) -> Option<Bytes> + Send + Sync>;
+
 /// The store as a buggy protocol would see it and write it, over `inner`
 /// (a store as `Wrapped(Planted { .. })`). Without a bug it passes every
 /// call through.
@@ -114,9 +119,9 @@ pub fn engine_settings(bug: Option<Bug>, checker: &Settings) -> Settings {
 pub struct Planted<S> {
     pub inner: S,
     pub bug: Option<Bug>,
-    /// Every write that landed, in order (the recorder's): where a task's
-    /// first body is found.
-    pub writes: Arc<Mutex<Vec<Write>>>,
+    /// The body a task's submit first wrote, if it landed: each user's
+    /// history of writes answers it.
+    pub first_body: FirstBody,
     /// Tasks (keys) whose marker this process has just written, for
     /// `MarkerUnverified`.
     pub armed: Arc<Mutex<HashSet<String>>>,
@@ -137,16 +142,6 @@ impl<S> Planted<S> {
             return format!("idempotency/{scope}/{}.json", "0".repeat(64)).into();
         }
         key.into()
-    }
-
-    /// The body a task's submit first wrote, if it landed.
-    fn first_body(&self, task_key: &str) -> Option<Bytes> {
-        self.writes
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|w| w.key == task_key)
-            .map(|w| w.body.clone())
     }
 }
 
@@ -203,7 +198,7 @@ impl<S: Store> Hooks for Planted<S> {
         if key.starts_with("tasks/") {
             let untouched = self.is(Bug::MarkerWhenHeadFindsNone)
                 || (self.is(Bug::MarkerUnverified) && self.armed.lock().unwrap().remove(key));
-            if untouched && let Some(first) = self.first_body(key) {
+            if untouched && let Some(first) = (self.first_body)(key) {
                 obj.body = first;
             }
             if self.is(Bug::CompletedReadAsFailed) {

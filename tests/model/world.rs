@@ -165,7 +165,7 @@ impl Model {
         let planted = Planted {
             inner: common::Wrapped(slow),
             bug: self.bug,
-            writes: self.recorder.writes.clone(),
+            first_body: self.recorder.first_body(),
             armed: Arc::default(),
         };
         let q = Queue::with_clock(

@@ -72,26 +72,20 @@ async fn a_keyless_offloaded_submit_writes_its_payload_before_its_task() {
     );
 }
 
+/// The record lands; the payload's PUT is refused twice (beside the
+/// record, and once more before the task), and the submit gives up: as if
+/// its process had died with the payload unwritten.
+async fn died_before_its_payload(w: &World, input: &Value) {
+    w.faulty
+        .inject(Some(Op::PutCreate), "payloads/", 1, 2, forbidden());
+    offloaded(&w.process(), input).await.unwrap_err();
+}
+
 #[tokio::test]
 async fn a_submit_that_died_before_its_payload_landed_is_finished_by_the_sweeper_from_the_record() {
     let w = World::new();
     let input = big(1000);
-    // The record lands; the payload's PUT is refused twice (beside the
-    // record, and once more before the task), and the submit gives up: as
-    // if its process had died with the payload unwritten.
-    w.faulty.inject(
-        Some(Op::PutCreate),
-        "payloads/",
-        1,
-        2,
-        Fault::Fail(idempotent_submit::StoreError::Fatal("403".into())),
-    );
-    w.process()
-        .submit("t", &input)
-        .idempotency_key("k")
-        .payload_refs(16)
-        .await
-        .unwrap_err();
+    died_before_its_payload(&w, &input).await;
     assert_eq!(w.keys("idempotency/").len(), 1);
     assert!(w.keys("payloads/").is_empty());
     assert!(w.keys("tasks/").is_empty());
@@ -116,30 +110,9 @@ async fn a_submit_that_died_before_its_payload_landed_is_finished_by_the_sweeper
 async fn a_submit_that_died_after_its_record_is_finished_by_the_next_submit_of_the_key() {
     let w = World::new();
     let input = big(1000);
-    // The record lands; the payload's PUT is refused twice (beside the
-    // record, and once more before the task), and the submit gives up: as
-    // if its process had died with the payload unwritten.
-    w.faulty.inject(
-        Some(Op::PutCreate),
-        "payloads/",
-        1,
-        2,
-        Fault::Fail(idempotent_submit::StoreError::Fatal("403".into())),
-    );
-    w.process()
-        .submit("t", &input)
-        .idempotency_key("k")
-        .payload_refs(16)
-        .await
-        .unwrap_err();
+    died_before_its_payload(&w, &input).await;
     let rec = w.record("k").await;
-    let s = w
-        .restarted()
-        .submit("t", &input)
-        .idempotency_key("k")
-        .payload_refs(16)
-        .await
-        .unwrap();
+    let s = offloaded(&w.restarted(), &input).await.unwrap();
     assert_eq!((s.task_id, s.replayed), (rec.task_id, true));
     // The replay's own payload (for the task id it did not get) is gone;
     // the record's is there.
@@ -157,19 +130,9 @@ async fn a_finisher_that_finds_the_task_writes_only_the_marker_not_the_payload_a
     // record writes the marker alone, not the payload from `pending_input`
     // (a request, and a 412, for nothing).
     let w = World::new();
-    w.faulty.inject(
-        Some(Op::Put),
-        "ready/",
-        1,
-        usize::MAX,
-        Fault::Fail(idempotent_submit::StoreError::Fatal("403".into())),
-    );
-    w.process()
-        .submit("t", big(1000))
-        .idempotency_key("k")
-        .payload_refs(16)
-        .await
-        .unwrap_err();
+    w.faulty
+        .inject(Some(Op::Put), "ready/", 1, usize::MAX, forbidden());
+    offloaded(&w.process(), &big(1000)).await.unwrap_err();
     assert_eq!((w.keys("tasks/").len(), w.keys("payloads/").len()), (1, 1));
     assert!(w.keys("ready/").is_empty());
     w.clock.advance(common::settings().stale_creating_after);
@@ -198,25 +161,11 @@ async fn the_payload_written_beside_a_claim_that_lost_belongs_to_no_task_and_is_
     let w = World::new();
     let input = big(1000);
     let q = w.process();
-    let first = q
-        .submit("t", &input)
-        .idempotency_key("k")
-        .payload_refs(16)
-        .await
-        .unwrap();
-    let replay = q
-        .submit("t", &input)
-        .idempotency_key("k")
-        .payload_refs(16)
-        .await
-        .unwrap();
+    let first = offloaded(&q, &input).await.unwrap();
+    let replay = offloaded(&q, &input).await.unwrap();
     assert_eq!(replay.task_id, first.task_id);
     // A conflict's payload too.
-    q.submit("t", big(999))
-        .idempotency_key("k")
-        .payload_refs(16)
-        .await
-        .unwrap_err();
+    offloaded(&q, &big(999)).await.unwrap_err();
     assert_eq!(
         w.keys("payloads/"),
         vec![format!("payloads/{}/input.json", first.task_id)]
@@ -231,13 +180,7 @@ async fn a_lost_answer_to_the_payload_put_is_retried_and_its_412_is_our_own_writ
         "payloads/",
         Fault::FailAfter(idempotent_submit::StoreError::Unavailable("lost".into())),
     );
-    let s = w
-        .process()
-        .submit("t", big(1000))
-        .idempotency_key("k")
-        .payload_refs(16)
-        .await
-        .unwrap();
+    let s = offloaded(&w.process(), &big(1000)).await.unwrap();
     assert!(!s.replayed);
     assert_eq!(
         w.json(&format!("payloads/{}/input.json", s.task_id)).await,

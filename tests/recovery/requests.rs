@@ -155,6 +155,21 @@ async fn a_submit_without_a_key_is_one_round_trip_of_two_requests() {
     assert_eq!(w.faulty.round_trips(), 1);
 }
 
+/// A process on `w` whose retries back off: five attempts, a base delay of
+/// 100 ms, at most 1 s.
+fn backing_off(w: &World) -> Queue {
+    let settings = idempotent_submit::Settings {
+        retry: idempotent_submit::RetryPolicy {
+            max_attempts: 5,
+            base_delay: std::time::Duration::from_millis(100),
+            max_delay: std::time::Duration::from_secs(1),
+            attempt_timeout: std::time::Duration::from_secs(5),
+        },
+        ..common::settings()
+    };
+    Queue::with_clock(w.faulty.clone(), Arc::new(w.clock.clone()), settings)
+}
+
 #[tokio::test(start_paused = true)]
 async fn retries_wait_between_attempts() {
     let w = World::new();
@@ -165,16 +180,7 @@ async fn retries_wait_between_attempts() {
         4,
         common::unavailable("503 SlowDown"),
     );
-    let settings = idempotent_submit::Settings {
-        retry: idempotent_submit::RetryPolicy {
-            max_attempts: 5,
-            base_delay: std::time::Duration::from_millis(100),
-            max_delay: std::time::Duration::from_secs(1),
-            attempt_timeout: std::time::Duration::from_secs(5),
-        },
-        ..common::settings()
-    };
-    let q = Queue::with_clock(w.faulty.clone(), Arc::new(w.clock.clone()), settings);
+    let q = backing_off(&w);
     let start = tokio::time::Instant::now();
     submit(&q).await.unwrap();
     // Four backoffs, each drawn from 0 up to 200, 400, 800 and 1000 ms
@@ -194,16 +200,7 @@ async fn a_request_answered_at_its_first_attempt_waits_for_nothing() {
     // long the policy's delays (each a draw from 0 up to 100 ms and more, so a
     // wait before a first attempt shows on tokio's paused clock).
     let w = World::new();
-    let settings = idempotent_submit::Settings {
-        retry: idempotent_submit::RetryPolicy {
-            max_attempts: 5,
-            base_delay: std::time::Duration::from_millis(100),
-            max_delay: std::time::Duration::from_secs(1),
-            attempt_timeout: std::time::Duration::from_secs(5),
-        },
-        ..common::settings()
-    };
-    let q = Queue::with_clock(w.faulty.clone(), Arc::new(w.clock.clone()), settings);
+    let q = backing_off(&w);
     let start = tokio::time::Instant::now();
     submit(&q).await.unwrap();
     assert_eq!(start.elapsed(), std::time::Duration::ZERO);

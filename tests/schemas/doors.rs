@@ -7,18 +7,18 @@ fn harness(bucket: &MemoryStore, clock: &ManualClock) -> Harness {
     Harness::with_settings(bucket.clone(), Some(clock), false, on())
 }
 
+/// `send_email`'s schema, published on `store`.
+async fn publish_email_schema(store: &dyn Store) {
+    let body = document(Some(email_schema()), None);
+    let key = "schemas/send_email.json";
+    store.put(key, body, PutMode::Overwrite).await.unwrap();
+}
+
 /// A bucket where `send_email` has its schema, and the handler over it.
 async fn with_email_schema() -> (MemoryStore, Harness) {
     let clock = ManualClock::at_epoch();
     let bucket = common::memory_store(&clock);
-    bucket
-        .put(
-            "schemas/send_email.json",
-            document(Some(email_schema()), None),
-            PutMode::Overwrite,
-        )
-        .await
-        .unwrap();
+    publish_email_schema(&bucket).await;
     let h = harness(&bucket, &clock);
     (bucket, h)
 }
@@ -157,55 +157,36 @@ async fn an_unusable_schema_is_one_invalid_schema_metric_line_per_invocation() {
     );
 }
 
+/// `idem submit` of `input` as `send_email` under key `c-1`, validating.
+async fn submit_email(bucket: &str, input: &str) -> (i32, Value) {
+    let env = [("VALIDATE_INPUT_SCHEMAS", "on")];
+    let args = [
+        "submit",
+        "--type",
+        "send_email",
+        "--input",
+        input,
+        "--key",
+        "c-1",
+    ];
+    common::idem(bucket, &env, &args).await
+}
+
 /// `idem submit` on moto, with validation on: the bad-input exit code and
 /// the failures; nothing written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idem_submit_exits_2_listing_the_failures_of_a_refused_input() {
     let store = common::moto_store().await;
     let bucket = store.bucket().to_owned();
-    store
-        .put(
-            "schemas/send_email.json",
-            document(Some(email_schema()), None),
-            PutMode::Overwrite,
-        )
-        .await
-        .unwrap();
-    let env = [("VALIDATE_INPUT_SCHEMAS", "on")];
-    let (code, out) = common::idem(
-        &bucket,
-        &env,
-        &[
-            "submit",
-            "--type",
-            "send_email",
-            "--input",
-            r#"{"to": 1, "subject": "s"}"#,
-            "--key",
-            "c-1",
-        ],
-    )
-    .await;
+    publish_email_schema(&store).await;
+    let (code, out) = submit_email(&bucket, r#"{"to": 1, "subject": "s"}"#).await;
     assert_eq!(code, 2, "{out}");
     assert_eq!(out["error"], "input_invalid");
     assert_eq!(out["errors"][0]["pointer"], "/to");
     assert_eq!(out["errors"][0]["keyword"], "type");
     assert_eq!(out["errors_omitted"], 0);
     assert_eq!(common::all_keys(&store).await, ["schemas/send_email.json"]);
-    let (code, out) = common::idem(
-        &bucket,
-        &env,
-        &[
-            "submit",
-            "--type",
-            "send_email",
-            "--input",
-            r#"{"to": "a@b.c", "subject": "s"}"#,
-            "--key",
-            "c-1",
-        ],
-    )
-    .await;
+    let (code, out) = submit_email(&bucket, r#"{"to": "a@b.c", "subject": "s"}"#).await;
     assert_eq!(code, 0, "{out}");
     // Off (the default): the same refused input is accepted.
     let (code, out) = common::idem(

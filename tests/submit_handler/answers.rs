@@ -30,10 +30,7 @@ async fn a_5xx_says_nothing_of_s3_and_names_its_request() {
     );
     let h = Harness::over(f.clone(), Some(&clock), false);
     let e = event("http-v2-post.json");
-    let request_id = e["requestContext"]["requestId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let request_id = request_id_of(&e);
     let r = h.http(e).await;
     assert_problem(&r, 500, "storage_error");
     let body = r.body.to_string();
@@ -72,10 +69,7 @@ async fn every_problem_names_its_request() {
     let (h, _) = Harness::memory();
     let mut e = event("http-v2-post.json");
     e["body"] = json!("not json");
-    let request_id = e["requestContext"]["requestId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let request_id = request_id_of(&e);
     let r = h.http(e).await;
     assert_problem(&r, 400, "invalid_request");
     assert_eq!(r.body["instance"], request_id.as_str());
@@ -175,7 +169,7 @@ async fn task_options_come_through_sqs_bodies_and_batch_items_and_bad_ones_are_r
     assert_eq!(task["max_retries"], 9);
     assert!(task["expires_at"].is_string() && task["available_at"] != task["created_at"]);
     assert!(rec.options_hash.is_some());
-    let rejected = h.rejected().await;
+    let rejected = h.objects("rejected/").await;
     assert_eq!(rejected.len(), 1);
     assert!(
         rejected[0].to_string().contains("delay_seconds"),
@@ -265,7 +259,7 @@ async fn the_if_task_failed_attribute_asks_an_sqs_message_for_a_new_task_and_a_b
         e
     };
     assert!(h.sqs(with_attribute("sometimes")).await.is_empty());
-    let rejected = h.rejected().await;
+    let rejected = h.objects("rejected/").await;
     assert_eq!(rejected.len(), 1);
     assert!(
         rejected[0]["error"]["detail"]
@@ -295,4 +289,12 @@ async fn the_if_task_failed_attribute_asks_an_sqs_message_for_a_new_task_and_a_b
             .count(),
         2
     );
+}
+
+/// The request id API Gateway gave `event`.
+fn request_id_of(event: &Value) -> String {
+    event["requestContext"]["requestId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }

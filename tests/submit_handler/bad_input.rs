@@ -336,7 +336,7 @@ async fn every_bad_sqs_message_is_rejected_to_its_own_object_and_writes_nothing_
     let keys = store.keys();
     assert!(keys.iter().all(|k| k.starts_with("rejected/")), "{keys:?}");
     assert_eq!(keys.len(), bodies.len());
-    let rejected = h.rejected().await;
+    let rejected = h.objects("rejected/").await;
     let too_large = rejected
         .iter()
         .filter(|r| r["error"]["code"] == "input_too_large")

@@ -9,7 +9,7 @@ async fn a_mixed_standard_batch_lists_no_failures_and_rejects_what_can_never_suc
     let failures = h.sqs(event("sqs-standard-batch.json")).await;
     assert!(failures.is_empty(), "{failures:?}");
     assert_eq!(h.count("tasks/").await, 1 + 3);
-    let rejected = h.rejected().await;
+    let rejected = h.objects("rejected/").await;
     let mut codes: Vec<(String, String)> = rejected
         .iter()
         .map(|r| {

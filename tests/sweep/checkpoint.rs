@@ -20,7 +20,7 @@ async fn a_run_that_died_holding_the_pass_keeps_it_for_its_lease_then_loses_it()
         serde_json::from_slice(&w.bucket.get("sweeper/checkpoint.json").await.unwrap().body)
             .unwrap();
     let lease: chrono::DateTime<chrono::Utc> =
-        cp["running_until"].as_str().unwrap().parse().unwrap();
+        cp["shares"][0]["until"].as_str().unwrap().parse().unwrap();
     assert_eq!(
         lease,
         w.clock.now() + Duration::minutes(15) + Duration::seconds(25)

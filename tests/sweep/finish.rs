@@ -245,7 +245,9 @@ async fn every_kind_a_pass_meets(w: &World) -> String {
     )
     .await;
     let pass_at = w.clock.now() + Duration::days(31) + Duration::minutes(11);
-    let slice = idempotent_submit::protocol::sweep::payload_slices(pass_at).start;
+    // A first pass's check begins at the cursor's first slice.
+    let plan = idempotent_submit::protocol::sweep::PayloadPlan::after(0, None, pass_at);
+    let slice = plan.slices.start;
     payload_of_slice(&w.bucket, slice).await;
     // A marker beside a task a worker has run since.
     let stale = task_with_marker(&w.bucket, "completed", w.clock.now(), true).await;

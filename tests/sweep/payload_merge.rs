@@ -2,7 +2,8 @@
 //! every store of the matrix it deletes exactly the payloads that the rule
 //! names (docs/protocol.md, "Offloaded inputs"), the rule the check with
 //! the set applied: old enough, named by no task under any shard length,
-//! and of the day's slices or within a day and an hour past the orphan age.
+//! and of a first pass's slices (the cursor's first) or within a day and an
+//! hour past the orphan age.
 
 use super::*;
 
@@ -15,18 +16,18 @@ struct Built {
     slice: u32,
 }
 
-/// Payloads of the day's first slice (more than two pages, with tasks
+/// Payloads of a first pass's first slice (more than two pages, with tasks
 /// under every shard length, tasks without payloads between them, orphans
-/// every seventh, young ones), and of the next slice outside the day's
+/// every seventh, young ones), and of the next slice outside its plan's
 /// (recent ones for the HEADs, old ones for another day).
 async fn bucket_of_payloads(
     bucket: &MemoryStore,
     clock: &ManualClock,
     day: DateTime<Utc>,
 ) -> Vec<Built> {
-    use idempotent_submit::protocol::sweep::payload_slices;
-    let ours = payload_slices(day).start;
-    let other = payload_slices(day).end % 256;
+    use idempotent_submit::protocol::sweep::PayloadPlan;
+    let ours = PayloadPlan::after(0, None, day).slices.start;
+    let other = PayloadPlan::after(0, None, day).slices.end % 256;
     let mut built = Vec::new();
     for i in 0..2_600u32 {
         let (slice, age) = match i % 13 {
@@ -73,7 +74,7 @@ async fn put_task(bucket: &MemoryStore, shard: &str, id: &str) {
 }
 
 async fn deletes_exactly_the_payloads_the_rule_names(behaviour: Behaviour, order: ListOrder) {
-    use idempotent_submit::protocol::sweep::payload_slices;
+    use idempotent_submit::protocol::sweep::PayloadPlan;
     let clock = ManualClock::at_epoch();
     let bucket = common::memory_store(&clock).with_behaviour(behaviour);
     let day = clock.now() + Duration::days(20);
@@ -82,7 +83,7 @@ async fn deletes_exactly_the_payloads_the_rule_names(behaviour: Behaviour, order
     settings.conditional_delete = behaviour.conditional_delete;
     let q = Queue::with_clock(bucket.clone(), Arc::new(clock.clone()), settings);
     let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
-    let slices = payload_slices(day);
+    let slices = PayloadPlan::after(0, None, day).slices;
     // The rule: an hour is past every orphan age of the test settings, a
     // day is past it and the HEADs' day and an hour.
     let mut expected: Vec<&str> = built

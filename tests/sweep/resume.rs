@@ -277,7 +277,7 @@ async fn a_run_that_finds_the_pass_claimed_by_another_does_nothing() {
 /// A bucket whose first listing of each records range answers an empty page
 /// that is not the last (S3 may).
 #[tokio::test]
-async fn a_checkpoint_gone_before_a_run_claims_it_leaves_that_run_idle_whether_the_store_says_404_or_412()
+async fn a_checkpoint_gone_under_a_run_is_read_again_and_the_run_stops_when_its_share_is_gone_whether_the_store_says_404_or_412()
  {
     for behaviour in [Behaviour::default(), Behaviour::seaweedfs()] {
         let clock = ManualClock::at_epoch();
@@ -302,8 +302,10 @@ async fn a_checkpoint_gone_before_a_run_claims_it_leaves_that_run_idle_whether_t
                 None
             },
         }));
+        // The run reads it again (none: it opens a pass, create-only), and
+        // its release finds its share gone: it stops, the pass not done.
         let s = w.sweep_over(racing.clone()).await;
-        assert!(s.busy && s.scanned == 0, "{behaviour:?}: {s:?}");
+        assert!(!s.busy && !s.complete, "{behaviour:?}: {s:?}");
         let answer = racing
             .calls()
             .into_iter()

@@ -50,6 +50,7 @@
 //! one that was never written; then the input payloads no task names
 //! (`payloads.rs`).
 
+mod checkpoint;
 mod folders;
 mod markers;
 mod pass;
@@ -57,8 +58,10 @@ mod payload_tasks;
 mod payloads;
 mod ranges;
 mod record;
+mod share;
 
-pub use payloads::{PAYLOAD_CYCLE_DAYS, PAYLOAD_SLICES, payload_slices};
+pub use payloads::{PAYLOAD_CYCLE_DAYS, PAYLOAD_SLICES, PayloadPlan};
+pub use share::{Continuation, HandOn, ShareOutcome};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -85,7 +88,6 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 pub struct SweepOptions {
     /// Report what would be done, reading as the real run reads; change
     /// nothing (not even the checkpoint).
-    /// Report what would be done; write and delete nothing.
     pub dry_run: bool,
     /// Start no request at or after this time (by the engine's clock),
     /// keeping the place.
@@ -93,6 +95,9 @@ pub struct SweepOptions {
     /// Stop after this many listed records (tests, small batches); the pass
     /// then lists one range at a time.
     pub max_records: Option<usize>,
+    /// The pass this invocation continues (a [`Continuation`] handed on by
+    /// another); `None` for a scheduled run, which may open a new pass.
+    pub continuation: Option<Continuation>,
 }
 
 /// What a sweep did: a scheduled pass, or a batch of record events.

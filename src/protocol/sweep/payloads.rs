@@ -8,17 +8,18 @@
 //! payload whose task object is not in the bucket, once no task can be
 //! written for it any more (docs/protocol.md, "Offloaded inputs"):
 //!
-//! - a payload aged up to a day and an hour past that age is checked by
-//!   HEADs of its task, ours first (the prompt path: a lost claim's payload
-//!   goes the next day);
-//! - every payload, whatever its age, is checked once a month: each day's
-//!   pass takes a slice of the task ids (their first two hex digits, 256
-//!   slices, about 1/30 of them a day by the day's number) and checks the
-//!   payloads of those ids against the tasks listed under every shard
-//!   length, in memory that does not grow with the bucket
-//!   (`payload_tasks.rs`: a streaming merge under `LIST_ORDER=bytes`,
-//!   bounded rounds under `any`). LISTs only (1000 keys each), and no
-//!   checkpoint: a day that is missed is made up 30 days later.
+//! - a payload whose age crossed that age since the last complete check
+//!   (and an hour more) is checked by HEADs of its task, ours first (the
+//!   prompt path: a lost claim's payload goes at the next pass);
+//! - every payload, whatever its age, is checked once a month: each pass
+//!   takes the next slices of the task ids (their first two hex digits, 256
+//!   slices) from the checkpoint's cursor, as many as its time since the
+//!   last check is of 30 days ([`PayloadPlan`]), and checks the payloads of
+//!   those ids against the tasks listed under every shard length, in memory
+//!   that does not grow with the bucket (`payload_tasks.rs`: a streaming
+//!   merge under `LIST_ORDER=bytes`, bounded rounds under `any`). LISTs only
+//!   (1000 keys each); the cursor moves on only when the check is complete,
+//!   so a pass cut short or missed is made up by the next one.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,7 +52,8 @@ pub(super) const TASKS_PREFIX: &str = "tasks/";
 const RECHECK_FOR: Duration = Duration::hours(25);
 /// The slices of the task ids: their first byte (two hex digits).
 pub const PAYLOAD_SLICES: u32 = 256;
-/// Every slice is taken once in this many consecutive days.
+/// Every slice is taken once in this many days, at any schedule
+/// ([`PayloadPlan::after`]).
 pub const PAYLOAD_CYCLE_DAYS: i64 = 30;
 
 /// The task id of an input payload's key; `None` for anything else
@@ -65,26 +67,59 @@ fn input_payload_id(key: &str) -> Option<Uuid> {
     (file == "input.json" && parsed.hyphenated().to_string() == id).then_some(parsed)
 }
 
-/// The slices that the pass beginning at `at` (S3's time) takes: the day's
-/// number, modulo [`PAYLOAD_CYCLE_DAYS`], picks a run of consecutive ones
-/// (8 or 9), so that the cycle's days take each slice exactly once.
-pub fn payload_slices(at: DateTime<Utc>) -> Range<u32> {
-    let day = at
-        .timestamp()
-        .div_euclid(86_400)
-        .rem_euclid(PAYLOAD_CYCLE_DAYS) as u32;
-    let cycle = PAYLOAD_CYCLE_DAYS as u32;
-    day * PAYLOAD_SLICES / cycle..(day + 1) * PAYLOAD_SLICES / cycle
+/// Which payloads one pass's check takes: the slices of task ids its
+/// listing joins (from the checkpoint's cursor), and how far past the orphan
+/// age its HEADs reach. By cursor, not by calendar, so that the check is
+/// right at any schedule: hourly, daily, after missed days, or twice in a
+/// minute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadPlan {
+    /// The slices the listing takes.
+    pub slices: Range<u32>,
+    /// Payloads aged from the orphan age up to this much more are checked
+    /// by HEADs.
+    pub recheck_for: Duration,
+}
+
+impl PayloadPlan {
+    /// The check at `now` (S3's time) whose cursor is `cursor` (the next
+    /// slice), after the last complete check at `last`: as many slices as
+    /// the time since `last` is of [`PAYLOAD_CYCLE_DAYS`] (at least one, a
+    /// day's worth for a first check, up to the end of the slices: the next
+    /// check goes on from the first), so that every slice is taken once in
+    /// each cycle however often passes run; HEADs over the ages that crossed
+    /// the orphan age since `last`, and an hour more (at most a cycle: older
+    /// ones are the slices' to find).
+    pub fn after(cursor: u32, last: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Self {
+        let cycle = Duration::days(PAYLOAD_CYCLE_DAYS);
+        let since = last.map_or(Duration::days(1), |l| {
+            (now - l).clamp(Duration::zero(), cycle)
+        });
+        let share =
+            (i64::from(PAYLOAD_SLICES) * since.num_seconds()).div_euclid(cycle.num_seconds());
+        let n = (share as u32 + 1).clamp(1, PAYLOAD_SLICES);
+        let start = cursor % PAYLOAD_SLICES;
+        PayloadPlan {
+            slices: start..(start + n).min(PAYLOAD_SLICES),
+            recheck_for: last.map_or(RECHECK_FOR, |_| since + Duration::hours(1)),
+        }
+    }
+
+    /// The cursor after this check, once it is complete.
+    pub fn next_slice(&self) -> u32 {
+        self.slices.end % PAYLOAD_SLICES
+    }
 }
 
 /// What one pass judges payloads by.
 struct Judge {
     /// S3's time at the pass's start.
     now: DateTime<Utc>,
-    /// The HEAD path's ages: from the orphan age, for [`RECHECK_FOR`].
+    /// The HEAD path's ages: from the orphan age, for the plan's
+    /// `recheck_for`.
     from: Duration,
     to: Duration,
-    /// The day's slices.
+    /// The plan's slices.
     slices: Range<u32>,
     /// The folders right under `tasks/` and the LISTs they took, listed
     /// once a pass when the first payload to judge by its tasks comes
@@ -94,7 +129,7 @@ struct Judge {
     counted: AtomicBool,
 }
 
-/// How a page's payloads of the day's slices are checked against their
+/// How a page's payloads of the plan's slices are checked against their
 /// tasks (`payload_tasks.rs`).
 enum Against<'a> {
     /// In byte order: the slice's task cursors, made at the first payload
@@ -117,8 +152,8 @@ impl Engine {
 
     /// Deletes the input payloads older than [`Engine::orphan_after`] at
     /// `now` (S3's time) whose task object is not in the bucket under any
-    /// shard length: those up to a day and an hour older by HEADs, those of the day's
-    /// slices ([`payload_slices`]) by the day's listing of their tasks.
+    /// shard length: those up to `plan.recheck_for` older by HEADs, those of
+    /// the plan's slices ([`PayloadPlan`]) by a listing of their tasks.
     /// Counts them in `payloads_deleted` (dry run: counted, not deleted).
     /// No request starts at or after the run's deadline; a payload left
     /// then is the next pass's.
@@ -126,13 +161,14 @@ impl Engine {
         &self,
         opts: &SweepOptions,
         now: DateTime<Utc>,
+        plan: &PayloadPlan,
         summary: &mut SweepSummary,
     ) -> Result<(), SubmitError> {
         let judge = Judge {
             now,
             from: self.orphan_after(),
-            to: self.orphan_after() + RECHECK_FOR,
-            slices: payload_slices(now),
+            to: self.orphan_after() + plan.recheck_for,
+            slices: plan.slices.clone(),
             folders: tokio::sync::OnceCell::new(),
             counted: AtomicBool::new(false),
         };
@@ -142,7 +178,7 @@ impl Engine {
         }
         // One page first: a bucket of up to a thousand payloads (most have
         // none) costs one LIST, and its tasks are listed only if one of the
-        // day's slices has a payload old enough to judge.
+        // plan's slices has a payload old enough to judge.
         let first = self
             .with_retries(self.request_deadline(opts.deadline), || {
                 self.store.list(PAYLOADS_PREFIX, None, None, PAGE)
@@ -233,7 +269,7 @@ impl Engine {
         }
     }
 
-    /// One page of `payloads/`: the payloads of the day's slices old enough
+    /// One page of `payloads/`: the payloads of the plan's slices old enough
     /// to judge are checked against their tasks (`against`), and those
     /// named by no task, with the other recent ones, are each confirmed by
     /// HEADs of its task before it is deleted (a listing can miss a task
@@ -398,7 +434,7 @@ impl Engine {
     }
 
     /// Says that the run's deadline cut the payload check short: the next
-    /// pass begins it again (the day's slices are taken by the day).
+    /// pass begins it again (the cursor has not moved on).
     fn cut_short(&self) {
         tracing::warn!("the run's deadline cut the payload check short; the next pass goes on");
     }
@@ -511,24 +547,68 @@ mod tests {
         assert!(input_payload_id(&format!("payloads/{simple}/input.json")).is_none());
     }
 
-    #[test]
-    fn the_days_of_a_cycle_take_every_slice_exactly_once_in_runs_of_eight_or_nine() {
-        let start = DateTime::parse_from_rfc3339("2026-12-02T03:00:00Z")
-            .unwrap()
-            .with_timezone(&Utc);
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    /// The slices that passes `every` apart take from a first check on, by
+    /// the cursor, until they have taken each slice once: how often each
+    /// was taken, and the time the cycle took.
+    fn cycle(every: Duration) -> (Vec<u32>, Duration) {
+        let start = at("2026-12-02T03:00:00Z");
+        let (mut cursor, mut last, mut now) = (0, None, start);
         let mut taken = vec![0; PAYLOAD_SLICES as usize];
-        for day in 0..PAYLOAD_CYCLE_DAYS {
-            let slices = payload_slices(start + Duration::days(day));
-            assert!((8..=9).contains(&slices.len()), "{slices:?}");
-            for s in slices {
+        loop {
+            let plan = PayloadPlan::after(cursor, last, now);
+            assert!(!plan.slices.is_empty());
+            for s in plan.slices.clone() {
                 taken[s as usize] += 1;
             }
+            (cursor, last) = (plan.next_slice(), Some(now));
+            if cursor == 0 {
+                return (taken, now - start);
+            }
+            now += every;
         }
-        assert!(taken.iter().all(|n| *n == 1), "{taken:?}");
-        // The same day's pass takes the same slices at any hour.
-        assert_eq!(
-            payload_slices(start),
-            payload_slices(start + Duration::hours(20))
-        );
+    }
+
+    #[test]
+    fn passes_at_any_schedule_take_every_slice_once_a_cycle_within_its_thirty_days() {
+        for every in [
+            Duration::minutes(1),
+            Duration::hours(1),
+            Duration::days(1),
+            Duration::days(3),
+            Duration::days(45),
+        ] {
+            let (taken, took) = cycle(every);
+            assert!(taken.iter().all(|n| *n == 1), "{every}: {taken:?}");
+            assert!(
+                took <= Duration::days(PAYLOAD_CYCLE_DAYS) || every > Duration::days(1),
+                "{every}: a cycle of {took}"
+            );
+        }
+        // Daily passes: 9 slices a pass (8.5 a day would do), 29 passes.
+        assert_eq!(cycle(Duration::days(1)).1, Duration::days(28));
+    }
+
+    #[test]
+    fn a_check_reaches_by_heads_back_to_the_last_complete_one_and_an_hour_more() {
+        let now = at("2026-12-02T03:00:00Z");
+        let first = PayloadPlan::after(0, None, now);
+        assert_eq!((first.slices, first.recheck_for), (0..9, RECHECK_FOR));
+        let hourly = PayloadPlan::after(250, Some(now - Duration::hours(1)), now);
+        assert_eq!(hourly.slices, 250..251);
+        assert_eq!(hourly.recheck_for, Duration::hours(2));
+        // Two passes in a minute: one slice, an hour and a minute of ages.
+        let again = PayloadPlan::after(7, Some(now - Duration::minutes(1)), now);
+        assert_eq!(again.slices, 7..8);
+        assert_eq!(again.recheck_for, Duration::minutes(61));
+        // Missed days: more slices, up to the end of the slices.
+        let late = PayloadPlan::after(250, Some(now - Duration::days(3)), now);
+        assert_eq!((late.slices.clone(), late.next_slice()), (250..256, 0));
+        let long = PayloadPlan::after(0, Some(now - Duration::days(90)), now);
+        assert_eq!(long.slices, 0..PAYLOAD_SLICES);
+        assert_eq!(long.recheck_for, Duration::days(30) + Duration::hours(1));
     }
 }

@@ -216,7 +216,7 @@ impl Layout {
             }
             Family::Tasks => (mix(i ^ 0x7a5c) % (30 * DAY as u64)) as i64,
             Family::Payloads => {
-                (mix(i * self.shape.payload_every ^ 0x7a5c) % (30 * DAY as u64)) as i64
+                (mix((i * self.shape.payload_every) ^ 0x7a5c) % (30 * DAY as u64)) as i64
             }
         };
         Duration::seconds(secs)

@@ -61,6 +61,10 @@ pub struct Bodies {
     pub task: serde_json::Value,
 }
 
+/// An object as it stands: its bytes if written (generated ones have
+/// none), its metadata, and its family and index if generated.
+type Found = (Option<Bytes>, ObjectMeta, Option<(Family, u64)>);
+
 impl Bodies {
     /// The bodies of one real keyed submit, in memory.
     pub async fn from_a_submit() -> Bodies {
@@ -200,7 +204,7 @@ impl SyntheticStore {
 
     /// The object at `key` as it stands: written, or generated and not
     /// deleted.
-    fn find(&self, key: &str) -> Option<(Option<Bytes>, ObjectMeta, Option<(Family, u64)>)> {
+    fn find(&self, key: &str) -> Option<Found> {
         if let Some((b, m)) = self.lock_written().get(key) {
             return Some((Some(b.clone()), m.clone(), None));
         }

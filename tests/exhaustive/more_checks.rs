@@ -1,0 +1,145 @@
+//! Guarantees 8 (request counts) and 11 (a failed task's key reused),
+//! checked after every step beside `checks.rs`'s.
+
+use idempotent_submit::protocol::Record;
+use idempotent_submit::{SubmitError, Submitted};
+
+use super::actors::{Events, Role};
+use super::checks::Life;
+use super::gate::{self, Kind};
+use super::sim::Sim;
+
+/// Guarantee 11 after every step: a record that names a replaced task
+/// replaced a task that was `failed` or `cancelled` when that record
+/// appeared; one replaced task has at most one replacement; and no
+/// replay-mode submit replaces a task.
+pub fn check_replacements(sim: &Sim) -> Result<(), String> {
+    let lives = &sim.checks.lives;
+    for life in lives.iter().filter(|l| l.from == sim.step && !l.reset()) {
+        let Some(old) = life.record.replaces_task_id else {
+            continue;
+        };
+        let replacements: std::collections::HashSet<_> = lives
+            .iter()
+            .filter(|l| !l.reset() && l.record.replaces_task_id == Some(old))
+            .map(|l| l.record.task_id)
+            .collect();
+        if replacements.len() > 1 {
+            return Err(format!(
+                "guarantee 11: failed task {old} has {} replacements",
+                replacements.len()
+            ));
+        }
+        let status = lives
+            .iter()
+            .find(|l| l.record.task_id == old)
+            .and_then(|l| super::checks::object(sim, &l.record.task_key))
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .map(|v| v["status"].as_str().unwrap_or_default().to_owned());
+        if !matches!(status.as_deref(), Some("failed" | "cancelled")) {
+            return Err(format!(
+                "guarantee 11: task {old} replaced while {status:?}, not failed or cancelled"
+            ));
+        }
+    }
+    check_replay_mode_writes(sim)
+}
+
+/// No replay-mode submit writes a record that replaces a task.
+fn check_replay_mode_writes(sim: &Sim) -> Result<(), String> {
+    let s = gate::lock(&sim.gate.state);
+    for l in s
+        .log
+        .iter()
+        .filter(|l| l.ok && l.key.starts_with("idempotency/"))
+    {
+        let replay_mode = matches!(
+            sim.actors[l.actor].role,
+            Role::Submit { .. } | Role::Batch { .. }
+        );
+        let replaces = l
+            .body
+            .as_ref()
+            .and_then(|b| serde_json::from_slice::<Record>(b).ok())
+            .is_some_and(|r| r.replaces_task_id.is_some() && r.reset_at.is_none());
+        if replay_mode && replaces {
+            return Err(format!(
+                "guarantee 11: a replay-mode submit (#{}) replaced its key's task",
+                l.actor
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A record that replaces `life`'s task, as guarantee 11 allows: the
+/// replaced task is one the checker will judge (`check_replacements`).
+pub fn replaces(by: &Record, life: &Life) -> bool {
+    by.replaces_task_id == Some(life.record.task_id) && by.reset_at.is_none()
+}
+
+/// Guarantee 8 for one submit of ours that ended with `r`: where the table
+/// of docs/protocol.md ("Request counts") is exact, the submit made
+/// exactly that many requests. It is exact for a submit that met no fault
+/// and ran alone (no other actor's request between its first and its
+/// last); a replay's count depends on what it found, so only its bounds.
+pub fn check_requests(
+    sim: &Sim,
+    i: usize,
+    r: &Result<Submitted, SubmitError>,
+) -> Result<(), String> {
+    let a = &sim.actors[i];
+    // A 409 is retried: one request more (guarantee 9's), not counted here.
+    if a.faulted || a.met_409 || !matches!(a.role, Role::Submit { .. } | Role::Reuse { .. }) {
+        return Ok(());
+    }
+    let s = gate::lock(&sim.gate.state);
+    let mine: Vec<usize> = (0..s.sent_by.len())
+        .filter(|n| s.sent_by[*n] == i)
+        .collect();
+    let (Some(first), Some(last)) = (mine.first(), mine.last()) else {
+        return Ok(());
+    };
+    if s.sent_by[*first..=*last].iter().any(|a| *a != i) {
+        return Ok(());
+    }
+    let wrote = s.log.iter().any(|l| {
+        l.actor == i
+            && l.kind.is_write()
+            && !l.key.starts_with("idempotency/")
+            && l.kind != Kind::Send
+    });
+    // Its first claim met a record (a 412): an expired or reset one, when
+    // it answers a new task.
+    let held = s
+        .log
+        .iter()
+        .find(|l| l.actor == i && l.key.starts_with("idempotency/") && l.kind != Kind::Send)
+        .is_some_and(|l| !l.ok);
+    drop(s);
+    let sends = u32::from(matches!(sim.spec.events, Events::Submitter(_)));
+    let n = mine.len() as u32;
+    let reuse = matches!(a.role, Role::Reuse { .. });
+    let (low, high, what) = match r {
+        Ok(s) if !s.replayed && s.replaces_task_id.is_some() => {
+            (6, 6, "a failed task's key, new_task")
+        }
+        Ok(s) if !s.replayed && held => (5, 5, "new submit over an expired or reset record"),
+        Ok(s) if !s.replayed => (3, 3, "new submit"),
+        Ok(_) if wrote => (6, 6, "replay that finishes"),
+        // A new_task submit reads the task right after the record, as a
+        // replay does.
+        Ok(_) if reuse => (3, 4, "replay (new_task)"),
+        Ok(_) => (3, 4, "replay"),
+        Err(SubmitError::Conflict { .. }) => (2, 2, "conflict"),
+        Err(_) => return Ok(()),
+    };
+    if n < low + sends || n > high + sends {
+        return Err(format!(
+            "guarantee 8: #{i} ({what}) made {n} requests, alone and without a fault; the table says {}..={}",
+            low + sends,
+            high + sends
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,128 @@
+//! Where a world starts: an empty bucket, or the state a few steps before
+//! what the world is about (a key whose task failed, a record past its
+//! expiry, a submit that died after its task), made by the real engine on
+//! the bucket itself, outside the gate, so that the explorer spends its
+//! depth on what matters. What a prelude wrote is no step of a schedule; the
+//! checker sees its record as a life from step 0.
+
+use std::future::IntoFuture;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use idempotent_submit::store::{MemoryStore, PutMode, Store};
+use idempotent_submit::{Clock, Queue, Settings};
+use serde_json::{Value, json};
+
+use super::actors::{self, TASK_TYPE};
+use super::gate::{self, GateStore, Message};
+use super::sim::{Sim, now_or_never};
+
+/// What is in the bucket before the first step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prelude {
+    /// Nothing.
+    Empty,
+    /// A submit of `k` (input 1) answered, its task taken by a worker (its
+    /// marker deleted) and ended `failed`: a key `if_task_failed: new_task`
+    /// may reuse.
+    Failed,
+    /// The same, the task ended `completed`: a key nothing may reuse.
+    Completed,
+    /// The same, the task taken by a worker and still `running`.
+    Running,
+    /// A submit of `k` that died after its task, before its marker.
+    NoMarker,
+    /// The same, the clock at its record's finish deadline + 10 s.
+    MarkerLost,
+    /// A submit of `k` answered; the clock at its record's expiry, and the
+    /// record's S3 event waiting in the due queue (a redelivery).
+    Expired,
+}
+
+/// Runs `prelude` on `sim`'s bucket and clock, before any actor starts.
+pub fn run(sim: &mut Sim, prelude: Prelude) {
+    if prelude == Prelude::Empty {
+        return;
+    }
+    let bucket = sim.bucket.clone();
+    let lm = submit(&bucket, &sim.gate, &sim.settings);
+    let st = &sim.settings;
+    match prelude {
+        Prelude::Empty => {}
+        Prelude::Failed => end_task(&bucket, "failed"),
+        Prelude::Completed => end_task(&bucket, "completed"),
+        Prelude::Running => end_task(&bucket, "running"),
+        Prelude::NoMarker => delete_markers(&bucket),
+        Prelude::MarkerLost => {
+            delete_markers(&bucket);
+            sim.clock
+                .set(lm + st.finish_window + chrono::Duration::seconds(10));
+        }
+        Prelude::Expired => {
+            let record = super::checks::record_key("k");
+            let body = now_or_never(bucket.get(&record)).and_then(Result::ok);
+            let body = body.expect("the prelude's record").body;
+            let expiry = super::checks::time_field(&body, "expires_at");
+            sim.clock.set(expiry.expect("a record's expiry"));
+            gate::lock(&sim.gate.state).queue.push(Message {
+                key: record,
+                sent_at: None,
+                visible: sim.clock.now(),
+            });
+        }
+    }
+}
+
+/// A submit of `k` with input 1 on the bucket itself; its record's
+/// `LastModified`.
+fn submit(bucket: &MemoryStore, gate: &GateStore, settings: &Settings) -> DateTime<Utc> {
+    let machine = &gate.machine;
+    let clock = std::sync::Arc::new(machine.clone()) as std::sync::Arc<dyn Clock>;
+    let q = Queue::with_clock(bucket.clone(), clock, settings.clone());
+    let submit = q
+        .submit(TASK_TYPE, actors::input_of(1))
+        .idempotency_key("k");
+    let done = now_or_never(submit.into_future()).expect("the in-memory store answers at once");
+    done.expect("the prelude's submit");
+    // The planted bugs find a task's first body in the gate's history.
+    let tasks = bucket
+        .keys()
+        .into_iter()
+        .filter(|k| k.starts_with("tasks/"));
+    for key in tasks {
+        let body = now_or_never(bucket.get(&key)).and_then(Result::ok);
+        let body = body.expect("the prelude's task").body;
+        gate::lock(&gate.state)
+            .writes
+            .lock()
+            .unwrap()
+            .push((key, body));
+    }
+    let record = super::checks::record_key("k");
+    let meta = now_or_never(bucket.head(&record)).and_then(Result::ok);
+    meta.expect("the prelude's record").last_modified
+}
+
+fn delete_markers(bucket: &MemoryStore) {
+    for key in bucket
+        .keys()
+        .into_iter()
+        .filter(|k| k.starts_with("ready/"))
+    {
+        now_or_never(bucket.delete(&key, None));
+    }
+}
+
+/// As buquet's worker ends a task: claimed (its marker deleted), then
+/// `status` written over it.
+fn end_task(bucket: &MemoryStore, status: &str) {
+    delete_markers(bucket);
+    let task = bucket.keys().into_iter().find(|k| k.starts_with("tasks/"));
+    let task = task.expect("the prelude's task");
+    let obj = now_or_never(bucket.get(&task)).and_then(Result::ok);
+    let obj = obj.expect("the prelude's task");
+    let mut v: Value = serde_json::from_slice(&obj.body).expect("a task");
+    v["status"] = json!(status);
+    let body = Bytes::from(v.to_string());
+    now_or_never(bucket.put(&task, body, PutMode::Update(obj.meta.etag)));
+}
