@@ -1,13 +1,18 @@
 //! The logic of `BENCH_ONLY=scale` (scale.rs writes its section): one day's
 //! scheduled pass over a synthetic bucket (`idempotent_submit::store::
-//! synthetic`), invocation by invocation, each with the sweep function's
-//! deadline, every request taking 30 ms of tokio's paused clock.
+//! synthetic`), by the pass's own entry point (`Engine::sweep_share`): the
+//! schedule's invocation, then one invocation at once for each continuation
+//! it hands on (up to `PASS_CONCURRENCY`, 4 by default), each with the sweep
+//! function's deadline, every request taking 30 ms of tokio's paused clock.
 //! tests/scale.rs runs it small.
 
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
-use idempotent_submit::protocol::sweep::payload_slices;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use idempotent_submit::Clock;
+use idempotent_submit::protocol::sweep::{Continuation, HandOn, PayloadPlan};
 use idempotent_submit::protocol::{SweepOptions, SweepSummary};
 use idempotent_submit::store::synthetic::{Bodies, Family, Shape, SyntheticStore, TokioClock};
 use idempotent_submit::store::{PutMode, Store};
@@ -18,6 +23,28 @@ pub(crate) const ROUND_TRIP: std::time::Duration = std::time::Duration::from_mil
 /// How long an invocation works: the sweep function's timeout
 /// (template.yaml, 120 s) less the 10 s it stops before it.
 pub(crate) const INVOCATION_SECS: i64 = 110;
+
+/// The pass queue's stand-in: the continuations handed on, for the
+/// driver to start an invocation for each.
+#[derive(Default)]
+struct Handed(std::sync::Mutex<Vec<Continuation>>);
+
+impl Handed {
+    fn take(&self) -> Vec<Continuation> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+#[async_trait::async_trait]
+impl HandOn for Handed {
+    async fn hand_on(&self, continuations: &[Continuation]) -> Result<(), String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(continuations);
+        Ok(())
+    }
+}
 
 /// What one day's pass did.
 #[derive(Debug, Default)]
@@ -112,25 +139,39 @@ async fn pass_on(
     let q = Queue::with_clock(store.clone(), Arc::new(clock.clone()), settings);
     let counts_before = counted(&store);
     started();
-    while out.invocations < max_invocations {
-        out.invocations += 1;
-        let opts = SweepOptions {
-            deadline: Some(
-                idempotent_submit::Clock::now(&clock) + Duration::seconds(INVOCATION_SECS),
-            ),
-            ..SweepOptions::default()
-        };
-        let s = match q.engine().sweep(&opts).await {
-            Ok(s) => s,
-            Err(e) => panic!("invocation {}: {e}", out.invocations),
-        };
-        out.summary.add(&s);
-        if s.complete || s.busy {
-            out.summary.complete = s.complete;
-            break;
+    let handed = Handed::default();
+    let invoke = |continuation: Option<Continuation>| {
+        let (q, clock, handed) = (&q, &clock, &handed);
+        async move {
+            let opts = SweepOptions {
+                deadline: Some(clock.now() + Duration::seconds(INVOCATION_SECS)),
+                continuation,
+                ..SweepOptions::default()
+            };
+            match q.engine().sweep_share(&opts, Some(handed)).await {
+                Ok(s) => s,
+                Err(e) => panic!("an invocation: {e}"),
+            }
         }
+    };
+    // The schedule's run, then one invocation for each continuation handed
+    // on, at once (the pass queue's event source mapping).
+    let mut running = FuturesUnordered::new();
+    running.push(invoke(None));
+    out.invocations = 1;
+    while let Some(share) = running.next().await {
+        out.summary.add(&share.summary);
+        if let Some(pass) = share.pass {
+            out.summary.complete = pass.complete;
+        }
+        for c in handed.take() {
+            if out.invocations < max_invocations {
+                out.invocations += 1;
+                running.push(invoke(Some(c)));
+            }
+        }
+        out.concurrency = out.concurrency.max(running.len() as u64);
     }
-    out.concurrency = 1;
     out.s3_secs = begun.elapsed().as_secs_f64();
     let after = counted(&store);
     [out.lists, out.gets, out.heads, out.puts, out.deletes] =
@@ -156,12 +197,15 @@ fn counted(store: &SyntheticStore) -> [u64; 5] {
 }
 
 /// The orphan payloads that the day's check deletes by the rule
-/// (docs/protocol.md, "Offloaded inputs"): old enough, and of the day's
-/// slices or within a day and an hour past the orphan age.
+/// (docs/protocol.md, "Offloaded inputs"), judged at the pass's start: old
+/// enough, and of the check's slices or within its HEADs' reach past the
+/// orphan age.
 fn orphans_due(store: &SyntheticStore, s: &Settings, at: DateTime<Utc>) -> u64 {
     let l = store.layout();
     let from = s.finish_window + s.late_write_margin + s.operation_timeout;
-    let slices = payload_slices(at);
+    // A first check (the checkpoint has no cursor yet): the first slices.
+    let plan = PayloadPlan::after(0, None, at);
+    let slices = plan.slices;
     let every = l.shape.orphan_every;
     (0..l.payloads / every)
         .map(|k| k * every + every - 1)
@@ -169,7 +213,7 @@ fn orphans_due(store: &SyntheticStore, s: &Settings, at: DateTime<Utc>) -> u64 {
             let age = l.age(Family::Payloads, p);
             let key = l.key(Family::Payloads, p);
             let slice = u32::from_str_radix(&key["payloads/".len()..][..2], 16).unwrap_or(0);
-            age >= from && (slices.contains(&slice) || age < from + Duration::hours(25))
+            age >= from && (slices.contains(&slice) || age < from + plan.recheck_for)
         })
         .count() as u64
 }
