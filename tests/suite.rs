@@ -35,6 +35,7 @@ mod readme;
 mod recovery;
 mod reuse;
 mod s3_status;
+mod scale;
 mod schemas;
 mod seaweedfs;
 mod sources_binary;

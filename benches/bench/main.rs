@@ -34,6 +34,8 @@ mod prefix_model;
 mod prefix_rates;
 mod report;
 mod requests;
+mod scale;
+mod scale_model;
 mod schemas;
 mod submitter;
 mod sweeper;
@@ -55,6 +57,15 @@ struct Counting;
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static ALLOCATED_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Bytes allocated and not yet freed, and their high-water mark (the
+/// scale section's heap peak).
+static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
+static PEAK_BYTES: AtomicU64 = AtomicU64::new(0);
+
+fn grow(by: u64) {
+    let now = LIVE_BYTES.fetch_add(by, Ordering::Relaxed) + by;
+    PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
+}
 
 // SAFETY: every call is passed on to the system allocator unchanged; the
 // counters are only added to.
@@ -62,10 +73,12 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         ALLOCATED_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        grow(layout.size() as u64);
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
         unsafe { System.dealloc(ptr, layout) }
     }
 
@@ -74,6 +87,8 @@ unsafe impl GlobalAlloc for Counting {
         // allocator extends it in place, a copy of what it held).
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         ALLOCATED_BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+        grow(new_size as u64);
+        LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -87,6 +102,18 @@ pub(crate) fn allocated() -> (u64, u64) {
         ALLOCATIONS.load(Ordering::Relaxed),
         ALLOCATED_BYTES.load(Ordering::Relaxed),
     )
+}
+
+/// Starts a new heap high-water mark at what is allocated now, returned.
+pub(crate) fn heap_reset_peak() -> u64 {
+    let now = LIVE_BYTES.load(Ordering::Relaxed);
+    PEAK_BYTES.store(now, Ordering::Relaxed);
+    now
+}
+
+/// The heap's high-water mark since the last reset.
+pub(crate) fn heap_peak() -> u64 {
+    PEAK_BYTES.load(Ordering::Relaxed)
 }
 
 pub(crate) fn input(bytes: usize) -> serde_json::Value {
@@ -209,6 +236,16 @@ fn main() {
         splice_section(&r.0, "## Submits at scale: S3's per-prefix rates", true);
         return;
     }
+    // BENCH_ONLY=scale: the daily pass over synthetic buckets of 10^7 to
+    // 10^9 records, put in place of its section (before the targets), its
+    // rows in the targets table.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("scale") {
+        let mut r = Report::new();
+        rt.block_on(scale::scale(&mut r, true));
+        splice_section(&r.0, scale::HEADING, true);
+        splice_targets(&r);
+        return;
+    }
     // BENCH_ONLY=submitter: the figures of due messages sent by the
     // submitter (RECORD_EVENTS=submitter), printed and put in place of
     // their section (before the targets).
@@ -244,6 +281,7 @@ fn main() {
         submitter::submitter(&mut r).await;
         list_order::list_order(&mut r).await;
         prefix_rates::scale_submits(&mut r).await;
+        scale::scale(&mut r, false).await;
         assess(&mut r);
         let mut out = r.0;
         let _ = writeln!(out);

@@ -94,7 +94,7 @@ impl Layout {
         let mut acc = 0;
         for c in &counts {
             expired_before.push(acc);
-            acc += (c + 1) / DAYS;
+            acc += c / DAYS;
         }
         expired_before.push(acc);
         let tasks = shape.live.max(1);

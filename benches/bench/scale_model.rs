@@ -1,0 +1,219 @@
+//! The logic of `BENCH_ONLY=scale` (scale.rs writes its section): one day's
+//! scheduled pass over a synthetic bucket (`idempotent_submit::store::
+//! synthetic`), by the pass's own entry point (`Engine::sweep_share`): the
+//! schedule's invocation, then one invocation at once for each continuation
+//! it hands on (up to `PASS_CONCURRENCY`, 4 by default), each with the sweep
+//! function's deadline, every request taking 30 ms of tokio's paused clock.
+//! tests/scale.rs runs it small.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use idempotent_submit::Clock;
+use idempotent_submit::store::{PutMode, Store};
+use idempotent_submit::testing::protocol::sweep::{Continuation, HandOn, PayloadPlan};
+use idempotent_submit::testing::protocol::{SweepOptions, SweepSummary};
+use idempotent_submit::testing::synthetic::{Bodies, Family, Shape, SyntheticStore, TokioClock};
+use idempotent_submit::{ListOrder, Queue, Settings};
+
+/// A request's round trip from a function in the bucket's region.
+pub(crate) const ROUND_TRIP: std::time::Duration = std::time::Duration::from_millis(30);
+/// How long an invocation works: the sweep function's timeout
+/// (template.yaml, 120 s) less the 10 s it stops before it.
+pub(crate) const INVOCATION_SECS: i64 = 110;
+
+/// The pass queue's stand-in: the continuations handed on, for the
+/// driver to start an invocation for each.
+#[derive(Default)]
+struct Handed(std::sync::Mutex<Vec<Continuation>>);
+
+impl Handed {
+    fn take(&self) -> Vec<Continuation> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+#[async_trait::async_trait]
+impl HandOn for Handed {
+    async fn hand_on(&self, continuations: &[Continuation]) -> Result<(), String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(continuations);
+        Ok(())
+    }
+}
+
+/// What one day's pass did.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    pub lists: u64,
+    pub gets: u64,
+    pub heads: u64,
+    pub puts: u64,
+    pub deletes: u64,
+    /// Invocations, and the most at once.
+    pub invocations: u64,
+    pub concurrency: u64,
+    /// S3's time from the pass's start to its end (the modelled requests;
+    /// the CPU's time is not in it).
+    pub s3_secs: f64,
+    /// Every invocation's summary, added.
+    pub summary: SweepSummary,
+    /// Records listed (live and the day's past their TTL), and those past
+    /// their TTL.
+    pub records: u64,
+    pub expired: u64,
+    /// Orphan payloads the day's check is owed (of the day's slices, or
+    /// within the HEADs' day and an hour), and how many it deleted.
+    pub orphans_due: u64,
+    /// This machine's time for the whole run (the CPU's: the clock is
+    /// paused).
+    pub cpu_secs: f64,
+}
+
+/// The bucket's instant: the pass begins then.
+fn pass_at() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-03-01T03:00:00Z")
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_default()
+}
+
+/// One day's pass over a synthetic bucket of `shape` under `order`, on a
+/// runtime of its own whose clock is paused; `started` is called once the
+/// bucket is built, before the first invocation (the bench's memory mark).
+/// At most `max_invocations`.
+pub(crate) fn day_pass(
+    shape: Shape,
+    order: ListOrder,
+    max_invocations: u64,
+    started: &(dyn Fn() + Sync),
+) -> Outcome {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build();
+            match rt {
+                Ok(rt) => rt.block_on(pass_on(shape, order, max_invocations, started)),
+                Err(e) => panic!("a runtime: {e}"),
+            }
+        })
+        .join()
+        .unwrap_or_default()
+    })
+}
+
+async fn pass_on(
+    shape: Shape,
+    order: ListOrder,
+    max_invocations: u64,
+    started: &(dyn Fn() + Sync),
+) -> Outcome {
+    let wall = std::time::Instant::now();
+    let at = pass_at();
+    let store = SyntheticStore::new(shape, at, order, ROUND_TRIP, Bodies::from_a_submit().await);
+    // The last pass, complete, a day before.
+    let checkpoint = serde_json::json!({
+        "pass": (at - Duration::days(1)).format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        "complete": true,
+        "ranges": [],
+    });
+    let body = serde_json::to_vec(&checkpoint).unwrap_or_default();
+    let _ = store
+        .put("sweeper/checkpoint.json", body.into(), PutMode::Overwrite)
+        .await;
+    let settings = Settings {
+        list_order: order,
+        ..Settings::default()
+    };
+    let mut out = Outcome {
+        orphans_due: orphans_due(&store, &settings, at),
+        ..Outcome::default()
+    };
+    let begun = tokio::time::Instant::now();
+    let clock = TokioClock::new(at + Duration::from_std(ROUND_TRIP).unwrap_or_default());
+    let q = Queue::with_clock(store.clone(), Arc::new(clock.clone()), settings);
+    let counts_before = counted(&store);
+    started();
+    let handed = Handed::default();
+    let invoke = |continuation: Option<Continuation>| {
+        let (q, clock, handed) = (&q, &clock, &handed);
+        async move {
+            let opts = SweepOptions {
+                deadline: Some(clock.now() + Duration::seconds(INVOCATION_SECS)),
+                continuation,
+                ..SweepOptions::default()
+            };
+            match q.engine().sweep_share(&opts, Some(handed)).await {
+                Ok(s) => s,
+                Err(e) => panic!("an invocation: {e}"),
+            }
+        }
+    };
+    // The schedule's run, then one invocation for each continuation handed
+    // on, at once (the pass queue's event source mapping).
+    let mut running = FuturesUnordered::new();
+    running.push(invoke(None));
+    out.invocations = 1;
+    while let Some(share) = running.next().await {
+        out.summary.add(&share.summary);
+        if let Some(pass) = share.pass {
+            out.summary.complete = pass.complete;
+        }
+        for c in handed.take() {
+            if out.invocations < max_invocations {
+                out.invocations += 1;
+                running.push(invoke(Some(c)));
+            }
+        }
+        out.concurrency = out.concurrency.max(running.len() as u64);
+    }
+    out.s3_secs = begun.elapsed().as_secs_f64();
+    let after = counted(&store);
+    [out.lists, out.gets, out.heads, out.puts, out.deletes] =
+        std::array::from_fn(|k| after[k] - counts_before[k]);
+    let l = store.layout();
+    out.records = l.counts.iter().sum();
+    out.expired = l.expired_before.last().copied().unwrap_or(0);
+    out.cpu_secs = wall.elapsed().as_secs_f64();
+    out
+}
+
+/// The store's request counts: LIST, GET, HEAD, PUT, DELETE.
+fn counted(store: &SyntheticStore) -> [u64; 5] {
+    use std::sync::atomic::Ordering::Relaxed;
+    let c = store.counts();
+    [
+        c.list.load(Relaxed),
+        c.get.load(Relaxed),
+        c.head.load(Relaxed),
+        c.put.load(Relaxed),
+        c.delete.load(Relaxed),
+    ]
+}
+
+/// The orphan payloads that the day's check deletes by the rule
+/// (docs/protocol.md, "Offloaded inputs"), judged at the pass's start: old
+/// enough, and of the check's slices or within its HEADs' reach past the
+/// orphan age.
+fn orphans_due(store: &SyntheticStore, s: &Settings, at: DateTime<Utc>) -> u64 {
+    let l = store.layout();
+    let from = s.finish_window + s.late_write_margin + s.operation_timeout;
+    // A first check (the checkpoint has no cursor yet): the first slices.
+    let plan = PayloadPlan::after(0, None, at);
+    let slices = plan.slices;
+    let every = l.shape.orphan_every;
+    (0..l.payloads / every)
+        .map(|k| k * every + every - 1)
+        .filter(|&p| {
+            let age = l.age(Family::Payloads, p);
+            let key = l.key(Family::Payloads, p);
+            let slice = u32::from_str_radix(&key["payloads/".len()..][..2], 16).unwrap_or(0);
+            age >= from && (slices.contains(&slice) || age < from + plan.recheck_for)
+        })
+        .count() as u64
+}
