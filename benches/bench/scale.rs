@@ -74,7 +74,7 @@ pub(crate) async fn scale(r: &mut Report, progressive: bool) {
             crate::splice_section(&format!("{}{note}", r.0), HEADING, true);
         }
     }
-    r.line(format!("\nTargets: every case within 24 h of S3 time, the 10^7 cases within 1 h, LISTs within 1.1 per 1,000 records, the heap within the sweep function's bound of 256 MB. The heap's peak does not grow with the bucket: a page of 1,000 keys per range listed at once (32), and the payload check's one page per task cursor (`LIST_ORDER=bytes`) or its payload ids, at most 4 Mi (`any`; docs/decisions.md)."));
+    r.line("\nTargets: every case within 24 h of S3 time, the 10^7 cases within 1 h, LISTs within 1.1 per 1,000 records, the heap within the sweep function's bound of 256 MB. The heap's peak does not grow with the bucket: a page of 1,000 keys per range listed at once (32), and the payload check's one page per task cursor (`LIST_ORDER=bytes`) or its payload ids, at most 4 Mi (`any`; docs/decisions.md).");
 }
 
 /// The share of the records held by the `top` largest scopes, in percent.
