@@ -4,7 +4,7 @@
 //! object and its ready marker in parallel, and answers: two round trips.
 //! The record is written once and stays `creating`: whoever meets it before
 //! its finish deadline (a later submit of the key, the sweeper) checks both
-//! objects and writes what is missing, through [`Engine::finish`], a marker
+//! objects and writes what is missing, through `Engine::finish`, a marker
 //! only for a task no worker has touched. Past the deadline a record is
 //! settled: its task object alone says what became of the submit.
 //!

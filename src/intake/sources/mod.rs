@@ -4,7 +4,7 @@
 //! what it matches, the task type, where the key is (a JSON Pointer, RFC
 //! 6901: docs/decisions.md), the input, and the submit's scope and options.
 //!
-//! The setting is parsed once, at start ([`load`]), into typed entries whose
+//! The setting is parsed once, at start (`load`), into typed entries whose
 //! constructors refuse every shape they cannot honour, so a mistake stops the
 //! function with a message naming the entry instead of refusing events later.
 //! What came in is read into [`Delivery`]s (delivery.rs), and a delivery

@@ -2,14 +2,14 @@
 //! deletes expired records. It is woken two ways, and neither lists the
 //! bucket on the finishing path.
 //!
-//! **Record events (the main path), [`Engine::sweep_record`].** Every record
+//! **Record events (the main path), [`Engine::sweep_record`](crate::protocol::engine::Engine::sweep_record).** Every record
 //! write sends an S3 event to the due queue, which hands it to the sweeper
 //! `STALE_CREATING_AFTER_SECONDS` later. The sweeper reads that one record
 //! (one GET when there is nothing to do) and acts on its current state, so
 //! its work per record write is the same however many records the bucket
 //! holds. The message handling is `intake::due`.
 //!
-//! **The scheduled pass, [`Engine::sweep_share`].** Hygiene and a safety
+//! **The scheduled pass, [`Engine::sweep_share`](crate::protocol::engine::Engine::sweep_share).** Hygiene and a safety
 //! net, once a day: it lists `idempotency/` and reads a record only in the pass during
 //! which its age (since its last write) crosses a threshold, so each record
 //! is read O(1) times over its life however often passes run:
