@@ -431,6 +431,15 @@ fn expected_error(sim: &Sim, i: usize, e: &SubmitError) -> Result<(), String> {
 /// Guarantee 4 by the sweeper: a due message that met a stale `creating`
 /// record before its deadline leaves its task and marker in the bucket.
 fn check_swept(sim: &Sim, i: usize, key: &str, o: &RecordOutcome) -> Result<(), String> {
+    // `Nothing` says it wrote nothing; a write of a task or a marker that
+    // landed is `Finished`.
+    let wrote = gate::lock(&sim.gate.state)
+        .log
+        .iter()
+        .any(|l| l.actor == i && l.ok && l.kind.is_write() && !l.key.starts_with("idempotency/"));
+    if wrote && matches!(o, RecordOutcome::Nothing) {
+        return Err(format!("the sweeper wrote for {key} and answered Nothing"));
+    }
     match o {
         RecordOutcome::Failed(e) => return expected_error(sim, i, e),
         RecordOutcome::Corrupt => return Err(format!("the sweeper found {key} corrupt")),

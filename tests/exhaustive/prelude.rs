@@ -32,6 +32,9 @@ pub enum Prelude {
     Completed,
     /// The same, the task taken by a worker and still `running`.
     Running,
+    /// A submit of `k` that died after its record, before its task and
+    /// marker; the clock at the record's stale age, its S3 event due.
+    DiedAfterRecord,
     /// A submit of `k` that died after its task, before its marker.
     NoMarker,
     /// The same, the clock at its record's finish deadline + 10 s.
@@ -55,6 +58,22 @@ pub fn run(sim: &mut Sim, prelude: Prelude) {
         Prelude::Completed => end_task(&bucket, "completed"),
         Prelude::Running => end_task(&bucket, "running"),
         Prelude::NoMarker => delete_markers(&bucket),
+        Prelude::DiedAfterRecord => {
+            delete_markers(&bucket);
+            for key in bucket
+                .keys()
+                .into_iter()
+                .filter(|k| k.starts_with("tasks/"))
+            {
+                now_or_never(bucket.delete(&key, None));
+            }
+            sim.clock.set(lm + st.stale_creating_after);
+            gate::lock(&sim.gate.state).queue.push(Message {
+                key: super::checks::record_key("k"),
+                sent_at: None,
+                visible: sim.clock.now(),
+            });
+        }
         Prelude::MarkerLost => {
             delete_markers(&bucket);
             sim.clock

@@ -254,3 +254,23 @@ fn a_key_reset_beside_a_submit_of_the_key_from_an_answered_submit_keeps_every_gu
         holds(w);
     }
 }
+
+#[test]
+fn the_sweeper_finishes_a_submit_that_died_after_its_record_beside_a_replay() {
+    for store in STORES {
+        // The record's event comes at its stale age; a replay of the key
+        // races the sweeper.
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            prelude: Prelude::DiedAfterRecord,
+            deliver: true,
+            depth: 7,
+            ..spec(
+                "died after its record, the sweeper, a replay",
+                store,
+                vec![a],
+            )
+        };
+        holds(w);
+    }
+}
