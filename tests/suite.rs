@@ -90,8 +90,16 @@ fn every_test_file_is_a_module_of_the_suite() {
             let text = std::fs::read_to_string(&parent).unwrap();
             let line = |child: &str| format!("mod {child};");
             let declares = |child: &str| {
-                text.lines()
-                    .any(|l| l.trim_start_matches("pub ") == line(child))
+                text.lines().any(|l| {
+                    // `mod x;` with any visibility (`pub`, `pub(crate)`, ...).
+                    let l = l.trim_start();
+                    let l = l.strip_prefix("pub").map_or(l, |rest| {
+                        rest.strip_prefix(' ')
+                            .or_else(|| rest.split_once(") ").map(|(_, m)| m))
+                            .unwrap_or(rest)
+                    });
+                    l == line(child)
+                })
             };
             for (child, child_rs) in entries(&folder) {
                 assert!(
