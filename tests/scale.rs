@@ -159,11 +159,8 @@ fn the_scale_benchs_day_pass_deletes_every_expired_record_and_owed_orphan_and_wr
             o.summary.reads > o.expired,
             "the records in their finish window were read"
         );
-        // The checkpoint only: its claims and releases, a few a share.
-        assert!(
-            o.puts >= 2 && o.puts <= 8 * o.invocations,
-            "{order:?}: {o:?}"
-        );
+        // The checkpoint's claims and releases.
+        assert!(o.puts >= 2, "{order:?}: {o:?}");
         assert!(o.lists > 0 && o.s3_secs > 0.0);
     }
 }

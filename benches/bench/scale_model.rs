@@ -155,20 +155,32 @@ async fn pass_on(
         }
     };
     // The schedule's run, then one invocation for each continuation handed
-    // on, at once (the pass queue's event source mapping).
+    // on, as the pass queue's event source mapping starts them: at most
+    // PASS_CONCURRENCY at once, the others waiting in the queue.
+    let at_once = q.settings().pass_concurrency.max(2);
+    let mut queued: std::collections::VecDeque<Continuation> = Default::default();
     let mut running = FuturesUnordered::new();
     running.push(invoke(None));
     out.invocations = 1;
-    while let Some(share) = running.next().await {
-        out.summary.add(&share.summary);
-        if let Some(pass) = share.pass {
-            out.summary.complete = pass.complete;
-        }
-        for c in handed.take() {
-            if out.invocations < max_invocations {
-                out.invocations += 1;
-                running.push(invoke(Some(c)));
+    out.concurrency = 1;
+    // Continuations are taken as they are handed on (a share fans out in
+    // its first seconds, while it works), every 100 ms of the clock.
+    let tick = std::time::Duration::from_millis(100);
+    while !running.is_empty() || !queued.is_empty() {
+        if let Ok(Some(share)) = tokio::time::timeout(tick, running.next()).await {
+            out.summary.add(&share.summary);
+            if let Some(pass) = share.pass {
+                out.summary.complete = pass.complete;
             }
+        }
+        queued.extend(handed.take());
+        if out.invocations >= max_invocations && running.is_empty() {
+            break;
+        }
+        while running.len() < at_once && out.invocations < max_invocations {
+            let Some(c) = queued.pop_front() else { break };
+            out.invocations += 1;
+            running.push(invoke(Some(c)));
         }
         out.concurrency = out.concurrency.max(running.len() as u64);
     }

@@ -225,6 +225,9 @@ impl SyntheticStore {
                 let mut r = self.0.bodies.record.clone();
                 r["task_id"] = serde_json::json!(id);
                 r["task_key"] = serde_json::json!(format!("tasks/{}/{id}.json", &id[..1]));
+                // The task it would finish is that one (a finisher checks).
+                r["pending_task"]["id"] = serde_json::json!(id);
+                r["pending_task"]["shard"] = serde_json::json!(&id[..1]);
                 r["created_at"] = serde_json::json!(rfc3339(meta.last_modified));
                 let expires = meta.last_modified + Duration::days(30);
                 r["expires_at"] = serde_json::json!(rfc3339(expires));
