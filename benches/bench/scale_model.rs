@@ -148,10 +148,12 @@ async fn pass_on(
                 continuation,
                 ..SweepOptions::default()
             };
-            match q.engine().sweep_share(&opts, Some(handed)).await {
-                Ok(s) => s,
-                Err(e) => panic!("an invocation: {e}"),
-            }
+            // A share that fails hands its message back: SQS delivers it
+            // again (the schedule's run waits for the next schedule).
+            (
+                continuation,
+                q.engine().sweep_share(&opts, Some(handed)).await,
+            )
         }
     };
     // The schedule's run, then one invocation for each continuation handed
@@ -167,11 +169,18 @@ async fn pass_on(
     // its first seconds, while it works), every 100 ms of the clock.
     let tick = std::time::Duration::from_millis(100);
     while !running.is_empty() || !queued.is_empty() {
-        if let Ok(Some(share)) = tokio::time::timeout(tick, running.next()).await {
-            out.summary.add(&share.summary);
-            if let Some(pass) = share.pass {
-                out.summary.complete = pass.complete;
+        match tokio::time::timeout(tick, running.next()).await {
+            Ok(Some((_, Ok(share)))) => {
+                out.summary.add(&share.summary);
+                if let Some(pass) = share.pass {
+                    out.summary.complete = pass.complete;
+                }
             }
+            Ok(Some((again, Err(_)))) => {
+                out.summary.errors += 1;
+                queued.extend(again);
+            }
+            _ => {}
         }
         queued.extend(handed.take());
         if out.invocations >= max_invocations && running.is_empty() {
