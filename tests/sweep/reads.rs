@@ -28,8 +28,7 @@ async fn reads_per_record_on(
     for i in 0..24 {
         let key = format!("k{i}");
         if i % 4 == 0 {
-            w.interrupted_at(&key, Op::PutCreate, "idempotency/", Fault::CrashAfter)
-                .await;
+            w.crashed(&key).await;
         } else {
             w.queue()
                 .submit("t", json!({"k": key}))

@@ -214,12 +214,7 @@ async fn a_failure_inside_a_split_page_waits_alone_and_its_rest_is_listed_and_re
 
 #[tokio::test]
 async fn a_listing_that_fails_is_counted_and_its_range_is_listed_next_run() {
-    let w = World::new();
-    for k in ["a", "b"] {
-        w.interrupted_at(k, Op::PutCreate, "idempotency/", Fault::CrashAfter)
-            .await;
-    }
-    w.clock.advance(Duration::minutes(11));
+    let w = World::with_stale(&["a", "b"]).await;
     let f = FaultyStore::new(w.bucket.clone());
     fail_until_healed(&f, Op::List, "idempotency/t/");
     let s = w.sweep_over(f.clone()).await;
@@ -231,10 +226,7 @@ async fn a_listing_that_fails_is_counted_and_its_range_is_listed_next_run() {
 
 #[tokio::test]
 async fn a_payload_listing_that_fails_is_counted_and_leaves_the_records_pass_complete() {
-    let w = World::new();
-    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
-    w.clock.advance(Duration::minutes(11));
+    let w = World::with_stale(&["a"]).await;
     let f = FaultyStore::new(w.bucket.clone());
     fail_until_healed(&f, Op::List, "payloads/");
     let s = w.sweep_over(f.clone()).await;
@@ -248,10 +240,7 @@ async fn a_payload_listing_that_fails_is_counted_and_leaves_the_records_pass_com
 
 #[tokio::test]
 async fn a_run_that_finds_the_pass_claimed_by_another_does_nothing() {
-    let w = World::new();
-    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
-    w.clock.advance(Duration::minutes(11));
+    let w = World::with_stale(&["a"]).await;
     // Another run claims the pass and is still working it.
     let claimed = json!({
         "previous_pass": null,
@@ -285,8 +274,7 @@ async fn a_checkpoint_gone_under_a_run_is_read_again_and_the_run_stops_when_its_
             clock.clone(),
             common::memory_store(&clock).with_behaviour(behaviour),
         );
-        w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-            .await;
+        w.crashed("a").await;
         w.clock.advance(Duration::minutes(11));
         assert!(w.sweep(false).await.complete);
         w.clock.advance(Duration::days(1));
@@ -360,10 +348,7 @@ impl common::Hooks for EmptyFirstPages {
 
 #[tokio::test]
 async fn an_empty_page_with_a_continuation_token_is_not_the_end_of_a_range() {
-    let w = World::new();
-    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
-    w.clock.advance(Duration::minutes(11));
+    let w = World::with_stale(&["a"]).await;
     let q = w.queue_over(common::Wrapped(EmptyFirstPages {
         inner: w.bucket.clone(),
         seen: Arc::default(),
