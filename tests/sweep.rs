@@ -123,6 +123,18 @@ impl World {
             .unwrap()
     }
 
+    /// A scheduled pass through the bucket, every `op` under `prefix`
+    /// failing until the fault injector it returns is healed.
+    async fn sweep_failing(
+        &self,
+        op: Op,
+        prefix: &str,
+    ) -> (SweepSummary, FaultyStore<MemoryStore>) {
+        let f = FaultyStore::new(self.bucket.clone());
+        fail_until_healed(&f, op, prefix);
+        (self.sweep_over(f.clone()).await, f)
+    }
+
     /// A scheduled pass through `store` (the bucket behind faults).
     async fn sweep_over(&self, store: impl Store) -> SweepSummary {
         self.queue_over(store)
@@ -310,4 +322,11 @@ fn no_order(seed: u64) -> (Behaviour, ListOrder) {
 /// A store that ignores If-Match on DELETE (MinIO).
 fn no_conditional_delete() -> (Behaviour, ListOrder) {
     (Behaviour::minio(), ListOrder::Bytes)
+}
+
+/// The keys of `store` under `prefix`, listed through it (S3's order).
+async fn keys_under(store: &dyn Store, prefix: &str) -> Vec<String> {
+    let mut keys = common::all_keys(store).await;
+    keys.retain(|k| k.starts_with(prefix));
+    keys
 }

@@ -35,9 +35,7 @@ async fn a_sweep_that_runs_out_of_time_keeps_its_place() {
 #[tokio::test]
 async fn a_sweep_stops_at_a_storage_failure_and_the_next_run_retries_that_record() {
     let w = World::with_stale(&["a"]).await;
-    let f = FaultyStore::new(w.bucket.clone());
-    fail_until_healed(&f, Op::PutCreate, "tasks/");
-    let s = w.sweep_over(f.clone()).await;
+    let (s, f) = w.sweep_failing(Op::PutCreate, "tasks/").await;
     assert_eq!((s.errors, s.complete), (1, false));
     f.heal();
     let s = w.sweep_over(f).await;

@@ -245,11 +245,7 @@ async fn no_crossing_missed(behaviour: Behaviour, order: ListOrder) {
         deleted += s.expired_deleted;
         manual.advance(Duration::seconds(97));
     }
-    let left: Vec<_> = bucket
-        .keys()
-        .into_iter()
-        .filter(|k| k.starts_with("idempotency/"))
-        .collect();
+    let left = keys_under(&bucket, "idempotency/").await;
     assert!(
         left.is_empty(),
         "{} records never judged expired",

@@ -151,11 +151,7 @@ async fn resumed_pass_misses_nothing(
 async fn a_failure_inside_a_split_page_waits_alone_and_its_rest_is_listed_and_read_exactly_once() {
     let (manual, bucket) = dense_bucket_expiring(&[("big", 2500)], "2030-01-01T00:00:00Z").await;
     manual.advance(Duration::days(31));
-    let keys: Vec<String> = bucket
-        .keys()
-        .into_iter()
-        .filter(|k| k.starts_with("idempotency/big/"))
-        .collect();
+    let keys = keys_under(&bucket, "idempotency/big/").await;
     assert_eq!(keys.len(), 2500);
     let f = FaultyStore::new(bucket.clone());
     let q = Queue::with_clock(f.clone(), Arc::new(manual.clone()), common::settings());
@@ -215,9 +211,7 @@ async fn a_failure_inside_a_split_page_waits_alone_and_its_rest_is_listed_and_re
 #[tokio::test]
 async fn a_listing_that_fails_is_counted_and_its_range_is_listed_next_run() {
     let w = World::with_stale(&["a", "b"]).await;
-    let f = FaultyStore::new(w.bucket.clone());
-    fail_until_healed(&f, Op::List, "idempotency/t/");
-    let s = w.sweep_over(f.clone()).await;
+    let (s, f) = w.sweep_failing(Op::List, "idempotency/t/").await;
     assert_eq!((s.errors, s.reads, s.complete), (1, 0, false), "{s:?}");
     f.heal();
     let s = w.sweep_over(f).await;
@@ -227,9 +221,7 @@ async fn a_listing_that_fails_is_counted_and_its_range_is_listed_next_run() {
 #[tokio::test]
 async fn a_payload_listing_that_fails_is_counted_and_leaves_the_records_pass_complete() {
     let w = World::with_stale(&["a"]).await;
-    let f = FaultyStore::new(w.bucket.clone());
-    fail_until_healed(&f, Op::List, "payloads/");
-    let s = w.sweep_over(f.clone()).await;
+    let (s, f) = w.sweep_failing(Op::List, "payloads/").await;
     assert_eq!((s.errors, s.finished, s.complete), (1, 1, true), "{s:?}");
     let listed_payloads = f
         .calls()
