@@ -158,6 +158,14 @@ impl Templates {
         &self.out["Parameters"][name]["Default"]
     }
 
+    /// The parameter `name` is `default` unless given, and may only be one
+    /// of `allowed`.
+    fn assert_choice(&self, name: &str, default: &str, allowed: &[&str]) {
+        assert_eq!(self.param_default(name), default, "{name}");
+        let values = &self.out["Parameters"][name]["AllowedValues"];
+        assert_eq!(values, &serde_json::json!(allowed), "{name}");
+    }
+
     pub(crate) fn role_statements(&self, role: &str) -> Vec<Value> {
         self.res(role)["Properties"]["Policies"]
             .as_array()

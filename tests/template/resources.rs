@@ -3,11 +3,7 @@ use super::*;
 #[test]
 fn both_functions_are_al2023_rust_builds_of_their_binaries_on_arm64_by_default() {
     let t = templates();
-    assert_eq!(t.param_default("Architecture"), "arm64");
-    assert_eq!(
-        t.out["Parameters"]["Architecture"]["AllowedValues"],
-        serde_json::json!(["arm64", "x86_64"])
-    );
+    t.assert_choice("Architecture", "arm64", &["arm64", "x86_64"]);
     for (name, binary) in [("SubmitFunction", "submit"), ("SweepFunction", "sweep")] {
         let src = &t.source["Resources"][name];
         assert_eq!(src["Metadata"]["BuildMethod"], "rust-cargolambda");
@@ -63,11 +59,7 @@ fn the_http_api_routes_post_and_get_with_a_switch_for_iam_auth() {
     for (_, r) in routes {
         assert_eq!(r["Properties"]["AuthorizationType"]["Ref"], "ApiAuth");
     }
-    assert_eq!(t.param_default("ApiAuth"), "AWS_IAM");
-    assert_eq!(
-        t.out["Parameters"]["ApiAuth"]["AllowedValues"],
-        serde_json::json!(["AWS_IAM", "NONE"])
-    );
+    t.assert_choice("ApiAuth", "AWS_IAM", &["AWS_IAM", "NONE"]);
     let integ = &t.res("HttpApiIntegration")["Properties"];
     assert_eq!(integ["PayloadFormatVersion"], "2.0");
     assert_eq!(integ["IntegrationUri"]["Fn::GetAtt"][0], "SubmitFunction");
