@@ -142,13 +142,10 @@ async fn with_conditional_delete_off_an_expired_record_and_an_expired_version_th
         common::memory_store_versioned(&clock).with_behaviour(Behaviour::minio()),
     );
     let q = w.queue_with(w.bucket.clone(), with_conditional_delete(false));
-    // Two lives of one key: the first replaced once it had expired.
+    // Two lives of one key: the first replaced once it had expired (the
+    // submits do not read CONDITIONAL_DELETE: only the sweeper does).
     for _ in 0..2 {
-        q.submit("t", json!(1))
-            .idempotency_key("a")
-            .idempotency_ttl(Duration::hours(1))
-            .await
-            .unwrap();
+        w.submit_living("a", Duration::hours(1)).await;
         w.clock.advance(Duration::hours(2));
     }
     let rkey = w.record_key("a");
