@@ -131,21 +131,15 @@ async fn a_task_without_options_keeps_buquets_defaults_and_its_record_has_no_opt
 async fn a_retry_with_the_same_relative_delay_replays_and_other_options_are_a_conflict() {
     let w = World::new();
     let q = w.process();
-    let first = q
-        .submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .delay(Duration::seconds(60))
-        .await
-        .unwrap();
+    let a_minute_on = || {
+        let submit = q.submit("t", json!({"n": 1})).idempotency_key("k");
+        submit.delay(Duration::seconds(60))
+    };
+    let first = a_minute_on().await.unwrap();
     // Thirty seconds later the same delay gives another time; the hash is of
     // the delay as sent, so it replays.
     w.clock.advance(Duration::seconds(30));
-    let again = q
-        .submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .delay(Duration::seconds(60))
-        .await
-        .unwrap();
+    let again = a_minute_on().await.unwrap();
     assert_eq!((again.task_id, again.replayed), (first.task_id, true));
     let before = w.bucket.keys();
     for other in [
