@@ -39,6 +39,12 @@ async fn offloaded(q: &Queue, input: &Value) -> Result<idempotent_submit::Submit
 }
 
 /// A refusal for good: S3's 403.
+/// A submit of key `k` (input `{"n": 1}`) with no options, which succeeds.
+async fn without_options(q: &Queue) -> idempotent_submit::Submitted {
+    let submit = q.submit("t", json!({"n": 1})).idempotency_key("k");
+    submit.await.unwrap()
+}
+
 fn forbidden() -> Fault {
     Fault::Fail(idempotent_submit::StoreError::Fatal("403".into()))
 }
@@ -111,11 +117,7 @@ async fn a_task_carries_its_options_as_buquets_submit_sets_them_and_its_marker_i
 #[tokio::test]
 async fn a_task_without_options_keeps_buquets_defaults_and_its_record_has_no_options_hash() {
     let w = World::new();
-    w.process()
-        .submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    without_options(&w.process()).await;
     let task = w.task("k").await.0;
     assert_eq!(task["timeout_seconds"], 300);
     assert_eq!(task["max_retries"], 3);
@@ -129,21 +131,15 @@ async fn a_task_without_options_keeps_buquets_defaults_and_its_record_has_no_opt
 async fn a_retry_with_the_same_relative_delay_replays_and_other_options_are_a_conflict() {
     let w = World::new();
     let q = w.process();
-    let first = q
-        .submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .delay(Duration::seconds(60))
-        .await
-        .unwrap();
+    let a_minute_on = || {
+        let submit = q.submit("t", json!({"n": 1})).idempotency_key("k");
+        submit.delay(Duration::seconds(60))
+    };
+    let first = a_minute_on().await.unwrap();
     // Thirty seconds later the same delay gives another time; the hash is of
     // the delay as sent, so it replays.
     w.clock.advance(Duration::seconds(30));
-    let again = q
-        .submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .delay(Duration::seconds(60))
-        .await
-        .unwrap();
+    let again = a_minute_on().await.unwrap();
     assert_eq!((again.task_id, again.replayed), (first.task_id, true));
     let before = w.bucket.keys();
     for other in [
@@ -177,10 +173,7 @@ async fn a_retry_with_the_same_relative_delay_replays_and_other_options_are_a_co
 async fn a_record_of_this_service_without_options_conflicts_with_a_submit_that_has_some() {
     let w = World::new();
     let q = w.process();
-    q.submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    without_options(&q).await;
     let e = q
         .submit("t", json!({"n": 1}))
         .idempotency_key("k")
@@ -193,11 +186,7 @@ async fn a_record_of_this_service_without_options_conflicts_with_a_submit_that_h
 async fn a_record_of_buquets_clients_is_compared_on_task_type_and_input_only() {
     let w = World::new();
     let q = w.process();
-    let first = q
-        .submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .await
-        .unwrap();
+    let first = without_options(&q).await;
     // As buquet's clients write records: no write_id, status or options.
     let key = w.record_key("k");
     let mut rec = w.json(&key).await;

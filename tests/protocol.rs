@@ -396,18 +396,9 @@ async fn a_required_key_that_is_missing_is_refused(env: Env) {
 
 async fn tenants_never_share_a_key(env: Env) {
     let q = &env.queue;
-    let a = q
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .tenant("user-a")
-        .await
-        .unwrap();
-    let b = q
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .tenant("user-b")
-        .await
-        .unwrap();
+    let of_tenant = |t: &'static str| q.submit("t", json!(1)).idempotency_key("k").tenant(t);
+    let a = of_tenant("user-a").await.unwrap();
+    let b = of_tenant("user-b").await.unwrap();
     let plain = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
     assert_ne!(a.task_id, b.task_id);
     assert_ne!(a.task_id, plain.task_id);

@@ -75,6 +75,43 @@ impl World {
         assert_eq!(&meta.etag, written, "{key}: the same write");
     }
 
+    /// A submit of `key` whose process died right after writing its record:
+    /// a `creating` record, as a crash leaves it. Its task id.
+    async fn crashed(&self, key: &str) -> uuid::Uuid {
+        self.interrupted_at(key, Op::PutCreate, "idempotency/", Fault::CrashAfter)
+            .await
+    }
+
+    /// A world with a crashed submit of each of `keys`, 11 minutes on: their
+    /// records stale, for a pass to finish.
+    async fn with_stale(keys: &[&str]) -> World {
+        let w = World::new();
+        for k in keys {
+            w.crashed(k).await;
+        }
+        w.clock.advance(Duration::minutes(11));
+        w
+    }
+
+    /// A submit of `key` (input `1`) that lives `ttl`.
+    async fn submit_living(&self, key: &str, ttl: Duration) {
+        let q = self.queue();
+        let submit = q.submit("t", json!(1)).idempotency_key(key);
+        submit.idempotency_ttl(ttl).await.unwrap();
+    }
+
+    /// A submit of `key` with the input its crashed submit had: its task id.
+    async fn submit_key(&self, key: &str) -> uuid::Uuid {
+        let q = self.queue();
+        let submit = q.submit("t", json!({"k": key})).idempotency_key(key);
+        submit.await.unwrap().task_id
+    }
+
+    /// A queue on `store` at this world's clock, with `settings`.
+    fn queue_with(&self, store: impl Store, settings: idempotent_submit::Settings) -> Queue {
+        Queue::with_clock(store, Arc::new(self.clock.clone()), settings)
+    }
+
     async fn sweep(&self, dry_run: bool) -> SweepSummary {
         self.queue()
             .engine()
@@ -84,6 +121,18 @@ impl World {
             })
             .await
             .unwrap()
+    }
+
+    /// A scheduled pass through the bucket, every `op` under `prefix`
+    /// failing until the fault injector it returns is healed.
+    async fn sweep_failing(
+        &self,
+        op: Op,
+        prefix: &str,
+    ) -> (SweepSummary, FaultyStore<MemoryStore>) {
+        let f = FaultyStore::new(self.bucket.clone());
+        fail_until_healed(&f, op, prefix);
+        (self.sweep_over(f.clone()).await, f)
     }
 
     /// A scheduled pass through `store` (the bucket behind faults).
@@ -273,4 +322,11 @@ fn no_order(seed: u64) -> (Behaviour, ListOrder) {
 /// A store that ignores If-Match on DELETE (MinIO).
 fn no_conditional_delete() -> (Behaviour, ListOrder) {
     (Behaviour::minio(), ListOrder::Bytes)
+}
+
+/// The keys of `store` under `prefix`, listed through it (S3's order).
+async fn keys_under(store: &dyn Store, prefix: &str) -> Vec<String> {
+    let mut keys = common::all_keys(store).await;
+    keys.retain(|k| k.starts_with(prefix));
+    keys
 }

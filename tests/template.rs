@@ -158,6 +158,14 @@ impl Templates {
         &self.out["Parameters"][name]["Default"]
     }
 
+    /// The parameter `name` is `default` unless given, and may only be one
+    /// of `allowed`.
+    fn assert_choice(&self, name: &str, default: &str, allowed: &[&str]) {
+        assert_eq!(self.param_default(name), default, "{name}");
+        let values = &self.out["Parameters"][name]["AllowedValues"];
+        assert_eq!(values, &serde_json::json!(allowed), "{name}");
+    }
+
     pub(crate) fn role_statements(&self, role: &str) -> Vec<Value> {
         self.res(role)["Properties"]["Policies"]
             .as_array()
@@ -165,6 +173,43 @@ impl Templates {
             .iter()
             .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
             .collect()
+    }
+
+    /// The statements of `role` naming a resource that `on` holds for.
+    pub(crate) fn statements_on(&self, role: &str, on: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut statements = self.role_statements(role);
+        statements.retain(|s| as_list(&s["Resource"]).iter().any(&on));
+        statements
+    }
+
+    /// The actions `role`'s statements grant on the queue `queue`.
+    pub(crate) fn queue_actions(&self, role: &str, queue: &str) -> Vec<String> {
+        self.statements_on(role, |r| r["Fn::GetAtt"][0] == queue)
+            .iter()
+            .flat_map(|s| as_list(&s["Action"]))
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// The properties of `queue`, after what every queue of ours holds to:
+    /// encrypted, redriven to `dead_letters` (encrypted, keeping messages
+    /// longer), and hidden while taken for at least six of the sweep
+    /// function's timeouts. With that timeout.
+    pub(crate) fn queue_with_dead_letters(&self, queue: &str, dead_letters: &str) -> (&Value, u64) {
+        let q = &self.res(queue)["Properties"];
+        assert_eq!(q["SqsManagedSseEnabled"], true, "{queue}");
+        assert_eq!(
+            q["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0],
+            dead_letters
+        );
+        let dlq = &self.res(dead_letters)["Properties"];
+        assert_eq!(dlq["SqsManagedSseEnabled"], true, "{dead_letters}");
+        let retention = |p: &Value| p["MessageRetentionPeriod"].as_u64().unwrap();
+        assert!(retention(dlq) > retention(q), "{dead_letters}");
+        let timeout = self.res("SweepFunction")["Properties"]["Timeout"].as_u64();
+        let timeout = timeout.unwrap();
+        assert!(q["VisibilityTimeout"].as_u64().unwrap() >= 6 * timeout);
+        (q, timeout)
     }
 }
 
@@ -203,14 +248,5 @@ fn assert_lint_clean(o: &std::process::Output) {
 
 /// The actions a role's statements grant on the due queue.
 fn due_queue_actions(t: &Templates, role: &str) -> Vec<String> {
-    t.role_statements(role)
-        .iter()
-        .filter(|s| {
-            as_list(&s["Resource"])
-                .iter()
-                .any(|r| r["Fn::GetAtt"][0] == "DueQueue")
-        })
-        .flat_map(|s| as_list(&s["Action"]))
-        .map(|a| a.as_str().unwrap().to_owned())
-        .collect()
+    t.queue_actions(role, "DueQueue")
 }

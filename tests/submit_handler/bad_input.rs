@@ -3,9 +3,7 @@ use super::*;
 // ---- bad input, at least 30 cases ----
 
 fn v2_raw(body: &str) -> Value {
-    let mut e = event("http-v2-post.json");
-    e["body"] = json!(body);
-    e
+    with(event("http-v2-post.json"), &["body"], json!(body))
 }
 
 fn v1_post(body: Value) -> Value {
@@ -16,6 +14,23 @@ fn v1_post(body: Value) -> Value {
 }
 
 /// Bad bodies of a POST to the HTTP API (v2): each a 400 `invalid_request`.
+/// `e` with the field at `path` set to `v` (made if missing, as indexing
+/// makes it).
+fn with(mut e: Value, path: &[&str], v: Value) -> Value {
+    let mut at = &mut e;
+    for k in path {
+        at = &mut at[*k];
+    }
+    *at = v;
+    e
+}
+
+/// A request of key `k` whose field `field` is `v`.
+fn keyed(field: &str, v: Value) -> Value {
+    let body = json!({"task_type": "t", "input": 1, "idempotency_key": "k"});
+    v2_post(with(body, &[field], v))
+}
+
 fn bad_bodies() -> Vec<(&'static str, Value)> {
     vec![
         ("invalid JSON", v2_raw("{")),
@@ -81,52 +96,27 @@ fn bad_keys_scopes_and_ttls() -> Vec<(&'static str, Value)> {
         ),
         (
             "scope with a space",
-            v2_post(
-                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_scope": "a b"}),
-            ),
+            keyed("idempotency_scope", json!("a b")),
         ),
-        (
-            "scope a number",
-            v2_post(
-                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_scope": 1}),
-            ),
-        ),
+        ("scope a number", keyed("idempotency_scope", json!(1))),
         (
             "TTL under an hour",
-            v2_post(
-                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_ttl_seconds": 3599}),
-            ),
+            keyed("idempotency_ttl_seconds", json!(3599)),
         ),
         (
             "TTL over the maximum",
-            v2_post(
-                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_ttl_seconds": 365 * 86400 + 1}),
-            ),
+            keyed("idempotency_ttl_seconds", json!(365 * 86400 + 1)),
         ),
-        (
-            "TTL negative",
-            v2_post(
-                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_ttl_seconds": -5}),
-            ),
-        ),
+        ("TTL negative", keyed("idempotency_ttl_seconds", json!(-5))),
         (
             "TTL a fraction",
-            v2_post(
-                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_ttl_seconds": 3600.5}),
-            ),
+            keyed("idempotency_ttl_seconds", json!(3600.5)),
         ),
         (
             "TTL a string",
-            v2_post(
-                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_ttl_seconds": "3600"}),
-            ),
+            keyed("idempotency_ttl_seconds", json!("3600")),
         ),
-        (
-            "TTL huge",
-            v2_post(
-                json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_ttl_seconds": 1e300}),
-            ),
-        ),
+        ("TTL huge", keyed("idempotency_ttl_seconds", json!(1e300))),
     ]
 }
 
@@ -157,16 +147,18 @@ fn bad_headers_and_rest_requests() -> Vec<(&'static str, Value)> {
             "header key empty",
             with_header(v2_post(ok_body()), "idempotency-key", ""),
         ),
-        ("invalid base64", {
-            let mut e = v2_raw("!!!not base64!!!");
-            e["isBase64Encoded"] = json!(true);
-            e
-        }),
-        ("REST: invalid JSON", {
-            let mut e = event("http-v1-post.json");
-            e["body"] = json!("{{");
-            e
-        }),
+        (
+            "invalid base64",
+            with(
+                v2_raw("!!!not base64!!!"),
+                &["isBase64Encoded"],
+                json!(true),
+            ),
+        ),
+        (
+            "REST: invalid JSON",
+            with(event("http-v1-post.json"), &["body"], json!("{{")),
+        ),
         ("REST: missing task_type", v1_post(json!({"input": 1}))),
         (
             "REST: bad scope",
@@ -174,11 +166,10 @@ fn bad_headers_and_rest_requests() -> Vec<(&'static str, Value)> {
                 json!({"task_type": "t", "input": 1, "idempotency_key": "k", "idempotency_scope": "é"}),
             ),
         ),
-        ("headers of the wrong type", {
-            let mut e = event("http-v2-post.json");
-            e["headers"] = json!("nope");
-            e
-        }),
+        (
+            "headers of the wrong type",
+            with(event("http-v2-post.json"), &["headers"], json!("nope")),
+        ),
     ]
 }
 
@@ -213,41 +204,25 @@ fn refused_otherwise() -> Vec<(&'static str, Value, u64, &'static str)> {
         ),
         (
             "REST: unknown route",
-            {
-                let mut e = event("http-v1-post.json");
-                e["path"] = json!("/jobs");
-                e
-            },
+            with(event("http-v1-post.json"), &["path"], json!("/jobs")),
             404,
             "not_found",
         ),
         (
             "REST: wrong method",
-            {
-                let mut e = event("http-v1-post.json");
-                e["httpMethod"] = json!("PUT");
-                e
-            },
+            with(event("http-v1-post.json"), &["httpMethod"], json!("PUT")),
             405,
             "method_not_allowed",
         ),
         (
             "REST: a made-up method",
-            {
-                let mut e = event("http-v1-post.json");
-                e["httpMethod"] = json!("BREW");
-                e
-            },
+            with(event("http-v1-post.json"), &["httpMethod"], json!("BREW")),
             405,
             "method_not_allowed",
         ),
         (
             "GET of a task id that is no UUID",
-            {
-                let mut e = get_event("x");
-                e["rawPath"] = json!("/tasks/not-a-uuid");
-                e
-            },
+            with(get_event("x"), &["rawPath"], json!("/tasks/not-a-uuid")),
             404,
             "not_found",
         ),
@@ -263,11 +238,11 @@ fn refused_otherwise() -> Vec<(&'static str, Value, u64, &'static str)> {
         ),
         (
             "a path with too many segments",
-            {
-                let mut e = event("http-v2-post.json");
-                e["rawPath"] = json!("/a/b/tasks");
-                e
-            },
+            with(
+                event("http-v2-post.json"),
+                &["rawPath"],
+                json!("/a/b/tasks"),
+            ),
             404,
             "not_found",
         ),

@@ -2,10 +2,7 @@ use super::*;
 
 #[tokio::test]
 async fn a_run_that_died_holding_the_pass_keeps_it_for_its_lease_then_loses_it() {
-    let w = World::new();
-    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
-    w.clock.advance(Duration::minutes(11));
+    let w = World::with_stale(&["a"]).await;
     // A run claims the pass (its lease: the run's 15 minutes plus one
     // operation's 25 s) and dies right after.
     let f = FaultyStore::new(w.bucket.clone());

@@ -3,9 +3,7 @@ use super::*;
 #[tokio::test]
 async fn a_stale_creating_record_is_finished_with_its_task_and_marker() {
     let w = World::new();
-    let id = w
-        .interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
+    let id = w.crashed("a").await;
     let written = w.record_meta("a").await.1.etag;
     w.clock.advance(Duration::minutes(11));
     let s = w.sweep(false).await;
@@ -18,23 +16,13 @@ async fn a_stale_creating_record_is_finished_with_its_task_and_marker() {
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
     // The next submit is a plain replay of the same task.
-    let r = w
-        .queue()
-        .submit("t", json!({"k": "a"}))
-        .idempotency_key("a")
-        .await
-        .unwrap();
-    assert_eq!(r.task_id, id);
+    assert_eq!(w.submit_key("a").await, id);
 }
 
 #[tokio::test]
 async fn a_stale_record_whose_task_and_marker_are_there_is_read_and_left_as_written() {
     let w = World::new();
-    w.queue()
-        .submit("t", json!({"k": "a"}))
-        .idempotency_key("a")
-        .await
-        .unwrap();
+    w.submit_key("a").await;
     let written = w.record_meta("a").await.1.etag;
     let outside_the_sweepers_place = |w: &World| {
         w.bucket
@@ -55,8 +43,7 @@ async fn a_stale_record_whose_task_and_marker_are_there_is_read_and_left_as_writ
 #[tokio::test]
 async fn a_young_creating_record_is_left_to_its_submit() {
     let w = World::new();
-    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
+    w.crashed("a").await;
     w.clock.advance(Duration::minutes(5));
     let s = w.sweep(false).await;
     assert_eq!((s.scanned, s.finished, s.errors), (1, 0, 0));
@@ -67,8 +54,7 @@ async fn a_young_creating_record_is_left_to_its_submit() {
 #[tokio::test]
 async fn a_creating_record_past_its_deadline_is_counted_and_left_alone() {
     let w = World::new();
-    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
+    w.crashed("a").await;
     let before = w.bucket.keys();
     w.clock.advance(Duration::seconds(2400));
     let key = w.bucket.keys().into_iter().next().unwrap();
@@ -94,12 +80,7 @@ async fn a_creating_record_past_its_deadline_is_counted_and_left_alone() {
 #[tokio::test]
 async fn expired_records_are_deleted_whatever_their_status() {
     let w = World::new();
-    w.queue()
-        .submit("t", json!(1))
-        .idempotency_key("ready")
-        .idempotency_ttl(Duration::hours(1))
-        .await
-        .unwrap();
+    w.submit_living("ready", Duration::hours(1)).await;
     // As the sweeper of an earlier version left it.
     let (rec, meta) = w.record_meta("ready").await;
     let mut v = serde_json::to_value(&rec).unwrap();
@@ -114,14 +95,8 @@ async fn expired_records_are_deleted_whatever_their_status() {
         .await
         .unwrap();
     assert_eq!(w.record("ready").await.status, Some(RecordStatus::Ready));
-    w.interrupted_at("creating", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
-    w.queue()
-        .submit("t", json!(1))
-        .idempotency_key("young")
-        .idempotency_ttl(Duration::hours(2))
-        .await
-        .unwrap();
+    w.crashed("creating").await;
+    w.submit_living("young", Duration::hours(2)).await;
     w.clock.advance(Duration::days(31));
     w.queue()
         .submit("t", json!(1))
@@ -145,17 +120,10 @@ async fn expired_records_are_deleted_whatever_their_status() {
 #[tokio::test]
 async fn a_dry_run_reports_and_changes_nothing() {
     let w = World::new();
-    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
-    w.queue()
-        .submit("t", json!(1))
-        .idempotency_key("b")
-        .idempotency_ttl(Duration::hours(1))
-        .await
-        .unwrap();
+    w.crashed("a").await;
+    w.submit_living("b", Duration::hours(1)).await;
     w.clock.advance(Duration::days(31));
-    w.interrupted_at("c", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
+    w.crashed("c").await;
     w.clock.advance(Duration::minutes(11));
     let before = w.bucket.keys();
     let s = w.sweep(true).await;
@@ -178,15 +146,12 @@ async fn a_dry_run_reads_each_record_as_the_real_run_and_counts_what_it_then_doe
 
     let before = w.bucket.snapshot();
     let f = FaultyStore::new(w.bucket.clone());
-    let dry = w
-        .queue_over(f.clone())
-        .engine()
-        .sweep(&SweepOptions {
-            dry_run: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let dry_run = SweepOptions {
+        dry_run: true,
+        ..Default::default()
+    };
+    let dry = w.queue_over(f.clone()).engine().sweep(&dry_run).await;
+    let dry = dry.unwrap();
     assert!(dry.dry_run);
     assert_eq!(
         w.bucket.snapshot(),
@@ -231,19 +196,8 @@ async fn a_dry_run_reads_each_record_as_the_real_run_and_counts_what_it_then_doe
 async fn every_kind_a_pass_meets(w: &World) -> String {
     // Expired by the time of the pass: a ready record, a creating one, and
     // an orphan payload the day's slices take.
-    w.queue()
-        .submit("t", json!(1))
-        .idempotency_key("expired")
-        .idempotency_ttl(Duration::hours(1))
-        .await
-        .unwrap();
-    w.interrupted_at(
-        "expired-creating",
-        Op::PutCreate,
-        "idempotency/",
-        Fault::CrashAfter,
-    )
-    .await;
+    w.submit_living("expired", Duration::hours(1)).await;
+    w.crashed("expired-creating").await;
     let pass_at = w.clock.now() + Duration::days(31) + Duration::minutes(11);
     // A first pass's check begins at the cursor's first slice.
     let plan = idempotent_submit::testing::protocol::sweep::PayloadPlan::after(0, None, pass_at);
@@ -255,25 +209,9 @@ async fn every_kind_a_pass_meets(w: &World) -> String {
     // Stale and still creating, as every record stays: one done, one
     // interrupted after its record, one without its marker, one without its
     // task.
-    w.queue()
-        .submit("t", json!({"k": "done"}))
-        .idempotency_key("done")
-        .await
-        .unwrap();
-    w.interrupted_at(
-        "after-record",
-        Op::PutCreate,
-        "idempotency/",
-        Fault::CrashAfter,
-    )
-    .await;
-    let no_marker = w
-        .queue()
-        .submit("t", json!({"k": "no-marker"}))
-        .idempotency_key("no-marker")
-        .await
-        .unwrap()
-        .task_id;
+    w.submit_key("done").await;
+    w.crashed("after-record").await;
+    let no_marker = w.submit_key("no-marker").await;
     let marker = w
         .keys("ready/")
         .into_iter()

@@ -147,12 +147,7 @@ async fn the_payload_pass_makes_no_request_at_or_after_the_runs_deadline_and_the
     // payloads/; not for the task listing that its orphan needs.
     let (s, deadline, began) = pass_by_the_minute(&w, 7).await;
     // None at or past the deadline but the checkpoint's last write.
-    assert!(
-        began
-            .iter()
-            .all(|(_, k, at)| *at < deadline || k.starts_with("sweeper/")),
-        "{began:?}"
-    );
+    assert_only_the_checkpoint_began_past(&began, deadline);
     assert!(
         began.iter().any(|(_, k, _)| k.starts_with("payloads/")),
         "the payload pass began: {began:?}"
@@ -282,12 +277,7 @@ async fn a_marker_scan_cut_short_by_the_runs_deadline_is_begun_again_by_the_next
     let (s, deadline, began) = pass_by_the_minute(&w, 6).await;
     // No request but the checkpoint's write-back (its stop margin) at or
     // past the deadline, and no read of the marker's task.
-    assert!(
-        began
-            .iter()
-            .all(|(_, k, at)| *at < deadline || k.starts_with("sweeper/")),
-        "{began:?}"
-    );
+    assert_only_the_checkpoint_began_past(&began, deadline);
     assert!(
         began
             .iter()
@@ -406,4 +396,14 @@ async fn the_old_orphan_check_costs_a_page_per_thousand_tasks_of_the_days_slices
     // side by side), each of the day's slices ten pages, every other
     // folder (empty here) one.
     assert_eq!(payload_lists, 1 + slices * 10 + (256 - slices));
+}
+
+/// No request of `began` at or past `deadline` but the checkpoint's.
+fn assert_only_the_checkpoint_began_past(began: &[Began], deadline: DateTime<Utc>) {
+    assert!(
+        began
+            .iter()
+            .all(|(_, k, at)| *at < deadline || k.starts_with("sweeper/")),
+        "{began:?}"
+    );
 }

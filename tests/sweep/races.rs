@@ -2,12 +2,7 @@ use super::*;
 
 #[tokio::test]
 async fn a_sweep_that_runs_out_of_time_keeps_its_place() {
-    let w = World::new();
-    for k in ["a", "b", "c", "d", "e"] {
-        w.interrupted_at(k, Op::PutCreate, "idempotency/", Fault::CrashAfter)
-            .await;
-    }
-    w.clock.advance(Duration::minutes(11));
+    let w = World::with_stale(&["a", "b", "c", "d", "e"]).await;
     let q = w.queue();
     let opts = SweepOptions {
         max_records: Some(2),
@@ -39,13 +34,8 @@ async fn a_sweep_that_runs_out_of_time_keeps_its_place() {
 
 #[tokio::test]
 async fn a_sweep_stops_at_a_storage_failure_and_the_next_run_retries_that_record() {
-    let w = World::new();
-    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
-    w.clock.advance(Duration::minutes(11));
-    let f = FaultyStore::new(w.bucket.clone());
-    fail_until_healed(&f, Op::PutCreate, "tasks/");
-    let s = w.sweep_over(f.clone()).await;
+    let w = World::with_stale(&["a"]).await;
+    let (s, f) = w.sweep_failing(Op::PutCreate, "tasks/").await;
     assert_eq!((s.errors, s.complete), (1, false));
     f.heal();
     let s = w.sweep_over(f).await;
@@ -103,12 +93,7 @@ async fn replaced_between_read_and_delete(
 ) -> (SweepSummary, Option<String>) {
     let clock = ManualClock::at_epoch();
     let w = World::over(clock.clone(), store(&clock).with_behaviour(behaviour));
-    w.queue()
-        .submit("t", json!(1))
-        .idempotency_key("a")
-        .idempotency_ttl(Duration::hours(1))
-        .await
-        .unwrap();
+    w.submit_living("a", Duration::hours(1)).await;
     w.clock.advance(Duration::hours(2));
     let rkey = w.record_key("a");
     // A new submit (after expiry) replaces the record just before the
@@ -134,14 +119,7 @@ async fn replaced_between_read_and_delete(
             None
         },
     });
-    let q = Queue::with_clock(
-        intercept,
-        Arc::new(w.clock.clone()),
-        idempotent_submit::Settings {
-            conditional_delete,
-            ..common::settings()
-        },
-    );
+    let q = w.queue_with(intercept, with_conditional_delete(conditional_delete));
     let mut s = SweepSummary::default();
     q.engine()
         .sweep_record(&rkey, false, None)
@@ -163,21 +141,11 @@ async fn with_conditional_delete_off_an_expired_record_and_an_expired_version_th
         clock.clone(),
         common::memory_store_versioned(&clock).with_behaviour(Behaviour::minio()),
     );
-    let q = Queue::with_clock(
-        w.bucket.clone(),
-        Arc::new(w.clock.clone()),
-        idempotent_submit::Settings {
-            conditional_delete: false,
-            ..common::settings()
-        },
-    );
-    // Two lives of one key: the first replaced once it had expired.
+    let q = w.queue_with(w.bucket.clone(), with_conditional_delete(false));
+    // Two lives of one key: the first replaced once it had expired (the
+    // submits do not read CONDITIONAL_DELETE: only the sweeper does).
     for _ in 0..2 {
-        q.submit("t", json!(1))
-            .idempotency_key("a")
-            .idempotency_ttl(Duration::hours(1))
-            .await
-            .unwrap();
+        w.submit_living("a", Duration::hours(1)).await;
         w.clock.advance(Duration::hours(2));
     }
     let rkey = w.record_key("a");
@@ -201,9 +169,7 @@ async fn a_sweeper_and_a_late_submit_finishing_together_leave_one_task_its_marke
  {
     for _ in 0..20 {
         let w = World::new();
-        let id = w
-            .interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-            .await;
+        let id = w.crashed("a").await;
         let written = w.record_meta("a").await.1.etag;
         w.clock.advance(Duration::minutes(11));
         // Both go through a yielding store, so their requests interleave.
@@ -225,5 +191,13 @@ async fn a_sweeper_and_a_late_submit_finishing_together_leave_one_task_its_marke
         assert_eq!(w.count("tasks/"), 1);
         assert_eq!(w.count("ready/"), 1);
         w.assert_still_its_first_write("a", &written).await;
+    }
+}
+
+/// The test settings, with `CONDITIONAL_DELETE` on or off.
+fn with_conditional_delete(conditional_delete: bool) -> idempotent_submit::Settings {
+    idempotent_submit::Settings {
+        conditional_delete,
+        ..common::settings()
     }
 }

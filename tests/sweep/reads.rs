@@ -28,8 +28,7 @@ async fn reads_per_record_on(
     for i in 0..24 {
         let key = format!("k{i}");
         if i % 4 == 0 {
-            w.interrupted_at(&key, Op::PutCreate, "idempotency/", Fault::CrashAfter)
-                .await;
+            w.crashed(&key).await;
         } else {
             w.queue()
                 .submit("t", json!({"k": key}))
@@ -246,11 +245,7 @@ async fn no_crossing_missed(behaviour: Behaviour, order: ListOrder) {
         deleted += s.expired_deleted;
         manual.advance(Duration::seconds(97));
     }
-    let left: Vec<_> = bucket
-        .keys()
-        .into_iter()
-        .filter(|k| k.starts_with("idempotency/"))
-        .collect();
+    let left = keys_under(&bucket, "idempotency/").await;
     assert!(
         left.is_empty(),
         "{} records never judged expired",

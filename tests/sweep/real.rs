@@ -48,11 +48,7 @@ async fn expired_records(
         .idempotency_key("template")
         .await
         .unwrap();
-    let template = common::all_keys(store)
-        .await
-        .into_iter()
-        .find(|k| k.starts_with("idempotency/"))
-        .unwrap();
+    let template = keys_under(store, "idempotency/").await.remove(0);
     let mut v: serde_json::Value =
         serde_json::from_slice(&store.get(&template).await.unwrap().body).unwrap();
     store.delete(&template, None).await.unwrap();
@@ -120,11 +116,7 @@ async fn a_pass_in_small_runs_deletes_every_expired_record_on(
         }
     }
     assert!(runs > 3, "{runs} runs");
-    let left: Vec<String> = common::all_keys(&store)
-        .await
-        .into_iter()
-        .filter(|k| k.starts_with("idempotency/"))
-        .collect();
+    let left = keys_under(&store, "idempotency/").await;
     assert!(
         left.is_empty(),
         "{real:?} {versioning:?} {order:?}: {} records missed: {left:?}",
@@ -280,13 +272,8 @@ async fn a_dry_run_counts_what_the_real_pass_then_does_on(
     );
     assert_eq!(counts(&dry), counts(&s), "{at}: dry {dry:?}\nreal {s:?}");
 
-    let ready = |store: idempotent_submit::S3Store| async move {
-        common::all_keys(&store)
-            .await
-            .into_iter()
-            .filter(|k| k.starts_with("ready/"))
-            .collect::<Vec<String>>()
-    };
+    let ready =
+        |store: idempotent_submit::S3Store| async move { keys_under(&store, "ready/").await };
     let before = ready(store.clone()).await;
     clock.set(later);
     let (dry, s) = dry_then_real(&store, &clock, &settings).await;
@@ -305,11 +292,7 @@ async fn a_dry_run_counts_what_the_real_pass_then_does_on(
             .all(|m| before.contains(m) && !markers.contains(m)),
         "{at}"
     );
-    let mut left: Vec<String> = common::all_keys(&store)
-        .await
-        .into_iter()
-        .filter(|k| k.starts_with("payloads/"))
-        .collect();
+    let mut left = keys_under(&store, "payloads/").await;
     left.sort();
     live.sort();
     assert_eq!(left, live, "{at}");

@@ -151,11 +151,7 @@ async fn resumed_pass_misses_nothing(
 async fn a_failure_inside_a_split_page_waits_alone_and_its_rest_is_listed_and_read_exactly_once() {
     let (manual, bucket) = dense_bucket_expiring(&[("big", 2500)], "2030-01-01T00:00:00Z").await;
     manual.advance(Duration::days(31));
-    let keys: Vec<String> = bucket
-        .keys()
-        .into_iter()
-        .filter(|k| k.starts_with("idempotency/big/"))
-        .collect();
+    let keys = keys_under(&bucket, "idempotency/big/").await;
     assert_eq!(keys.len(), 2500);
     let f = FaultyStore::new(bucket.clone());
     let q = Queue::with_clock(f.clone(), Arc::new(manual.clone()), common::settings());
@@ -214,15 +210,8 @@ async fn a_failure_inside_a_split_page_waits_alone_and_its_rest_is_listed_and_re
 
 #[tokio::test]
 async fn a_listing_that_fails_is_counted_and_its_range_is_listed_next_run() {
-    let w = World::new();
-    for k in ["a", "b"] {
-        w.interrupted_at(k, Op::PutCreate, "idempotency/", Fault::CrashAfter)
-            .await;
-    }
-    w.clock.advance(Duration::minutes(11));
-    let f = FaultyStore::new(w.bucket.clone());
-    fail_until_healed(&f, Op::List, "idempotency/t/");
-    let s = w.sweep_over(f.clone()).await;
+    let w = World::with_stale(&["a", "b"]).await;
+    let (s, f) = w.sweep_failing(Op::List, "idempotency/t/").await;
     assert_eq!((s.errors, s.reads, s.complete), (1, 0, false), "{s:?}");
     f.heal();
     let s = w.sweep_over(f).await;
@@ -231,13 +220,8 @@ async fn a_listing_that_fails_is_counted_and_its_range_is_listed_next_run() {
 
 #[tokio::test]
 async fn a_payload_listing_that_fails_is_counted_and_leaves_the_records_pass_complete() {
-    let w = World::new();
-    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
-    w.clock.advance(Duration::minutes(11));
-    let f = FaultyStore::new(w.bucket.clone());
-    fail_until_healed(&f, Op::List, "payloads/");
-    let s = w.sweep_over(f.clone()).await;
+    let w = World::with_stale(&["a"]).await;
+    let (s, f) = w.sweep_failing(Op::List, "payloads/").await;
     assert_eq!((s.errors, s.finished, s.complete), (1, 1, true), "{s:?}");
     let listed_payloads = f
         .calls()
@@ -248,10 +232,7 @@ async fn a_payload_listing_that_fails_is_counted_and_leaves_the_records_pass_com
 
 #[tokio::test]
 async fn a_run_that_finds_the_pass_claimed_by_another_does_nothing() {
-    let w = World::new();
-    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
-    w.clock.advance(Duration::minutes(11));
+    let w = World::with_stale(&["a"]).await;
     // Another run claims the pass and is still working it.
     let claimed = json!({
         "previous_pass": null,
@@ -285,8 +266,7 @@ async fn a_checkpoint_gone_under_a_run_is_read_again_and_the_run_stops_when_its_
             clock.clone(),
             common::memory_store(&clock).with_behaviour(behaviour),
         );
-        w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-            .await;
+        w.crashed("a").await;
         w.clock.advance(Duration::minutes(11));
         assert!(w.sweep(false).await.complete);
         w.clock.advance(Duration::days(1));
@@ -360,10 +340,7 @@ impl common::Hooks for EmptyFirstPages {
 
 #[tokio::test]
 async fn an_empty_page_with_a_continuation_token_is_not_the_end_of_a_range() {
-    let w = World::new();
-    w.interrupted_at("a", Op::PutCreate, "idempotency/", Fault::CrashAfter)
-        .await;
-    w.clock.advance(Duration::minutes(11));
+    let w = World::with_stale(&["a"]).await;
     let q = w.queue_over(common::Wrapped(EmptyFirstPages {
         inner: w.bucket.clone(),
         seen: Arc::default(),

@@ -3,11 +3,7 @@ use super::*;
 #[test]
 fn record_events_come_from_the_bucket_by_default_and_from_the_submitter_when_told() {
     let bucket = templates();
-    assert_eq!(bucket.param_default("RecordEvents"), "bucket");
-    assert_eq!(
-        bucket.out["Parameters"]["RecordEvents"]["AllowedValues"],
-        serde_json::json!(["bucket", "submitter"])
-    );
+    bucket.assert_choice("RecordEvents", "bucket", &["bucket", "submitter"]);
     let submitter = templates_with(&[("RecordEvents", "submitter")]);
     for (t, notified) in [(&bucket, true), (&submitter, false)] {
         let b = &t.res("QueueBucket")["Properties"];

@@ -23,25 +23,10 @@ fn the_pass_queue_runs_the_sweep_function_one_continuation_at_a_time_with_partia
         m["FunctionResponseTypes"],
         json!(["ReportBatchItemFailures"])
     );
-    let q = &t.res("PassQueue")["Properties"];
-    assert_eq!(q["SqsManagedSseEnabled"], true);
-    assert_eq!(
-        q["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0],
-        "PassDeadLetterQueue"
-    );
-    let dlq = &t.res("PassDeadLetterQueue")["Properties"];
-    assert_eq!(dlq["SqsManagedSseEnabled"], true);
-    assert!(
-        dlq["MessageRetentionPeriod"].as_u64().unwrap()
-            > q["MessageRetentionPeriod"].as_u64().unwrap()
-    );
     // A failed share comes back after the lease of a whole invocation (its
     // timeout and an operation's 25 s) has run out: the redelivery takes a
     // dead invocation's share over.
-    let timeout = t.res("SweepFunction")["Properties"]["Timeout"]
-        .as_u64()
-        .unwrap();
-    assert!(q["VisibilityTimeout"].as_u64().unwrap() >= 6 * timeout);
+    let (q, timeout) = t.queue_with_dead_letters("PassQueue", "PassDeadLetterQueue");
     assert!(q["VisibilityTimeout"].as_u64().unwrap() > timeout + 25);
     let alarm = &t.res("PassDeadLetterAlarm")["Properties"];
     assert_eq!(
@@ -81,18 +66,7 @@ fn pass_concurrency_reaches_the_function_and_bounds_the_mapping_at_sqss_least_of
 #[test]
 fn only_the_sweep_role_sends_to_the_pass_queue_and_only_there() {
     let t = templates();
-    let on_pass = |role: &str| -> Vec<String> {
-        t.role_statements(role)
-            .iter()
-            .filter(|s| {
-                as_list(&s["Resource"])
-                    .iter()
-                    .any(|r| r["Fn::GetAtt"][0] == "PassQueue")
-            })
-            .flat_map(|s| as_list(&s["Action"]))
-            .map(|a| a.as_str().unwrap().to_owned())
-            .collect()
-    };
+    let on_pass = |role: &str| t.queue_actions(role, "PassQueue");
     let mut sweep = on_pass("SweepFunctionRole");
     sweep.sort();
     assert_eq!(

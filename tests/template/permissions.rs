@@ -90,16 +90,8 @@ fn each_function_gets_explicit_actions_on_the_prefixes_it_uses_and_nothing_wider
 fn no_role_of_ours_can_overwrite_a_task() {
     let t = templates();
     for role in ["SubmitFunctionRole", "SweepFunctionRole"] {
-        let puts_on_tasks: Vec<Value> = t
-            .role_statements(role)
-            .into_iter()
-            .filter(|s| {
-                as_list(&s["Action"]).iter().any(|a| a == "s3:PutObject")
-                    && as_list(&s["Resource"])
-                        .iter()
-                        .any(|r| sub(r).ends_with("/tasks/*"))
-            })
-            .collect();
+        let mut puts_on_tasks = t.statements_on(role, |r| sub(r).ends_with("/tasks/*"));
+        puts_on_tasks.retain(|s| as_list(&s["Action"]).iter().any(|a| a == "s3:PutObject"));
         assert_eq!(puts_on_tasks.len(), 1, "{role}: {puts_on_tasks:?}");
         let s = &puts_on_tasks[0];
         assert_eq!(
@@ -118,16 +110,7 @@ fn no_role_of_ours_can_overwrite_a_task() {
 #[test]
 fn only_the_submit_function_reads_schemas_and_it_checks_inputs_only_when_told() {
     let t = templates();
-    let on_schemas = |role: &str| -> Vec<Value> {
-        t.role_statements(role)
-            .into_iter()
-            .filter(|s| {
-                as_list(&s["Resource"])
-                    .iter()
-                    .any(|r| sub(r).contains("/schemas/"))
-            })
-            .collect()
-    };
+    let on_schemas = |role: &str| t.statements_on(role, |r| sub(r).contains("/schemas/"));
     let submit = on_schemas("SubmitFunctionRole");
     assert_eq!(submit.len(), 1, "{submit:?}");
     assert_eq!(
@@ -172,15 +155,7 @@ fn only_the_submit_function_reads_schemas_and_it_checks_inputs_only_when_told() 
 fn both_functions_only_create_payloads_with_if_none_match_and_may_delete_them() {
     let t = templates();
     for role in ["SubmitFunctionRole", "SweepFunctionRole"] {
-        let on_payloads: Vec<Value> = t
-            .role_statements(role)
-            .into_iter()
-            .filter(|s| {
-                as_list(&s["Resource"])
-                    .iter()
-                    .any(|r| sub(r).ends_with("/payloads/*"))
-            })
-            .collect();
+        let on_payloads = t.statements_on(role, |r| sub(r).ends_with("/payloads/*"));
         let puts: Vec<&Value> = on_payloads
             .iter()
             .filter(|s| as_list(&s["Action"]).iter().any(|a| a == "s3:PutObject"))
