@@ -307,14 +307,20 @@ impl Engine {
             .buffer_unordered(READS_AT_ONCE)
             .collect()
             .await;
-        for r in outcomes {
-            match r {
-                Ok(true) => summary.payloads_deleted += 1,
-                Ok(false) | Err(SubmitError::DeadlineExceeded) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "an input payload could not be checked");
-                    summary.errors += 1;
-                }
+        tally_payloads(outcomes, summary);
+    }
+}
+
+/// Counts what the checks of some payloads did: a deletion, nothing (or the
+/// deadline: the next pass's), or an error, logged.
+pub(super) fn tally_payloads(outcomes: Vec<Result<bool, SubmitError>>, summary: &mut SweepSummary) {
+    for r in outcomes {
+        match r {
+            Ok(true) => summary.payloads_deleted += 1,
+            Ok(false) | Err(SubmitError::DeadlineExceeded) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "an input payload could not be checked");
+                summary.errors += 1;
             }
         }
     }

@@ -30,7 +30,7 @@ use uuid::Uuid;
 
 use super::payload_tasks::{
     CANDIDATES_AT_ONCE, PAYLOADS_PREFIX, SHARD_LENGTHS, TASKS_PREFIX, TaskMerge, slice_hex,
-    slice_of, slice_task_prefixes,
+    slice_of, slice_task_prefixes, tally_payloads,
 };
 use super::{PAGE, RANGES_AT_ONCE, READS_AT_ONCE, SweepOptions, SweepSummary};
 use crate::config::ListOrder;
@@ -317,16 +317,7 @@ impl Engine {
             .buffer_unordered(READS_AT_ONCE)
             .collect()
             .await;
-        for r in outcomes {
-            match r {
-                Ok(true) => summary.payloads_deleted += 1,
-                Ok(false) | Err(SubmitError::DeadlineExceeded) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "an input payload could not be checked");
-                    summary.errors += 1;
-                }
-            }
-        }
+        tally_payloads(outcomes, summary);
         Ok(())
     }
 
