@@ -140,14 +140,7 @@ impl Shared {
 
 impl Shared {
     async fn task_json(&self, id: &str) -> Value {
-        let body = self
-            .app
-            .queue
-            .task(id.parse().unwrap())
-            .await
-            .unwrap()
-            .expect("the task object");
-        serde_json::from_slice(&body).unwrap()
+        common::task_json(&self.app.queue, id).await
     }
 
     async fn object_json(&self, key: &str) -> Value {

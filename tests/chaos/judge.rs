@@ -39,6 +39,12 @@ impl Audit {
             self.examples.push(format!("{what}: {detail}"));
         }
     }
+
+    /// One more lost submit: acknowledged, and its task not in the bucket.
+    fn lost(&mut self, detail: String) {
+        self.lost_submits += 1;
+        self.example("lost submits", detail);
+    }
 }
 
 /// What the steps learn and hand on, and the counts so far.
@@ -300,11 +306,8 @@ impl<'e> Judge<'e> {
             None => {
                 self.answered_keyless.insert(id.to_owned());
                 if !self.task_ids.contains(id) {
-                    self.a.lost_submits += 1;
-                    self.a.example(
-                        "lost submits",
-                        format!("keyless task {id} answered 201, not in the bucket"),
-                    );
+                    self.a
+                        .lost(format!("keyless task {id} answered 201, not in the bucket"));
                 }
             }
         }
@@ -345,11 +348,8 @@ impl<'e> Judge<'e> {
             let ids = self.ids_of_key.get(k);
             let has = ids.is_some_and(|ids| ids.iter().any(|i| self.task_ids.contains(i)));
             if !has {
-                self.a.lost_submits += 1;
-                self.a.example(
-                    "lost submits",
-                    format!("{k:?} acknowledged, {ids:?} not in the bucket"),
-                );
+                self.a
+                    .lost(format!("{k:?} acknowledged, {ids:?} not in the bucket"));
             }
         }
     }
@@ -394,11 +394,8 @@ impl<'e> Judge<'e> {
                     format!("{k:?} names {id}, never written; {due}"),
                 );
             } else if !self.task_ids.contains(id) && e.task_history.contains(id) && !acknowledged {
-                self.a.lost_submits += 1;
-                self.a.example(
-                    "lost submits",
-                    format!("{k:?}: its task {id} was written, then deleted"),
-                );
+                self.a
+                    .lost(format!("{k:?}: its task {id} was written, then deleted"));
             }
         }
     }

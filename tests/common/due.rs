@@ -189,12 +189,9 @@ pub fn buquet_runs_once(at: &BuquetAt<'_>, task_id: &str) {
 
 /// The JSON a run of buquet's client printed, which must have succeeded.
 pub fn buquet_answer(out: &std::process::Output, args: &[&str]) -> Value {
-    assert!(
-        out.status.success(),
-        "buquet {args:?} failed (is `buquet` installed? make test installs it): {:?} {} {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    super::assert_ran(
+        out,
+        &format!("buquet {args:?} failed (is `buquet` installed? make test installs it)"),
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
