@@ -47,6 +47,19 @@ impl Audit {
     }
 }
 
+/// Task `id` counted among the tasks of `of` (a key, a keyless mark); what
+/// was sent for `of`.
+fn tie_to<'e, K: Eq + std::hash::Hash>(
+    tasks: &mut HashMap<K, BTreeSet<String>>,
+    inputs: &HashMap<K, &'e Value>,
+    of: K,
+    id: &str,
+) -> Option<&'e Value> {
+    let input = inputs.get(&of).copied();
+    tasks.entry(of).or_default().insert(id.to_owned());
+    input
+}
+
 /// What the steps learn and hand on, and the counts so far.
 struct Judge<'e> {
     e: &'e Evidence,
@@ -186,19 +199,11 @@ impl<'e> Judge<'e> {
                         format!("task {id} has {k:?}'s variant {variant}"),
                     );
                 }
-                self.tasks_of_key
-                    .entry(k.clone())
-                    .or_default()
-                    .insert(id.to_owned());
-                self.input_of_key.get(&k).copied()
+                tie_to(&mut self.tasks_of_key, &self.input_of_key, k, id)
             }
             Tie::Keyless(u) => {
                 self.keyless_ids.insert(id.to_owned());
-                self.tasks_of_mark
-                    .entry(u.clone())
-                    .or_default()
-                    .insert(id.to_owned());
-                self.input_of_mark.get(&u).copied()
+                tie_to(&mut self.tasks_of_mark, &self.input_of_mark, u, id)
             }
             Tie::Invalid(n) => {
                 self.a.invalid_bodies_that_wrote += 1;

@@ -210,11 +210,8 @@ pub async fn holdings(store: &S3Store) -> (Vec<String>, Vec<String>, String) {
         .filter(|k| k.starts_with("ready/"))
         .cloned()
         .collect();
-    let record = keys
-        .iter()
-        .find(|k| k.starts_with("idempotency/"))
-        .expect("the record");
-    let body = idempotent_submit::Store::get(store, record)
+    let record = super::first_under(&keys, "idempotency/");
+    let body = idempotent_submit::Store::get(store, &record)
         .await
         .expect("reading the record")
         .body;

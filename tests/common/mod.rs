@@ -120,6 +120,16 @@ pub async fn objects_under(
     }
 }
 
+/// The first of `keys` under `prefix` (a record's, a marker's), which must
+/// be there.
+pub fn first_under<K: AsRef<str>>(keys: impl IntoIterator<Item = K>, prefix: &str) -> String {
+    let mut under = keys.into_iter().filter(|k| k.as_ref().starts_with(prefix));
+    let first = under
+        .next()
+        .unwrap_or_else(|| panic!("a key under {prefix}"));
+    first.as_ref().to_owned()
+}
+
 /// The task object of `id` as JSON, which must be there.
 pub async fn task_json(queue: &idempotent_submit::Queue, id: &str) -> serde_json::Value {
     let id = id.parse().expect("a task id");

@@ -167,6 +167,13 @@ fn as_principal(mut e: Value, authorizer: Value) -> Value {
     e
 }
 
+/// The sample POST (`http-v2-post.json`), sent by the caller `authorizer`
+/// names.
+async fn post_as(h: &Harness, authorizer: Value) -> Resp {
+    h.http(as_principal(event("http-v2-post.json"), authorizer))
+        .await
+}
+
 fn assumed_role(session: &str) -> Value {
     json!({"iam": {"userArn": format!("arn:aws:sts::123456789012:assumed-role/producer/{session}")}})
 }
@@ -174,27 +181,15 @@ fn assumed_role(session: &str) -> Value {
 #[tokio::test]
 async fn every_session_of_an_assumed_role_is_one_tenant() {
     let (h, _) = Harness::isolated_and_plain();
-    let first = h
-        .http(as_principal(
-            event("http-v2-post.json"),
-            assumed_role("i-0aaa"),
-        ))
-        .await;
+    let first = post_as(&h, assumed_role("i-0aaa")).await;
     assert_eq!(first.status, 201, "{}", first.body);
-    let retry = h
-        .http(as_principal(
-            event("http-v2-post.json"),
-            assumed_role("i-0bbb"),
-        ))
-        .await;
+    let retry = post_as(&h, assumed_role("i-0bbb")).await;
     assert_eq!(retry.status, 200, "{}", retry.body);
     assert_eq!(retry.body["task_id"], first.body["task_id"]);
     assert_eq!(h.count("tasks/").await, 1);
     // Another role is another tenant.
     let other = json!({"iam": {"userArn": "arn:aws:sts::123456789012:assumed-role/other/i-0aaa"}});
-    let r = h
-        .http(as_principal(event("http-v2-post.json"), other))
-        .await;
+    let r = post_as(&h, other).await;
     assert_eq!(r.status, 201);
     assert_ne!(r.body["task_id"], first.body["task_id"]);
 }
@@ -207,15 +202,9 @@ async fn a_lambda_authorizers_simple_response_names_the_tenant_by_principal_id()
     // `{"isAuthorized": true, "context": {"principalId": "team-payments"}}`.
     let sample = h.http(event("http-v2-post-lambda-authorizer.json")).await;
     assert_eq!(sample.status, 201, "{}", sample.body);
-    let a = h
-        .http(as_principal(event("http-v2-post.json"), by("team-a")))
-        .await;
-    let b = h
-        .http(as_principal(event("http-v2-post.json"), by("team-b")))
-        .await;
-    let a2 = h
-        .http(as_principal(event("http-v2-post.json"), by("team-a")))
-        .await;
+    let a = post_as(&h, by("team-a")).await;
+    let b = post_as(&h, by("team-b")).await;
+    let a2 = post_as(&h, by("team-a")).await;
     assert_eq!((a.status, b.status, a2.status), (201, 201, 200));
     assert_ne!(a.body["task_id"], b.body["task_id"]);
     assert_ne!(a.body["task_id"], sample.body["task_id"]);
@@ -227,9 +216,7 @@ async fn with_tenant_isolation_get_answers_only_the_tenants_own_tasks() {
     let (h, plain) = Harness::isolated_and_plain();
     let alice = json!({"lambda": {"principalId": "alice"}});
     let bob = json!({"lambda": {"principalId": "bob"}});
-    let keyed = h
-        .http(as_principal(event("http-v2-post.json"), alice.clone()))
-        .await;
+    let keyed = post_as(&h, alice.clone()).await;
     let keyless = h
         .http(as_principal(
             event("http-v2-post-no-key.json"),
