@@ -25,7 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
 use super::chaos_proxy::{ChaosProxy, Landing};
-use super::runtime_api::{self, Side};
+use super::runtime_api::{self, NextInvocation, Side};
 
 /// What became of one invocation.
 #[derive(Debug, Clone)]
@@ -522,10 +522,7 @@ impl Pool {
 struct EnvSide(Arc<Pool>, Arc<Env>);
 
 impl Side for EnvSide {
-    fn next(
-        &self,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<(String, Value)>> + Send + '_>>
-    {
+    fn next(&self) -> NextInvocation<'_> {
         let inbox = {
             let mut st = self.1.state.lock().unwrap();
             st.polled = true;
