@@ -51,7 +51,7 @@ test: fmt-check
 	  --test suite -- --test-threads $(SUITE_THREADS)
 	$(LINTED) $(CARGO) test --doc $(TEST_BUILD)
 	./scripts/with-moto.sh $(LINTED) $(CARGO) test $(TEST_BUILD) \
-	  --lib --bins --benches --test concurrency --test s3_faults & crates=$$!; \
+	  --lib --bins --benches --test concurrency --test s3_faults --test exhaustive & crates=$$!; \
 	  ./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1 & fuzz=$$!; \
 	  $(CLIENTS_TEST); clients=$$?; wait $$fuzz; fuzzed=$$?; wait $$crates; tested=$$?; \
 	  [ $$clients -eq 0 ] && [ $$fuzzed -eq 0 ] && [ $$tested -eq 0 ]
@@ -162,7 +162,7 @@ MODEL_CHECK_DEPTH ?= 0
 SOAK_MODEL_CHECK_DEPTH ?= 2
 model-check:
 	MODEL_CHECK_DEPTH=$(MODEL_CHECK_DEPTH) $(CARGO) test --locked --features testing \
-	  --test suite -- exhaustive:: --nocapture --test-threads 2
+	  --test exhaustive -- --nocapture --test-threads 2
 
 # The chaos world at length (tests/chaos.rs, a module of the suite;
 # docs/reliability.md): the release binaries (profile chaos: release's, into

@@ -147,3 +147,14 @@ fn end_task(bucket: &MemoryStore, status: &str) {
     let body = Bytes::from(v.to_string());
     now_or_never(bucket.put(&task, body, PutMode::Update(obj.meta.etag)));
 }
+
+/// Task type `t`'s schema, as buquet's `publish_schema` writes it, refusing
+/// every input the worlds send (`{"n": …}` has no `x`).
+pub fn publish_refusing_schema(bucket: &MemoryStore) {
+    let doc = json!({ "input": { "type": "object", "required": ["x"] } });
+    let key = format!("schemas/{TASK_TYPE}.json");
+    let put = bucket.put(&key, Bytes::from(doc.to_string()), PutMode::Create);
+    now_or_never(put)
+        .expect("the in-memory store answers at once")
+        .expect("the schema published");
+}
