@@ -155,8 +155,9 @@ soak:
 
 # The exhaustive checker alone (tests/exhaustive/; docs/testing.md, "The
 # exhaustive checker"): every schedule of each small world up to its depth,
-# one line per world and store (states, schedules, depth, steps, time), the
-# planted bugs' shortest traces and the known window's. MODEL_CHECK_DEPTH=n
+# one line per world and store (states, schedules, depth, steps, wall and CPU
+# time), the planted bugs' shortest traces and the known window's; a test
+# crate of its own (Cargo.toml). MODEL_CHECK_DEPTH=n
 # deepens every world by n steps (make soak: SOAK_MODEL_CHECK_DEPTH).
 MODEL_CHECK_DEPTH ?= 0
 SOAK_MODEL_CHECK_DEPTH ?= 2
