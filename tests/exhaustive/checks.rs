@@ -290,6 +290,7 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
             for (sub, r) in role.submits().into_iter().zip(rs) {
                 check_submit(sim, i, &sub, r).map_err(|e| format!("#{i} {}: {e}", sub.key))?;
                 more_checks::check_requests(sim, i, r)?;
+                requests::check_stale_marker(sim, i, r)?;
                 if sim.spec.schema {
                     requests::check_wrote_nothing(sim, i)?;
                 }

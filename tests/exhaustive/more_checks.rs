@@ -108,8 +108,13 @@ pub fn check_requests(
         l.actor == i
             && l.kind.is_write()
             && !l.key.starts_with("idempotency/")
-            && l.kind != Kind::Send
+            && !matches!(l.kind, Kind::Send | Kind::Delete)
     });
+    // It removed a stale marker beside a taken task (and wrote nothing).
+    let removed = s
+        .log
+        .iter()
+        .any(|l| l.actor == i && l.kind == Kind::Delete && l.key.starts_with("ready/"));
     // Its first claim met a record (a 412): an expired or reset one, when
     // it answers a new task.
     let held = s
@@ -128,6 +133,7 @@ pub fn check_requests(
         Ok(s) if !s.replayed && held => (5, 5, "new submit over an expired or reset record"),
         Ok(s) if !s.replayed => (3, 3, "new submit"),
         Ok(_) if wrote => (6, 6, "replay that finishes"),
+        Ok(_) if removed => (5, 5, "replay that removes a stale marker"),
         // A new_task submit reads the task right after the record, as a
         // replay does.
         Ok(_) if reuse => (3, 4, "replay (new_task)"),

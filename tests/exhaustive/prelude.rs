@@ -32,6 +32,9 @@ pub enum Prelude {
     Completed,
     /// The same, the task taken by a worker and still `running`.
     Running,
+    /// The same, its marker left behind (the worker's DELETE of it failed):
+    /// a stale marker, which a finisher that sees it removes.
+    StaleMarker,
     /// A submit of `k` that died after its record, before its task and
     /// marker; the clock at the record's stale age, its S3 event due.
     DiedAfterRecord,
@@ -57,6 +60,7 @@ pub fn run(sim: &mut Sim, prelude: Prelude) {
         Prelude::Failed => end_task(&bucket, "failed"),
         Prelude::Completed => end_task(&bucket, "completed"),
         Prelude::Running => end_task(&bucket, "running"),
+        Prelude::StaleMarker => write_status(&bucket, "running"),
         Prelude::NoMarker => delete_markers(&bucket),
         Prelude::DiedAfterRecord => {
             delete_markers(&bucket);
@@ -138,6 +142,11 @@ fn delete_markers(bucket: &MemoryStore) {
 /// `status` written over it.
 fn end_task(bucket: &MemoryStore, status: &str) {
     delete_markers(bucket);
+    write_status(bucket, status);
+}
+
+/// `status` written over the task (its marker left as it is).
+fn write_status(bucket: &MemoryStore, status: &str) {
     let task = bucket.keys().into_iter().find(|k| k.starts_with("tasks/"));
     let task = task.expect("the prelude's task");
     let obj = now_or_never(bucket.get(&task)).and_then(Result::ok);

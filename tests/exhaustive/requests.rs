@@ -53,6 +53,46 @@ pub fn check_conflict(
     Ok(())
 }
 
+/// The ready index stays true (docs/protocol.md): a submit of ours that
+/// ended answering a task, and saw that task's marker beside it (its HEAD
+/// found it), leaves no marker of it while the task is not `pending`. Only
+/// in a world without buquet's workers, where no task changes during the
+/// schedule: a task not `pending` now was taken before the submit began.
+pub fn check_stale_marker(
+    sim: &Sim,
+    i: usize,
+    r: &Result<idempotent_submit::Submitted, idempotent_submit::SubmitError>,
+) -> Result<(), String> {
+    let Ok(s) = r else {
+        return Ok(());
+    };
+    if sim.actors.iter().any(|a| a.role.is_workers()) {
+        return Ok(());
+    }
+    let id = s.task_id.to_string();
+    let Some(task) = super::checks::object(sim, &s.task_key) else {
+        return Ok(());
+    };
+    let v: serde_json::Value = serde_json::from_slice(&task).unwrap_or_default();
+    if v["status"] == "pending" || !super::checks::has_marker(sim, &id) {
+        return Ok(());
+    }
+    let saw = gate::lock(&sim.gate.state).log.iter().any(|l| {
+        l.actor == i
+            && l.ok
+            && l.kind == gate::Kind::Head
+            && l.key.starts_with("ready/")
+            && l.key.ends_with(&id)
+    });
+    if saw {
+        return Err(format!(
+            "the ready index: #{i} saw the marker of task {id}, which is {}, and left it",
+            v["status"]
+        ));
+    }
+    Ok(())
+}
+
 /// A life of `rkey` that held the key, live, throughout #`i`'s span.
 fn held_throughout<'a>(sim: &'a Sim, i: usize, rkey: &str) -> Option<&'a Life> {
     let (start, now) = (sim.actors[i].span.0, sim.clock.now());

@@ -278,3 +278,18 @@ fn the_sweeper_finishes_a_submit_that_died_after_its_record_beside_a_replay() {
         holds(w);
     }
 }
+
+#[test]
+fn a_replay_beside_a_stale_marker_of_a_taken_task_removes_it() {
+    for store in STORES {
+        // The key's task taken by a worker (`running`), whose DELETE of its
+        // marker failed: a replay that sees the marker removes it.
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            prelude: Prelude::StaleMarker,
+            depth: 6,
+            ..spec("a taken task's stale marker, a replay", store, vec![a])
+        };
+        holds(w);
+    }
+}
