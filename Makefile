@@ -51,7 +51,7 @@ test: fmt-check
 	  --test suite -- --test-threads $(SUITE_THREADS)
 	$(LINTED) $(CARGO) test --doc $(TEST_BUILD)
 	./scripts/with-moto.sh $(LINTED) $(CARGO) test $(TEST_BUILD) \
-	  --lib --bins --benches --test concurrency --test s3_faults & crates=$$!; \
+	  --lib --bins --benches --test concurrency --test s3_faults --test exhaustive & crates=$$!; \
 	  ./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1 & fuzz=$$!; \
 	  $(CLIENTS_TEST); clients=$$?; wait $$fuzz; fuzzed=$$?; wait $$crates; tested=$$?; \
 	  [ $$clients -eq 0 ] && [ $$fuzzed -eq 0 ] && [ $$tested -eq 0 ]
@@ -155,14 +155,15 @@ soak:
 
 # The exhaustive checker alone (tests/exhaustive/; docs/testing.md, "The
 # exhaustive checker"): every schedule of each small world up to its depth,
-# one line per world and store (states, schedules, depth, steps, time), the
-# planted bugs' shortest traces and the known window's. MODEL_CHECK_DEPTH=n
+# one line per world and store (states, schedules, depth, steps, wall and CPU
+# time), the planted bugs' shortest traces and the known window's; a test
+# crate of its own (Cargo.toml). MODEL_CHECK_DEPTH=n
 # deepens every world by n steps (make soak: SOAK_MODEL_CHECK_DEPTH).
 MODEL_CHECK_DEPTH ?= 0
 SOAK_MODEL_CHECK_DEPTH ?= 2
 model-check:
 	MODEL_CHECK_DEPTH=$(MODEL_CHECK_DEPTH) $(CARGO) test --locked --features testing \
-	  --test suite -- exhaustive:: --nocapture --test-threads 2
+	  --test exhaustive -- --nocapture --test-threads 2
 
 # The chaos world at length (tests/chaos.rs, a module of the suite;
 # docs/reliability.md): the release binaries (profile chaos: release's, into
