@@ -1,7 +1,9 @@
 //! The scheduled pass's continuations through the `sweep` function (issue
 //! 49): handed on to a pass queue on moto's SQS and taken back from it as
 //! SQS batches, each message one share of the pass it names; a share that
-//! fails hands its message back.
+//! fails hands its message back; the schedule's message, received again
+//! after its invocation died, goes on with the pass it opened and opens no
+//! second one.
 
 use crate::common;
 
@@ -149,4 +151,78 @@ async fn a_share_that_fails_hands_its_message_back_to_the_pass_queue() {
         out,
         json!({"batchItemFailures": [{"itemIdentifier": "m1"}]})
     );
+}
+
+/// The schedule's message as EventBridge Scheduler sends it to the pass
+/// queue, for the instant `at`.
+fn schedule_message(at: chrono::DateTime<chrono::Utc>) -> (String, String) {
+    let body = json!({"schedule": at.format("%Y-%m-%dT%H:%M:%SZ").to_string()});
+    ("schedule".into(), body.to_string())
+}
+
+/// The sweep function on `queue`, as the pass queue's mapping invokes it
+/// with `message`: its answer.
+async fn on_the_pass_queue(queue: Queue, message: &(String, String)) -> Value {
+    let sweeper = Sweeper {
+        queue,
+        bucket: "b".into(),
+        metrics: Metrics::collecting("sweep"),
+    };
+    let batch = pass_batch(std::slice::from_ref(message));
+    handle_sweep(&sweeper, LambdaEvent::new(batch, Context::default()))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_schedules_invocation_that_dies_holding_the_pass_is_started_again_by_its_message_and_opens_no_second_pass()
+ {
+    use idempotent_submit::Clock;
+    let w = common::World::new();
+    for i in 0..6 {
+        let key = format!("idempotency/s{}/{i:064x}.json", i % 3);
+        let body = b"{}".to_vec().into();
+        w.bucket.put(&key, body, PutMode::Create).await.unwrap();
+    }
+    let message = schedule_message(w.clock.now());
+    let checkpoint = || async {
+        let o = w.bucket.get("sweeper/checkpoint.json").await.unwrap();
+        serde_json::from_slice::<Value>(&o.body).unwrap()
+    };
+    // The schedule's invocation opens the pass and dies before its release
+    // (before it could hand anything on): its message goes back.
+    let f = FaultyStore::new(w.bucket.clone());
+    f.inject(Some(Op::PutUpdate), "sweeper/", 1, 1, Fault::CrashBefore);
+    let out = on_the_pass_queue(w.queue_over(f), &message).await;
+    assert_eq!(
+        out,
+        json!({"batchItemFailures": [{"itemIdentifier": "schedule"}]})
+    );
+    let opened = checkpoint().await;
+    assert_eq!(opened["shares"].as_array().map(Vec::len), Some(1));
+    // SQS delivers it again after the visibility timeout (720 s), past the
+    // dead invocation's lease (here 15 minutes and an operation, without a
+    // deadline): the pass goes on, and ends, the same pass.
+    let lease = chrono::Duration::minutes(15) + w.queue().settings().operation_timeout;
+    w.clock.advance(lease);
+    let out = on_the_pass_queue(w.queue(), &message).await;
+    assert_eq!(out, json!({"batchItemFailures": []}));
+    let ended = checkpoint().await;
+    assert_eq!(
+        (&ended["pass"], &ended["complete"]),
+        (&opened["pass"], &json!(true))
+    );
+    assert_eq!(ended["tally"]["scanned"], 6, "{ended}");
+    // Received once more (its invocation died after the pass ended, before
+    // it answered): that schedule's pass is done; no other opens.
+    w.clock.advance(chrono::Duration::minutes(12));
+    let out = on_the_pass_queue(w.queue(), &message).await;
+    assert_eq!(out, json!({"batchItemFailures": []}));
+    assert_eq!(checkpoint().await, ended);
+    // The next schedule's message opens the next pass.
+    let next = schedule_message(w.clock.now());
+    on_the_pass_queue(w.queue(), &next).await;
+    let after = checkpoint().await;
+    assert_ne!(after["pass"], ended["pass"]);
+    assert_eq!(after["previous_pass"], ended["pass"]);
 }

@@ -202,7 +202,7 @@ pub struct UnrecognizedSweepEvent(String);
 /// The `sweep` function: a batch of the due queue (told by its records'
 /// `eventSource`, `aws:sqs`) answers an SQS partial batch response, as a
 /// batch of the pass queue does (told by its first body, a continuation of
-/// a pass: `{"sweep_pass": ...}`); any
+/// a pass, `{"sweep_pass": ...}`, or the schedule's, `{"schedule": ...}`); any
 /// other event without `Records` (EventBridge Scheduler, `{}`) runs the
 /// scheduled pass and answers its summary. `Records` from another source (an
 /// S3 notification sent straight to the function, SNS) is refused.
@@ -218,7 +218,7 @@ pub async fn handle_sweep(
         let of_the_pass = batch
             .records
             .first()
-            .is_some_and(|m| m.body.as_deref().and_then(schedule::continuation).is_some());
+            .is_some_and(|m| m.body.as_deref().and_then(schedule::pass_message).is_some());
         if of_the_pass {
             let event = LambdaEvent::new(batch, context);
             let resp = schedule::handle_continuations(queue, &sweeper.metrics, event).await;

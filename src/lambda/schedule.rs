@@ -1,10 +1,15 @@
-//! The scheduled pass of the `sweep` function: EventBridge Scheduler or a
-//! rule (any event that is not an SQS batch), or `{}` or `{"dry_run": true}`
-//! sent directly, opens or joins a pass; a batch of the pass queue (each
-//! message a [`Continuation`]) joins the pass it names. Each invocation
-//! runs one share of the pass (docs/protocol.md, "The scheduled pass") and
-//! logs it; the invocation that ends the pass logs the pass's one summary
-//! and emits its metrics, once a pass.
+//! The scheduled pass of the `sweep` function. In the stack, EventBridge
+//! Scheduler sends a message to the pass queue, `{"schedule": "<its
+//! scheduled time>"}`, so that the invocation that opens (or joins) a pass
+//! is one the queue starts again if it dies before it hands on (the
+//! message comes back after the queue's visibility timeout, past the
+//! dead invocation's lease); the continuations a pass hands on go through
+//! the same queue (`{"sweep_pass": ...}`, [`Continuation`]). Any event that
+//! is not an SQS batch (a rule, an older stack's schedule, `{}` or
+//! `{"dry_run": true}` sent directly) opens or joins a pass as well. Each
+//! invocation runs one share of the pass (docs/protocol.md, "The scheduled
+//! pass") and logs it; the invocation that ends the pass logs the pass's
+//! one summary and emits its metrics, once a pass.
 
 use std::time::{Duration as StdDuration, SystemTime};
 
@@ -16,6 +21,7 @@ use serde_json::Value;
 use super::Metrics;
 use crate::Queue;
 use crate::protocol::{Continuation, ShareOutcome, SubmitError, SweepOptions, SweepSummary};
+use crate::store::StoreError;
 
 /// How long before the invocation's deadline the sweep stops, to save its
 /// place and answer.
@@ -36,22 +42,50 @@ pub async fn handle(
     let opts = SweepOptions {
         dry_run,
         deadline: stop_at(queue, event.context.deadline()),
-        max_records: None,
-        continuation: None,
+        ..SweepOptions::default()
     };
     run_share(queue, metrics, &event.context.request_id, &opts).await
 }
 
-/// The continuation a pass queue message carries, if it is one.
-pub fn continuation(body: &str) -> Option<Continuation> {
-    serde_json::from_str(body).ok()
+/// A message of the pass queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassMessage {
+    /// A continuation of a pass, handed on by one of its invocations.
+    Continuation(Continuation),
+    /// The schedule's: open a pass (or join the unfinished one), unless a
+    /// pass begun at or after `at` (the instant it was scheduled for) is
+    /// complete: then it is this message's, received again after its
+    /// invocation ended the pass and died before it answered.
+    Schedule {
+        /// The schedule's instant (`None`: a message without one).
+        at: Option<DateTime<Utc>>,
+    },
+}
+
+/// The schedule's message on the pass queue (template.yaml's
+/// `PassSchedule` sends it; `<aws.scheduler.scheduled-time>` is filled in).
+#[derive(serde::Deserialize)]
+struct ScheduleBody {
+    schedule: Value,
+}
+
+/// What a pass queue message is, if it is one.
+pub fn pass_message(body: &str) -> Option<PassMessage> {
+    if let Ok(c) = serde_json::from_str::<Continuation>(body) {
+        return Some(PassMessage::Continuation(c));
+    }
+    let s: ScheduleBody = serde_json::from_str(body).ok()?;
+    let at = s.schedule.as_str().and_then(|t| t.parse().ok());
+    Some(PassMessage::Schedule { at })
 }
 
 /// A batch of the pass queue: one share of the pass its first message
-/// names (the others name the same pass, or one that is over: a share is
-/// an invocation's whole work). The batch is handed back whole when the
-/// share failed, so SQS delivers it again (and, after its receives, to the
-/// pass queue's dead-letter queue).
+/// names, or of the pass the schedule's message opens or joins (a share is
+/// an invocation's whole work; the mapping hands them over one at a time).
+/// The batch is handed back whole when the share failed, or could not hand
+/// on what it invited, so SQS delivers it again (and, after its receives,
+/// to the pass queue's dead-letter queue): the redelivery re-drives the
+/// pass.
 pub async fn handle_continuations(
     queue: &Queue,
     metrics: &Metrics,
@@ -61,7 +95,7 @@ pub async fn handle_continuations(
     let mut resp = SqsBatchResponse::default();
     let first = records
         .iter()
-        .find_map(|m| m.body.as_deref().and_then(continuation));
+        .find_map(|m| m.body.as_deref().and_then(pass_message));
     let Some(first) = first else {
         tracing::warn!(
             messages = records.len(),
@@ -69,16 +103,19 @@ pub async fn handle_continuations(
         );
         return resp;
     };
+    let (continuation, scheduled_at) = match first {
+        PassMessage::Continuation(c) => (Some(c), None),
+        PassMessage::Schedule { at } => (None, at),
+    };
     let opts = SweepOptions {
         dry_run: false,
         deadline: stop_at(queue, event.context.deadline()),
         max_records: None,
-        continuation: Some(first),
+        continuation,
+        scheduled_at,
     };
-    if run_share(queue, metrics, &event.context.request_id, &opts)
-        .await
-        .is_err()
-    {
+    let share = run_share(queue, metrics, &event.context.request_id, &opts).await;
+    if share.is_err() {
         for m in records {
             let mut f = BatchItemFailure::default();
             f.item_identifier = m.message_id.unwrap_or_default();
@@ -89,6 +126,8 @@ pub async fn handle_continuations(
 }
 
 /// One share, logged; the pass's summary and metrics when it ended here.
+/// A share that could not hand on what it invited is an error too, so that
+/// its message comes again (the invitations lapse before it does).
 async fn run_share(
     queue: &Queue,
     metrics: &Metrics,
@@ -100,7 +139,12 @@ async fn run_share(
         Ok(o) => report(metrics, request_id, o),
         Err(e) => tracing::error!(request_id = %request_id, error = %e, "sweep failed"),
     }
-    out.map(|o| o.summary)
+    match out {
+        Ok(o) if o.hand_on_failed => Err(SubmitError::Storage(StoreError::Unavailable(
+            "the pass could not hand on".into(),
+        ))),
+        o => o.map(|o| o.summary),
+    }
 }
 
 /// The share's log line ("scheduled pass"); at the pass's end, the pass's

@@ -9,6 +9,7 @@ use super::*;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+use idempotent_submit::SubmitError;
 use idempotent_submit::testing::protocol::sweep::{PAYLOAD_SLICES, PayloadPlan};
 use idempotent_submit::testing::protocol::{Continuation, HandOn, ShareOutcome};
 
@@ -194,6 +195,97 @@ async fn a_pass_hands_on_only_for_work_nobody_holds_so_no_continuation_finds_not
     ] {
         no_idle_invocations(order, concurrency, scopes, budget).await;
     }
+}
+
+/// The pass queue's stand-in that, the first time it is handed on to, lets
+/// the clock run past the invocation's deadline and has another invocation
+/// write the checkpoint first: the share's release, past its deadline, has
+/// to read the checkpoint again.
+struct LateHandOn {
+    inbox: Inbox,
+    clock: ManualClock,
+    bucket: MemoryStore,
+    fired: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl HandOn for LateHandOn {
+    async fn hand_on(&self, continuations: &[Continuation]) -> Result<(), String> {
+        if !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            self.clock.advance(Duration::hours(2));
+            let key = "sweeper/checkpoint.json";
+            let o = self.bucket.get(key).await.unwrap();
+            let mut body = o.body.to_vec();
+            body.push(b'\n');
+            let mode = PutMode::Update(o.meta.etag);
+            self.bucket.put(key, body.into(), mode).await.unwrap();
+        }
+        self.inbox.hand_on(continuations).await
+    }
+}
+
+/// `many_scopes` expired, by folders, 3 at once.
+async fn many_scopes_world() -> (ManualClock, MemoryStore, idempotent_submit::Settings) {
+    let scopes = many_scopes();
+    let named: Vec<(&str, usize)> = scopes.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+    let (manual, bucket) = dense_bucket(&named).await;
+    manual.advance(Duration::days(31));
+    let settings = idempotent_submit::Settings {
+        list_order: ListOrder::Any,
+        pass_concurrency: 3,
+        ..short_ttl_settings()
+    };
+    (manual, bucket, settings)
+}
+
+#[tokio::test]
+async fn a_share_whose_checkpoint_write_runs_past_its_deadline_releases_and_hands_on_without_an_error()
+ {
+    let (manual, bucket, settings) = many_scopes_world().await;
+    let q = Queue::with_clock(bucket.clone(), Arc::new(manual.clone()), settings);
+    let late = LateHandOn {
+        inbox: Inbox::default(),
+        clock: manual.clone(),
+        bucket: bucket.clone(),
+        fired: Default::default(),
+    };
+    let opts = SweepOptions {
+        deadline: Some(manual.now() + Duration::hours(1)),
+        ..Default::default()
+    };
+    // The share fans the pass out (a range a folder, 41), claims its part
+    // and invites two continuations; then its deadline has passed and its
+    // release meets a 412.
+    let o = q.engine().sweep_share(&opts, Some(&late)).await.unwrap();
+    assert!(!o.summary.complete && !o.idle && !o.hand_on_failed, "{o:?}");
+    assert_eq!(o.summary.scanned, 0, "nothing listed past the deadline");
+    let cp = checkpoint(&bucket).await;
+    // Its share released: every range back in the pool, and one more
+    // continuation invited for the slot it left.
+    assert!(cp.get("shares").is_none(), "{cp}");
+    assert_eq!(cp["ranges"].as_array().unwrap().len(), 41, "{cp}");
+    assert_eq!(cp["invites"].as_array().unwrap().len(), 3, "{cp}");
+    assert_eq!((o.handed_on.len(), late.inbox.take().len()), (3, 3));
+}
+
+#[tokio::test]
+async fn a_share_whose_checkpoint_writes_keep_failing_is_an_error_its_message_is_handed_back_for() {
+    let (manual, bucket, settings) = many_scopes_world().await;
+    let f = FaultyStore::new(bucket.clone());
+    let unavailable = Fault::Fail(StoreError::Unavailable("503".into()));
+    f.inject(Some(Op::PutUpdate), "sweeper/", 1, usize::MAX, unavailable);
+    let q = Queue::with_clock(f, Arc::new(manual.clone()), settings);
+    let opts = SweepOptions {
+        deadline: Some(manual.now() + Duration::hours(1)),
+        ..Default::default()
+    };
+    let e = q
+        .engine()
+        .sweep_share(&opts, Some(&Inbox::default()))
+        .await
+        .unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(!matches!(e, SubmitError::DeadlineExceeded), "{e:?}");
 }
 
 /// A bucket of expired records under `scopes` (one a folder), a month on.

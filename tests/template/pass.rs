@@ -1,6 +1,7 @@
 //! What the scheduled pass needs of template.yaml (issue 49): its pass
 //! queue and the event source mapping that runs the sweep function on each
-//! continuation, at most `PassConcurrency` at once; the function's
+//! continuation (and the schedule's message), at most `PassConcurrency` at
+//! once; the function's
 //! `PASS_QUEUE_URL` and `PASS_CONCURRENCY`; a role that sends to and polls
 //! that one queue and no other; a dead-letter queue with its alarm.
 
@@ -34,6 +35,30 @@ fn the_pass_queue_runs_the_sweep_function_one_continuation_at_a_time_with_partia
         "PassDeadLetterQueue"
     );
     assert!(t.out["Outputs"]["PassQueueUrl"].is_object());
+}
+
+#[test]
+fn the_schedule_sends_its_scheduled_time_to_the_pass_queue_and_tries_again_if_sqs_refuses() {
+    let t = templates();
+    let s = &t.res("PassSchedule")["Properties"];
+    assert_eq!(s["ScheduleExpression"]["Ref"], "SweepSchedule");
+    let target = &s["Target"];
+    assert_eq!(target["Arn"]["Fn::GetAtt"], json!(["PassQueue", "Arn"]));
+    assert_eq!(
+        target["RoleArn"]["Fn::GetAtt"],
+        json!(["PassScheduleRole", "Arn"])
+    );
+    let input: Value = serde_json::from_str(target["Input"].as_str().unwrap()).unwrap();
+    assert_eq!(input, json!({"schedule": "<aws.scheduler.scheduled-time>"}));
+    assert!(
+        target["RetryPolicy"]["MaximumRetryAttempts"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    // The function itself is invoked by no schedule.
+    let sweep = &t.res("SweepFunction")["Properties"];
+    assert!(sweep["Events"].is_null(), "{sweep}");
 }
 
 #[test]
@@ -80,6 +105,8 @@ fn only_the_sweep_role_sends_to_the_pass_queue_and_only_there() {
         ]
     );
     assert!(on_pass("SubmitFunctionRole").is_empty());
+    // The schedule's role sends its message there, and does nothing else.
+    assert_eq!(on_pass("PassScheduleRole"), ["sqs:SendMessage"]);
     // The sweep role sends to no other queue.
     let sends: Vec<Value> = t
         .role_statements("SweepFunctionRole")

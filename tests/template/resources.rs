@@ -100,7 +100,9 @@ fn the_sweeper_runs_its_pass_once_a_day_and_keeps_passes_apart_without_reserved_
     assert_eq!(s.len(), 1);
     let p = &s[0].1["Properties"];
     assert_eq!(p["ScheduleExpression"]["Ref"], "SweepSchedule");
-    assert_eq!(p["Target"]["Arn"]["Fn::GetAtt"][0], "SweepFunction");
+    // Through the pass queue: a schedule's invocation that dies is started
+    // again by its message (tests/template/pass.rs).
+    assert_eq!(p["Target"]["Arn"]["Fn::GetAtt"][0], "PassQueue");
     assert_eq!(t.param_default("SweepSchedule"), "rate(1 day)");
     // Reserved concurrency of 1 would throttle the due queue's batches;
     // passes claim the checkpoint instead.

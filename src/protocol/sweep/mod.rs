@@ -108,6 +108,11 @@ pub struct SweepOptions {
     /// The pass this invocation continues (a [`Continuation`] handed on by
     /// another); `None` for a scheduled run, which may open a new pass.
     pub continuation: Option<Continuation>,
+    /// The instant the schedule fired for this run, when it says (the pass
+    /// queue's schedule message): a run that finds a complete pass begun at
+    /// or after it opens none (that pass was this message's, received
+    /// again after its invocation died).
+    pub scheduled_at: Option<DateTime<Utc>>,
 }
 
 /// What a sweep did: a scheduled pass, or a batch of record events.

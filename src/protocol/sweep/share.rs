@@ -213,7 +213,7 @@ impl Engine {
         let (order, hands_on) = (self.settings.list_order, held.hands_on);
         let found = self
             .update(held, opts, ReadBy::Deadline, &mut out.summary, |cp, now| {
-                let who = (id.as_str(), joined);
+                let who = (id.as_str(), joined, opts.scheduled_at);
                 let (changed, (claim, window, resumed)) =
                     claim_or_open(cp, (now, now + lease), who, concurrency, order);
                 let invited = match (cp.as_mut(), &claim) {
@@ -534,18 +534,23 @@ impl Engine {
 /// The claim of one invocation on the checkpoint `cp` at S3's time `now`:
 /// a continuation joins only the pass it names (taking up its invitation,
 /// if it carries one); a scheduled run opens a new pass where the last one
-/// is complete (or none is there) and otherwise joins the unfinished one.
+/// is complete (or none is there) and otherwise joins the unfinished one,
+/// unless the complete one began at or after the instant it was
+/// `scheduled_at` (it is that schedule's pass, done).
 /// `(changed, (claim, window, resumed))`.
 fn claim_or_open(
     cp: &mut Option<Checkpoint>,
     (now, until): (DateTime<Utc>, DateTime<Utc>),
-    (id, continuation): (&str, Option<&Continuation>),
+    (id, continuation, scheduled_at): (&str, Option<&Continuation>, Option<DateTime<Utc>>),
     concurrency: usize,
     order: ListOrder,
 ) -> (bool, (Claim, Window, bool)) {
     let resumed = match (cp.as_ref(), continuation) {
         (None, Some(_)) => return (false, (Claim::Over, (None, now), false)),
         (Some(c), Some(k)) if c.pass != k.sweep_pass || c.complete => {
+            return (false, (Claim::Over, (c.previous_pass, c.pass), false));
+        }
+        (Some(c), None) if c.complete && scheduled_at.is_some_and(|t| c.pass >= t) => {
             return (false, (Claim::Over, (c.previous_pass, c.pass), false));
         }
         (Some(c), None) if c.complete => {
