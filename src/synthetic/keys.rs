@@ -305,7 +305,7 @@ impl Layout {
         if fp.starts_with(prefix) {
             return 0..self.len(f);
         }
-        if !prefix.starts_with(&fp) {
+        if !prefix.starts_with(fp) {
             return 0..0;
         }
         let lo = self.lower_bound(f, prefix, false);
