@@ -200,3 +200,21 @@ fn a_skewed_bucket_is_listed_once_in_about_one_list_per_thousand_records() {
         );
     }
 }
+
+/// One scope too large for an invocation under `LIST_ORDER=any` (its
+/// folder is listed page after page): the pass is handed on at each
+/// invocation's deadline until it is complete.
+#[test]
+fn a_pass_longer_than_an_invocation_is_handed_on_until_it_is_complete() {
+    let shape = Shape {
+        live: 700_000,
+        scopes: 1,
+        zipf: 1.0,
+        payload_every: 100,
+        orphan_every: 1000,
+    };
+    let o = scale_model::day_pass(shape, ListOrder::Any, 50, &|| {});
+    assert!(o.invocations > 1, "{o:?}");
+    assert!(o.summary.complete, "{o:?}");
+    assert_eq!(o.summary.expired_deleted, o.expired, "{o:?}");
+}

@@ -242,8 +242,10 @@ fn main() {
     if std::env::var("BENCH_ONLY").as_deref() == Ok("scale") {
         let mut r = Report::new();
         rt.block_on(scale::scale(&mut r, true));
-        splice_section(&r.0, scale::HEADING, true);
-        splice_targets(&r);
+        if !scale::print_only() {
+            splice_section(&r.0, scale::HEADING, true);
+            splice_targets(&r);
+        }
         return;
     }
     // BENCH_ONLY=submitter: the figures of due messages sent by the

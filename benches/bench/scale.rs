@@ -28,6 +28,25 @@ fn sizes() -> Vec<u64> {
         .unwrap_or_else(|| vec![10_000_000, 100_000_000, 1_000_000_000])
 }
 
+/// The `LIST_ORDER`s to run (`BENCH_SCALE_ORDERS=bytes,any` by default).
+fn orders() -> Vec<ListOrder> {
+    let v = std::env::var("BENCH_SCALE_ORDERS").unwrap_or_else(|_| "bytes,any".into());
+    v.split(',')
+        .filter_map(|s| match s.trim() {
+            "bytes" => Some(ListOrder::Bytes),
+            "any" => Some(ListOrder::Any),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `BENCH_SCALE_PRINT_ONLY`: the rows are printed, docs/benchmarks.md is
+/// left alone (runs of the largest cases side by side, each its own
+/// process).
+pub(crate) fn print_only() -> bool {
+    std::env::var_os("BENCH_SCALE_PRINT_ONLY").is_some()
+}
+
 fn dollars(o: &Outcome) -> (f64, f64) {
     let s3 = (o.lists + o.puts) as f64 * LIST_PUT + (o.gets + o.heads) as f64 * GET_HEAD;
     let lambda = o.invocations as f64 * INVOKE + o.s3_secs * MEMORY_MB / 1024.0 * GB_S;
@@ -57,7 +76,7 @@ pub(crate) async fn scale(r: &mut Report, progressive: bool) {
     r.line("| live records | `LIST_ORDER` | LIST (of the records) | GET | HEAD | PUT | DELETE | records' LISTs per 1,000 records | all LISTs per 1,000 keys listed | S3 $/day | Lambda $/day | invocations (at once; idle) | S3 time, start to end | records deleted | orphan payloads deleted / due | heap peak | RSS peak | complete | real time |");
     r.line("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for live in sizes() {
-        for order in [ListOrder::Bytes, ListOrder::Any] {
+        for order in orders() {
             let base = std::sync::atomic::AtomicU64::new(0);
             let o = day_pass(Shape::zipf(live), order, MAX_INVOCATIONS, &|| {
                 reset_rss_peak();
@@ -68,11 +87,10 @@ pub(crate) async fn scale(r: &mut Report, progressive: bool) {
             });
             let peak = crate::heap_peak().saturating_sub(base.into_inner());
             row(r, live, order, &o, (peak, rss_peak()));
-        }
-        if progressive {
-            let note =
-                "\n*The run goes on with larger buckets: rows not above were not measured yet.*\n";
-            crate::splice_section(&format!("{}{note}", r.0), HEADING, true);
+            if progressive && !print_only() {
+                let note = "\n*The run goes on with the next cases: rows not above were not measured yet.*\n";
+                crate::splice_section(&format!("{}{note}", r.0), HEADING, true);
+            }
         }
     }
     r.line("\nTargets: every case within 24 h of S3 time, the 10^7 cases within 1 h, LISTs within 1.1 per 1,000 records, the heap within the sweep function's bound of 256 MB. The heap's peak does not grow with the bucket: a page of 1,000 keys per range listed at once (32), and the payload check's one page per task cursor (`LIST_ORDER=bytes`) or its payload ids, at most 4 Mi (`any`; docs/decisions.md).");

@@ -194,6 +194,7 @@ async fn pass_on(
             _ => {}
         }
         queued.extend(handed.take());
+        progress(&out, begun);
         if out.invocations >= max_invocations && running.is_empty() {
             break;
         }
@@ -220,6 +221,22 @@ async fn pass_on(
     out.expired = l.expired_before.last().copied().unwrap_or(0);
     out.cpu_secs = wall.elapsed().as_secs_f64();
     out
+}
+
+/// A line on stderr every 25 invocations: how far a long case has got
+/// (records listed by the shares that ended, S3's time so far), for a run
+/// stopped before its end to say so.
+fn progress(out: &Outcome, begun: tokio::time::Instant) {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = out.invocations / 25;
+    if LAST.swap(n, std::sync::atomic::Ordering::Relaxed) != n {
+        eprintln!(
+            "scale: {} invocations, {} records listed, {:.0} s of S3 time",
+            out.invocations,
+            out.summary.scanned,
+            begun.elapsed().as_secs_f64()
+        );
+    }
 }
 
 /// The store's request counts: LIST, GET, HEAD, PUT, DELETE; the records'

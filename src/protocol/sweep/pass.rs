@@ -190,9 +190,18 @@ impl Engine {
             .filter(|m| self.due(m.last_modified, window.0, window.1))
             .collect();
         let stop_at = self.read_due(&due, opts, &mut tally).await;
-        let wait = stop_at
-            .map(|failed| vec![resume_after(&range, &keys, failed, &mut next)])
-            .unwrap_or_default();
+        let mut wait = Vec::new();
+        if let Some(stopped) = stop_at {
+            let again = resume_after(&range, &keys, stopped, &mut next);
+            // Stopped by the invocation's deadline, not by a failure: the
+            // range goes back to the pass's pool with the rest, for the
+            // share this one hands on to, not to the next scheduled run.
+            if self.past(opts) {
+                next.push(again);
+            } else {
+                wait.push(again);
+            }
+        }
         RangeStep { tally, next, wait }
     }
 
