@@ -362,6 +362,13 @@ fn splice_section(section: &str, heading: &str, before_targets: bool) {
         Some(at) => format!("{}{stamp}{}", &section[..at], &section[at..]),
         None => section.to_owned(),
     };
+    // A blank line before the heading, whether or not the section's text
+    // begins with one (`before` ends with the line above it).
+    let section = if section.starts_with('\n') {
+        section
+    } else {
+        format!("\n{section}")
+    };
     let section = section.as_str();
     let (before, after) = match doc.find(&format!("\n{heading}")) {
         Some(i) => {

@@ -36,6 +36,10 @@ impl Inbox {
 struct Driven {
     invocations: usize,
     busy: usize,
+    /// Invocations that took no share of the pass.
+    idle: usize,
+    /// Continuations handed on, over every invocation.
+    handed: usize,
     sum: SweepSummary,
     /// The pass summaries (one, for a pass that ended).
     passes: Vec<SweepSummary>,
@@ -46,6 +50,8 @@ impl Driven {
     fn add(&mut self, o: ShareOutcome) {
         self.invocations += 1;
         self.busy += usize::from(o.summary.busy);
+        self.idle += usize::from(o.idle);
+        self.handed += o.handed_on.len();
         self.sum.add(&o.summary);
         self.passes.extend(o.pass);
         if let Some((_, peak)) = o.pass_shares {
@@ -146,6 +152,50 @@ async fn a_pass_never_holds_more_invocations_than_its_concurrency_allows() {
     fanned_out_pass(ListOrder::Any, 2).await;
 }
 
+/// Every continuation handed on finds work: `records` expired records in
+/// `scopes` scopes, invocations that each stop after `budget` records (their
+/// stand-in deadline), those handed on in a round all at once.
+async fn no_idle_invocations(order: ListOrder, concurrency: usize, scopes: usize, budget: usize) {
+    let named: Vec<(String, usize)> = (0..scopes).map(|i| (format!("s{i:02}"), 30)).collect();
+    let named: Vec<(&str, usize)> = named.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+    let total = scopes * 30;
+    let (manual, bucket) = dense_bucket(&named).await;
+    manual.advance(Duration::days(31));
+    let f = FaultyStore::new(bucket.clone());
+    f.set_latency(std::time::Duration::from_millis(1));
+    let settings = idempotent_submit::Settings {
+        list_order: order,
+        pass_concurrency: concurrency,
+        ..short_ttl_settings()
+    };
+    let q = Queue::with_clock(f, Arc::new(manual.clone()), settings);
+    let inbox = Inbox::default();
+    let d = drive(&q, &inbox, budget).await;
+    let case = format!("{order:?}, {concurrency} at once, {budget} a share: {d:?}");
+    assert_eq!(d.sum.scanned as usize, total, "{case}");
+    assert_eq!(left_records(&bucket), 0, "{case}");
+    assert_eq!(d.passes.len(), 1, "{case}");
+    // No invocation did nothing: each continuation handed on started one
+    // that took a share, the last one's included (the tail's).
+    assert_eq!((d.idle, d.busy), (0, 0), "{case}");
+    assert_eq!(d.handed, d.invocations - 1, "{case}");
+    // Each stopped after its budget: at least as many as that takes.
+    assert!(d.invocations > total / budget, "{case}");
+    assert!(d.peak > 1 && d.peak <= concurrency as u64, "{case}");
+}
+
+#[tokio::test]
+async fn a_pass_hands_on_only_for_work_nobody_holds_so_no_continuation_finds_nothing_to_do() {
+    for (order, concurrency, scopes, budget) in [
+        (ListOrder::Any, 3, 12, 40),
+        (ListOrder::Any, 4, 5, 25),
+        (ListOrder::Bytes, 3, 12, 40),
+        (ListOrder::Bytes, 2, 6, 70),
+    ] {
+        no_idle_invocations(order, concurrency, scopes, budget).await;
+    }
+}
+
 /// A bucket of expired records under `scopes` (one a folder), a month on.
 async fn expired_world(concurrency: usize) -> (ManualClock, MemoryStore, Queue, usize) {
     let scopes: Vec<(&str, usize)> = vec![("a", 30), ("b", 30), ("c", 30)];
@@ -227,15 +277,23 @@ async fn a_schedule_firing_during_a_pass_joins_it_and_never_opens_a_second_one()
     assert!(!first.summary.complete && !first.handed_on.is_empty());
     let pass = checkpoint(&bucket).await["pass"].clone();
     // The schedule fires a minute later (an hourly schedule, two runs in a
-    // minute): it joins the unfinished pass.
+    // minute): it joins the unfinished pass, whose slots are held by the
+    // continuations handed on (not yet come): it takes nothing, and writes
+    // nothing.
     manual.advance(Duration::minutes(1));
+    let before = checkpoint(&bucket).await;
     let joined = q
         .engine()
         .sweep_share(&budget(20), Some(&inbox))
         .await
         .unwrap();
-    assert!(joined.summary.resumed && !joined.summary.busy, "{joined:?}");
-    assert_eq!(checkpoint(&bucket).await["pass"], pass, "the same pass");
+    assert!(joined.summary.resumed && joined.idle, "{joined:?}");
+    assert!(joined.handed_on.is_empty(), "{joined:?}");
+    assert_eq!(
+        checkpoint(&bucket).await,
+        before,
+        "the same pass, untouched"
+    );
     // One more schedule, still during the pass, and the continuations, at
     // once, end it.
     let mut d = Driven::default();
@@ -258,7 +316,7 @@ async fn a_schedule_firing_during_a_pass_joins_it_and_never_opens_a_second_one()
         (cp["pass"].clone(), cp["complete"].clone()),
         (pass.clone(), json!(true))
     );
-    let sum = first.summary.scanned + joined.summary.scanned + d.sum.scanned;
+    let sum = first.summary.scanned + d.sum.scanned;
     assert_eq!(sum as usize, total, "no record listed twice");
     assert_eq!(
         d.passes[0].scanned as usize, total,

@@ -8,6 +8,11 @@
 //! - `shares` are the leases: each invocation working the pass holds the
 //!   ranges it took, until `until`. A share whose lease has run out (its
 //!   invocation died) goes back to the pool at the next claim.
+//! - `invites` are the continuations handed on and not yet come: each holds
+//!   a slot of `PASS_CONCURRENCY` and a range of the pool for the invocation
+//!   it starts, so that no other claim takes them and no other invocation
+//!   hands on for them again. An invitation that is not taken up in
+//!   [`INVITE_LIFE`] is taken as lost.
 //! - Once the pool is empty and no share holds ranges, the records are done:
 //!   one invocation takes the *tail* (the ready index's scan, the orphan
 //!   payloads) as a share of its own, and completes the pass.
@@ -26,6 +31,14 @@ use serde::{Deserialize, Serialize};
 use super::SweepSummary;
 use super::ranges::Range;
 use crate::config::ListOrder;
+
+/// How long a continuation handed on holds its slot and its range: far
+/// longer than SQS takes to start its invocation (a second or two, a cold
+/// start, a throttled retry), and shorter than the pass queue's visibility
+/// timeout (720 s, template.yaml), so that a message received again after
+/// its invocation died, or after a hand-on that failed, finds a lost
+/// invitation gone and claims as any continuation.
+pub(super) const INVITE_LIFE: Duration = Duration::minutes(5);
 
 /// The counts of one pass, merged over its shares.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,6 +93,15 @@ impl PassTally {
     }
 }
 
+/// A continuation handed on and not yet come (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Invite {
+    /// The id its [`Continuation`](super::Continuation) carries.
+    pub id: uuid::Uuid,
+    /// It is taken as lost from then on (S3's time).
+    pub until: DateTime<Utc>,
+}
+
 /// One invocation's lease on part of the pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct Share {
@@ -118,6 +140,9 @@ pub(super) struct Checkpoint {
     /// The leases of the invocations working the pass.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shares: Vec<Share>,
+    /// The continuations handed on and not yet come.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invites: Vec<Invite>,
     /// A whole-pass lease written by an earlier version (one run a pass):
     /// honoured until it runs out, never written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -143,12 +168,11 @@ pub(super) enum Claim {
     /// Ranges of records to list: a share of the pool.
     Records {
         ranges: Vec<Range>,
-        /// No other share was live: this invocation fans the pass out.
+        /// No other share was live, nor invited: this invocation may fan
+        /// the pass out.
         alone: bool,
         /// Ranges left in the pool after this claim.
         pool: usize,
-        /// Slots of `PASS_CONCURRENCY` left after this claim.
-        free: usize,
     },
     /// The tail of the pass.
     Tail,
@@ -169,6 +193,7 @@ impl Checkpoint {
             ranges: vec![Range::first(order)],
             later: vec![],
             shares: vec![],
+            invites: vec![],
             running_until: None,
             markers_until: before.and_then(|c| c.markers_until),
             payloads_until: before.and_then(|c| c.payloads_until),
@@ -188,8 +213,10 @@ impl Checkpoint {
     }
 
     /// Shares whose lease has run out at `now` give their ranges back to
-    /// the pool (their invocation died, or overran); how many.
+    /// the pool (their invocation died, or overran), and invitations past
+    /// their life are dropped; how many shares.
     pub fn take_over(&mut self, now: DateTime<Utc>) -> usize {
+        self.invites.retain(|i| i.until > now);
         let (dead, live): (Vec<Share>, Vec<Share>) =
             self.shares.drain(..).partition(|s| s.until <= now);
         self.shares = live;
@@ -203,16 +230,19 @@ impl Checkpoint {
     }
 
     /// Claims a share for invocation `id` until `until`, with at most
-    /// `concurrency` shares at once: a fair part of the pool (the pool over
-    /// the free slots, this one included), or the tail once the records
-    /// are done. A `scheduled` run (not a continuation) that finds only the
+    /// `concurrency` shares and invitations at once: a fair part of the
+    /// pool (the pool over the slots free of live shares, this one
+    /// included), or the tail once the records are done. A continuation
+    /// that carries an `invite` still standing takes up its slot and its
+    /// range; any other claim leaves the invited their slots and a range
+    /// each. A `scheduled` run (not a continuation) that finds only the
     /// ranges waiting after a failure, and no share live, takes them up.
     pub fn claim(
         &mut self,
         id: &str,
         (now, until): (DateTime<Utc>, DateTime<Utc>),
         concurrency: usize,
-        scheduled: bool,
+        (scheduled, invite): (bool, Option<uuid::Uuid>),
     ) -> Claim {
         if self.complete {
             return Claim::Over;
@@ -221,29 +251,32 @@ impl Checkpoint {
         if self.leased_at(now) {
             return Claim::Busy;
         }
-        let live = self.shares.len();
+        if let Some(i) = invite {
+            self.invites.retain(|v| v.id != i);
+        }
+        let (live, invited) = (self.shares.len(), self.invites.len());
         if scheduled && live == 0 && self.ranges.is_empty() {
             self.ranges = std::mem::take(&mut self.later);
         }
         if self.records_done() {
-            if live > 0 {
+            if live + invited > 0 {
                 return Claim::Busy;
             }
             self.push_share(id, until, vec![], true);
             return Claim::Tail;
         }
-        if self.ranges.is_empty() || live >= concurrency.max(1) {
+        let concurrency = concurrency.max(1);
+        if live + invited >= concurrency || self.ranges.len() <= invited {
             return Claim::Busy;
         }
-        let slots = concurrency.max(1) - live;
-        let take = self.ranges.len().div_ceil(slots);
+        let fair = self.ranges.len().div_ceil(concurrency - live);
+        let take = fair.min(self.ranges.len() - invited);
         let ranges: Vec<Range> = self.ranges.drain(..take).collect();
         self.push_share(id, until, ranges.clone(), false);
         Claim::Records {
             ranges,
-            alone: live == 0,
+            alone: live + invited == 0,
             pool: self.ranges.len(),
-            free: slots - 1,
         }
     }
 
@@ -304,19 +337,31 @@ impl Checkpoint {
         true
     }
 
-    /// Continuations to hand on after a release that ends an invocation:
-    /// one for each free slot that has ranges to take, or one for the tail.
-    pub fn wanted(&self, concurrency: usize) -> usize {
+    /// Continuations to hand on now: one for each slot of `concurrency`
+    /// free of live shares and invitations that has a range of the pool
+    /// nobody is invited to, or one for the tail once the records are done
+    /// and nobody holds the pass. `continuing`: the invocation asking will
+    /// claim again itself (its slot and a range are its own).
+    pub fn wanted(&self, concurrency: usize, continuing: bool) -> usize {
         if self.complete {
             return 0;
         }
+        let busy = self.shares.len() + self.invites.len() + usize::from(continuing);
         if self.records_done() {
-            return usize::from(self.shares.is_empty());
+            return usize::from(busy == 0);
         }
+        let unclaimed = self.ranges.len().saturating_sub(self.invites.len());
         concurrency
             .max(1)
-            .saturating_sub(self.shares.len())
-            .min(self.ranges.len())
+            .saturating_sub(busy)
+            .min(unclaimed.saturating_sub(usize::from(continuing)))
+    }
+
+    /// Invites a continuation for each of `ids` (as many as
+    /// [`Checkpoint::wanted`] says), standing until `until`.
+    pub fn invite(&mut self, ids: &[uuid::Uuid], until: DateTime<Utc>) {
+        let invites = ids.iter().map(|&id| Invite { id, until });
+        self.invites.extend(invites);
     }
 
     /// How long the pass has taken so far, at `now`.
@@ -374,26 +419,19 @@ mod tests {
     fn claims_share_the_pool_fairly_and_never_past_the_concurrency() {
         let (mut cp, now) = pass_of(dirs(10));
         let until = now + Duration::minutes(2);
-        let first = cp.claim("a", (now, until), 3, true);
+        let first = cp.claim("a", (now, until), 3, (true, None));
         assert!(
-            matches!(&first, Claim::Records { ranges, alone: true, pool: 6, free: 2 } if ranges.len() == 4),
+            matches!(&first, Claim::Records { ranges, alone: true, pool: 6 } if ranges.len() == 4),
             "{first:?}"
         );
-        let second = cp.claim("b", (now, until), 3, false);
+        let second = cp.claim("b", (now, until), 3, (false, None));
         assert!(
-            matches!(&second, Claim::Records { ranges, alone: false, pool: 3, free: 1 } if ranges.len() == 3),
+            matches!(&second, Claim::Records { ranges, alone: false, pool: 3 } if ranges.len() == 3),
             "{second:?}"
         );
-        let third = cp.claim("c", (now, until), 3, false);
-        assert!(matches!(
-            &third,
-            Claim::Records {
-                pool: 0,
-                free: 0,
-                ..
-            }
-        ));
-        assert_eq!(cp.claim("d", (now, until), 3, false), Claim::Busy);
+        let third = cp.claim("c", (now, until), 3, (false, None));
+        assert!(matches!(&third, Claim::Records { pool: 0, .. }));
+        assert_eq!(cp.claim("d", (now, until), 3, (false, None)), Claim::Busy);
         // Every range is held by exactly one share.
         let mut held: Vec<Range> = cp.shares.iter().flat_map(|s| s.ranges.clone()).collect();
         held.sort_by_key(|r| format!("{r:?}"));
@@ -404,13 +442,62 @@ mod tests {
     }
 
     #[test]
+    fn an_invitation_holds_a_slot_and_a_range_for_its_continuation_until_its_life_ends() {
+        let (mut cp, now) = pass_of(dirs(10));
+        let until = now + Duration::minutes(2);
+        assert!(matches!(
+            cp.claim("a", (now, until), 3, (true, None)),
+            Claim::Records { pool: 6, .. }
+        ));
+        // Two free slots, six ranges: two continuations, and no more.
+        assert_eq!(cp.wanted(3, false), 2);
+        let ids = [uuid::Uuid::from_u128(1), uuid::Uuid::from_u128(2)];
+        cp.invite(&ids, now + INVITE_LIFE);
+        assert_eq!(cp.wanted(3, false), 0);
+        // A schedule firing now finds every slot held or promised.
+        assert_eq!(cp.claim("s", (now, until), 3, (true, None)), Claim::Busy);
+        let one = cp.claim("b", (now, until), 3, (false, Some(ids[0])));
+        assert!(matches!(&one, Claim::Records { ranges, pool: 3, .. } if ranges.len() == 3));
+        let two = cp.claim("c", (now, until), 3, (false, Some(ids[1])));
+        assert!(matches!(&two, Claim::Records { ranges, pool: 0, .. } if ranges.len() == 3));
+        assert!(cp.invites.is_empty());
+        // One range, four slots: one continuation, and the range is its.
+        let (mut cp, now) = pass_of(dirs(2));
+        let until = now + Duration::hours(1);
+        cp.claim("a", (now, until), 4, (true, None));
+        assert_eq!((cp.ranges.len(), cp.wanted(4, false)), (1, 1));
+        assert_eq!(cp.wanted(4, true), 0, "the asker claims it itself");
+        cp.invite(&ids[..1], now + INVITE_LIFE);
+        assert_eq!(cp.claim("s", (now, until), 4, (true, None)), Claim::Busy);
+        // A lost invitation (its message never came) is dropped at its end.
+        let lost = now + INVITE_LIFE;
+        let taken = cp.claim("s", (lost, until), 4, (true, None));
+        assert!(matches!(&taken, Claim::Records { ranges, .. } if ranges.len() == 1));
+        assert!(cp.invites.is_empty());
+        // Once the records are done, one continuation for the tail.
+        cp.release("a", (vec![], vec![]), &SweepSummary::default());
+        assert_eq!(cp.wanted(4, false), 0, "a share still holds a range");
+        cp.release("s", (vec![], vec![]), &SweepSummary::default());
+        assert_eq!(cp.wanted(4, false), 1);
+        cp.invite(&ids[1..], lost + INVITE_LIFE);
+        assert_eq!(cp.claim("x", (lost, until), 4, (false, None)), Claim::Busy);
+        assert_eq!(
+            cp.claim("t", (lost, until), 4, (false, Some(ids[1]))),
+            Claim::Tail
+        );
+    }
+
+    #[test]
     fn a_dead_shares_ranges_go_back_to_the_pool_once_its_lease_runs_out_and_not_before() {
         let (mut cp, now) = pass_of(dirs(2));
         let until = now + Duration::minutes(2);
-        cp.claim("dead", (now, until), 1, true);
+        cp.claim("dead", (now, until), 1, (true, None));
         let just_before = until - Duration::seconds(1);
-        assert_eq!(cp.claim("b", (just_before, until), 1, true), Claim::Busy);
-        let taken = cp.claim("b", (until, until + Duration::minutes(2)), 1, true);
+        assert_eq!(
+            cp.claim("b", (just_before, until), 1, (true, None)),
+            Claim::Busy
+        );
+        let taken = cp.claim("b", (until, until + Duration::minutes(2)), 1, (true, None));
         assert!(matches!(&taken, Claim::Records { ranges, .. } if *ranges == dirs(2)));
         // The dead share, back too late, finds its share gone: its place
         // is the other's, and its counts are not the pass's.
@@ -427,28 +514,28 @@ mod tests {
     fn a_release_returns_what_is_left_and_merges_the_counts_and_the_tail_comes_last() {
         let (mut cp, now) = pass_of(dirs(2));
         let until = now + Duration::minutes(2);
-        cp.claim("a", (now, until), 2, true);
-        cp.claim("b", (now, until), 2, false);
+        cp.claim("a", (now, until), 2, (true, None));
+        cp.claim("b", (now, until), 2, (false, None));
         let one = SweepSummary {
             scanned: 3,
             reads: 1,
             ..SweepSummary::default()
         };
         assert!(cp.release("a", (dirs(1), vec![]), &one));
-        assert_eq!(cp.wanted(2), 1, "one free slot, one range");
+        assert_eq!(cp.wanted(2, false), 1, "one free slot, one range");
         assert!(cp.release("b", (vec![], vec![]), &one));
         // The left range again; then the records are done.
         assert!(matches!(
-            cp.claim("c", (now, until), 2, false),
+            cp.claim("c", (now, until), 2, (false, None)),
             Claim::Records { .. }
         ));
         assert!(!cp.records_done());
         assert!(cp.release("c", (vec![], vec![]), &one));
         assert!(cp.records_done());
-        assert_eq!(cp.wanted(2), 1, "the tail");
-        assert_eq!(cp.claim("d", (now, until), 2, false), Claim::Tail);
-        assert_eq!(cp.claim("e", (now, until), 2, false), Claim::Busy);
-        assert_eq!(cp.wanted(2), 0);
+        assert_eq!(cp.wanted(2, false), 1, "the tail");
+        assert_eq!(cp.claim("d", (now, until), 2, (false, None)), Claim::Tail);
+        assert_eq!(cp.claim("e", (now, until), 2, (false, None)), Claim::Busy);
+        assert_eq!(cp.wanted(2, false), 0);
         let tail = SweepSummary {
             markers_deleted: 2,
             ..SweepSummary::default()
@@ -459,19 +546,19 @@ mod tests {
         assert_eq!(cp.tally.markers_deleted, 2);
         assert_eq!((cp.markers_until, cp.payload_slice), (Some(cp.pass), 9));
         assert_eq!(cp.payloads_until, Some(now));
-        assert_eq!(cp.claim("f", (now, until), 2, false), Claim::Over);
+        assert_eq!(cp.claim("f", (now, until), 2, (false, None)), Claim::Over);
     }
 
     #[test]
     fn a_failed_range_waits_for_a_scheduled_run_and_a_continuation_does_not_take_it() {
         let (mut cp, now) = pass_of(dirs(1));
         let until = now + Duration::minutes(2);
-        cp.claim("a", (now, until), 2, true);
+        cp.claim("a", (now, until), 2, (true, None));
         cp.release("a", (vec![], dirs(1)), &SweepSummary::default());
         assert!(!cp.records_done());
-        assert_eq!(cp.wanted(2), 0, "nothing is handed on for it");
-        assert_eq!(cp.claim("b", (now, until), 2, false), Claim::Busy);
-        let c = cp.claim("c", (now, until), 2, true);
+        assert_eq!(cp.wanted(2, false), 0, "nothing is handed on for it");
+        assert_eq!(cp.claim("b", (now, until), 2, (false, None)), Claim::Busy);
+        let c = cp.claim("c", (now, until), 2, (true, None));
         assert!(matches!(&c, Claim::Records { ranges, .. } if *ranges == dirs(1)));
     }
 
@@ -481,11 +568,11 @@ mod tests {
         cp.running_until = Some(now + Duration::seconds(1));
         assert!(cp.leased_at(now));
         let until = now + Duration::minutes(2);
-        assert_eq!(cp.claim("a", (now, until), 4, true), Claim::Busy);
+        assert_eq!(cp.claim("a", (now, until), 4, (true, None)), Claim::Busy);
         let later = now + Duration::seconds(1);
         assert!(!cp.leased_at(later), "a lease ending now has run out");
         assert!(matches!(
-            cp.claim("a", (later, until), 4, true),
+            cp.claim("a", (later, until), 4, (true, None)),
             Claim::Records { .. }
         ));
         assert_eq!(cp.running_until, None, "never written again");

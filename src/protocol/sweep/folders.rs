@@ -46,7 +46,7 @@ impl Engine {
         {
             Ok(page) => RangeStep {
                 tally,
-                next: after_dirs_page(page.prefixes, page.next),
+                next: after_dirs_page(page.prefixes, page.next, self.settings.list_order),
                 wait: vec![],
             },
             Err(e) => self.refused_or_failed(Range::Dirs { token }, e, tally),

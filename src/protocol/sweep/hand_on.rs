@@ -8,12 +8,18 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 /// The message that hands the rest of a pass on to another invocation: the
-/// pass it continues, named by the instant it began. A continuation never
-/// opens a pass: one that finds its pass over (or another one) does nothing.
+/// pass it continues, named by the instant it began, and the invitation
+/// that holds its slot and a range in the pass's checkpoint. A continuation
+/// never opens a pass: one that finds its pass over (or another one) does
+/// nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Continuation {
     /// The pass's instant (its window's upper end).
     pub sweep_pass: DateTime<Utc>,
+    /// The invitation it takes up (`None`: a message of an earlier
+    /// version, which claims as any continuation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invite: Option<uuid::Uuid>,
 }
 
 /// Where continuations go: the `sweep` function's pass queue (SQS), or a

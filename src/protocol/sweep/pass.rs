@@ -107,6 +107,10 @@ impl Engine {
         opts: &SweepOptions,
     ) -> RangeStep {
         match range {
+            // A pass finds its scopes a page of folders at a time; a pass
+            // begun by an earlier version goes on skipping from scope to
+            // scope.
+            Range::Scopes { after: None } => self.list_scope_dirs(None, opts).await,
             Range::Scopes { after } => self.list_scopes(after, opts).await,
             Range::Keys {
                 prefix,
@@ -178,7 +182,8 @@ impl Engine {
         let ended = page.next.is_none() || objects.len() < page.objects.len();
         tally.scanned += objects.len() as u64;
         let keys: Vec<&str> = objects.iter().map(|m| m.key.as_str()).collect();
-        let mut next = after_keys_page(&range, &keys, ended, page.next.clone());
+        let per_range = self.settings.pass_range_records;
+        let mut next = after_keys_page(&range, &keys, (ended, page.next.clone()), per_range);
         let due: Vec<&ObjectMeta> = objects
             .iter()
             .copied()

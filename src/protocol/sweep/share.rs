@@ -4,22 +4,35 @@
 //! invocation claims a share of the pass's ranges in `sweeper/checkpoint.json`
 //! (a lease, by compare-and-swap on the checkpoint's ETag), lists it, and
 //! releases what it did not finish back to the pool, with its counts. While
-//! it has time it claims again. When it ends with ranges left in the pool
-//! (its deadline came) it *hands the rest on*: one [`Continuation`] per free
-//! slot of `PASS_CONCURRENCY`, through a [`HandOn`] (the `sweep` function's
-//! pass queue on SQS). An invocation that found the pass alone fans it out:
-//! as soon as it holds more ranges than it lists at once, it gives them back
-//! and hands on the other slots' continuations, so the pass spreads over
-//! `PASS_CONCURRENCY` invocations within its first seconds.
+//! it has time it claims again.
+//!
+//! It hands on only what nobody holds nor is invited to: in the same write
+//! as its claim (and as the release that ends it), it invites one
+//! continuation for each free slot of `PASS_CONCURRENCY` that has a range of
+//! the pool to take (or one for the tail), and sends them through a
+//! [`HandOn`] (the `sweep` function's pass queue on SQS). An invitation
+//! holds its slot and a range until its continuation comes, so invocations
+//! that end at once never hand on for the same work, and a continuation
+//! always finds some: one that finds none (a redelivery, a lost invitation)
+//! ends on one GET of the checkpoint, with no write. An invocation that
+//! found the pass alone fans it out: as soon as it holds more ranges than
+//! it lists at once, it gives them back and claims again, inviting the other
+//! slots, so the pass spreads over `PASS_CONCURRENCY` invocations within its
+//! first seconds.
+//!
+//! The deadline ends a share, never as an error: what it holds is released
+//! and handed on (those writes may run past the deadline: that is what the
+//! stop margin is for). A store that fails is an error, and the message
+//! that started the invocation goes back to its queue.
 //!
 //! Without a hand-on (a user who did not wire the pass queue, `idem sweep`,
-//! the tests) an invocation works alone until the pass is done or its
-//! deadline comes; what is left waits in the checkpoint for the next
-//! scheduled run, as before continuations existed.
+//! the tests) an invocation invites nobody and works alone until the pass
+//! is done or its deadline comes; what is left waits in the checkpoint for
+//! the next scheduled run, as before continuations existed.
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::checkpoint::{Checkpoint, Claim};
+use super::checkpoint::{Checkpoint, Claim, INVITE_LIFE};
 use super::hand_on::{Continuation, HandOn};
 use super::{CHECKPOINT_KEY, SweepOptions, SweepSummary};
 use crate::config::ListOrder;
@@ -41,6 +54,13 @@ pub struct ShareOutcome {
     pub summary: SweepSummary,
     /// The continuations this invocation handed on (sent or not).
     pub handed_on: Vec<Continuation>,
+    /// This invocation took no share of the pass: it found every slot
+    /// held, the rest held, or its pass over (one GET, no write).
+    pub idle: bool,
+    /// A hand-on failed: the invocation that sent it should be started
+    /// again (its message handed back to its queue), since the invitations
+    /// it wrote stand for continuations that may never come.
+    pub hand_on_failed: bool,
     /// The pass's one summary, merged over every share, when the pass ended
     /// in this invocation.
     pub pass: Option<SweepSummary>,
@@ -55,24 +75,43 @@ pub struct ShareOutcome {
 /// The checkpoint as this invocation last read or wrote it.
 #[derive(Default)]
 struct Held {
+    /// The id of this invocation's latest share.
+    share: String,
+    /// This invocation can hand on: it invites continuations.
+    hands_on: bool,
     cp: Option<Checkpoint>,
     etag: Option<ETag>,
     /// `cp` is what the store holds, as far as this invocation knows.
     known: bool,
 }
 
-/// What one claim found: the claim, the pass's window, and whether it was
-/// an unfinished pass (not one this claim opened).
-type Found = (Claim, (Option<DateTime<Utc>>, DateTime<Utc>), bool);
+/// The pass's window: the previous pass's instant and its own.
+type Window = (Option<DateTime<Utc>>, DateTime<Utc>);
+
+/// What one claim found: the claim, the pass's window, whether it was an
+/// unfinished pass (not one this claim opened), and the continuations it
+/// invited.
+type Found = (Claim, Window, bool, Vec<uuid::Uuid>);
+
+/// When the checkpoint is read again (after a 412): a claim reads by the
+/// invocation's deadline (none starts past it); a release, by its own
+/// operation's timeout, deadline or not.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ReadBy {
+    Deadline,
+    Operation,
+}
 
 impl Engine {
     /// Runs one invocation's share of the scheduled pass (see the module
-    /// docs): claims ranges, lists them, releases them, hands the rest on
-    /// through `hand_on` when its deadline comes, and completes the pass
-    /// (the ready index's scan, the orphan payloads) when the records are
-    /// done. `opts.continuation` names the pass a continuation joins; without
-    /// one the invocation may open a new pass (a scheduled run). No request
-    /// starts past `opts.deadline`; the checkpoint's last write may.
+    /// docs): claims ranges, lists them, releases them, hands on what
+    /// nobody holds through `hand_on`, and completes the pass (the ready
+    /// index's scan, the orphan payloads) when the records are done.
+    /// `opts.continuation` names the pass a continuation joins; without one
+    /// the invocation may open a new pass (a scheduled run). No request
+    /// starts past `opts.deadline`; the checkpoint's last writes may. An
+    /// error is the store's (or the checkpoint kept changing), never the
+    /// deadline's.
     pub async fn sweep_share(
         &self,
         opts: &SweepOptions,
@@ -86,61 +125,59 @@ impl Engine {
             },
             ..ShareOutcome::default()
         };
-        let mut held = Held::default();
+        let mut held = Held {
+            hands_on: hand_on.is_some(),
+            ..Held::default()
+        };
         let mut first = true;
         // After its first claim an invocation is the pass's it joined (or
-        // opened): it never opens another one, whatever it finds later.
+        // opened): it never opens another one, whatever it finds later, and
+        // its invitation (if it came with one) is used.
         let mut joined = opts.continuation;
+        // The pass whose rest this invocation kept to claim again, and has
+        // not handed on yet.
+        let mut owed: Option<DateTime<Utc>> = None;
         while !self.past(opts) && !self.budget_spent(opts, &out.summary) {
-            // Through the ids' one source, which a replay of the exhaustive
-            // checker makes again.
-            let id = crate::protocol::names::new_id().to_string();
-            let lease = self.lease_length(opts);
-            let concurrency = self.settings.pass_concurrency;
-            let (claim, window, resumed) = self
-                .update(&mut held, opts, &mut out.summary, |cp, now| {
-                    let until = now + lease;
-                    let order = self.settings.list_order;
-                    let who = (id.as_str(), joined.as_ref());
-                    claim_or_open(cp, (now, until), who, concurrency, order)
-                })
-                .await?;
+            let found = self
+                .claim_share(&mut held, joined.as_ref(), opts, &mut out)
+                .await;
+            let (claim, window, resumed, invited) = match found {
+                Ok(f) => f,
+                // The deadline came while the claim read the checkpoint
+                // again: nothing is held, nothing to release.
+                Err(SubmitError::DeadlineExceeded) if self.past(opts) => break,
+                Err(e) => return Err(e),
+            };
             if first {
                 out.summary.resumed = resumed;
+                out.idle = matches!(claim, Claim::Busy | Claim::Over);
             }
             joined = Some(Continuation {
                 sweep_pass: window.1,
+                invite: None,
             });
+            self.send_on(hand_on, window.1, &invited, &mut out).await;
             match claim {
                 Claim::Records {
                     ranges,
                     alone,
                     pool,
-                    free,
                 } => {
-                    // Alone, it fans the pass out over the free slots, less
-                    // those it has handed on already (they may not have
-                    // claimed yet).
-                    if alone && pool > 0 {
-                        let n = free.min(pool).saturating_sub(out.handed_on.len());
-                        self.send_on(hand_on, window.1, n, &mut out).await;
-                    }
+                    owed = None;
+                    let concurrency = self.settings.pass_concurrency;
                     let fan_out = alone && pool == 0 && hand_on.is_some() && concurrency > 1;
-                    let ended = self
-                        .records_share(&mut held, &id, ranges, window, fan_out, opts, &mut out)
+                    let (ended, invited) = self
+                        .records_share(&mut held, ranges, window, fan_out, opts, &mut out)
                         .await?;
+                    self.send_on(hand_on, window.1, &invited, &mut out).await;
                     if ended {
-                        let n = held.cp.as_ref().map_or(0, |c| c.wanted(concurrency));
-                        self.send_on(hand_on, window.1, n, &mut out).await;
                         break;
                     }
+                    owed = Some(window.1);
                 }
                 Claim::Tail => {
-                    self.tail_share(&mut held, &id, first, opts, &mut out)
-                        .await?;
-                    if !out.summary.complete {
-                        self.send_on(hand_on, window.1, 1, &mut out).await;
-                    }
+                    let invited = self.tail_share(&mut held, first, opts, &mut out).await?;
+                    self.send_on(hand_on, window.1, &invited, &mut out).await;
                     break;
                 }
                 Claim::Busy => {
@@ -151,7 +188,45 @@ impl Engine {
             }
             first = false;
         }
+        if let (Some(pass), true) = (owed, held.hands_on) {
+            let invited = self.invite_rest(&mut held, opts).await?;
+            self.send_on(hand_on, pass, &invited, &mut out).await;
+        }
         Ok(out)
+    }
+
+    /// One claim on the checkpoint (opening the pass if it may): the share,
+    /// and the continuations invited in the same write (when it can hand
+    /// on). The share's id is kept in `held`.
+    async fn claim_share(
+        &self,
+        held: &mut Held,
+        joined: Option<&Continuation>,
+        opts: &SweepOptions,
+        out: &mut ShareOutcome,
+    ) -> Result<Found, SubmitError> {
+        // Through the ids' one source, which a replay of the exhaustive
+        // checker makes again.
+        let id = crate::protocol::names::new_id().to_string();
+        let lease = self.lease_length(opts);
+        let concurrency = self.settings.pass_concurrency;
+        let (order, hands_on) = (self.settings.list_order, held.hands_on);
+        let found = self
+            .update(held, opts, ReadBy::Deadline, &mut out.summary, |cp, now| {
+                let who = (id.as_str(), joined);
+                let (changed, (claim, window, resumed)) =
+                    claim_or_open(cp, (now, now + lease), who, concurrency, order);
+                let invited = match (cp.as_mut(), &claim) {
+                    (Some(c), Claim::Records { .. }) if hands_on => {
+                        invite(c, concurrency, false, now)
+                    }
+                    _ => vec![],
+                };
+                (changed, (claim, window, resumed, invited))
+            })
+            .await?;
+        held.share = id;
+        Ok(found)
     }
 
     /// A run bounded by `max_records` has listed them.
@@ -170,19 +245,19 @@ impl Engine {
     }
 
     /// Lists a share's ranges and releases what is left; `true` when the
-    /// invocation ends there (its deadline, its budget, or its share taken
-    /// over), `false` when it may claim again.
-    #[allow(clippy::too_many_arguments)]
+    /// invocation ends there (its deadline, its budget, a failed range, or
+    /// its share taken over), `false` when it may claim again. A release
+    /// that ends the invocation invites continuations for the rest in the
+    /// same write: their ids.
     async fn records_share(
         &self,
         held: &mut Held,
-        id: &str,
         ranges: Vec<super::ranges::Range>,
-        window: (Option<DateTime<Utc>>, DateTime<Utc>),
+        window: Window,
         fan_out: bool,
         opts: &SweepOptions,
         out: &mut ShareOutcome,
-    ) -> Result<bool, SubmitError> {
+    ) -> Result<(bool, Vec<uuid::Uuid>), SubmitError> {
         let mut tally = SweepSummary::default();
         let budget = opts
             .max_records
@@ -194,38 +269,71 @@ impl Engine {
         // A range that failed ends the invocation: the rest goes on in
         // others, the failed range at the next scheduled run.
         let failed = !wait.is_empty();
-        let mine = self
-            .update(held, opts, &mut SweepSummary::default(), |cp, _| {
-                let Some(c) = cp.as_mut() else {
-                    return (false, false);
-                };
-                let mine = c.release(id, (left.clone(), wait.clone()), &tally);
-                (mine, mine)
-            })
+        let ends = failed || self.past(opts) || self.budget_spent(opts, &out.summary);
+        let (concurrency, id) = (self.settings.pass_concurrency, held.share.clone());
+        let hands_on = ends && held.hands_on;
+        let (mine, invited) = self
+            .update(
+                held,
+                opts,
+                ReadBy::Operation,
+                &mut SweepSummary::default(),
+                |cp, now| {
+                    let Some(c) = cp.as_mut() else {
+                        return (false, (false, vec![]));
+                    };
+                    let mine = c.release(&id, (left.clone(), wait.clone()), &tally);
+                    let invited = match mine && hands_on {
+                        true => invite(c, concurrency, false, now),
+                        false => vec![],
+                    };
+                    (mine, (mine, invited))
+                },
+            )
             .await?;
         if !mine {
             tracing::warn!("this invocation's share was taken over (its lease ran out): it stops");
-            return Ok(true);
+            return Ok((true, vec![]));
         }
-        Ok(failed || self.past(opts) || self.budget_spent(opts, &out.summary))
+        Ok((ends, invited))
+    }
+
+    /// Invites continuations for what this invocation kept to claim again
+    /// and did not (its deadline or budget came first): one write, when
+    /// there is something to hand on.
+    async fn invite_rest(
+        &self,
+        held: &mut Held,
+        opts: &SweepOptions,
+    ) -> Result<Vec<uuid::Uuid>, SubmitError> {
+        let concurrency = self.settings.pass_concurrency;
+        let mut summary = SweepSummary::default();
+        self.update(held, opts, ReadBy::Operation, &mut summary, |cp, now| {
+            let invited = match cp.as_mut() {
+                Some(c) if c.wanted(concurrency, false) > 0 => invite(c, concurrency, false, now),
+                _ => vec![],
+            };
+            (!invited.is_empty(), invited)
+        })
+        .await
     }
 
     /// The tail of the pass: the ready index's scan over the window since
     /// the last complete one, then the orphan payloads of the next slices;
     /// then the pass is complete. A tail cut short by the deadline in an
-    /// invocation that began with other work is handed on whole; one that had
-    /// a whole invocation completes the pass anyway (what it did not reach
-    /// waits for the next pass, by its cursor).
+    /// invocation that began with other work is handed on whole (the
+    /// continuation invited in its release: its id); one that had a whole
+    /// invocation completes the pass anyway (what it did not reach waits
+    /// for the next pass, by its cursor).
     async fn tail_share(
         &self,
         held: &mut Held,
-        id: &str,
         first: bool,
         opts: &SweepOptions,
         out: &mut ShareOutcome,
-    ) -> Result<(), SubmitError> {
+    ) -> Result<Vec<uuid::Uuid>, SubmitError> {
         let Some(cp) = held.cp.clone() else {
-            return Ok(());
+            return Ok(vec![]);
         };
         let now = self.s3_earliest()?;
         let mut tally = SweepSummary::default();
@@ -248,26 +356,40 @@ impl Engine {
             }
         };
         out.summary.add(&tally);
+        let id = held.share.clone();
         let cut_short = self.past(opts) && (!markers || payloads.is_none());
         if cut_short && !first {
-            self.update(held, opts, &mut SweepSummary::default(), |cp, _| {
-                let released = cp
-                    .as_mut()
-                    .is_some_and(|c| c.release(id, (vec![], vec![]), &SweepSummary::default()));
-                (released, ())
-            })
-            .await?;
-            return Ok(());
+            let (concurrency, hands_on) = (self.settings.pass_concurrency, held.hands_on);
+            let mut summary = SweepSummary::default();
+            return self
+                .update(held, opts, ReadBy::Operation, &mut summary, |cp, now| {
+                    let Some(c) = cp.as_mut() else {
+                        return (false, vec![]);
+                    };
+                    let released = c.release(&id, (vec![], vec![]), &SweepSummary::default());
+                    let invited = match released && hands_on {
+                        true => invite(c, concurrency, false, now),
+                        false => vec![],
+                    };
+                    (released, invited)
+                })
+                .await;
         }
         let done = self
-            .update(held, opts, &mut SweepSummary::default(), |cp, now| {
-                let Some(c) = cp.as_mut() else {
-                    return (false, None);
-                };
-                let done = c.complete_tail(id, &tally, markers, payloads);
-                let end = done.then(|| (c.tally.clone(), c.age(now)));
-                (done, end)
-            })
+            .update(
+                held,
+                opts,
+                ReadBy::Operation,
+                &mut SweepSummary::default(),
+                |cp, now| {
+                    let Some(c) = cp.as_mut() else {
+                        return (false, None);
+                    };
+                    let done = c.complete_tail(&id, &tally, markers, payloads);
+                    let end = done.then(|| (c.tally.clone(), c.age(now)));
+                    (done, end)
+                },
+            )
             .await?;
         if let Some((pass, length)) = done {
             out.summary.complete = true;
@@ -275,25 +397,35 @@ impl Engine {
             out.pass_shares = Some((pass.shares, pass.peak_shares));
             out.pass_length = Some(length);
         }
-        Ok(())
+        Ok(vec![])
     }
 
-    /// Hands `n` continuations of the pass `pass` on (none without a
-    /// hand-on: the pass then goes on at the next scheduled run).
+    /// Sends a continuation of the pass `pass` for each invitation of
+    /// `invited` (none without a hand-on: the pass then goes on at the next
+    /// scheduled run). A failed send is counted and said in `out`: the
+    /// invitations stand until their life ends, and the invocation's own
+    /// message should come again.
     async fn send_on(
         &self,
         hand_on: Option<&dyn HandOn>,
         pass: DateTime<Utc>,
-        n: usize,
+        invited: &[uuid::Uuid],
         out: &mut ShareOutcome,
     ) {
-        let Some(h) = hand_on.filter(|_| n > 0) else {
+        let Some(h) = hand_on.filter(|_| !invited.is_empty()) else {
             return;
         };
-        let batch = vec![Continuation { sweep_pass: pass }; n];
+        let batch: Vec<Continuation> = invited
+            .iter()
+            .map(|&id| Continuation {
+                sweep_pass: pass,
+                invite: Some(id),
+            })
+            .collect();
         if let Err(e) = h.hand_on(&batch).await {
-            tracing::warn!(error = %e, continuations = n, "the pass could not hand on; its live shares, a redelivery or the next scheduled run go on");
+            tracing::warn!(error = %e, continuations = batch.len(), "the pass could not hand on; its live shares, a redelivery or the next scheduled run go on");
             out.summary.errors += 1;
+            out.hand_on_failed = true;
         }
         out.handed_on.extend(batch);
     }
@@ -301,22 +433,20 @@ impl Engine {
     /// Changes the checkpoint by `f` (given it as held, or read again after
     /// another invocation changed it, and S3's time now) and writes it back
     /// by compare-and-swap when `f` says it changed it; tries again on a
-    /// 412. A dry run changes only its own copy.
+    /// 412, reading again by `read_by`. A dry run changes only its own copy.
     async fn update<T>(
         &self,
         held: &mut Held,
         opts: &SweepOptions,
+        read_by: ReadBy,
         summary: &mut SweepSummary,
         mut f: impl FnMut(&mut Option<Checkpoint>, DateTime<Utc>) -> (bool, T),
     ) -> Result<T, SubmitError> {
         for _ in 0..CAS_ATTEMPTS {
             if !held.known {
-                let (cp, etag) = self.read_checkpoint(opts, summary).await?;
-                *held = Held {
-                    cp,
-                    etag,
-                    known: true,
-                };
+                let deadline = opts.deadline.filter(|_| read_by == ReadBy::Deadline);
+                let (cp, etag) = self.read_checkpoint(deadline, summary).await?;
+                (held.cp, held.etag, held.known) = (cp, etag, true);
             }
             let now = self.s3_earliest()?;
             let mut cp = held.cp.clone();
@@ -332,11 +462,7 @@ impl Engine {
             };
             match self.write_checkpoint(&new, held.etag.as_ref()).await {
                 Ok(etag) => {
-                    *held = Held {
-                        cp: Some(new),
-                        etag: Some(etag),
-                        known: true,
-                    };
+                    (held.cp, held.etag) = (Some(new), Some(etag));
                     return Ok(t);
                 }
                 // Another invocation wrote it first (or it is gone: S3
@@ -357,11 +483,11 @@ impl Engine {
     /// the ETag a change swaps it by.
     async fn read_checkpoint(
         &self,
-        opts: &SweepOptions,
+        deadline: Option<DateTime<Utc>>,
         summary: &mut SweepSummary,
     ) -> Result<(Option<Checkpoint>, Option<ETag>), SubmitError> {
         match self
-            .with_retries(self.request_deadline(opts.deadline), || {
+            .with_retries(self.request_deadline(deadline), || {
                 self.store.get(CHECKPOINT_KEY)
             })
             .await
@@ -406,16 +532,17 @@ impl Engine {
 }
 
 /// The claim of one invocation on the checkpoint `cp` at S3's time `now`:
-/// a continuation joins only the pass it names; a scheduled run opens a new
-/// pass where the last one is complete (or none is there) and otherwise
-/// joins the unfinished one. `(changed, found)`.
+/// a continuation joins only the pass it names (taking up its invitation,
+/// if it carries one); a scheduled run opens a new pass where the last one
+/// is complete (or none is there) and otherwise joins the unfinished one.
+/// `(changed, (claim, window, resumed))`.
 fn claim_or_open(
     cp: &mut Option<Checkpoint>,
     (now, until): (DateTime<Utc>, DateTime<Utc>),
     (id, continuation): (&str, Option<&Continuation>),
     concurrency: usize,
     order: ListOrder,
-) -> (bool, Found) {
+) -> (bool, (Claim, Window, bool)) {
     let resumed = match (cp.as_ref(), continuation) {
         (None, Some(_)) => return (false, (Claim::Over, (None, now), false)),
         (Some(c), Some(k)) if c.pass != k.sweep_pass || c.complete => {
@@ -436,19 +563,37 @@ fn claim_or_open(
     };
     c.take_over(now);
     refit_ranges(c, order);
-    let claim = c.claim(id, (now, until), concurrency, continuation.is_none());
+    let who = (continuation.is_none(), continuation.and_then(|k| k.invite));
+    let claim = c.claim(id, (now, until), concurrency, who);
+    // A claim that takes nothing writes nothing (a continuation that finds
+    // nothing to do costs one GET), unless it opened the pass.
     let changed = !matches!(claim, Claim::Busy | Claim::Over) || !resumed;
     (changed, (claim, (c.previous_pass, c.pass), resumed))
 }
 
+/// Invites as many continuations as `c` wants at S3's time `now` (see
+/// [`Checkpoint::wanted`]): their ids, fresh from the ids' one source.
+fn invite(
+    c: &mut Checkpoint,
+    concurrency: usize,
+    continuing: bool,
+    now: DateTime<Utc>,
+) -> Vec<uuid::Uuid> {
+    let n = c.wanted(concurrency, continuing);
+    let ids: Vec<uuid::Uuid> = (0..n).map(|_| crate::protocol::names::new_id()).collect();
+    c.invite(&ids, now + INVITE_LIFE);
+    ids
+}
+
 /// An unfinished pass begun under the other `LIST_ORDER` keeps its window
 /// and begins its ranges again, as `order` lists them, once no share of it
-/// is live.
+/// is live (and its invitations, which each stood for a range, go).
 fn refit_ranges(c: &mut Checkpoint, order: ListOrder) {
     let fits = c.ranges.iter().chain(&c.later).all(|r| r.fits(order));
     if !fits && c.shares.is_empty() && c.running_until.is_none() {
         tracing::info!("the pass was begun under the other LIST_ORDER: its ranges begin again");
         c.ranges = vec![super::ranges::Range::first(order)];
         c.later.clear();
+        c.invites.clear();
     }
 }
