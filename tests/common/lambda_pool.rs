@@ -522,10 +522,7 @@ impl Pool {
 struct EnvSide(Arc<Pool>, Arc<Env>);
 
 impl Side for EnvSide {
-    fn next(
-        &self,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<(String, Value)>> + Send + '_>>
-    {
+    fn next(&self) -> runtime_api::Next<'_> {
         let inbox = {
             let mut st = self.1.state.lock().unwrap();
             st.polled = true;

@@ -92,7 +92,7 @@ struct OneProcess {
 }
 
 impl Side for OneProcess {
-    fn next(&self) -> Pin<Box<dyn Future<Output = Option<(String, Value)>> + Send + '_>> {
+    fn next(&self) -> Next<'_> {
         self.first_poll
             .lock()
             .unwrap()
@@ -125,13 +125,16 @@ impl Side for OneProcess {
     }
 }
 
+/// The next invocation, `(request id, event)`, once there is one.
+pub type Next<'a> = Pin<Box<dyn Future<Output = Option<(String, Value)>> + Send + 'a>>;
+
 /// One function process's side of a runtime API stand-in: where its
 /// invocations come from and where its answers go ([`serve`] speaks the
 /// HTTP).
 pub trait Side: Send + Sync + 'static {
     /// The next invocation, `(request id, event)`, once there is one;
     /// `None` ends the connection (the process is gone).
-    fn next(&self) -> Pin<Box<dyn Future<Output = Option<(String, Value)>> + Send + '_>>;
+    fn next(&self) -> Next<'_>;
     /// A response, an invocation error or an init error, posted at `path`.
     fn posted(&self, path: &str, body: &[u8]);
     /// The function's name, and how long an invocation may run.
