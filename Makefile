@@ -212,8 +212,10 @@ fuzz:
 # test targets, MUTANTS_ARGS adds options (e.g. --shard 0/4, --iterate).
 # The targets go to every cargo call (-C), so a mutant builds only them, not
 # every test crate; the crate is built without debug information (faster to
-# build and link). Results: mutants.out/; docs/testing.md says how to run a
-# narrow first pass, then --iterate with the whole set on what it missed.
+# build and link). SeaweedFS runs beside moto: some of the modules below
+# (sweep::real, store::) test on both, and fail without it. Results:
+# mutants.out/; docs/testing.md says how to run a narrow first pass, then
+# --iterate with the whole set on what it missed.
 MUTANTS_FILES ?= -f "src/protocol/*.rs" -f "src/protocol/sweep/*.rs" -f src/store/s3.rs
 # The tests are the unit tests and the one integration-test crate; MUTANTS_SUITE
 # names the test modules to run, by path (a file of tests/, `recovery::`; a
@@ -221,11 +223,12 @@ MUTANTS_FILES ?= -f "src/protocol/*.rs" -f "src/protocol/sweep/*.rs" -f src/stor
 # them. Empty: every test.
 MUTANTS_TESTS ?= --lib --test=suite
 MUTANTS_SUITE ?= protocol:: intake:: lambda:: config:: store:: s3_status:: recovery:: \
-  model:: due_events:: sweep:: submit_handler:: clock:: options:: schemas:: phase::
+  model:: due_events:: sweep:: sweep_pass:: keys:: submit_handler:: clock:: options:: \
+  schemas:: phase::
 mutants: tools
 	@command -v cargo-mutants >/dev/null || $(CARGO) install --locked cargo-mutants
 	CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_TEST_DEBUG=0 MODEL_SCHEDULES=200 \
-	  ./scripts/with-moto.sh $(CARGO) mutants --features testing --timeout 300 \
+	  ./scripts/with-moto.sh ./scripts/with-seaweedfs.sh $(CARGO) mutants --features testing --timeout 300 \
 	  $(MUTANTS_FILES) $(addprefix -C=,$(MUTANTS_TESTS)) $(MUTANTS_ARGS) -- -- $(MUTANTS_SUITE)
 
 # Figures for docs/benchmarks.md (not part of make test).

@@ -2,14 +2,15 @@
 //! client and worker) against the same moto bucket as our handler; the
 //! worker and the Python submit on SeaweedFS too, versioned and not.
 
-/// One interop story as two tests: on moto's versioned bucket
-/// (`Shared::new`) and on SeaweedFS, its bucket versioned or not as named;
-/// each calls `story(shared, args…)`. The doc comment goes to both.
+/// A table of interop stories, each as two tests: on moto's versioned
+/// bucket (`Shared::new`) and on SeaweedFS, its bucket versioned or not as
+/// named; each calls `story(shared, args…)`. A row's doc comment goes to
+/// both.
 macro_rules! on_moto_and_seaweedfs {
-    (
+    ($(
         $(#[$doc:meta])*
-        $moto:ident, $seaweedfs:ident ($versioning:ident) => $story:ident($($arg:expr),*)
-    ) => {
+        $moto:ident, $seaweedfs:ident ($versioning:ident) => $story:ident($($arg:expr),*);
+    )+) => {$(
         $(#[$doc])*
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $moto() {
@@ -22,7 +23,7 @@ macro_rules! on_moto_and_seaweedfs {
             let s = Shared::seaweedfs(common::Versioning::$versioning).await;
             $story(s $(, $arg)*).await;
         }
-    };
+    )+};
 }
 
 mod completion;

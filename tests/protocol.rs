@@ -397,12 +397,7 @@ async fn tenants_never_share_a_key(env: Env) {
     let plain = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
     assert_ne!(a.task_id, b.task_id);
     assert_ne!(a.task_id, plain.task_id);
-    let a2 = q
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .tenant("user-a")
-        .await
-        .unwrap();
+    let a2 = of_tenant("user-a").await.unwrap();
     assert_eq!(a2.task_id, a.task_id);
     // The record keeps the principal's hash, never the principal.
     for k in env

@@ -25,7 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
 use super::chaos_proxy::{ChaosProxy, Landing};
-use super::runtime_api::{self, NextInvocation, Side};
+use super::runtime_api::{self, Side};
 
 /// What became of one invocation.
 #[derive(Debug, Clone)]
@@ -522,7 +522,7 @@ impl Pool {
 struct EnvSide(Arc<Pool>, Arc<Env>);
 
 impl Side for EnvSide {
-    fn next(&self) -> NextInvocation<'_> {
+    fn next(&self) -> runtime_api::Next<'_> {
         let inbox = {
             let mut st = self.1.state.lock().unwrap();
             st.polled = true;

@@ -81,6 +81,16 @@ pub async fn submit_key(
         .unwrap()
 }
 
+/// [`submit_key`] by `tenant` (a principal, as the HTTP edge names it).
+pub async fn submit_key_as(
+    queue: &idempotent_submit::Queue,
+    key: &str,
+    tenant: &str,
+) -> idempotent_submit::Submitted {
+    let submit = queue.submit("t", serde_json::json!(1)).idempotency_key(key);
+    submit.tenant(tenant).await.unwrap()
+}
+
 /// A fresh bucket on each real store the tests run on: moto's and
 /// SeaweedFS's, each unversioned then versioned.
 pub async fn real_buckets() -> [idempotent_submit::S3Store; 4] {

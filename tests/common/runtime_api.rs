@@ -92,7 +92,7 @@ struct OneProcess {
 }
 
 impl Side for OneProcess {
-    fn next(&self) -> NextInvocation<'_> {
+    fn next(&self) -> Next<'_> {
         self.first_poll
             .lock()
             .unwrap()
@@ -125,8 +125,8 @@ impl Side for OneProcess {
     }
 }
 
-/// The next invocation, `(request id, event)`, as [`Side::next`] awaits it.
-pub type NextInvocation<'a> = Pin<Box<dyn Future<Output = Option<(String, Value)>> + Send + 'a>>;
+/// The next invocation, `(request id, event)`, once there is one.
+pub type Next<'a> = Pin<Box<dyn Future<Output = Option<(String, Value)>> + Send + 'a>>;
 
 /// One function process's side of a runtime API stand-in: where its
 /// invocations come from and where its answers go ([`serve`] speaks the
@@ -134,7 +134,7 @@ pub type NextInvocation<'a> = Pin<Box<dyn Future<Output = Option<(String, Value)
 pub trait Side: Send + Sync + 'static {
     /// The next invocation, `(request id, event)`, once there is one;
     /// `None` ends the connection (the process is gone).
-    fn next(&self) -> NextInvocation<'_>;
+    fn next(&self) -> Next<'_>;
     /// A response, an invocation error or an init error, posted at `path`.
     fn posted(&self, path: &str, body: &[u8]);
     /// The function's name, and how long an invocation may run.
