@@ -97,6 +97,9 @@ pub enum Role {
     Sweep(Message),
     /// The sweeper's scheduled pass.
     Pass,
+    /// The sweeper on the key's record as `idem sweep --dry-run` judges
+    /// it: it must write nothing.
+    DrySweep { key: &'static str },
     /// buquet's worker: one poll of the ready index, claiming, deleting
     /// the marker, completing.
     Worker,
@@ -252,6 +255,10 @@ pub fn start(role: &Role, q: Queue, store: GateStore, bug: Option<Bug>) -> Runni
         Role::Sweep(m) => Box::pin(async move {
             let e = q.engine();
             Outcome::Swept(e.sweep_due_record(&m.key, m.sent_at, false, None).await)
+        }),
+        Role::DrySweep { key } => Box::pin(async move {
+            let rkey = super::checks::record_key(key);
+            Outcome::Swept(q.engine().sweep_due_record(&rkey, None, true, None).await)
         }),
         Role::Pass => {
             Box::pin(

@@ -290,7 +290,7 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
             for (sub, r) in role.submits().into_iter().zip(rs) {
                 check_submit(sim, i, &sub, r).map_err(|e| format!("#{i} {}: {e}", sub.key))?;
                 more_checks::check_requests(sim, i, r)?;
-                requests::check_stale_marker(sim, i, r)?;
+                requests::check_stale_markers(sim, i, r.is_ok())?;
                 if sim.spec.schema {
                     requests::check_wrote_nothing(sim, i)?;
                 }
@@ -298,7 +298,12 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
             }
             Ok(())
         }
-        (Role::Sweep(m), Some(Outcome::Swept(o))) => check_swept(sim, i, &m.key, o),
+        (Role::Sweep(m), Some(Outcome::Swept(o))) => {
+            let clean = matches!(o, RecordOutcome::Nothing | RecordOutcome::Finished);
+            requests::check_stale_markers(sim, i, clean)?;
+            check_swept(sim, i, &m.key, o)
+        }
+        (Role::DrySweep { .. }, _) => requests::check_stale_markers(sim, i, false),
         (Role::Reset { key }, Some(Outcome::Reset(Ok(r)))) => {
             more_checks::check_reset(sim, i, key, r)
         }
@@ -433,12 +438,16 @@ fn expected_error(sim: &Sim, i: usize, e: &SubmitError) -> Result<(), String> {
 /// Guarantee 4 by the sweeper: a due message that met a stale `creating`
 /// record before its deadline leaves its task and marker in the bucket.
 fn check_swept(sim: &Sim, i: usize, key: &str, o: &RecordOutcome) -> Result<(), String> {
-    // `Nothing` says it wrote nothing; a write of a task or a marker that
-    // landed is `Finished`.
-    let wrote = gate::lock(&sim.gate.state)
-        .log
-        .iter()
-        .any(|l| l.actor == i && l.ok && l.kind.is_write() && !l.key.starts_with("idempotency/"));
+    // `Nothing` says nothing was missing; a write of a task or a marker
+    // that landed is `Finished`. (A stale marker's DELETE beside a taken
+    // task is neither: nothing was missing.)
+    let wrote = gate::lock(&sim.gate.state).log.iter().any(|l| {
+        l.actor == i
+            && l.ok
+            && l.kind.is_write()
+            && !l.key.starts_with("idempotency/")
+            && !(l.kind == Kind::Delete && l.key.starts_with("ready/"))
+    });
     if wrote && matches!(o, RecordOutcome::Nothing) {
         return Err(format!("the sweeper wrote for {key} and answered Nothing"));
     }

@@ -35,6 +35,9 @@ pub enum Prelude {
     /// The same, its marker left behind (the worker's DELETE of it failed):
     /// a stale marker, which a finisher that sees it removes.
     StaleMarker,
+    /// The same, the clock where the record is settled (its finish deadline
+    /// and the late-write margin past) and its S3 event due.
+    StaleMarkerSettled,
     /// A submit of `k` that died after its record, before its task and
     /// marker; the clock at the record's stale age, its S3 event due.
     DiedAfterRecord,
@@ -61,6 +64,16 @@ pub fn run(sim: &mut Sim, prelude: Prelude) {
         Prelude::Completed => end_task(&bucket, "completed"),
         Prelude::Running => end_task(&bucket, "running"),
         Prelude::StaleMarker => write_status(&bucket, "running"),
+        Prelude::StaleMarkerSettled => {
+            write_status(&bucket, "running");
+            let settled = lm + st.finish_window + st.late_write_margin;
+            sim.clock.set(settled + chrono::Duration::seconds(1));
+            gate::lock(&sim.gate.state).queue.push(Message {
+                key: super::checks::record_key("k"),
+                sent_at: None,
+                visible: sim.clock.now(),
+            });
+        }
         Prelude::NoMarker => delete_markers(&bucket),
         Prelude::DiedAfterRecord => {
             delete_markers(&bucket);

@@ -293,3 +293,23 @@ fn a_replay_beside_a_stale_marker_of_a_taken_task_removes_it() {
         holds(w);
     }
 }
+
+#[test]
+fn the_sweeper_removes_a_settled_records_stale_marker_and_a_dry_run_writes_nothing() {
+    for store in STORES {
+        // The same key, its record settled and its event due: the sweeper
+        // on the event removes the marker; a dry run beside it writes
+        // nothing.
+        let w = Spec {
+            prelude: Prelude::StaleMarkerSettled,
+            deliver: true,
+            depth: 6,
+            ..spec(
+                "a settled record's stale marker, the sweeper, a dry run",
+                store,
+                vec![Role::DrySweep { key: "k" }],
+            )
+        };
+        holds(w);
+    }
+}
