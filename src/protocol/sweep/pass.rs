@@ -90,8 +90,15 @@ impl Engine {
             let Some(step) = running.next().await else {
                 break;
             };
+            // A range stopped by the deadline (its reads cut short, no error
+            // counted) goes on in the next share, handed on at once; only
+            // one that met a failure waits for the next scheduled run.
+            if step.tally.errors == 0 {
+                todo.extend(step.wait);
+            } else {
+                wait.extend(step.wait);
+            }
             summary.add(&step.tally);
-            wait.extend(step.wait);
             todo.extend(step.next);
         }
         (todo.into(), wait)
@@ -253,10 +260,14 @@ impl Engine {
     }
 
     pub(super) fn range_failed(&self, range: Range, e: Failure, tally: SweepSummary) -> RangeStep {
-        let e = SubmitError::from(e);
-        tracing::warn!(error = %e, "sweep could not list a range; it goes on next run");
         let mut tally = tally;
-        tally.errors += 1;
+        // No attempt could start before the deadline: not a failure of the
+        // store (nor counted as one); `list_ranges` hands the range on.
+        if !matches!(e, Failure::Deadline) {
+            let e = SubmitError::from(e);
+            tracing::warn!(error = %e, "sweep could not list a range; it goes on next run");
+            tally.errors += 1;
+        }
         RangeStep {
             tally,
             next: vec![],
