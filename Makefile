@@ -51,7 +51,7 @@ test: fmt-check
 	  --test suite -- --test-threads $(SUITE_THREADS)
 	$(LINTED) $(CARGO) test --doc $(TEST_BUILD)
 	./scripts/with-moto.sh $(LINTED) $(CARGO) test $(TEST_BUILD) \
-	  --lib --bins --benches --test concurrency --test s3_faults & crates=$$!; \
+	  --lib --bins --benches --test concurrency --test s3_faults --test exhaustive & crates=$$!; \
 	  ./scripts/with-moto.sh ./scripts/api-fuzz.sh 15 1 & fuzz=$$!; \
 	  $(CLIENTS_TEST); clients=$$?; wait $$fuzz; fuzzed=$$?; wait $$crates; tested=$$?; \
 	  [ $$clients -eq 0 ] && [ $$fuzzed -eq 0 ] && [ $$tested -eq 0 ]
@@ -155,14 +155,15 @@ soak:
 
 # The exhaustive checker alone (tests/exhaustive/; docs/testing.md, "The
 # exhaustive checker"): every schedule of each small world up to its depth,
-# one line per world and store (states, schedules, depth, steps, time), the
-# planted bugs' shortest traces and the known window's. MODEL_CHECK_DEPTH=n
+# one line per world and store (states, schedules, depth, steps, wall and CPU
+# time), the planted bugs' shortest traces and the known window's; a test
+# crate of its own (Cargo.toml). MODEL_CHECK_DEPTH=n
 # deepens every world by n steps (make soak: SOAK_MODEL_CHECK_DEPTH).
 MODEL_CHECK_DEPTH ?= 0
 SOAK_MODEL_CHECK_DEPTH ?= 2
 model-check:
 	MODEL_CHECK_DEPTH=$(MODEL_CHECK_DEPTH) $(CARGO) test --locked --features testing \
-	  --test suite -- exhaustive:: --nocapture --test-threads 2
+	  --test exhaustive -- --nocapture --test-threads 2
 
 # The chaos world at length (tests/chaos.rs, a module of the suite;
 # docs/reliability.md): the release binaries (profile chaos: release's, into
@@ -211,8 +212,10 @@ fuzz:
 # test targets, MUTANTS_ARGS adds options (e.g. --shard 0/4, --iterate).
 # The targets go to every cargo call (-C), so a mutant builds only them, not
 # every test crate; the crate is built without debug information (faster to
-# build and link). Results: mutants.out/; docs/testing.md says how to run a
-# narrow first pass, then --iterate with the whole set on what it missed.
+# build and link). SeaweedFS runs beside moto: some of the modules below
+# (sweep::real, store::) test on both, and fail without it. Results:
+# mutants.out/; docs/testing.md says how to run a narrow first pass, then
+# --iterate with the whole set on what it missed.
 MUTANTS_FILES ?= -f "src/protocol/*.rs" -f "src/protocol/sweep/*.rs" -f src/store/s3.rs
 # The tests are the unit tests and the one integration-test crate; MUTANTS_SUITE
 # names the test modules to run, by path (a file of tests/, `recovery::`; a
@@ -220,11 +223,12 @@ MUTANTS_FILES ?= -f "src/protocol/*.rs" -f "src/protocol/sweep/*.rs" -f src/stor
 # them. Empty: every test.
 MUTANTS_TESTS ?= --lib --test=suite
 MUTANTS_SUITE ?= protocol:: intake:: lambda:: config:: store:: s3_status:: recovery:: \
-  model:: due_events:: sweep:: submit_handler:: clock:: options:: schemas:: phase::
+  model:: due_events:: sweep:: sweep_pass:: keys:: submit_handler:: clock:: options:: \
+  schemas:: phase::
 mutants: tools
 	@command -v cargo-mutants >/dev/null || $(CARGO) install --locked cargo-mutants
 	CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_TEST_DEBUG=0 MODEL_SCHEDULES=200 \
-	  ./scripts/with-moto.sh $(CARGO) mutants --features testing --timeout 300 \
+	  ./scripts/with-moto.sh ./scripts/with-seaweedfs.sh $(CARGO) mutants --features testing --timeout 300 \
 	  $(MUTANTS_FILES) $(addprefix -C=,$(MUTANTS_TESTS)) $(MUTANTS_ARGS) -- -- $(MUTANTS_SUITE)
 
 # Figures for docs/benchmarks.md (not part of make test).

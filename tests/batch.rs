@@ -67,15 +67,7 @@ async fn a_batch_creates_each_task_in_order_and_replays_each_on_its_key() {
         assert_eq!(r["task_type"], a["task_type"]);
         assert_eq!(r["replayed"], false);
         assert_eq!(r["status"], "pending");
-        let task: Value = serde_json::from_slice(
-            &h.app
-                .queue
-                .task(r["task_id"].as_str().unwrap().parse().unwrap())
-                .await
-                .unwrap()
-                .unwrap(),
-        )
-        .unwrap();
+        let task = common::task_json(&h.app.queue, r["task_id"].as_str().unwrap()).await;
         assert_eq!(task["input"], a["input"]);
     }
     assert_eq!(rs[2]["idempotency"]["scope"], "queue");

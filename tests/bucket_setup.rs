@@ -76,11 +76,9 @@ fn run_commands(script: &str, bucket: &str, due_arn: &str) {
         .env("AWS_REGION", "us-east-1")
         .output()
         .expect("bash runs");
-    assert!(
-        out.status.success(),
-        "the documented commands failed (are `aws` and `python3` installed? make tools installs awscli): {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    common::assert_ran(
+        &out,
+        "the documented commands failed (are `aws` and `python3` installed? make tools installs awscli)",
     );
 }
 

@@ -38,11 +38,7 @@ fn sweeper(store: &S3Store, clock: &ManualClock) -> Sweeper {
 }
 
 async fn only_record(store: &S3Store) -> (String, Record) {
-    let keys = common::all_keys(store).await;
-    let k = keys
-        .into_iter()
-        .find(|k| k.starts_with("idempotency/"))
-        .expect("a record");
+    let k = common::first_under(common::all_keys(store).await, "idempotency/");
     let o = store.get(&k).await.unwrap();
     (k, Record::parse(&o.body).unwrap())
 }
@@ -165,8 +161,12 @@ async fn redelivered_reads_and_writes_nothing(
     );
 }
 
-async fn idem(bucket: &str, stale: &str, args: &[&str]) -> (i32, Value) {
-    common::idem(bucket, &[("STALE_CREATING_AFTER_SECONDS", stale)], args).await
+/// The report of an `idem` run with `STALE_CREATING_AFTER_SECONDS` at
+/// `stale`, which must exit 0.
+async fn idem(bucket: &str, stale: &str, args: &[&str]) -> Value {
+    let (code, v) = common::idem(bucket, &[("STALE_CREATING_AFTER_SECONDS", stale)], args).await;
+    assert_eq!(code, 0, "{v}");
+    v
 }
 
 on_both_buckets!(idem_drains_the_due_queue_as_the_function_does);
@@ -181,8 +181,7 @@ async fn idem_drains_the_due_queue_as_the_function_does(versioning: common::Vers
     // A dry run reports and leaves every message in the queue.
     let mut dry = args.to_vec();
     dry.push("--dry-run");
-    let (code, v) = idem(store.bucket(), "1", &dry).await;
-    assert_eq!(code, 0, "{v}");
+    let v = idem(store.bucket(), "1", &dry).await;
     assert_eq!(
         (v["messages"].as_u64(), v["dry_run"].as_bool()),
         (Some(2), Some(true)),
@@ -195,8 +194,7 @@ async fn idem_drains_the_due_queue_as_the_function_does(versioning: common::Vers
 
     // A record younger than STALE_CREATING_AFTER_SECONDS is left in the
     // queue for later.
-    let (code, v) = idem(store.bucket(), "900", &args).await;
-    assert_eq!(code, 0, "{v}");
+    let v = idem(store.bucket(), "900", &args).await;
     assert_eq!(
         (v["messages"].as_u64(), v["retried"].as_u64()),
         (Some(2), Some(1)),
@@ -206,8 +204,7 @@ async fn idem_drains_the_due_queue_as_the_function_does(versioning: common::Vers
 
     // Once it is stale (and the message is visible again), it is finished.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    let (code, v) = idem(store.bucket(), "1", &args).await;
-    assert_eq!(code, 0, "{v}");
+    let v = idem(store.bucket(), "1", &args).await;
     assert_eq!(
         (v["finished"].as_u64(), v["retried"].as_u64()),
         (Some(1), Some(0)),
@@ -229,6 +226,6 @@ async fn idem_drains_the_due_queue_as_the_function_does(versioning: common::Vers
         (Some(1), Some(1)),
         "{v}"
     );
-    let (_, v) = idem(store.bucket(), "1", &args).await;
+    let v = idem(store.bucket(), "1", &args).await;
     assert_eq!(v["messages"], 0, "{v}");
 }

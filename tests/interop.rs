@@ -2,6 +2,30 @@
 //! client and worker) against the same moto bucket as our handler; the
 //! worker and the Python submit on SeaweedFS too, versioned and not.
 
+/// A table of interop stories, each as two tests: on moto's versioned
+/// bucket (`Shared::new`) and on SeaweedFS, its bucket versioned or not as
+/// named; each calls `story(shared, args…)`. A row's doc comment goes to
+/// both.
+macro_rules! on_moto_and_seaweedfs {
+    ($(
+        $(#[$doc:meta])*
+        $moto:ident, $seaweedfs:ident ($versioning:ident) => $story:ident($($arg:expr),*);
+    )+) => {$(
+        $(#[$doc])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $moto() {
+            $story(Shared::new().await $(, $arg)*).await;
+        }
+
+        $(#[$doc])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $seaweedfs() {
+            let s = Shared::seaweedfs(common::Versioning::$versioning).await;
+            $story(s $(, $arg)*).await;
+        }
+    )+};
+}
+
 mod completion;
 mod keys;
 mod markers;
@@ -140,14 +164,7 @@ impl Shared {
 
 impl Shared {
     async fn task_json(&self, id: &str) -> Value {
-        let body = self
-            .app
-            .queue
-            .task(id.parse().unwrap())
-            .await
-            .unwrap()
-            .expect("the task object");
-        serde_json::from_slice(&body).unwrap()
+        common::task_json(&self.app.queue, id).await
     }
 
     async fn object_json(&self, key: &str) -> Value {

@@ -457,12 +457,7 @@ async fn a_tenant_can_neither_see_nor_reset_another_tenants_key() {
     let q = w.queue();
     let a = tenant("iam:arn:aws:iam::1:user/a");
     let b = tenant("iam:arn:aws:iam::1:user/b");
-    let s = q
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .tenant("iam:arn:aws:iam::1:user/a")
-        .await
-        .unwrap();
+    let s = common::submit_key_as(&q, "k", "iam:arn:aws:iam::1:user/a").await;
     assert_eq!(q.lookup_key("t", "k", Some(&b)).await.unwrap(), None);
     assert_eq!(q.lookup_key("t", "k", None).await.unwrap(), None);
     assert_eq!(

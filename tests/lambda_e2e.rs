@@ -109,11 +109,7 @@ async fn a_bad_variable_stops_the_function_at_start_naming_it() {
         .await
         .unwrap();
     assert!(!out.status.success());
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let all = common::output_text(&out);
     assert!(all.contains("FINISH_WINDOW_SECONDS"), "{all}");
 }
 

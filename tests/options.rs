@@ -40,9 +40,14 @@ async fn offloaded(q: &Queue, input: &Value) -> Result<idempotent_submit::Submit
 
 /// A refusal for good: S3's 403.
 /// A submit of key `k` (input `{"n": 1}`) with no options, which succeeds.
+/// The tests' keyed submit: type `t`, input `{"n": n}`, key `k`, before
+/// its options.
+fn keyed(q: &Queue, n: i64) -> idempotent_submit::SubmitBuilder<'_> {
+    q.submit("t", json!({ "n": n })).idempotency_key("k")
+}
+
 async fn without_options(q: &Queue) -> idempotent_submit::Submitted {
-    let submit = q.submit("t", json!({"n": 1})).idempotency_key("k");
-    submit.await.unwrap()
+    keyed(q, 1).await.unwrap()
 }
 
 fn forbidden() -> Fault {
@@ -132,7 +137,7 @@ async fn a_retry_with_the_same_relative_delay_replays_and_other_options_are_a_co
     let w = World::new();
     let q = w.process();
     let a_minute_on = || {
-        let submit = q.submit("t", json!({"n": 1})).idempotency_key("k");
+        let submit = keyed(&q, 1);
         submit.delay(Duration::seconds(60))
     };
     let first = a_minute_on().await.unwrap();
@@ -143,14 +148,9 @@ async fn a_retry_with_the_same_relative_delay_replays_and_other_options_are_a_co
     assert_eq!((again.task_id, again.replayed), (first.task_id, true));
     let before = w.bucket.keys();
     for other in [
-        q.submit("t", json!({"n": 1}))
-            .idempotency_key("k")
-            .delay(Duration::seconds(61)),
-        q.submit("t", json!({"n": 1})).idempotency_key("k"),
-        q.submit("t", json!({"n": 1}))
-            .idempotency_key("k")
-            .delay(Duration::seconds(60))
-            .max_retries(3),
+        keyed(&q, 1).delay(Duration::seconds(61)),
+        keyed(&q, 1),
+        keyed(&q, 1).delay(Duration::seconds(60)).max_retries(3),
     ] {
         match other.await.unwrap_err() {
             SubmitError::Conflict { kind, task_id } => {
@@ -160,11 +160,7 @@ async fn a_retry_with_the_same_relative_delay_replays_and_other_options_are_a_co
         }
     }
     // The type and the input are still told first.
-    let e = q
-        .submit("t", json!({"n": 2}))
-        .idempotency_key("k")
-        .delay(Duration::seconds(61))
-        .await;
+    let e = keyed(&q, 2).delay(Duration::seconds(61)).await;
     assert_eq!(conflict_kind(e.unwrap_err()), ConflictKind::Input);
     assert_eq!(w.bucket.keys(), before, "a conflict writes nothing");
 }
@@ -174,11 +170,7 @@ async fn a_record_of_this_service_without_options_conflicts_with_a_submit_that_h
     let w = World::new();
     let q = w.process();
     without_options(&q).await;
-    let e = q
-        .submit("t", json!({"n": 1}))
-        .idempotency_key("k")
-        .timeout(Duration::seconds(60))
-        .await;
+    let e = keyed(&q, 1).timeout(Duration::seconds(60)).await;
     assert_eq!(conflict_kind(e.unwrap_err()), ConflictKind::Options);
 }
 
@@ -207,9 +199,7 @@ async fn a_record_of_buquets_clients_is_compared_on_task_type_and_input_only() {
         )
         .await
         .unwrap();
-    let s = q
-        .submit("t", json!({"n": 1}))
-        .idempotency_key("k")
+    let s = keyed(&q, 1)
         .timeout(Duration::seconds(60))
         .max_retries(7)
         .await

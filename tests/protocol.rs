@@ -113,12 +113,7 @@ async fn a_new_key_creates_one_task_its_marker_and_a_record_written_once(env: En
     assert_eq!(task["input"], json!({"cents": 1999, "order": "ORD-123"}));
     assert_eq!(task["idempotency"]["key_hash"], idem.key_hash.as_str());
     assert_eq!(env.count("ready/").await, 1);
-    let marker = env
-        .keys()
-        .await
-        .into_iter()
-        .find(|k| k.starts_with("ready/"))
-        .unwrap();
+    let marker = common::first_under(env.keys().await, "ready/");
     assert!(marker.ends_with(&r.task_id.to_string()));
     assert!(marker.starts_with(&format!(
         "ready/{shard}/{:010}/",
@@ -402,12 +397,7 @@ async fn tenants_never_share_a_key(env: Env) {
     let plain = q.submit("t", json!(1)).idempotency_key("k").await.unwrap();
     assert_ne!(a.task_id, b.task_id);
     assert_ne!(a.task_id, plain.task_id);
-    let a2 = q
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .tenant("user-a")
-        .await
-        .unwrap();
+    let a2 = of_tenant("user-a").await.unwrap();
     assert_eq!(a2.task_id, a.task_id);
     // The record keeps the principal's hash, never the principal.
     for k in env

@@ -98,6 +98,21 @@ fn queue_writes(f: &FaultyStore<impl Store + Clone>) -> Vec<(Op, String)> {
         .collect()
 }
 
+/// What the bucket holds, byte for byte: `World::bucket`'s snapshot.
+type Bucket = Vec<(
+    String,
+    bytes::Bytes,
+    idempotent_submit::store::ETag,
+    DateTime<Utc>,
+)>;
+
+/// `w` wrote nothing since the bucket was `before`: no write to a task or
+/// the ready index went out, and every object is as it was, byte for byte.
+fn assert_wrote_nothing(w: &World, before: &Bucket) {
+    assert_eq!(queue_writes(&w.faulty), []);
+    assert_eq!(&w.bucket.snapshot(), before, "byte for byte");
+}
+
 /// A submit in `w` that wrote its record and its task, and died before its
 /// marker landed (the marker's first attempt failed; the process died
 /// before the retry).

@@ -164,3 +164,57 @@ fn the_scale_benchs_day_pass_deletes_every_expired_record_and_owed_orphan_and_wr
         assert!(o.lists > 0 && o.s3_secs > 0.0);
     }
 }
+
+/// Six scopes by Zipf's law, the largest of them past two ranges' worth
+/// (64,000 records each): the pass lists each record once, in about one
+/// LIST per 1,000, under either setting. Splitting every scope past a page
+/// into sixteen ranges, as the pass did, took about 1.7 LISTs per 1,000
+/// here: most of them came back part full.
+#[test]
+fn a_skewed_bucket_is_listed_once_in_about_one_list_per_thousand_records() {
+    let shape = Shape {
+        live: 320_000,
+        scopes: 6,
+        zipf: 1.0,
+        payload_every: 100,
+        orphan_every: 1000,
+    };
+    for order in [ListOrder::Bytes, ListOrder::Any] {
+        let o = scale_model::day_pass(shape, order, 50, &|| {});
+        assert!(
+            o.summary.complete && o.summary.errors == 0,
+            "{order:?}: {o:?}"
+        );
+        assert_eq!(
+            o.summary.scanned, o.records,
+            "each record listed once: {order:?}"
+        );
+        assert_eq!(o.summary.expired_deleted, o.expired, "{order:?}");
+        // At least a LIST per full page, and at most 3 % more.
+        let pages = o.records.div_ceil(1000);
+        assert!(
+            o.record_lists >= pages && o.record_lists * 100 <= pages * 103,
+            "{order:?}: {} LISTs of the records for {} records",
+            o.record_lists,
+            o.records
+        );
+    }
+}
+
+/// One scope too large for an invocation under `LIST_ORDER=any` (its
+/// folder is listed page after page): the pass is handed on at each
+/// invocation's deadline until it is complete.
+#[test]
+fn a_pass_longer_than_an_invocation_is_handed_on_until_it_is_complete() {
+    let shape = Shape {
+        live: 700_000,
+        scopes: 1,
+        zipf: 1.0,
+        payload_every: 100,
+        orphan_every: 1000,
+    };
+    let o = scale_model::day_pass(shape, ListOrder::Any, 50, &|| {});
+    assert!(o.invocations > 1, "{o:?}");
+    assert!(o.summary.complete, "{o:?}");
+    assert_eq!(o.summary.expired_deleted, o.expired, "{o:?}");
+}

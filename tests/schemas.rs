@@ -121,6 +121,11 @@ impl Bed {
             .await
             .map(|s| s.created())
     }
+
+    /// A keyless submit of `send_email` (the type of [`email_schema`]).
+    async fn email(&self, input: Value) -> Result<bool, SubmitError> {
+        self.send("send_email", input).await
+    }
 }
 
 fn refusal(e: SubmitError) -> (String, Vec<InputError>, usize) {
@@ -143,19 +148,13 @@ async fn a_valid_input_passes_and_an_invalid_one_is_refused_naming_each_failure_
     b.publish("send_email", document(Some(email_schema()), None))
         .await;
     assert_eq!(
-        b.send(
-            "send_email",
-            json!({"to": "a@example.com", "subject": "hi"})
-        )
-        .await,
+        b.email(json!({"to": "a@example.com", "subject": "hi"}))
+            .await,
         Ok(true)
     );
     let before = b.bucket.snapshot();
     let e = b
-        .send(
-            "send_email",
-            json!({"to": 7, "subject": "x".repeat(30), "priority": 0}),
-        )
+        .email(json!({"to": 7, "subject": "x".repeat(30), "priority": 0}))
         .await
         .unwrap_err();
     let (task_type, mut errors, omitted) = refusal(e);
@@ -179,12 +178,7 @@ async fn a_valid_input_passes_and_an_invalid_one_is_refused_naming_each_failure_
         errors.iter().all(|e| !e.detail.contains("xxxx")),
         "{errors:?}"
     );
-    let missing = refusal(
-        b.send("send_email", json!({"to": "a@b.c"}))
-            .await
-            .unwrap_err(),
-    )
-    .1;
+    let missing = refusal(b.email(json!({"to": "a@b.c"})).await.unwrap_err()).1;
     assert_eq!(missing.len(), 1);
     assert_eq!(
         (missing[0].pointer.as_str(), missing[0].keyword.as_str()),
@@ -199,11 +193,8 @@ async fn a_valid_input_passes_and_an_invalid_one_is_refused_naming_each_failure_
     // Draft 2020-12 as buquet's validate_input reads it: `format` is an
     // annotation, not an assertion.
     assert_eq!(
-        b.send(
-            "send_email",
-            json!({"to": "not an address", "subject": "s"})
-        )
-        .await,
+        b.email(json!({"to": "not an address", "subject": "s"}))
+            .await,
         Ok(true)
     );
 }

@@ -32,11 +32,7 @@ async fn a_bad_sources_setting_stops_the_function_at_start_naming_it() {
     ] {
         let out = start_with(bad).await;
         assert!(!out.status.success(), "{bad}");
-        let all = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let all = common::output_text(&out);
         assert!(all.contains("SOURCES"), "{bad}: {all}");
     }
 }

@@ -66,11 +66,7 @@ async fn sns_through_sqs_raw_and_enveloped_makes_one_task_each_and_a_redelivery_
         ])
         .output()
         .expect("python3 runs tests/sources/moto_sns.py (make tools installs boto3)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ran(&out, "tests/sources/moto_sns.py");
     let sent: Value = serde_json::from_slice(&out.stdout).unwrap();
     let h = harness(
         Harness::moto().await,

@@ -262,11 +262,7 @@ async fn dense_bucket_expiring(
         .idempotency_key("template")
         .await
         .unwrap();
-    let template_key = bucket
-        .keys()
-        .into_iter()
-        .find(|k| k.starts_with("idempotency/"))
-        .unwrap();
+    let template_key = common::first_under(bucket.keys(), "idempotency/");
     let mut v: serde_json::Value =
         serde_json::from_slice(&bucket.get(&template_key).await.unwrap().body).unwrap();
     bucket.delete(&template_key, None).await.unwrap();

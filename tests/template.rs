@@ -39,10 +39,9 @@ pub(crate) fn templates_with(params: &[(&str, &str)]) -> Templates {
         .args(params.iter().map(|(k, v)| format!("{k}={v}")))
         .output()
         .expect("python3 runs");
-    assert!(
-        o.status.success(),
-        "the SAM translation failed (is aws-sam-translator installed?): {}",
-        String::from_utf8_lossy(&o.stderr)
+    crate::common::assert_ran(
+        &o,
+        "the SAM translation failed (is aws-sam-translator installed?)",
     );
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let mut out = v["translated"].clone();
@@ -238,12 +237,7 @@ fn cfn_lint_is_clean() {
 
 /// cfn-lint's run `o` found nothing.
 fn assert_lint_clean(o: &std::process::Output) {
-    assert!(
-        o.status.success(),
-        "cfn-lint: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    crate::common::assert_ran(o, "cfn-lint");
 }
 
 /// The actions a role's statements grant on the due queue.

@@ -62,11 +62,7 @@ async fn an_expired_record_deleted_by_the_sweeper_leaves_a_delete_marker_that_no
         .await
         .unwrap();
     let all = common::all_keys(&*bucket.store()).await;
-    let rkey = all
-        .iter()
-        .find(|k| k.starts_with("idempotency/"))
-        .expect("a record")
-        .clone();
+    let rkey = common::first_under(all, "idempotency/");
     assert_eq!(bucket.versions(&rkey).await.objects, 1);
 
     // Expired (and old enough for the pass to read it): the daily pass
@@ -171,11 +167,7 @@ async fn a_delete_marker_event_is_acknowledged_without_a_read() {
     let bucket = common::memory_store_versioned(&clock);
     let queue = Queue::with_clock(bucket.clone(), Arc::new(clock.clone()), common::settings());
     common::submit_key(&queue, "k").await;
-    let rkey = bucket
-        .keys()
-        .into_iter()
-        .find(|k| k.starts_with("idempotency/"))
-        .unwrap();
+    let rkey = common::first_under(bucket.keys(), "idempotency/");
     clock.advance(Duration::hours(1));
     let f = FaultyStore::new(bucket.clone());
     let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), common::settings());
@@ -221,11 +213,7 @@ async fn with_conditional_delete_off_a_reset_key_with_a_failed_task_beneath_leav
         queue.reset_key("t", "k", None).await.unwrap(),
         Reset::Done { .. }
     ));
-    let rkey = common::all_keys(&*store)
-        .await
-        .into_iter()
-        .find(|k| k.starts_with("idempotency/"))
-        .expect("a record");
+    let rkey = common::first_under(common::all_keys(&*store).await, "idempotency/");
     // Three versions: the failed task's record, its replacement, the reset.
     let versions = store.list_versions(&rkey).await.unwrap();
     assert_eq!(versions.len(), 3, "{versions:?}");

@@ -242,8 +242,10 @@ fn main() {
     if std::env::var("BENCH_ONLY").as_deref() == Ok("scale") {
         let mut r = Report::new();
         rt.block_on(scale::scale(&mut r, true));
-        splice_section(&r.0, scale::HEADING, true);
-        splice_targets(&r);
+        if !scale::print_only() {
+            splice_section(&r.0, scale::HEADING, true);
+            splice_targets(&r);
+        }
         return;
     }
     // BENCH_ONLY=submitter: the figures of due messages sent by the
@@ -361,6 +363,13 @@ fn splice_section(section: &str, heading: &str, before_targets: bool) {
     {
         Some(at) => format!("{}{stamp}{}", &section[..at], &section[at..]),
         None => section.to_owned(),
+    };
+    // A blank line before the heading, whether or not the section's text
+    // begins with one (`before` ends with the line above it).
+    let section = if section.starts_with('\n') {
+        section
+    } else {
+        format!("\n{section}")
     };
     let section = section.as_str();
     let (before, after) = match doc.find(&format!("\n{heading}")) {

@@ -54,9 +54,16 @@ pub(crate) struct Outcome {
     pub heads: u64,
     pub puts: u64,
     pub deletes: u64,
+    /// Of `lists`: those of the records (under `idempotency/`).
+    pub record_lists: u64,
+    /// Keys the LISTs answered with, all prefixes.
+    pub listed: u64,
     /// Invocations, and the most at once.
     pub invocations: u64,
     pub concurrency: u64,
+    /// Invocations that found nothing to do (every slot held, or the pass
+    /// over): continuations handed on in vain.
+    pub idle: u64,
     /// S3's time from the pass's start to its end (the modelled requests;
     /// the CPU's time is not in it).
     pub s3_secs: f64,
@@ -171,6 +178,10 @@ async fn pass_on(
     while !running.is_empty() || !queued.is_empty() {
         match tokio::time::timeout(tick, running.next()).await {
             Ok(Some((_, Ok(share)))) => {
+                let s = &share.summary;
+                if s.lists == 0 && s.reads == 0 && s.scanned == 0 {
+                    out.idle += 1;
+                }
                 out.summary.add(&share.summary);
                 if let Some(pass) = share.pass {
                     out.summary.complete = pass.complete;
@@ -183,6 +194,7 @@ async fn pass_on(
             _ => {}
         }
         queued.extend(handed.take());
+        progress(&out, begun);
         if out.invocations >= max_invocations && running.is_empty() {
             break;
         }
@@ -195,8 +207,15 @@ async fn pass_on(
     }
     out.s3_secs = begun.elapsed().as_secs_f64();
     let after = counted(&store);
-    [out.lists, out.gets, out.heads, out.puts, out.deletes] =
-        std::array::from_fn(|k| after[k] - counts_before[k]);
+    [
+        out.lists,
+        out.gets,
+        out.heads,
+        out.puts,
+        out.deletes,
+        out.record_lists,
+        out.listed,
+    ] = std::array::from_fn(|k| after[k] - counts_before[k]);
     let l = store.layout();
     out.records = l.counts.iter().sum();
     out.expired = l.expired_before.last().copied().unwrap_or(0);
@@ -204,8 +223,25 @@ async fn pass_on(
     out
 }
 
-/// The store's request counts: LIST, GET, HEAD, PUT, DELETE.
-fn counted(store: &SyntheticStore) -> [u64; 5] {
+/// A line on stderr every 25 invocations: how far a long case has got
+/// (records listed by the shares that ended, S3's time so far), for a run
+/// stopped before its end to say so.
+fn progress(out: &Outcome, begun: tokio::time::Instant) {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = out.invocations / 25;
+    if LAST.swap(n, std::sync::atomic::Ordering::Relaxed) != n {
+        eprintln!(
+            "scale: {} invocations, {} records listed, {:.0} s of S3 time",
+            out.invocations,
+            out.summary.scanned,
+            begun.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// The store's request counts: LIST, GET, HEAD, PUT, DELETE; the records'
+/// LISTs, and the keys listed.
+fn counted(store: &SyntheticStore) -> [u64; 7] {
     use std::sync::atomic::Ordering::Relaxed;
     let c = store.counts();
     [
@@ -214,6 +250,8 @@ fn counted(store: &SyntheticStore) -> [u64; 5] {
         c.head.load(Relaxed),
         c.put.load(Relaxed),
         c.delete.load(Relaxed),
+        c.list_records.load(Relaxed),
+        c.listed.load(Relaxed),
     ]
 }
 

@@ -118,6 +118,12 @@ pub struct Settings {
     /// (`PASS_CONCURRENCY`; 4 by default): each holds a share of the pass's
     /// ranges by a lease in the checkpoint.
     pub pass_concurrency: usize,
+    /// A scope whose first page says it holds more than two of this many
+    /// records is listed by a range for about each this many (at most 64 a
+    /// scope), side by side: 64,000, so that each range lists 64 full pages
+    /// for its last, part-full one. Not read from the environment; tests
+    /// make it small to split small scopes.
+    pub pass_range_records: u64,
 }
 
 /// The most invocations of one pass at once that `PASS_CONCURRENCY` may
@@ -178,6 +184,7 @@ impl Default for Settings {
             list_order: ListOrder::Bytes,
             if_task_failed: IfTaskFailed::Replay,
             pass_concurrency: 4,
+            pass_range_records: 64_000,
         }
     }
 }

@@ -332,6 +332,25 @@ mod tests {
                 true,
                 Some(1),
             ),
+            // A clock that is only unknown is known after the next answer;
+            // one known to be far off is not fixed in a second.
+            (
+                SubmitError::ClockOffset { offset: None },
+                "storage_unavailable",
+                true,
+                Some(1),
+            ),
+            (
+                SubmitError::ClockOffset {
+                    offset: Some(Offset {
+                        low: chrono::Duration::minutes(5),
+                        high: chrono::Duration::minutes(5),
+                    }),
+                },
+                "storage_unavailable",
+                true,
+                Some(30),
+            ),
             (unavailable(), "storage_unavailable", true, Some(1)),
             (
                 SubmitError::Storage(StoreError::Conflict),

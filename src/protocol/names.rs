@@ -664,4 +664,14 @@ mod tests {
         assert!(Ttl::from_seconds(i64::MAX, max).is_err());
         assert!(Ttl::from_seconds(-1, max).is_err());
     }
+
+    #[cfg(feature = "testing")]
+    #[test]
+    fn a_thread_given_an_id_source_takes_its_ids_from_it_until_it_is_taken_away() {
+        let id = uuid::Uuid::from_u128(7);
+        set_id_source(Some(Box::new(move || id)));
+        assert_eq!((new_id(), new_id()), (id, id));
+        set_id_source(None);
+        assert_ne!(new_id(), id);
+    }
 }

@@ -307,3 +307,26 @@ pub(super) fn out_of(option: TaskOption) -> ValidationError {
     };
     ValidationError::field(spec.name, format!("must be a whole number, {min} to {max}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the CLI's help tells and a task without the option gets:
+    /// buquet's defaults, for these three options alone.
+    #[test]
+    fn only_the_timeout_the_retries_and_the_offload_threshold_have_a_default_and_it_is_buquets() {
+        let defaults: Vec<(&str, u64)> = TaskOption::ALL
+            .iter()
+            .filter_map(|o| Some((o.name(), o.default()?)))
+            .collect();
+        assert_eq!(
+            defaults,
+            [
+                ("timeout_seconds", 300),
+                ("max_retries", 3),
+                ("payload_ref_threshold_bytes", 256 * 1024)
+            ]
+        );
+    }
+}

@@ -627,13 +627,23 @@ mod tests {
         assert_eq!(task_status(b"[]"), None);
     }
 
-    #[test]
-    fn records_written_by_buquet_without_status_parse() {
-        let body = br#"{"key":"k","key_hash":"sha256:00","task_id":"a1b2c3d4-0000-4000-8000-000000000000",
+    /// A record as buquet's clients write it: no status, write_id or reset.
+    const BUQUET_RECORD: &[u8] = br#"{"key":"k","key_hash":"sha256:00","task_id":"a1b2c3d4-0000-4000-8000-000000000000",
             "task_key":"tasks/a/a1b2c3d4-0000-4000-8000-000000000000.json","created_at":"2026-01-27T12:00:00.123456Z",
             "expires_at":"2026-02-26T12:00:00Z","task_type":"t","input_hash":"sha256:11"}"#;
-        let r = Record::parse(body).unwrap();
+
+    #[test]
+    fn records_written_by_buquet_without_status_parse() {
+        let r = Record::parse(BUQUET_RECORD).unwrap();
         assert_eq!(r.status, None);
         assert!(r.pending_task.is_none());
+    }
+
+    #[test]
+    fn only_a_record_with_reset_at_is_a_reset_record() {
+        let mut r = Record::parse(BUQUET_RECORD).unwrap();
+        assert!(!r.is_reset());
+        r.reset_at = Some(r.expires_at);
+        assert!(r.is_reset());
     }
 }

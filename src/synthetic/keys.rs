@@ -50,8 +50,17 @@ pub fn mix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Appends the low `digits` hex digits of `v` (without the allocation and
+/// the formatting machinery of `format!`: keys are made per record listed).
+pub fn push_hex(out: &mut String, v: u64, digits: u32) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for k in (0..digits).rev() {
+        out.push(char::from(HEX[((v >> (4 * k)) & 15) as usize]));
+    }
+}
+
 /// A family of generated keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {
     /// One scope's records, `idempotency/{scope}/{hash}.json`.
     Records(u32),
@@ -76,6 +85,9 @@ pub struct Layout {
     task_step: u64,
     /// Payloads (orphans included).
     pub payloads: u64,
+    /// Each family's prefix: the scopes' in order, then the payloads' and
+    /// the tasks'.
+    prefixes: Vec<String>,
 }
 
 impl Layout {
@@ -98,7 +110,12 @@ impl Layout {
         }
         expired_before.push(acc);
         let tasks = shape.live.max(1);
+        let prefixes = (0..shape.scopes)
+            .map(|s| format!("idempotency/{}/", scope_name(s)))
+            .chain(["payloads/".to_owned(), "tasks/".to_owned()])
+            .collect();
         Layout {
+            prefixes,
             counts,
             expired_before,
             tasks,
@@ -116,12 +133,13 @@ impl Layout {
     }
 
     /// What every key of `f` starts with.
-    pub fn prefix(&self, f: Family) -> String {
-        match f {
-            Family::Records(s) => format!("idempotency/{}/", scope_name(s)),
-            Family::Payloads => "payloads/".into(),
-            Family::Tasks => "tasks/".into(),
-        }
+    pub fn prefix(&self, f: Family) -> &str {
+        let n = self.shape.scopes as usize;
+        &self.prefixes[match f {
+            Family::Records(s) => s as usize,
+            Family::Payloads => n,
+            Family::Tasks => n + 1,
+        }]
     }
 
     /// How many keys `f` has.
@@ -139,25 +157,32 @@ impl Layout {
             Family::Records(s) => {
                 let step = u64::MAX / self.counts[s as usize];
                 let h = mix(u64::from(s) << 40 ^ i);
-                format!(
-                    "idempotency/{}/{:016x}{:016x}{:016x}{:016x}.json",
-                    scope_name(s),
-                    i * step,
-                    h,
-                    mix(h),
-                    mix(h ^ 1)
-                )
+                let prefix = self.prefix(f);
+                let mut k = String::with_capacity(prefix.len() + 69);
+                k.push_str(prefix);
+                for v in [i * step, h, mix(h), mix(h ^ 1)] {
+                    push_hex(&mut k, v, 16);
+                }
+                k.push_str(".json");
+                k
             }
             Family::Tasks => {
-                let id = self.task_id(i, false);
-                format!("tasks/{}/{id}.json", &id[..1])
+                let mut k = String::with_capacity(50);
+                k.push_str("tasks/");
+                // The shard: the id's first digit.
+                push_hex(&mut k, (i * self.task_step) >> 44, 1);
+                k.push('/');
+                self.push_task_id(&mut k, i, false);
+                k.push_str(".json");
+                k
             }
             Family::Payloads => {
                 let orphan = i % self.shape.orphan_every == self.shape.orphan_every - 1;
-                format!(
-                    "payloads/{}/input.json",
-                    self.task_id(i * self.shape.payload_every, orphan)
-                )
+                let mut k = String::with_capacity(56);
+                k.push_str("payloads/");
+                self.push_task_id(&mut k, i * self.shape.payload_every, orphan);
+                k.push_str("/input.json");
+                k
             }
         }
     }
@@ -165,16 +190,25 @@ impl Layout {
     /// Task `j`'s id (an orphan payload's: the same but its last twelve
     /// digits, which no task has).
     pub fn task_id(&self, j: u64, orphan: bool) -> String {
+        let mut id = String::with_capacity(36);
+        self.push_task_id(&mut id, j, orphan);
+        id
+    }
+
+    /// Appends task `j`'s id (see [`Layout::task_id`]): a UUID v4's form.
+    fn push_task_id(&self, out: &mut String, j: u64, orphan: bool) {
         let hi = j * self.task_step;
         let m = mix(j ^ 0x7a5c);
         let tail = (m & 0x7FFF_FFFF_FFFF) | if orphan { 0x8000_0000_0000 } else { 0 };
-        format!(
-            "{:08x}-{:04x}-4{:03x}-{:04x}-{tail:012x}",
-            hi >> 16,
-            hi & 0xFFFF,
-            (m >> 48) & 0xFFF,
-            0x8000 | ((m >> 32) & 0x3FFF),
-        )
+        push_hex(out, hi >> 16, 8);
+        out.push('-');
+        push_hex(out, hi & 0xFFFF, 4);
+        out.push_str("-4");
+        push_hex(out, (m >> 48) & 0xFFF, 3);
+        out.push('-');
+        push_hex(out, 0x8000 | ((m >> 32) & 0x3FFF), 4);
+        out.push('-');
+        push_hex(out, tail, 12);
     }
 
     /// The family and index of a generated key; `None` for any other.
@@ -240,7 +274,12 @@ impl Layout {
             Family::Tasks => 1,
         };
         let h = mix(tag << 48 ^ i);
-        format!("\"{h:016x}{:016x}\"", mix(h))
+        let mut e = String::with_capacity(34);
+        e.push('"');
+        push_hex(&mut e, h, 16);
+        push_hex(&mut e, mix(h), 16);
+        e.push('"');
+        e
     }
 
     /// The first index of `f` whose key is past `bound` (`strict`) or at
@@ -266,7 +305,7 @@ impl Layout {
         if fp.starts_with(prefix) {
             return 0..self.len(f);
         }
-        if !prefix.starts_with(&fp) {
+        if !prefix.starts_with(fp) {
             return 0..0;
         }
         let lo = self.lower_bound(f, prefix, false);

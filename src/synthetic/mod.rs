@@ -44,6 +44,10 @@ use crate::store::{
 pub struct Counts {
     /// LISTs (and folder listings).
     pub list: AtomicU64,
+    /// Of `list`: those under `idempotency/` (the records' listings).
+    pub list_records: AtomicU64,
+    /// Keys that the LISTs answered with (folders not counted).
+    pub listed: AtomicU64,
     /// GETs.
     pub get: AtomicU64,
     /// HEADs.
@@ -109,8 +113,11 @@ struct Inner {
     latency: std::time::Duration,
     /// A bit per record past its TTL: deleted.
     expired_gone: Vec<AtomicU64>,
-    /// Other generated keys deleted.
-    gone: Mutex<HashSet<String>>,
+    /// Other generated keys deleted, by family and index, and how many
+    /// (read without the lock: none, nearly always, while records are
+    /// listed).
+    gone: Mutex<HashSet<(Family, u64)>>,
+    gone_count: AtomicU64,
     /// Objects written, by key.
     written: Mutex<BTreeMap<String, (Bytes, ObjectMeta)>>,
     expired_body: Bytes,
@@ -144,6 +151,7 @@ impl SyntheticStore {
             order,
             latency,
             gone: Mutex::default(),
+            gone_count: AtomicU64::new(0),
             written: Mutex::default(),
             expired_body,
             bodies,
@@ -175,18 +183,20 @@ impl SyntheticStore {
         }
     }
 
-    fn is_gone(&self, f: Family, i: u64, key: &str) -> bool {
+    fn is_gone(&self, f: Family, i: u64) -> bool {
         match f {
             Family::Records(s) if Layout::expired(i) => {
                 let b = self.0.layout.expired_index(s, i);
                 self.0.expired_gone[(b / 64) as usize].load(Ordering::Relaxed) & (1 << (b % 64))
                     != 0
             }
-            _ => self.lock_gone().contains(key),
+            _ => {
+                self.0.gone_count.load(Ordering::Relaxed) > 0 && self.lock_gone().contains(&(f, i))
+            }
         }
     }
 
-    fn lock_gone(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    fn lock_gone(&self) -> std::sync::MutexGuard<'_, HashSet<(Family, u64)>> {
         self.0.gone.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -211,7 +221,7 @@ impl SyntheticStore {
             return Some((Some(b.clone()), m.clone(), None));
         }
         let (f, i) = self.0.layout.parse(key)?;
-        (!self.is_gone(f, i, key)).then(|| (None, self.meta(f, i, key.to_owned()), Some((f, i))))
+        (!self.is_gone(f, i)).then(|| (None, self.meta(f, i, key.to_owned()), Some((f, i))))
     }
 
     /// A generated object's body.
@@ -256,24 +266,27 @@ impl SyntheticStore {
                 break;
             }
             let fp = l.prefix(f);
-            if !(fp.starts_with(prefix) || prefix.starts_with(&fp)) {
+            if !(fp.starts_with(prefix) || prefix.starts_with(fp)) {
                 continue;
             }
             // Every key of the family is before the bound: skip it whole.
-            if bound.is_some_and(|b| b > fp.as_str() && !b.starts_with(&fp)) {
+            if bound.is_some_and(|b| b > fp && !b.starts_with(fp)) {
                 continue;
             }
             let span = l.span(f, prefix);
             let from = match bound {
-                Some(b) if b >= fp.as_str() => l.lower_bound(f, b, true).max(span.start),
+                Some(b) if b >= fp => l.lower_bound(f, b, true).max(span.start),
                 _ => span.start,
             };
             for i in from..span.end {
                 if out.len() >= n {
                     return out;
                 }
+                if self.is_gone(f, i) {
+                    continue;
+                }
                 let key = l.key(f, i);
-                if !self.is_gone(f, i, &key) && !written.contains_key(&key) {
+                if written.is_empty() || !written.contains_key(&key) {
                     out.push(self.meta(f, i, key));
                 }
             }
@@ -284,6 +297,7 @@ impl SyntheticStore {
     /// `LIST_ORDER=bytes`: a page in byte order from after `bound`.
     fn list_bytes(&self, prefix: &str, bound: Option<&str>, limit: usize) -> ListPage {
         let mut all = self.generated_after(prefix, bound, limit + 1);
+        let generated = all.len();
         {
             let written = self.lock_written();
             let from = bound.map_or(prefix.to_owned(), str::to_owned);
@@ -297,7 +311,10 @@ impl SyntheticStore {
                     .map(|(_, (_, m))| m.clone()),
             );
         }
-        all.sort_by(|a, b| a.key.cmp(&b.key));
+        // The generated keys come in byte order already.
+        if all.len() > generated {
+            all.sort_by(|a, b| a.key.cmp(&b.key));
+        }
         let more = all.len() > limit;
         all.truncate(limit);
         ListPage {
@@ -335,9 +352,8 @@ impl SyntheticStore {
                 let n = s.end - s.start;
                 if at < n {
                     let i = s.start + at;
-                    let key = l.key(*f, i);
-                    if !self.is_gone(*f, i, &key) {
-                        objects.push(self.meta(*f, i, key));
+                    if !self.is_gone(*f, i) {
+                        objects.push(self.meta(*f, i, l.key(*f, i)));
                     }
                     break;
                 }
@@ -442,17 +458,18 @@ impl Store for SyntheticStore {
         if self.lock_written().remove(key).is_some() && generated.is_none() {
             // A written object shadowed the generated one: that goes too.
             if let Some((f, i)) = self.0.layout.parse(key) {
-                self.mark_gone(f, i, key);
+                self.mark_gone(f, i);
             }
             return Ok(());
         }
         if let Some((f, i)) = generated {
-            self.mark_gone(f, i, key);
+            self.mark_gone(f, i);
         }
         Ok(())
     }
 
     async fn list_dirs(&self, prefix: &str, page: Option<String>) -> Result<DirPage, StoreError> {
+        self.count_records_list(prefix);
         self.wait(&self.0.counts.list).await;
         // A skip scan: each folder's first key, then past the folder.
         let mut prefixes = Vec::new();
@@ -487,7 +504,23 @@ impl Store for SyntheticStore {
         page: Option<String>,
         limit: usize,
     ) -> Result<ListPage, StoreError> {
+        self.count_records_list(prefix);
         self.wait(&self.0.counts.list).await;
+        let page = self.list_page(prefix, start_after, page, limit)?;
+        let n = page.objects.len() as u64;
+        self.0.counts.listed.fetch_add(n, Ordering::Relaxed);
+        Ok(page)
+    }
+}
+
+impl SyntheticStore {
+    fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        page: Option<String>,
+        limit: usize,
+    ) -> Result<ListPage, StoreError> {
         match self.0.order {
             ListOrder::Bytes => {
                 let bound = match (start_after, page.as_deref()) {
@@ -516,14 +549,22 @@ impl Store for SyntheticStore {
 }
 
 impl SyntheticStore {
-    fn mark_gone(&self, f: Family, i: u64, key: &str) {
+    fn count_records_list(&self, prefix: &str) {
+        if prefix.starts_with("idempotency/") {
+            self.0.counts.list_records.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn mark_gone(&self, f: Family, i: u64) {
         match f {
             Family::Records(s) if Layout::expired(i) => {
                 let b = self.0.layout.expired_index(s, i);
                 self.0.expired_gone[(b / 64) as usize].fetch_or(1 << (b % 64), Ordering::Relaxed);
             }
             _ => {
-                self.lock_gone().insert(key.to_owned());
+                if self.lock_gone().insert((f, i)) {
+                    self.0.gone_count.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }

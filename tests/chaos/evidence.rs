@@ -14,19 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// Reads every object under `prefix` with its body, several at once.
 pub async fn read_all(s3: &S3Store, prefix: &str) -> Vec<Obj> {
-    let mut metas = vec![];
-    let mut page = None;
-    loop {
-        let p = s3
-            .list(prefix, None, page, 1000)
-            .await
-            .expect("listing the bucket");
-        metas.extend(p.objects);
-        match p.next {
-            Some(n) => page = Some(n),
-            None => break,
-        }
-    }
+    let metas = crate::common::objects_under(s3, prefix).await;
     futures::stream::iter(metas)
         .map(|m| async move {
             let o = s3.get(&m.key).await;
@@ -153,18 +141,7 @@ impl Evidence {
             .filter_map(|o| async move { o })
             .collect()
             .await;
-        let mut page = None;
-        loop {
-            let p = s3
-                .list("ready/", None, page, 1000)
-                .await
-                .expect("listing ready/");
-            e.markers.extend(p.objects.into_iter().map(|o| o.key));
-            match p.next {
-                Some(n) => page = Some(n),
-                None => break,
-            }
-        }
+        e.markers = crate::common::keys_under(s3, "ready/").await;
         for r in runs {
             for line in std::fs::read_to_string(r).unwrap_or_default().lines() {
                 let v: Value = serde_json::from_str(line).unwrap_or(Value::Null);
@@ -209,23 +186,12 @@ pub fn name(p: &Path) -> String {
 /// `replays`. How many were sent.
 pub async fn replay_every_key(s3: &S3Store, submit: &Pool, ledger: &SharedLedger) -> u64 {
     let mut keys: Vec<KeyId> = vec![];
-    let mut page = None;
-    loop {
-        let p = s3
-            .list("idempotency/", None, page, 1000)
-            .await
-            .expect("listing records");
-        for o in &p.objects {
-            if let Ok(obj) = s3.get(&o.key).await {
-                let v = json_of(&obj.body);
-                if let (Some(s), Some(k)) = (v["scope"].as_str(), v["key"].as_str()) {
-                    keys.push((s.to_owned(), k.to_owned()));
-                }
+    for key in crate::common::keys_under(s3, "idempotency/").await {
+        if let Ok(obj) = s3.get(&key).await {
+            let v = json_of(&obj.body);
+            if let (Some(s), Some(k)) = (v["scope"].as_str(), v["key"].as_str()) {
+                keys.push((s.to_owned(), k.to_owned()));
             }
-        }
-        match p.next {
-            Some(n) => page = Some(n),
-            None => break,
         }
     }
     let bodies: Vec<(KeyId, Value)> = {

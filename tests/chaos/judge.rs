@@ -39,6 +39,25 @@ impl Audit {
             self.examples.push(format!("{what}: {detail}"));
         }
     }
+
+    /// One more lost submit: acknowledged, and its task not in the bucket.
+    fn lost(&mut self, detail: String) {
+        self.lost_submits += 1;
+        self.example("lost submits", detail);
+    }
+}
+
+/// Task `id` counted among the tasks of `of` (a key, a keyless mark); what
+/// was sent for `of`.
+fn tie_to<'e, K: Eq + std::hash::Hash>(
+    tasks: &mut HashMap<K, BTreeSet<String>>,
+    inputs: &HashMap<K, &'e Value>,
+    of: K,
+    id: &str,
+) -> Option<&'e Value> {
+    let input = inputs.get(&of).copied();
+    tasks.entry(of).or_default().insert(id.to_owned());
+    input
 }
 
 /// What the steps learn and hand on, and the counts so far.
@@ -180,19 +199,11 @@ impl<'e> Judge<'e> {
                         format!("task {id} has {k:?}'s variant {variant}"),
                     );
                 }
-                self.tasks_of_key
-                    .entry(k.clone())
-                    .or_default()
-                    .insert(id.to_owned());
-                self.input_of_key.get(&k).copied()
+                tie_to(&mut self.tasks_of_key, &self.input_of_key, k, id)
             }
             Tie::Keyless(u) => {
                 self.keyless_ids.insert(id.to_owned());
-                self.tasks_of_mark
-                    .entry(u.clone())
-                    .or_default()
-                    .insert(id.to_owned());
-                self.input_of_mark.get(&u).copied()
+                tie_to(&mut self.tasks_of_mark, &self.input_of_mark, u, id)
             }
             Tie::Invalid(n) => {
                 self.a.invalid_bodies_that_wrote += 1;
@@ -300,11 +311,8 @@ impl<'e> Judge<'e> {
             None => {
                 self.answered_keyless.insert(id.to_owned());
                 if !self.task_ids.contains(id) {
-                    self.a.lost_submits += 1;
-                    self.a.example(
-                        "lost submits",
-                        format!("keyless task {id} answered 201, not in the bucket"),
-                    );
+                    self.a
+                        .lost(format!("keyless task {id} answered 201, not in the bucket"));
                 }
             }
         }
@@ -345,11 +353,8 @@ impl<'e> Judge<'e> {
             let ids = self.ids_of_key.get(k);
             let has = ids.is_some_and(|ids| ids.iter().any(|i| self.task_ids.contains(i)));
             if !has {
-                self.a.lost_submits += 1;
-                self.a.example(
-                    "lost submits",
-                    format!("{k:?} acknowledged, {ids:?} not in the bucket"),
-                );
+                self.a
+                    .lost(format!("{k:?} acknowledged, {ids:?} not in the bucket"));
             }
         }
     }
@@ -394,11 +399,8 @@ impl<'e> Judge<'e> {
                     format!("{k:?} names {id}, never written; {due}"),
                 );
             } else if !self.task_ids.contains(id) && e.task_history.contains(id) && !acknowledged {
-                self.a.lost_submits += 1;
-                self.a.example(
-                    "lost submits",
-                    format!("{k:?}: its task {id} was written, then deleted"),
-                );
+                self.a
+                    .lost(format!("{k:?}: its task {id} was written, then deleted"));
             }
         }
     }

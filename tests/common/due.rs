@@ -189,12 +189,9 @@ pub fn buquet_runs_once(at: &BuquetAt<'_>, task_id: &str) {
 
 /// The JSON a run of buquet's client printed, which must have succeeded.
 pub fn buquet_answer(out: &std::process::Output, args: &[&str]) -> Value {
-    assert!(
-        out.status.success(),
-        "buquet {args:?} failed (is `buquet` installed? make test installs it): {:?} {} {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    super::assert_ran(
+        out,
+        &format!("buquet {args:?} failed (is `buquet` installed? make test installs it)"),
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -213,11 +210,8 @@ pub async fn holdings(store: &S3Store) -> (Vec<String>, Vec<String>, String) {
         .filter(|k| k.starts_with("ready/"))
         .cloned()
         .collect();
-    let record = keys
-        .iter()
-        .find(|k| k.starts_with("idempotency/"))
-        .expect("the record");
-    let body = idempotent_submit::Store::get(store, record)
+    let record = super::first_under(&keys, "idempotency/");
+    let body = idempotent_submit::Store::get(store, &record)
         .await
         .expect("reading the record")
         .body;

@@ -52,6 +52,15 @@ impl Harness {
         (Self::over(store.clone(), Some(&clock), false), store)
     }
 
+    /// Two handlers over one bucket in memory: with tenant isolation, and
+    /// without (as SQS and the CLI submit).
+    pub fn isolated_and_plain() -> (Self, Self) {
+        let clock = ManualClock::at_epoch();
+        let store = super::memory_store(&clock);
+        let isolated = Self::over(store.clone(), Some(&clock), true);
+        (isolated, Self::over(store, Some(&clock), false))
+    }
+
     /// The answer to `event`; an HTTP answer is checked against
     /// docs/openapi.yaml.
     pub async fn raw(&self, event: Value) -> Value {

@@ -21,12 +21,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
 use super::chaos_proxy::{ChaosProxy, Landing};
-use super::runtime_api::read_http;
+use super::runtime_api::{self, Side};
 
 /// What became of one invocation.
 #[derive(Debug, Clone)]
@@ -179,7 +178,7 @@ impl Pool {
         });
         for (env, listener) in pool.envs.iter().zip(listeners) {
             let (p, e) = (pool.clone(), env.clone());
-            tokio::spawn(async move { p.serve(e, listener).await });
+            tokio::spawn(runtime_api::serve(listener, Arc::new(EnvSide(p, e))));
             let (p, e) = (Arc::downgrade(&pool), env.clone());
             env.proxy.on_landed(Arc::new(move |l: &Landing<'_>| {
                 if let Some(p) = p.upgrade() {
@@ -490,54 +489,6 @@ impl Pool {
         out
     }
 
-    /// The runtime API of one environment: its process polls for events
-    /// and posts their answers here.
-    async fn serve(self: Arc<Self>, env: Arc<Env>, listener: TcpListener) {
-        loop {
-            let Ok((sock, _)) = listener.accept().await else {
-                return;
-            };
-            let (pool, env) = (self.clone(), env.clone());
-            tokio::spawn(async move {
-                let (r, mut w) = sock.into_split();
-                let mut r = BufReader::new(r);
-                loop {
-                    let Some((method, path, body)) = read_http(&mut r).await else {
-                        return;
-                    };
-                    let reply = if method == "GET" && path.ends_with("/runtime/invocation/next") {
-                        let inbox = {
-                            let mut st = env.state.lock().unwrap();
-                            st.polled = true;
-                            st.inbox.clone()
-                        };
-                        // Ends (None) when this process is replaced.
-                        let next = inbox.lock().await.recv().await;
-                        let Some((id, event)) = next else { return };
-                        let payload = event.to_string();
-                        let deadline = chrono::Utc::now().timestamp_millis()
-                            + pool.cfg.timeout.as_millis() as i64;
-                        format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nlambda-runtime-aws-request-id: {id}\r\n\
-                             lambda-runtime-deadline-ms: {deadline}\r\n\
-                             lambda-runtime-invoked-function-arn: arn:aws:lambda:us-east-1:123456789012:function:{}\r\n\
-                             lambda-runtime-trace-id: Root=1-00000000-000000000000000000000000\r\n\
-                             content-length: {}\r\n\r\n{payload}",
-                            pool.cfg.function,
-                            payload.len()
-                        )
-                    } else {
-                        pool.posted(&env, &path, &body);
-                        "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n".to_owned()
-                    };
-                    if w.write_all(reply.as_bytes()).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    }
-
     /// A response, an invocation error or an init error, posted.
     fn posted(&self, env: &Arc<Env>, path: &str, body: &[u8]) {
         if path.ends_with("/init/error") {
@@ -563,6 +514,30 @@ impl Pool {
         let _ = i.reply.send(outcome);
         drop(st);
         let _ = self.free_tx.send(env.index);
+    }
+}
+
+/// The runtime API of one environment: its process polls for events
+/// and posts their answers here.
+struct EnvSide(Arc<Pool>, Arc<Env>);
+
+impl Side for EnvSide {
+    fn next(&self) -> runtime_api::Next<'_> {
+        let inbox = {
+            let mut st = self.1.state.lock().unwrap();
+            st.polled = true;
+            st.inbox.clone()
+        };
+        // Ends (None) when this process is replaced.
+        Box::pin(async move { inbox.lock().await.recv().await })
+    }
+
+    fn posted(&self, path: &str, body: &[u8]) {
+        self.0.posted(&self.1, path, body);
+    }
+
+    fn function(&self) -> (&str, Duration) {
+        (&self.0.cfg.function, self.0.cfg.timeout)
     }
 }
 

@@ -81,6 +81,16 @@ pub async fn submit_key(
         .unwrap()
 }
 
+/// [`submit_key`] by `tenant` (a principal, as the HTTP edge names it).
+pub async fn submit_key_as(
+    queue: &idempotent_submit::Queue,
+    key: &str,
+    tenant: &str,
+) -> idempotent_submit::Submitted {
+    let submit = queue.submit("t", serde_json::json!(1)).idempotency_key(key);
+    submit.tenant(tenant).await.unwrap()
+}
+
 /// A fresh bucket on each real store the tests run on: moto's and
 /// SeaweedFS's, each unversioned then versioned.
 pub async fn real_buckets() -> [idempotent_submit::S3Store; 4] {
@@ -94,16 +104,67 @@ pub async fn real_buckets() -> [idempotent_submit::S3Store; 4] {
 
 /// Every key in a bucket, whatever store holds it.
 pub async fn all_keys(store: &dyn idempotent_submit::Store) -> Vec<String> {
+    keys_under(store, "").await
+}
+
+/// Every key under `prefix`, page after page.
+pub async fn keys_under(store: &dyn idempotent_submit::Store, prefix: &str) -> Vec<String> {
+    let objects = objects_under(store, prefix).await;
+    objects.into_iter().map(|o| o.key).collect()
+}
+
+/// Every object under `prefix` as LIST tells it, page after page.
+pub async fn objects_under(
+    store: &dyn idempotent_submit::Store,
+    prefix: &str,
+) -> Vec<idempotent_submit::store::ObjectMeta> {
     let mut out = Vec::new();
     let mut page = None;
     loop {
-        let p = store.list("", None, page, 1000).await.expect("listing");
-        out.extend(p.objects.into_iter().map(|o| o.key));
+        let p = store.list(prefix, None, page, 1000).await.expect("listing");
+        out.extend(p.objects);
         match p.next {
             Some(n) => page = Some(n),
             None => return out,
         }
     }
+}
+
+/// The first of `keys` under `prefix` (a record's, a marker's), which must
+/// be there.
+pub fn first_under<K: AsRef<str>>(keys: impl IntoIterator<Item = K>, prefix: &str) -> String {
+    let mut under = keys.into_iter().filter(|k| k.as_ref().starts_with(prefix));
+    let first = under
+        .next()
+        .unwrap_or_else(|| panic!("a key under {prefix}"));
+    first.as_ref().to_owned()
+}
+
+/// The task object of `id` as JSON, which must be there.
+pub async fn task_json(queue: &idempotent_submit::Queue, id: &str) -> serde_json::Value {
+    let id = id.parse().expect("a task id");
+    let body = queue.task(id).await.unwrap().expect("the task object");
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// Everything a process wrote, its stdout then its stderr, as text.
+pub fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Fails unless the process exited 0, saying `what` ran (and what it
+/// needs) and everything it wrote.
+pub fn assert_ran(out: &std::process::Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {:?} {}",
+        out.status,
+        output_text(out)
+    );
 }
 
 /// A bucket whose writes first pass through `hook(op, key)`: it can act on

@@ -31,36 +31,62 @@ pub fn own_moto() -> String {
 }
 
 /// Starts moto through scripts/with-moto.sh (the start-up `make test` uses,
-/// with the pinned tools of .venv/), around a shell that prints the endpoint
-/// and ends when this test process is gone, taking moto with it.
+/// with the pinned tools of .venv/).
 fn start_moto() -> String {
+    let [endpoint] = <[String; 1]>::try_from(start_watched("with-moto.sh", &["S3_TEST_ENDPOINT"]))
+        .expect("one line asked, one line read");
+    if comes_up(&endpoint, Duration::from_secs(30)) {
+        return endpoint;
+    }
+    panic!("moto_server did not come up ({endpoint:?}): see scripts/with-moto.sh's output above");
+}
+
+/// Runs `scripts/<script>` around a shell that prints each of `vars` (what
+/// the script set up), one a line, then waits until this test process is
+/// gone and ends, taking the server with it; the lines, trimmed (empty
+/// where the script printed nothing).
+pub fn start_watched(script: &str, vars: &[&str]) -> Vec<String> {
     use std::io::BufRead;
+    let echoes: String = vars.iter().map(|v| format!("echo \"${v}\"; ")).collect();
     let watch = format!(
-        "echo \"$S3_TEST_ENDPOINT\"; while kill -0 {parent} 2>/dev/null; do sleep 1; done",
+        "{echoes}while kill -0 {parent} 2>/dev/null; do sleep 1; done",
         parent = std::process::id(),
     );
-    let mut child = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/with-moto.sh"))
+    let path = format!("{}/scripts/{script}", env!("CARGO_MANIFEST_DIR"));
+    let mut child = Command::new(&path)
         .args(["sh", "-c", &watch])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
-        .expect("cannot start scripts/with-moto.sh: run `make test`");
-    let mut endpoint = String::new();
-    if let Some(out) = child.stdout.take() {
-        let _ = std::io::BufReader::new(out).read_line(&mut endpoint);
-    }
+        .unwrap_or_else(|e| panic!("cannot start scripts/{script} ({e}): run `make test`"));
+    let mut out = child.stdout.take().map(std::io::BufReader::new);
+    let lines = vars
+        .iter()
+        .map(|_| {
+            let mut line = String::new();
+            if let Some(out) = out.as_mut() {
+                let _ = out.read_line(&mut line);
+            }
+            line.trim().to_owned()
+        })
+        .collect();
     // The watcher outlives this function on purpose (see above).
     std::mem::forget(child);
-    let endpoint = endpoint.trim().to_owned();
-    let addr = endpoint.trim_start_matches("http://").to_owned();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    lines
+}
+
+/// Whether `endpoint` (`http://host:port`) takes a TCP connection within
+/// `wait`; an empty endpoint never does.
+pub fn comes_up(endpoint: &str, wait: Duration) -> bool {
+    let addr = endpoint.trim_start_matches("http://");
+    let deadline = Instant::now() + wait;
     while !addr.is_empty() && Instant::now() < deadline {
-        if std::net::TcpStream::connect(&addr).is_ok() {
-            return endpoint;
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return true;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("moto_server did not come up ({endpoint:?}): see scripts/with-moto.sh's output above");
+    false
 }
 
 /// Whether a test bucket keeps versions (buquet's workers want it on; the

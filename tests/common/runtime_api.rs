@@ -8,6 +8,8 @@
 //! `make deploy-check`), where this one lives in the test's process and
 //! hands it what the function posted.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,66 +40,13 @@ impl RuntimeApi {
         let addr = listener.local_addr().unwrap().to_string();
         let (etx, erx) = mpsc::unbounded_channel::<(String, Value)>();
         let (ptx, prx) = mpsc::unbounded_channel::<Posted>();
-        let erx = Arc::new(Mutex::new(erx));
         let first_poll = Arc::new(std::sync::Mutex::new(None));
-        let fp = first_poll.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((sock, _)) = listener.accept().await else {
-                    return;
-                };
-                let (erx, ptx, fp) = (erx.clone(), ptx.clone(), fp.clone());
-                tokio::spawn(async move {
-                    let (r, mut w) = sock.into_split();
-                    let mut r = BufReader::new(r);
-                    loop {
-                        let Some((method, path, body)) = read_http(&mut r).await else {
-                            return;
-                        };
-                        let reply = if method == "GET" && path.ends_with("/runtime/invocation/next")
-                        {
-                            fp.lock()
-                                .unwrap()
-                                .get_or_insert_with(std::time::Instant::now);
-                            let next = erx.lock().await.recv().await;
-                            let Some((id, event)) = next else { return };
-                            let payload = event.to_string();
-                            let deadline = chrono::Utc::now().timestamp_millis() + 60_000;
-                            format!(
-                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nlambda-runtime-aws-request-id: {id}\r\n\
-                                 lambda-runtime-deadline-ms: {deadline}\r\n\
-                                 lambda-runtime-invoked-function-arn: arn:aws:lambda:us-east-1:123456789012:function:test\r\n\
-                                 lambda-runtime-trace-id: Root=1-00000000-000000000000000000000000\r\n\
-                                 content-length: {}\r\n\r\n{payload}",
-                                payload.len()
-                            )
-                        } else {
-                            let segs: Vec<&str> = path.split('/').collect();
-                            let (request_id, kind) = if path.ends_with("/init/error") {
-                                (String::new(), "init-error".to_owned())
-                            } else {
-                                (
-                                    segs.get(segs.len().wrapping_sub(2))
-                                        .unwrap_or(&"")
-                                        .to_string(),
-                                    segs.last().unwrap_or(&"").to_string(),
-                                )
-                            };
-                            let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                            let _ = ptx.send(Posted {
-                                request_id,
-                                kind,
-                                body,
-                            });
-                            "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n".to_owned()
-                        };
-                        if w.write_all(reply.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
+        let side = OneProcess {
+            events: Mutex::new(erx),
+            posted: ptx,
+            first_poll: first_poll.clone(),
+        };
+        tokio::spawn(serve(listener, Arc::new(side)));
         RuntimeApi {
             addr,
             events: etx,
@@ -131,6 +80,104 @@ impl RuntimeApi {
             .await
             .expect("the function answered within 60 s")
             .expect("the runtime API is running")
+    }
+}
+
+/// The one process of a [`RuntimeApi`]: the events queued for it, what it
+/// posted, and when it first asked for an invocation.
+struct OneProcess {
+    events: Mutex<mpsc::UnboundedReceiver<(String, Value)>>,
+    posted: mpsc::UnboundedSender<Posted>,
+    first_poll: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+}
+
+impl Side for OneProcess {
+    fn next(&self) -> Next<'_> {
+        self.first_poll
+            .lock()
+            .unwrap()
+            .get_or_insert_with(std::time::Instant::now);
+        Box::pin(async move { self.events.lock().await.recv().await })
+    }
+
+    fn posted(&self, path: &str, body: &[u8]) {
+        let segs: Vec<&str> = path.split('/').collect();
+        let (request_id, kind) = if path.ends_with("/init/error") {
+            (String::new(), "init-error".to_owned())
+        } else {
+            (
+                segs.get(segs.len().wrapping_sub(2))
+                    .unwrap_or(&"")
+                    .to_string(),
+                segs.last().unwrap_or(&"").to_string(),
+            )
+        };
+        let body = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let _ = self.posted.send(Posted {
+            request_id,
+            kind,
+            body,
+        });
+    }
+
+    fn function(&self) -> (&str, Duration) {
+        ("test", Duration::from_secs(60))
+    }
+}
+
+/// The next invocation, `(request id, event)`, once there is one.
+pub type Next<'a> = Pin<Box<dyn Future<Output = Option<(String, Value)>> + Send + 'a>>;
+
+/// One function process's side of a runtime API stand-in: where its
+/// invocations come from and where its answers go ([`serve`] speaks the
+/// HTTP).
+pub trait Side: Send + Sync + 'static {
+    /// The next invocation, `(request id, event)`, once there is one;
+    /// `None` ends the connection (the process is gone).
+    fn next(&self) -> Next<'_>;
+    /// A response, an invocation error or an init error, posted at `path`.
+    fn posted(&self, path: &str, body: &[u8]);
+    /// The function's name, and how long an invocation may run.
+    fn function(&self) -> (&str, Duration);
+}
+
+/// The runtime API on `listener`, for `side`: a task a connection, each
+/// answering the process's requests in order until it hangs up.
+pub async fn serve(listener: TcpListener, side: Arc<dyn Side>) {
+    loop {
+        let Ok((sock, _)) = listener.accept().await else {
+            return;
+        };
+        let side = side.clone();
+        tokio::spawn(async move {
+            let (r, mut w) = sock.into_split();
+            let mut r = BufReader::new(r);
+            while let Some((method, path, body)) = read_http(&mut r).await {
+                let reply = if method == "GET" && path.ends_with("/runtime/invocation/next") {
+                    let Some((id, event)) = side.next().await else {
+                        return;
+                    };
+                    let (function, timeout) = side.function();
+                    let payload = event.to_string();
+                    let deadline =
+                        chrono::Utc::now().timestamp_millis() + timeout.as_millis() as i64;
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nlambda-runtime-aws-request-id: {id}\r\n\
+                         lambda-runtime-deadline-ms: {deadline}\r\n\
+                         lambda-runtime-invoked-function-arn: arn:aws:lambda:us-east-1:123456789012:function:{function}\r\n\
+                         lambda-runtime-trace-id: Root=1-00000000-000000000000000000000000\r\n\
+                         content-length: {}\r\n\r\n{payload}",
+                        payload.len()
+                    )
+                } else {
+                    side.posted(&path, &body);
+                    "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n".to_owned()
+                };
+                if w.write_all(reply.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
     }
 }
 

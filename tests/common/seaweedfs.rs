@@ -7,9 +7,8 @@
 //!
 //! A test that needs SeaweedFS fails when it cannot be had: it never skips.
 
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idempotent_submit::store::S3Store;
 
@@ -45,49 +44,22 @@ pub fn seaweedfs() -> &'static SeaweedFs {
 }
 
 /// Starts SeaweedFS through scripts/with-seaweedfs.sh (the start-up `make
-/// test` uses), around a shell that prints what it gave and ends when this
-/// test process is gone, taking SeaweedFS (and its data folder) with it.
+/// test` uses), which takes its data folder with it when it ends.
 fn start_seaweedfs() -> SeaweedFs {
-    use std::io::BufRead;
-    let watch = format!(
-        "echo \"$SEAWEEDFS_TEST_ENDPOINT\"; echo \"$SEAWEEDFS_ACCESS_KEY_ID\"; \
-         echo \"$SEAWEEDFS_SECRET_ACCESS_KEY\"; \
-         while kill -0 {parent} 2>/dev/null; do sleep 1; done",
-        parent = std::process::id(),
-    );
-    let mut child = Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/scripts/with-seaweedfs.sh"
-    ))
-    .args(["sh", "-c", &watch])
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .spawn()
-    .expect("cannot start scripts/with-seaweedfs.sh: run `make test`");
-    let mut lines = Vec::new();
-    if let Some(out) = child.stdout.take() {
-        let mut out = std::io::BufReader::new(out);
-        for _ in 0..3 {
-            let mut line = String::new();
-            let _ = out.read_line(&mut line);
-            lines.push(line.trim().to_owned());
-        }
-    }
-    // The watcher outlives this function on purpose (see above).
-    std::mem::forget(child);
-    let [endpoint, access_key_id, secret_access_key] = <[String; 3]>::try_from(lines)
-        .unwrap_or_else(|l| panic!("scripts/with-seaweedfs.sh gave {l:?}"));
-    let addr = endpoint.trim_start_matches("http://").to_owned();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !addr.is_empty() && Instant::now() < deadline {
-        if std::net::TcpStream::connect(&addr).is_ok() {
-            return SeaweedFs {
-                endpoint,
-                access_key_id,
-                secret_access_key,
-            };
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    let vars = [
+        "SEAWEEDFS_TEST_ENDPOINT",
+        "SEAWEEDFS_ACCESS_KEY_ID",
+        "SEAWEEDFS_SECRET_ACCESS_KEY",
+    ];
+    let [endpoint, access_key_id, secret_access_key] =
+        <[String; 3]>::try_from(super::moto::start_watched("with-seaweedfs.sh", &vars))
+            .expect("three lines asked, three read");
+    if super::moto::comes_up(&endpoint, Duration::from_secs(60)) {
+        return SeaweedFs {
+            endpoint,
+            access_key_id,
+            secret_access_key,
+        };
     }
     panic!(
         "SeaweedFS did not come up ({endpoint:?}): see scripts/with-seaweedfs.sh's output above"

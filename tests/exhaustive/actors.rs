@@ -12,7 +12,9 @@ use chrono::SubsecRound;
 use idempotent_submit::due_sender::DueOrder;
 use idempotent_submit::store::{PutMode, Store, StoreError};
 use idempotent_submit::testing::protocol::{RecordOutcome, SweepOptions, SweepSummary};
-use idempotent_submit::{Clock, IfTaskFailed, Queue, Reset, Settings, SubmitError, Submitted};
+use idempotent_submit::{
+    Clock, IfTaskFailed, KeyView, Queue, Reset, Scope, Settings, SubmitError, Submitted, Tenant,
+};
 use serde_json::{Value, json};
 
 use super::gate::{GateDue, GateStore, Message};
@@ -20,13 +22,70 @@ use crate::model::planted::{self, Bug, FirstBody, Planted};
 
 /// The scope every key of a world lives in (the task type's own).
 pub const TASK_TYPE: &str = "t";
+/// The other task type of guarantee 5's worlds.
+pub const OTHER_TYPE: &str = "u";
 pub const BUCKET: &str = "exhaustive-bucket";
+
+/// How a submit asks besides its key and input: the default is task type
+/// `t` in its own scope, no tenant, no task option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct How {
+    /// Another task type (`u`).
+    pub other_type: bool,
+    /// The `queue` scope, which task types share.
+    pub queue_scope: bool,
+    /// Under tenant isolation, as this principal.
+    pub tenant: Option<&'static str>,
+    /// A task option (`max_retries: 5`).
+    pub options: bool,
+}
+
+impl How {
+    pub fn task_type(&self) -> &'static str {
+        if self.other_type {
+            OTHER_TYPE
+        } else {
+            TASK_TYPE
+        }
+    }
+
+    /// The scope's name, as the record's path holds it.
+    pub fn scope(&self) -> &'static str {
+        if self.queue_scope {
+            "queue"
+        } else {
+            self.task_type()
+        }
+    }
+
+    pub fn tenant(&self) -> Option<Tenant> {
+        self.tenant
+            .map(|p| Tenant::from_principal(p).expect("a principal"))
+    }
+}
+
+/// One keyed submit of a role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sub {
+    pub key: &'static str,
+    pub input: u8,
+    pub how: How,
+}
 
 /// What an actor does.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Role {
     /// A keyed submit of `key` with input number `input`.
     Submit { key: &'static str, input: u8 },
+    /// The same, asked another way (guarantee 5: another task type, scope,
+    /// tenant or set of options).
+    SubmitAs {
+        key: &'static str,
+        input: u8,
+        how: How,
+    },
+    /// A lookup of the key (`GET /idempotency-keys/{key}`).
+    Lookup { key: &'static str },
     /// A keyed submit with `if_task_failed: new_task`.
     Reuse { key: &'static str, input: u8 },
     /// `submit_many` of keyed items, one `SendMessageBatch` for their due
@@ -56,13 +115,31 @@ impl Role {
         matches!(self, Role::Worker | Role::Scanner)
     }
 
-    /// A submit's key and input, for the checks.
-    pub fn submits(&self) -> Vec<(&'static str, u8)> {
+    /// A submit's key, input and how it asks, for the checks.
+    pub fn submits(&self) -> Vec<Sub> {
+        let plain = |(key, input): (&'static str, u8)| Sub {
+            key,
+            input,
+            how: How::default(),
+        };
         match self {
-            Role::Submit { key, input } | Role::Reuse { key, input } => vec![(key, *input)],
-            Role::Batch { items } => items.clone(),
+            Role::Submit { key, input } | Role::Reuse { key, input } => vec![plain((key, *input))],
+            Role::SubmitAs { key, input, how } => vec![Sub {
+                key,
+                input: *input,
+                how: *how,
+            }],
+            Role::Batch { items } => items.iter().copied().map(plain).collect(),
             _ => Vec::new(),
         }
+    }
+
+    /// A submit in replay mode (no `if_task_failed: new_task`).
+    pub fn replay_mode(&self) -> bool {
+        matches!(
+            self,
+            Role::Submit { .. } | Role::SubmitAs { .. } | Role::Batch { .. }
+        )
     }
 }
 
@@ -71,6 +148,7 @@ impl Role {
 pub enum Outcome {
     Submitted(Vec<Result<Submitted, SubmitError>>),
     Reset(Result<Reset, SubmitError>),
+    Looked(Result<Option<KeyView>, SubmitError>),
     Swept(RecordOutcome),
     Passed(Result<SweepSummary, SubmitError>),
     Worked(String),
@@ -136,6 +214,24 @@ pub fn start(role: &Role, q: Queue, store: GateStore, bug: Option<Bug>) -> Runni
                 .await;
             Outcome::Submitted(vec![r])
         }),
+        Role::SubmitAs { key, input, how } => Box::pin(async move {
+            let mut b = q
+                .submit(how.task_type(), input_of(input))
+                .idempotency_key(key);
+            if how.queue_scope {
+                b = b.idempotency_scope(Scope::Queue);
+            }
+            if let Some(p) = how.tenant {
+                b = b.tenant(p);
+            }
+            if how.options {
+                b = b.max_retries(5);
+            }
+            Outcome::Submitted(vec![b.await])
+        }),
+        Role::Lookup { key } => {
+            Box::pin(async move { Outcome::Looked(q.lookup_key(TASK_TYPE, key, None).await) })
+        }
         Role::Reuse { key, input } => Box::pin(async move {
             let r = q
                 .submit(TASK_TYPE, input_of(input))

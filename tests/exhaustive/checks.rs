@@ -15,6 +15,7 @@ use idempotent_submit::{SubmitError, Submitted};
 use super::actors::{self, Events, Outcome, Role};
 use super::gate::{self, Kind};
 use super::more_checks;
+use super::requests;
 use super::sim::{Sim, State};
 
 /// One life of a record: from the step its write was first seen current to
@@ -286,9 +287,13 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
     let a = &sim.actors[i];
     match (&a.role, &a.outcome) {
         (role, Some(Outcome::Submitted(rs))) => {
-            for ((key, input), r) in role.submits().into_iter().zip(rs) {
-                check_submit(sim, i, key, input, r).map_err(|e| format!("#{i} {key}: {e}"))?;
+            for (sub, r) in role.submits().into_iter().zip(rs) {
+                check_submit(sim, i, &sub, r).map_err(|e| format!("#{i} {}: {e}", sub.key))?;
                 more_checks::check_requests(sim, i, r)?;
+                requests::check_stale_marker(sim, i, r)?;
+                if sim.spec.schema {
+                    requests::check_wrote_nothing(sim, i)?;
+                }
                 more_checks::check_after_reset(sim, i, r)?;
             }
             Ok(())
@@ -297,6 +302,10 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
         (Role::Reset { key }, Some(Outcome::Reset(Ok(r)))) => {
             more_checks::check_reset(sim, i, key, r)
         }
+        (Role::Lookup { key }, Some(Outcome::Looked(Ok(v)))) => {
+            requests::check_lookup(sim, i, key, v.as_ref())
+        }
+        (_, Some(Outcome::Looked(Err(e)))) => expected_error(sim, i, e),
         // The worker's reads meet no fault but a crash (which ends it) or a
         // clock step that times them out.
         (Role::Worker | Role::Scanner, Some(Outcome::Worked(w)))
@@ -311,16 +320,15 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
     }
 }
 
-/// Guarantees 1, 3, 5, 6 and 7 for one answer of a submit of `key`.
+/// Guarantees 1, 3, 5, 6 and 7 for one answer of a submit `sub`.
 fn check_submit(
     sim: &Sim,
     i: usize,
-    key: &str,
-    input: u8,
+    sub: &actors::Sub,
     r: &Result<Submitted, SubmitError>,
 ) -> Result<(), String> {
     let a = &sim.actors[i];
-    let rkey = record_key(key);
+    let rkey = record_key_as(sub.key, &sub.how);
     let lives: Vec<&Life> = sim
         .checks
         .lives
@@ -343,8 +351,10 @@ fn check_submit(
                     "guarantee 6: answered {id} of a record expired before the submit began"
                 ));
             }
-            if life.record.input_hash != hash_of(input) {
-                return Err("guarantee 5: accepted over a record of another input".into());
+            if let Some(kind) = requests::differs(&life.record, sub).first() {
+                return Err(format!(
+                    "guarantee 5: accepted over a record of another {kind:?}"
+                ));
             }
             // The status it answers is the task's, one of buquet's.
             const STATUSES: [&str; 8] = [
@@ -388,17 +398,8 @@ fn check_submit(
                 _ => Ok(()),
             }
         }
-        Err(SubmitError::Conflict { .. }) => {
-            if !lives.iter().any(|l| l.record.input_hash != hash_of(input)) {
-                return Err("guarantee 5: a conflict with no record of another input".into());
-            }
-            let wrote = gate::lock(&sim.gate.state).log.iter().any(|l| {
-                l.actor == i && l.ok && (l.key.starts_with("tasks/") || l.key.starts_with("ready/"))
-            });
-            if wrote {
-                return Err("guarantee 5: a conflict that wrote a task or a marker".into());
-            }
-            Ok(())
+        Err(SubmitError::Conflict { kind, .. }) => {
+            requests::check_conflict(sim, i, sub, &lives, kind)
         }
         Err(SubmitError::Undetermined { .. }) => {
             let near = |l: &&Life| now >= l.last_modified + st.finish_window - Duration::seconds(2);
@@ -408,6 +409,7 @@ fn check_submit(
                 Err("undetermined before any record's finish deadline".into())
             }
         }
+        Err(SubmitError::InputInvalid { .. }) => requests::check_refused(sim, i, &rkey),
         Err(e) => expected_error(sim, i, e),
     }
 }
@@ -512,11 +514,19 @@ fn check_nothing_left_behind(sim: &Sim) -> Result<(), String> {
 
 /// Where the record of `key` is (scope `t`, no tenant).
 pub fn record_key(key: &str) -> String {
+    record_key_as(key, &actors::How::default())
+}
+
+/// Where the record of `key` asked `how` is: its scope's folder, the hash of
+/// the scope, the key and the tenant.
+pub fn record_key_as(key: &str, how: &actors::How) -> String {
     let k = idempotent_submit::testing::protocol::IdempotencyKey::parse(key).expect("a key");
-    let hash = idempotent_submit::testing::protocol::hash::key_hash(actors::TASK_TYPE, &k, None);
+    let tenant = how.tenant();
+    let hash =
+        idempotent_submit::testing::protocol::hash::key_hash(how.scope(), &k, tenant.as_ref());
     format!(
         "idempotency/{}/{}.json",
-        actors::TASK_TYPE,
+        how.scope(),
         hash.trim_start_matches("sha256:")
     )
 }

@@ -53,10 +53,7 @@ fn check_replay_mode_writes(sim: &Sim) -> Result<(), String> {
         .iter()
         .filter(|l| l.ok && l.key.starts_with("idempotency/"))
     {
-        let replay_mode = matches!(
-            sim.actors[l.actor].role,
-            Role::Submit { .. } | Role::Batch { .. }
-        );
+        let replay_mode = sim.actors[l.actor].role.replay_mode();
         let replaces = l
             .body
             .as_ref()
@@ -90,7 +87,11 @@ pub fn check_requests(
 ) -> Result<(), String> {
     let a = &sim.actors[i];
     // A 409 is retried: one request more (guarantee 9's), not counted here.
-    if a.faulted || a.met_409 || !matches!(a.role, Role::Submit { .. } | Role::Reuse { .. }) {
+    let keyed = matches!(
+        a.role,
+        Role::Submit { .. } | Role::SubmitAs { .. } | Role::Reuse { .. }
+    );
+    if a.faulted || a.met_409 || !keyed || sim.spec.schema {
         return Ok(());
     }
     let s = gate::lock(&sim.gate.state);
@@ -107,8 +108,13 @@ pub fn check_requests(
         l.actor == i
             && l.kind.is_write()
             && !l.key.starts_with("idempotency/")
-            && l.kind != Kind::Send
+            && !matches!(l.kind, Kind::Send | Kind::Delete)
     });
+    // It removed a stale marker beside a taken task (and wrote nothing).
+    let removed = s
+        .log
+        .iter()
+        .any(|l| l.actor == i && l.kind == Kind::Delete && l.key.starts_with("ready/"));
     // Its first claim met a record (a 412): an expired or reset one, when
     // it answers a new task.
     let held = s
@@ -127,6 +133,7 @@ pub fn check_requests(
         Ok(s) if !s.replayed && held => (5, 5, "new submit over an expired or reset record"),
         Ok(s) if !s.replayed => (3, 3, "new submit"),
         Ok(_) if wrote => (6, 6, "replay that finishes"),
+        Ok(_) if removed => (5, 5, "replay that removes a stale marker"),
         // A new_task submit reads the task right after the record, as a
         // replay does.
         Ok(_) if reuse => (3, 4, "replay (new_task)"),
@@ -189,18 +196,23 @@ pub fn check_reset(sim: &Sim, i: usize, key: &str, r: &Reset) -> Result<(), Stri
     ))
 }
 
-/// The reset's promise to the submits after it: a submit that met no
-/// fault and heard its first answer a whole second after the reset's
-/// `reset_at` (the engine judges by S3's earliest time at that answer,
-/// whole seconds) began after the reset, and is never answered the task
-/// of the record the reset replaced.
+/// The reset's promise to the submits after it: a submit that began once
+/// the reset record was at its key (it started, and sent its first
+/// request, at a later step than that record's landing) is never answered the task of the record the reset
+/// replaced, whatever it met. (The engine tells such a submit by S3's time
+/// of its first answer, at or after `reset_at`; a submit that began before
+/// the reset record landed may read the old record and replay it, even
+/// when the reset's `reset_at`, taken before its PUT was sent, is seconds
+/// older than the submit's first answer: the world "an answered key, a
+/// reset, the clock, a submit" found such a schedule, the reset's PUT
+/// timed out by a clock step and sent again.)
 pub fn check_after_reset(
     sim: &Sim,
     i: usize,
     r: &Result<Submitted, SubmitError>,
 ) -> Result<(), String> {
     let a = &sim.actors[i];
-    let (Ok(s), Some(first), false) = (r, a.first_heard, a.faulted || a.met_409) else {
+    let Ok(s) = r else {
         return Ok(());
     };
     let lives = &sim.checks.lives;
@@ -209,14 +221,16 @@ pub fn check_after_reset(
     }) else {
         return Ok(());
     };
-    let reset_at = lives
-        .iter()
-        .find(|l| l.reset() && l.key == old.key && Some(l.from) == old.to)
-        .and_then(|l| l.record.reset_at);
-    if reset_at.is_some_and(|t| first >= t + chrono::Duration::seconds(1)) {
+    // The step at which the reset record took the old record's place.
+    let Some(reset_step) = old.to else {
+        return Ok(());
+    };
+    // An actor starts at a step of its own, and sends its first request
+    // then: a later step than the reset record's landing.
+    if a.span.0 > reset_step {
         return Err(format!(
-            "the reset's promise: #{i} heard its first answer at {first}, after the reset at {reset_at:?}, and was answered the reset record's task {}",
-            s.task_id
+            "the reset's promise: #{i} began at step {} after the reset record landed (step {reset_step}), and was answered the reset record's task {}",
+            a.span.0, s.task_id
         ));
     }
     Ok(())

@@ -31,6 +31,7 @@ fn world(name: &'static str, actors: Vec<Role>, bug: Option<Bug>) -> Spec {
         limits: false,
         prelude: Prelude::Empty,
         skew: 0,
+        schema: false,
     }
 }
 
@@ -44,10 +45,11 @@ fn twice() -> Vec<Role> {
 fn caught(spec: Spec, needle: &str) -> Report {
     let r = explore::shortest(&spec);
     println!(
-        "planted {:?}: {} steps, {:.1} s, {} states\n{}",
+        "planted {:?}: {} steps, {:.1} s (cpu {:.1} s), {} states\n{}",
         spec.bug,
         r.failure.as_ref().map_or(0, |f| f.steps),
         r.elapsed.as_secs_f64(),
+        r.cpu.as_secs_f64(),
         r.states,
         r.trace()
     );

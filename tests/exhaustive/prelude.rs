@@ -32,6 +32,9 @@ pub enum Prelude {
     Completed,
     /// The same, the task taken by a worker and still `running`.
     Running,
+    /// The same, its marker left behind (the worker's DELETE of it failed):
+    /// a stale marker, which a finisher that sees it removes.
+    StaleMarker,
     /// A submit of `k` that died after its record, before its task and
     /// marker; the clock at the record's stale age, its S3 event due.
     DiedAfterRecord,
@@ -57,6 +60,7 @@ pub fn run(sim: &mut Sim, prelude: Prelude) {
         Prelude::Failed => end_task(&bucket, "failed"),
         Prelude::Completed => end_task(&bucket, "completed"),
         Prelude::Running => end_task(&bucket, "running"),
+        Prelude::StaleMarker => write_status(&bucket, "running"),
         Prelude::NoMarker => delete_markers(&bucket),
         Prelude::DiedAfterRecord => {
             delete_markers(&bucket);
@@ -138,6 +142,11 @@ fn delete_markers(bucket: &MemoryStore) {
 /// `status` written over it.
 fn end_task(bucket: &MemoryStore, status: &str) {
     delete_markers(bucket);
+    write_status(bucket, status);
+}
+
+/// `status` written over the task (its marker left as it is).
+fn write_status(bucket: &MemoryStore, status: &str) {
     let task = bucket.keys().into_iter().find(|k| k.starts_with("tasks/"));
     let task = task.expect("the prelude's task");
     let obj = now_or_never(bucket.get(&task)).and_then(Result::ok);
@@ -146,4 +155,15 @@ fn end_task(bucket: &MemoryStore, status: &str) {
     v["status"] = json!(status);
     let body = Bytes::from(v.to_string());
     now_or_never(bucket.put(&task, body, PutMode::Update(obj.meta.etag)));
+}
+
+/// Task type `t`'s schema, as buquet's `publish_schema` writes it, refusing
+/// every input the worlds send (`{"n": …}` has no `x`).
+pub fn publish_refusing_schema(bucket: &MemoryStore) {
+    let doc = json!({ "input": { "type": "object", "required": ["x"] } });
+    let key = format!("schemas/{TASK_TYPE}.json");
+    let put = bucket.put(&key, Bytes::from(doc.to_string()), PutMode::Create);
+    now_or_never(put)
+        .expect("the in-memory store answers at once")
+        .expect("the schema published");
 }

@@ -70,6 +70,9 @@ pub struct Spec {
     /// seconds (S3's answers carry its `Date`; the engine learns the
     /// offset from them).
     pub skew: i64,
+    /// `VALIDATE_INPUT_SCHEMAS=on`, and task type `t`'s schema (published
+    /// after the prelude) refuses every input the worlds send.
+    pub schema: bool,
 }
 
 /// The functions' machines' clock: S3's (the explorer's) less `behind`.
@@ -188,7 +191,8 @@ impl Sim {
             behind: Duration::seconds(spec.skew),
         };
         let bucket = bucket(spec.store, &machine);
-        let settings = settings(spec.store);
+        let mut settings = settings(spec.store);
+        settings.validate_input_schemas = spec.schema;
         let state = GateState {
             s3_events: spec.events == Events::S3,
             queue_delay: settings.stale_creating_after,
@@ -229,6 +233,9 @@ impl Sim {
             ids,
         };
         super::prelude::run(&mut sim, spec.prelude);
+        if spec.schema {
+            super::prelude::publish_refusing_schema(&sim.bucket);
+        }
         super::checks::observe(&mut sim);
         for role in &spec.actors {
             let i = sim.add(role.clone());

@@ -48,6 +48,28 @@ async def connect():
     )
 
 
+def worker(q, name, task_type, handle):
+    """A worker of every shard whose handler for `task_type` is `handle`."""
+    w = buquet.Worker(q, name, [format(i, "x") for i in range(16)])
+    w.task(task_type)(handle)
+    return w
+
+
+async def run_for(w, count):
+    """Runs `w`, without its timeout monitor, until it has handled `count`
+    tasks (60 s at most): how many it handled."""
+    opts = buquet.WorkerRunOptions(max_tasks=count, with_monitor=False, poll_interval_ms=100)
+    return await asyncio.wait_for(w.run(opts), timeout=60)
+
+
+async def handled(data):
+    return {"handled": data}
+
+
+async def declined(data):
+    raise buquet.PermanentError(f"declined: {json.dumps(data, sort_keys=True)}")
+
+
 async def main(argv):
     q = await connect()
     cmd = argv[0]
@@ -56,42 +78,22 @@ async def main(argv):
         scope = argv[4] if len(argv) > 4 else None
         t = await q.submit(task_type, data, idempotency_key=key, idempotency_scope=scope)
         print(json.dumps({"id": str(t.id), "status": str(t.status)}))
-    elif cmd == "work":
+    elif cmd in ("work", "fail"):
         task_type, count = argv[1], int(argv[2])
-        worker = buquet.Worker(q, "interop-worker", [format(i, "x") for i in range(16)])
-
-        @worker.task(task_type)
-        async def handle(data):
-            return {"handled": data}
-
-        opts = buquet.WorkerRunOptions(max_tasks=count, with_monitor=False, poll_interval_ms=100)
-        processed = await asyncio.wait_for(worker.run(opts), timeout=60)
-        print(json.dumps({"processed": processed}))
-    elif cmd == "fail":
-        task_type, count = argv[1], int(argv[2])
-        worker = buquet.Worker(q, "failing-worker", [format(i, "x") for i in range(16)])
-
-        @worker.task(task_type)
-        async def handle(data):
-            raise buquet.PermanentError(f"declined: {json.dumps(data, sort_keys=True)}")
-
-        opts = buquet.WorkerRunOptions(max_tasks=count, with_monitor=False, poll_interval_ms=100)
-        processed = await asyncio.wait_for(worker.run(opts), timeout=60)
-        print(json.dumps({"processed": processed}))
+        if cmd == "work":
+            w = worker(q, "interop-worker", task_type, handled)
+        else:
+            w = worker(q, "failing-worker", task_type, declined)
+        print(json.dumps({"processed": await run_for(w, count)}))
     elif cmd == "cancel":
         t = await q.cancel(argv[1], reason=argv[2])
         print(json.dumps({"id": str(t.id), "status": str(t.status)}))
     elif cmd == "idle":
         task_type, seconds = argv[1], float(argv[2])
-        worker = buquet.Worker(q, "idle-worker", [format(i, "x") for i in range(16)])
-
-        @worker.task(task_type)
-        async def handle(data):
-            return {"handled": data}
-
+        w = worker(q, "idle-worker", task_type, handled)
         opts = buquet.WorkerRunOptions(with_monitor=False, poll_interval_ms=100)
         try:
-            processed = await asyncio.wait_for(worker.run(opts), timeout=seconds)
+            processed = await asyncio.wait_for(w.run(opts), timeout=seconds)
         except asyncio.TimeoutError:
             processed = 0
         print(json.dumps({"processed": processed}))
@@ -106,11 +108,9 @@ async def main(argv):
         print(json.dumps({"id": str(t.id)}))
     elif cmd == "slow":
         task_type, task_id, seconds = argv[1], argv[2], float(argv[3])
-        worker = buquet.Worker(q, "slow-worker", [format(i, "x") for i in range(16)])
         calls = []
 
-        @worker.task(task_type)
-        async def handle(data, ctx):
+        async def slow(data, ctx):
             calls.append(1)
             before = (await q.get(ctx.task_id)).retry_count
             await asyncio.sleep(2)
@@ -126,8 +126,9 @@ async def main(argv):
                 await asyncio.sleep(0.2)
             return {"handled": data}
 
+        w = worker(q, "slow-worker", task_type, slow)
         opts = buquet.WorkerRunOptions(with_monitor=True, monitor_check_interval_s=1, poll_interval_ms=100)
-        run = asyncio.ensure_future(worker.run(opts))
+        run = asyncio.ensure_future(w.run(opts))
         loop = asyncio.get_running_loop()
         end = loop.time() + seconds
         t = None
@@ -142,18 +143,15 @@ async def main(argv):
                           "last_error": t.last_error if t else None}))
     elif cmd == "load":
         task_type, count = argv[1], int(argv[2])
-        worker = buquet.Worker(q, "load-worker", [format(i, "x") for i in range(16)])
         loaded = []
 
-        @worker.task(task_type)
-        async def handle(data, ctx):
+        async def load(data, ctx):
             task = await q.get(ctx.task_id)
             full = await q.load_input(task)
             loaded.append({"inline": data, "loaded": full})
             return {"size": len(json.dumps(full))}
 
-        opts = buquet.WorkerRunOptions(max_tasks=count, with_monitor=False, poll_interval_ms=100)
-        processed = await asyncio.wait_for(worker.run(opts), timeout=60)
+        processed = await run_for(worker(q, "load-worker", task_type, load), count)
         print(json.dumps({"processed": processed, "loaded": loaded}))
     elif cmd == "publish_schema":
         task_type, schema = argv[1], json.loads(argv[2])

@@ -1,13 +1,9 @@
 use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_submitted_through_our_handler_is_claimed_and_completed_by_a_buquet_worker() {
-    ours_completed_by_a_buquet_worker(Shared::new().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_seaweedfs_a_task_submitted_through_our_handler_is_completed_by_a_buquet_worker() {
-    ours_completed_by_a_buquet_worker(Shared::seaweedfs(common::Versioning::On).await).await;
+on_moto_and_seaweedfs! {
+    a_task_submitted_through_our_handler_is_claimed_and_completed_by_a_buquet_worker,
+    on_seaweedfs_a_task_submitted_through_our_handler_is_completed_by_a_buquet_worker (On)
+        => ours_completed_by_a_buquet_worker();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

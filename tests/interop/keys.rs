@@ -1,14 +1,25 @@
 use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_submitted_through_buquet_first_then_us_is_one_task_and_its_record_replays() {
-    theirs_first_then_ours(Shared::new().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_seaweedfs_a_key_submitted_through_buquet_first_then_us_is_one_task_and_its_record_replays()
- {
-    theirs_first_then_ours(Shared::seaweedfs(common::Versioning::On).await).await;
+on_moto_and_seaweedfs! {
+    a_key_submitted_through_buquet_first_then_us_is_one_task_and_its_record_replays,
+    on_seaweedfs_a_key_submitted_through_buquet_first_then_us_is_one_task_and_its_record_replays (On)
+        => theirs_first_then_ours();
+    /// A reset writes a reset record (`expires_at` at the reset, `reset_at`):
+    /// buquet 0.1's submit, which knows no `reset_at`, takes it for an expired
+    /// record, claims over it and writes a new task; its worker runs the old
+    /// task and the new one as any others.
+    a_reset_key_reads_as_absent_to_buquet_whose_submit_makes_a_new_task_its_worker_runs,
+    on_seaweedfs_a_reset_key_reads_as_absent_to_buquet_whose_submit_makes_a_new_task (On)
+        => reset_then_theirs();
+    a_key_whose_task_a_buquet_worker_failed_is_replayed_and_with_new_task_makes_a_new_task_buquet_completes,
+    on_seaweedfs_a_key_whose_task_a_buquet_worker_failed_is_replayed_and_with_new_task_makes_a_new_task (On)
+        => ended_key_reused(Ending::Failed);
+    a_key_whose_task_buquet_cancelled_is_replayed_and_with_new_task_makes_a_new_task_buquet_completes,
+    on_seaweedfs_a_key_whose_task_buquet_cancelled_is_replayed_and_with_new_task_makes_a_new_task (On)
+        => ended_key_reused(Ending::Cancelled);
+    a_key_submitted_through_us_first_then_buquet_is_one_task,
+    on_seaweedfs_a_key_submitted_through_us_first_then_buquet_is_one_task (Off)
+        => ours_first_then_theirs();
 }
 
 async fn theirs_first_then_ours(s: Shared) {
@@ -35,20 +46,6 @@ async fn theirs_first_then_ours(s: Shared) {
         (status, conflict["code"].as_str()),
         (422, Some("idempotency_conflict"))
     );
-}
-
-/// A reset writes a reset record (`expires_at` at the reset, `reset_at`):
-/// buquet 0.1's submit, which knows no `reset_at`, takes it for an expired
-/// record, claims over it and writes a new task; its worker runs the old
-/// task and the new one as any others.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reset_key_reads_as_absent_to_buquet_whose_submit_makes_a_new_task_its_worker_runs() {
-    reset_then_theirs(Shared::new().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_seaweedfs_a_reset_key_reads_as_absent_to_buquet_whose_submit_makes_a_new_task() {
-    reset_then_theirs(Shared::seaweedfs(common::Versioning::On).await).await;
 }
 
 async fn reset_then_theirs(s: Shared) {
@@ -98,38 +95,6 @@ enum Ending {
     Failed,
     /// buquet's `cancel`, while it is pending.
     Cancelled,
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_whose_task_a_buquet_worker_failed_is_replayed_and_with_new_task_makes_a_new_task_buquet_completes()
- {
-    ended_key_reused(Shared::new().await, Ending::Failed).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_seaweedfs_a_key_whose_task_a_buquet_worker_failed_is_replayed_and_with_new_task_makes_a_new_task()
- {
-    ended_key_reused(
-        Shared::seaweedfs(common::Versioning::On).await,
-        Ending::Failed,
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_whose_task_buquet_cancelled_is_replayed_and_with_new_task_makes_a_new_task_buquet_completes()
- {
-    ended_key_reused(Shared::new().await, Ending::Cancelled).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_seaweedfs_a_key_whose_task_buquet_cancelled_is_replayed_and_with_new_task_makes_a_new_task()
- {
-    ended_key_reused(
-        Shared::seaweedfs(common::Versioning::On).await,
-        Ending::Cancelled,
-    )
-    .await;
 }
 
 /// buquet ends our task `old` as `ending` says (its worker fails it for
@@ -263,16 +228,6 @@ async fn ended_key_reused(s: Shared, ending: Ending) {
     }
 
     theirs_reads_ours(&s, &input, &new, &records[0], &record).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_submitted_through_us_first_then_buquet_is_one_task() {
-    ours_first_then_theirs(Shared::new().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_seaweedfs_a_key_submitted_through_us_first_then_buquet_is_one_task() {
-    ours_first_then_theirs(Shared::seaweedfs(common::Versioning::Off).await).await;
 }
 
 async fn ours_first_then_theirs(s: Shared) {

@@ -65,15 +65,7 @@ fn sweeper_at(s: &Shared, ahead: Duration) -> Sweeper {
 /// Writes the marker the old rule left for the task `id` once a worker
 /// had run it: its minute of `available_at`.
 async fn stale_marker(s: &Shared, id: &str) {
-    let task: Value = serde_json::from_slice(
-        &s.app
-            .queue
-            .task(id.parse().unwrap())
-            .await
-            .unwrap()
-            .unwrap(),
-    )
-    .unwrap();
+    let task = s.task_json(id).await;
     let available: chrono::DateTime<Utc> = task["available_at"].as_str().unwrap().parse().unwrap();
     let stale = format!(
         "ready/{}/{:010}/{}",

@@ -103,6 +103,13 @@ impl Http {
     fn queue(&self) -> &idempotent_submit::Queue {
         &self.h.app.queue
     }
+
+    /// The status of `method` on key `k` through the HTTP API, and the
+    /// methods its `Allow` names.
+    async fn allowed(&self, method: &str) -> (u64, String) {
+        let (status, headers, _) = self.on_key(Door::HttpApi, method, "k", None).await;
+        (status, headers["allow"].as_str().unwrap_or("").to_owned())
+    }
 }
 
 #[tokio::test]
@@ -171,15 +178,9 @@ async fn no_record_is_a_404_and_a_reset_is_a_405_unless_the_stack_allows_it() {
     let t = Http::new(false, false);
     let (status, _, body) = t.on_key(Door::HttpApi, "GET", "nope", None).await;
     assert_eq!((status, body["code"].as_str()), (404, Some("not_found")));
-    t.queue()
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .await
-        .unwrap();
-    let (status, headers, _) = t.on_key(Door::HttpApi, "DELETE", "k", None).await;
-    assert_eq!((status, headers["allow"].as_str()), (405, Some("GET")));
-    let (status, headers, _) = t.on_key(Door::HttpApi, "POST", "k", None).await;
-    assert_eq!((status, headers["allow"].as_str()), (405, Some("GET")));
+    common::submit_key(t.queue(), "k").await;
+    assert_eq!(t.allowed("DELETE").await, (405, "GET".to_owned()));
+    assert_eq!(t.allowed("POST").await, (405, "GET".to_owned()));
     assert_eq!(
         t.bucket
             .keys()
@@ -189,11 +190,7 @@ async fn no_record_is_a_404_and_a_reset_is_a_405_unless_the_stack_allows_it() {
         1
     );
     let on = Http::new(true, false);
-    let (status, headers, _) = on.on_key(Door::HttpApi, "PUT", "k", None).await;
-    assert_eq!(
-        (status, headers["allow"].as_str()),
-        (405, Some("GET, DELETE"))
-    );
+    assert_eq!(on.allowed("PUT").await, (405, "GET, DELETE".to_owned()));
 }
 
 #[tokio::test]
@@ -240,12 +237,7 @@ async fn a_reset_answers_204_with_the_old_task_then_404_and_409_while_the_task_m
 async fn under_tenant_isolation_a_tenant_neither_sees_nor_resets_anothers_key() {
     let t = Http::new(true, true);
     let a = "jwt:14:https://issuer:alice";
-    t.queue()
-        .submit("t", json!(1))
-        .idempotency_key("k")
-        .tenant(a)
-        .await
-        .unwrap();
+    common::submit_key_as(t.queue(), "k", a).await;
     let (status, _, body) = t.on_key(Door::HttpApi, "GET", "k", None).await;
     assert_eq!(
         (status, body["code"].as_str()),

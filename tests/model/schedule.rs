@@ -22,6 +22,17 @@ impl Faults {
             seed: 0,
         }
     }
+
+    /// These faults' seed, crashing at call `at` (after it took effect or
+    /// before), and nothing else failing or slow.
+    pub(super) fn only_crash(&self, at: usize, after: bool) -> Self {
+        Faults {
+            crash_at: Some((at, after)),
+            per_mille: 0,
+            slow_per_mille: 0,
+            ..self.clone()
+        }
+    }
 }
 
 /// Whose key: (tenant, scope, key). Tenant 0 is none; scope 0 is the task
@@ -348,12 +359,7 @@ fn gen_deadline_band(rng: &mut fastrand::Rng) -> Vec<Step> {
     else {
         unreachable!()
     };
-    let dies = Faults {
-        crash_at: Some((1, true)),
-        per_mille: 0,
-        slow_per_mille: 0,
-        ..faults.clone()
-    };
+    let dies = faults.only_crash(1, true);
     let slow = Faults {
         crash_at: None,
         per_mille: 0,
@@ -392,12 +398,7 @@ fn gen_worker_race(rng: &mut fastrand::Rng) -> Vec<Step> {
     let Step::Submit { faults, .. } = &first else {
         unreachable!()
     };
-    let dies = Faults {
-        crash_at: Some((3, false)),
-        per_mille: 0,
-        slow_per_mille: 0,
-        ..faults.clone()
-    };
+    let dies = faults.only_crash(3, false);
     vec![
         with_faults(&first, dies),
         Step::Together(vec![

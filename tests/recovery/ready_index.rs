@@ -14,8 +14,7 @@ async fn a_replay_of_a_key_whose_task_a_worker_has_claimed_writes_no_marker_and_
     assert_eq!(r.task_id, first.task_id);
     assert_eq!(r.status, "running");
     assert!(r.replayed && !r.recovered);
-    assert_eq!(queue_writes(&w.faulty), []);
-    assert_eq!(w.bucket.snapshot(), before, "byte for byte");
+    assert_wrote_nothing(&w, &before);
     // The replay's 4 requests: PUT (412), GET record, GET task + HEAD
     // marker; the task is not the record's `pending_task` any more, so the
     // missing marker is not written.
@@ -29,8 +28,7 @@ async fn a_replay_of_a_key_whose_task_a_worker_has_claimed_writes_no_marker_and_
     let before = w.bucket.snapshot();
     let r = submit(&w.process()).await.unwrap();
     assert_eq!(r.status, "completed");
-    assert_eq!(queue_writes(&w.faulty), []);
-    assert_eq!(w.bucket.snapshot(), before, "byte for byte");
+    assert_wrote_nothing(&w, &before);
 }
 
 #[tokio::test]
@@ -41,8 +39,7 @@ async fn the_sweepers_event_for_a_record_whose_task_a_worker_has_claimed_writes_
     w.worker_claims().await;
     let before = w.bucket.snapshot();
     assert_eq!(w.logged_sweep_event("k").await, RecordOutcome::Nothing);
-    assert_eq!(queue_writes(&w.faulty), []);
-    assert_eq!(w.bucket.snapshot(), before, "byte for byte");
+    assert_wrote_nothing(&w, &before);
     // GET record, GET task + HEAD marker.
     assert_eq!(w.faulty.calls().len(), 3);
     assert!(w.keys("ready/").is_empty());
@@ -139,8 +136,7 @@ async fn a_retried_task_gets_no_marker_of_ours_in_its_old_minute() {
     assert_eq!(w.keys("ready/"), std::slice::from_ref(&retried));
     assert_eq!(w.logged_sweep_event("k").await, RecordOutcome::Nothing);
     assert_eq!(w.keys("ready/"), [retried]);
-    assert_eq!(queue_writes(&w.faulty), []);
-    assert_eq!(w.bucket.snapshot(), before, "byte for byte");
+    assert_wrote_nothing(&w, &before);
 }
 
 #[tokio::test]
@@ -216,6 +212,23 @@ fn marker_held_past_a_claim(w: &World, late: Duration) -> FaultyStore<impl Store
     }))
 }
 
+/// A submit through `f` whose marker was answered after a worker claimed
+/// its task: its answer `r` is the status it read after the marker
+/// (`running`), and of its `calls` requests the last two were that GET of
+/// the task and the DELETE of its marker, which is gone.
+fn assert_marker_checked_and_removed(
+    w: &World,
+    f: &FaultyStore<impl Store + Clone>,
+    r: &idempotent_submit::Submitted,
+    calls: usize,
+) {
+    assert_eq!(r.status, "running", "the status read after the marker");
+    assert!(w.keys("ready/").is_empty(), "{:?}", w.keys("ready/"));
+    let ops: Vec<Op> = f.calls().iter().map(|c| c.op).collect();
+    assert_eq!(ops.len(), calls, "{ops:?}");
+    assert_eq!(ops[calls - 2..], [Op::Get, Op::Delete], "{ops:?}");
+}
+
 #[tokio::test]
 async fn a_first_submits_marker_answered_late_beside_its_task_is_checked_and_removed_after_a_claim()
 {
@@ -230,11 +243,7 @@ async fn a_first_submits_marker_answered_late_beside_its_task_is_checked_and_rem
     );
     // The marker came a second after the task: one GET of the task, which
     // the worker has taken, and the marker goes.
-    assert_eq!(r.status, "running", "the status read after the marker");
-    assert!(w.keys("ready/").is_empty(), "{:?}", w.keys("ready/"));
-    let ops: Vec<Op> = f.calls().iter().map(|c| c.op).collect();
-    assert_eq!(ops.len(), 5, "{ops:?}");
-    assert_eq!(ops[3..], [Op::Get, Op::Delete], "{ops:?}");
+    assert_marker_checked_and_removed(&w, &f, &r, 5);
 }
 
 #[tokio::test]
@@ -271,11 +280,7 @@ async fn a_keyless_submits_marker_answered_late_beside_a_claim_is_checked_and_re
     assert_eq!(task.len(), 1);
     let t: Value = serde_json::from_slice(&w.bucket.get(&task[0]).await.unwrap().body).unwrap();
     assert_eq!(t["status"], "running", "the worker's claim");
-    assert_eq!(r.status, "running", "the status read after the marker");
-    assert!(w.keys("ready/").is_empty(), "{:?}", w.keys("ready/"));
-    let ops: Vec<Op> = f.calls().iter().map(|c| c.op).collect();
-    assert_eq!(ops.len(), 4, "{ops:?}");
-    assert_eq!(ops[2..], [Op::Get, Op::Delete], "{ops:?}");
+    assert_marker_checked_and_removed(&w, &f, &r, 4);
 }
 
 #[tokio::test]

@@ -10,13 +10,20 @@ fn trips(w: &World) -> Vec<(Op, usize)> {
         .collect()
 }
 
+/// The requests of `w` with their round trips, which must be `requests` of
+/// them in `round_trips` round trips.
+fn trips_counted(w: &World, requests: usize, round_trips: usize) -> Vec<(Op, usize)> {
+    let ops = trips(w);
+    let counts = (ops.len(), w.faulty.round_trips());
+    assert_eq!(counts, (requests, round_trips), "{ops:?}");
+    ops
+}
+
 #[tokio::test]
 async fn a_new_submit_is_two_round_trips_and_three_requests() {
     let w = World::new();
     submit(&w.process()).await.unwrap();
-    let ops = trips(&w);
-    assert_eq!(ops.len(), 3, "{ops:?}");
-    assert_eq!(w.faulty.round_trips(), 2, "{ops:?}");
+    let ops = trips_counted(&w, 3, 2);
     assert_eq!(ops[0], (Op::PutCreate, 1));
     assert!(ops[1..].contains(&(Op::PutCreate, 2)) && ops[1..].contains(&(Op::Put, 2)));
 }
@@ -70,9 +77,7 @@ async fn a_replay_of_a_creating_record_is_four_requests_in_three_round_trips() {
     let w = World::new();
     submit(&w.restarted()).await.unwrap();
     submit(&w.process()).await.unwrap();
-    let ops = trips(&w);
-    assert_eq!(ops.len(), 4, "{ops:?}");
-    assert_eq!(w.faulty.round_trips(), 3, "{ops:?}");
+    let ops = trips_counted(&w, 4, 3);
     assert_eq!(ops[..2], [(Op::PutCreate, 1), (Op::Get, 2)]);
     assert!(ops[2..].contains(&(Op::Get, 3)) && ops[2..].contains(&(Op::Head, 3)));
 }
@@ -84,12 +89,10 @@ async fn a_replay_that_finishes_an_interrupted_submit_writes_only_what_is_missin
     let w = crashed.next_process();
     let r = submit(&w.process()).await.unwrap();
     assert!(r.recovered && r.replayed);
-    let ops = trips(&w);
     // PUT (412), GET record, GET task + HEAD marker (both 404), PUT task +
     // PUT marker: 6 requests in 4 round trips. No second read of the task:
     // this call created it, beside its marker, so no worker had it before.
-    assert_eq!(ops.len(), 6, "{ops:?}");
-    assert_eq!(w.faulty.round_trips(), 4, "{ops:?}");
+    let ops = trips_counted(&w, 6, 4);
     assert!(ops[4..].contains(&(Op::PutCreate, 4)) && ops[4..].contains(&(Op::Put, 4)));
     assert_eq!(w.count("tasks/"), 1);
     assert_eq!(w.count("ready/"), 1);
@@ -105,9 +108,7 @@ async fn an_answered_submits_event_checks_both_objects_in_three_requests_and_wri
     assert_eq!(outcome, RecordOutcome::Nothing);
     // GET record, then GET task + HEAD marker in parallel: 3 requests in 2
     // round trips, and no PUT (the record is not promoted any more).
-    let ops = trips(&w);
-    assert_eq!(ops.len(), 3, "{ops:?}");
-    assert_eq!(w.faulty.round_trips(), 2, "{ops:?}");
+    let ops = trips_counted(&w, 3, 2);
     assert_eq!(ops[0], (Op::Get, 1));
     assert!(ops[1..].contains(&(Op::Get, 2)) && ops[1..].contains(&(Op::Head, 2)));
     assert_eq!(w.bucket.snapshot(), before, "byte for byte");
@@ -125,9 +126,7 @@ async fn an_interrupted_submits_event_writes_both_objects_in_five_requests_and_n
     // GET record, GET task + HEAD marker (both 404), PUT task + PUT marker:
     // 5 requests in 3 round trips, no record write. The task is not read
     // again: the sweeper created it beside its marker.
-    let ops = trips(&w);
-    assert_eq!(ops.len(), 5, "{ops:?}");
-    assert_eq!(w.faulty.round_trips(), 3, "{ops:?}");
+    let ops = trips_counted(&w, 5, 3);
     assert_eq!(ops[0], (Op::Get, 1));
     assert!(ops[1..3].contains(&(Op::Get, 2)) && ops[1..3].contains(&(Op::Head, 2)));
     assert!(ops[3..].contains(&(Op::PutCreate, 3)) && ops[3..].contains(&(Op::Put, 3)));

@@ -1,12 +1,15 @@
 use super::*;
+use idempotent_submit::Submitted;
+
+/// A submit of `send_email` with `input`, keyed `key`.
+async fn mail(q: &Queue, input: Value, key: &str) -> Result<Submitted, SubmitError> {
+    q.submit("send_email", input).idempotency_key(key).await
+}
 
 #[tokio::test]
 async fn a_retry_of_a_key_accepted_before_the_schema_changed_replays_its_task() {
     let b = Bed::new(on());
-    let first = b
-        .queue
-        .submit("send_email", json!({"to": "a@b.c"}))
-        .idempotency_key("mail-1")
+    let first = mail(&b.queue, json!({"to": "a@b.c"}), "mail-1")
         .await
         .unwrap();
     assert!(first.created());
@@ -15,10 +18,7 @@ async fn a_retry_of_a_key_accepted_before_the_schema_changed_replays_its_task() 
         .await;
     let p = b.restart(on());
     let before = b.bucket.snapshot();
-    let again = p
-        .queue
-        .submit("send_email", json!({"to": "a@b.c"}))
-        .idempotency_key("mail-1")
+    let again = mail(&p.queue, json!({"to": "a@b.c"}), "mail-1")
         .await
         .unwrap();
     assert_eq!((again.task_id, again.replayed), (first.task_id, true));
@@ -43,10 +43,7 @@ async fn a_retry_of_a_key_accepted_before_the_schema_changed_replays_its_task() 
     );
     // The same key with another input that fails too: the protocol's
     // answer, a conflict naming the key's task.
-    let e = p
-        .queue
-        .submit("send_email", json!({"to": 1}))
-        .idempotency_key("mail-1")
+    let e = mail(&p.queue, json!({"to": 1}), "mail-1")
         .await
         .unwrap_err();
     assert!(
@@ -56,10 +53,7 @@ async fn a_retry_of_a_key_accepted_before_the_schema_changed_replays_its_task() 
     // A new key with the refused input: 400, after one GET of its record,
     // and nothing written.
     p.faulty.reset_log();
-    let e = p
-        .queue
-        .submit("send_email", json!({"to": "a@b.c"}))
-        .idempotency_key("mail-2")
+    let e = mail(&p.queue, json!({"to": "a@b.c"}), "mail-2")
         .await
         .unwrap_err();
     refusal(e);

@@ -138,9 +138,7 @@ async fn with_tenant_isolation_an_authenticated_callers_key_is_its_own() {
 
 #[tokio::test]
 async fn with_tenant_isolation_a_request_without_a_principal_is_401_and_writes_nothing() {
-    let clock = ManualClock::at_epoch();
-    let store = common::memory_store(&clock);
-    let isolated = Harness::over(store.clone(), Some(&clock), true);
+    let (isolated, plain) = Harness::isolated_and_plain();
     let post = isolated.http(event("http-v2-post.json")).await;
     assert_problem(&post, 401, "unauthenticated");
     assert!(isolated.keys().await.is_empty());
@@ -161,7 +159,6 @@ async fn with_tenant_isolation_a_request_without_a_principal_is_401_and_writes_n
     assert_problem(&isolated.http(simple).await, 401, "unauthenticated");
     assert!(isolated.keys().await.is_empty());
     // Off, the same request is served from the shared namespace.
-    let plain = Harness::over(store, Some(&clock), false);
     assert_eq!(plain.http(event("http-v2-post.json")).await.status, 201);
 }
 
@@ -170,58 +167,44 @@ fn as_principal(mut e: Value, authorizer: Value) -> Value {
     e
 }
 
+/// The sample POST (`http-v2-post.json`), sent by the caller `authorizer`
+/// names.
+async fn post_as(h: &Harness, authorizer: Value) -> Resp {
+    h.http(as_principal(event("http-v2-post.json"), authorizer))
+        .await
+}
+
 fn assumed_role(session: &str) -> Value {
     json!({"iam": {"userArn": format!("arn:aws:sts::123456789012:assumed-role/producer/{session}")}})
 }
 
 #[tokio::test]
 async fn every_session_of_an_assumed_role_is_one_tenant() {
-    let clock = ManualClock::at_epoch();
-    let store = common::memory_store(&clock);
-    let h = Harness::over(store, Some(&clock), true);
-    let first = h
-        .http(as_principal(
-            event("http-v2-post.json"),
-            assumed_role("i-0aaa"),
-        ))
-        .await;
+    let (h, _) = Harness::isolated_and_plain();
+    let first = post_as(&h, assumed_role("i-0aaa")).await;
     assert_eq!(first.status, 201, "{}", first.body);
-    let retry = h
-        .http(as_principal(
-            event("http-v2-post.json"),
-            assumed_role("i-0bbb"),
-        ))
-        .await;
+    let retry = post_as(&h, assumed_role("i-0bbb")).await;
     assert_eq!(retry.status, 200, "{}", retry.body);
     assert_eq!(retry.body["task_id"], first.body["task_id"]);
     assert_eq!(h.count("tasks/").await, 1);
     // Another role is another tenant.
     let other = json!({"iam": {"userArn": "arn:aws:sts::123456789012:assumed-role/other/i-0aaa"}});
-    let r = h
-        .http(as_principal(event("http-v2-post.json"), other))
-        .await;
+    let r = post_as(&h, other).await;
     assert_eq!(r.status, 201);
     assert_ne!(r.body["task_id"], first.body["task_id"]);
 }
 
 #[tokio::test]
 async fn a_lambda_authorizers_simple_response_names_the_tenant_by_principal_id() {
-    let clock = ManualClock::at_epoch();
-    let h = Harness::over(common::memory_store(&clock), Some(&clock), true);
+    let (h, _) = Harness::isolated_and_plain();
     let by = |p: &str| json!({"lambda": {"principalId": p}});
     // The sample event: an authorizer answered
     // `{"isAuthorized": true, "context": {"principalId": "team-payments"}}`.
     let sample = h.http(event("http-v2-post-lambda-authorizer.json")).await;
     assert_eq!(sample.status, 201, "{}", sample.body);
-    let a = h
-        .http(as_principal(event("http-v2-post.json"), by("team-a")))
-        .await;
-    let b = h
-        .http(as_principal(event("http-v2-post.json"), by("team-b")))
-        .await;
-    let a2 = h
-        .http(as_principal(event("http-v2-post.json"), by("team-a")))
-        .await;
+    let a = post_as(&h, by("team-a")).await;
+    let b = post_as(&h, by("team-b")).await;
+    let a2 = post_as(&h, by("team-a")).await;
     assert_eq!((a.status, b.status, a2.status), (201, 201, 200));
     assert_ne!(a.body["task_id"], b.body["task_id"]);
     assert_ne!(a.body["task_id"], sample.body["task_id"]);
@@ -230,14 +213,10 @@ async fn a_lambda_authorizers_simple_response_names_the_tenant_by_principal_id()
 
 #[tokio::test]
 async fn with_tenant_isolation_get_answers_only_the_tenants_own_tasks() {
-    let clock = ManualClock::at_epoch();
-    let store = common::memory_store(&clock);
-    let h = Harness::over(store.clone(), Some(&clock), true);
+    let (h, plain) = Harness::isolated_and_plain();
     let alice = json!({"lambda": {"principalId": "alice"}});
     let bob = json!({"lambda": {"principalId": "bob"}});
-    let keyed = h
-        .http(as_principal(event("http-v2-post.json"), alice.clone()))
-        .await;
+    let keyed = post_as(&h, alice.clone()).await;
     let keyless = h
         .http(as_principal(
             event("http-v2-post-no-key.json"),
@@ -246,9 +225,7 @@ async fn with_tenant_isolation_get_answers_only_the_tenants_own_tasks() {
         .await;
     assert_eq!((keyed.status, keyless.status), (201, 201));
     // A task submitted without isolation (SQS, the CLI) names no tenant.
-    let shared = Harness::over(store, Some(&clock), false)
-        .http(event("http-v2-post-no-key.json"))
-        .await;
+    let shared = plain.http(event("http-v2-post-no-key.json")).await;
     let alice_tenant = idempotent_submit::testing::protocol::Tenant::from_principal("lambda:alice")
         .unwrap()
         .id();
@@ -256,14 +233,7 @@ async fn with_tenant_isolation_get_answers_only_the_tenants_own_tasks() {
         let id = id.as_str().unwrap();
         // The task object names its tenant, keyed or not (the seal in its id
         // is for after a worker rewrote it).
-        let raw = h
-            .app
-            .queue
-            .task(id.parse().unwrap())
-            .await
-            .unwrap()
-            .unwrap();
-        let task: Value = serde_json::from_slice(&raw).unwrap();
+        let task = common::task_json(&h.app.queue, id).await;
         assert_eq!(
             task["idempotency"]["tenant"],
             alice_tenant.as_str(),

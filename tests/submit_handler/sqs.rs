@@ -37,12 +37,7 @@ async fn a_mixed_standard_batch_lists_no_failures_and_rejects_what_can_never_suc
             ),
         ]
     );
-    let key = h
-        .keys()
-        .await
-        .into_iter()
-        .find(|k| k.starts_with("rejected/"))
-        .unwrap();
+    let key = common::first_under(h.keys().await, "rejected/");
     assert!(
         key.starts_with("rejected/20") && key.ends_with(".json"),
         "{key}"

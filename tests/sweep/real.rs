@@ -185,16 +185,11 @@ async fn dry_pass_writing_nothing(
     settings: &idempotent_submit::Settings,
 ) -> SweepSummary {
     let etags = |store: idempotent_submit::S3Store| async move {
-        let mut all = Vec::new();
-        let mut page = None;
-        loop {
-            let p = store.list("", None, page, 1000).await.unwrap();
-            all.extend(p.objects.into_iter().map(|o| (o.key, o.etag.to_string())));
-            match p.next {
-                Some(n) => page = Some(n),
-                None => break,
-            }
-        }
+        let objects = common::objects_under(&store, "").await;
+        let mut all: Vec<_> = objects
+            .into_iter()
+            .map(|o| (o.key, o.etag.to_string()))
+            .collect();
         all.sort();
         all
     };

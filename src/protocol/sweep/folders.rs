@@ -46,7 +46,7 @@ impl Engine {
         {
             Ok(page) => RangeStep {
                 tally,
-                next: after_dirs_page(page.prefixes, page.next),
+                next: after_dirs_page(page.prefixes, page.next, self.settings.list_order),
                 wait: vec![],
             },
             Err(e) => self.refused_or_failed(Range::Dirs { token }, e, tally),
@@ -77,11 +77,15 @@ impl Engine {
             .collect();
         let stopped = self.read_due(&due, opts, &mut tally).await.is_some();
         if stopped {
-            // This page again next run, from the token it was listed from.
+            // This page again, from the token it was listed from: by the
+            // share handed on when the invocation's deadline stopped it,
+            // else (a failure) at the next scheduled run.
+            let again = vec![Range::Dir { prefix, token }];
+            let past = self.past(opts);
             return RangeStep {
                 tally,
-                next: vec![],
-                wait: vec![Range::Dir { prefix, token }],
+                next: if past { again.clone() } else { vec![] },
+                wait: if past { vec![] } else { again },
             };
         }
         RangeStep {

@@ -26,10 +26,12 @@
 //! where `pass` is the one clock reading at which the pass began: resumed
 //! runs judge their records against the same window, so every crossing is
 //! judged by exactly one pass. It lists ranges of the key space side by side:
-//! one range per scope, found by a listing that skips from scope to scope,
-//! and a range whose first page is full splits into sixteen by the next hex
-//! digit of the record hash (down to three digits), so a large scope is
-//! listed by many listings at once. It stops before the invocation's deadline
+//! one range per scope, the scopes found a page of folders at a time
+//! (`Delimiter: /`); a scope whose first page says it is large (its last key
+//! reached a small part of the hash space) is cut into ranges of about
+//! `pass_range_records` records each by bounds in the hash space, at most
+//! [`MAX_RANGES`], so that it is listed by many listings at once and nearly
+//! every listing comes back full. It stops before the invocation's deadline
 //! and keeps the ranges still to list in `sweeper/checkpoint.json`. One pass
 //! is worked by up to `PASS_CONCURRENCY` invocations at once, each holding a
 //! share of its ranges by a lease in the checkpoint (compare-and-swap), and
@@ -84,8 +86,11 @@ pub const READS_AT_ONCE: usize = 16;
 pub const RANGES_AT_ONCE: usize = 32;
 /// Keys per listing page (S3's largest).
 const PAGE: usize = 1000;
-/// A range splits by the hex digits of the record hash down to this many.
-const MAX_SPLIT_DIGITS: usize = 3;
+/// A large scope is listed by a range for about each
+/// `Settings::pass_range_records` of its records, and by at most this many
+/// ranges: what a pass holds stays bounded by its scopes, whatever their
+/// size.
+const MAX_RANGES: u64 = 64;
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// How one scheduled pass runs.

@@ -114,6 +114,10 @@ impl Engine {
         opts: &SweepOptions,
     ) -> RangeStep {
         match range {
+            // A pass finds its scopes a page of folders at a time; a pass
+            // begun by an earlier version goes on skipping from scope to
+            // scope.
+            Range::Scopes { after: None } => self.list_scope_dirs(None, opts).await,
             Range::Scopes { after } => self.list_scopes(after, opts).await,
             Range::Keys {
                 prefix,
@@ -185,16 +189,26 @@ impl Engine {
         let ended = page.next.is_none() || objects.len() < page.objects.len();
         tally.scanned += objects.len() as u64;
         let keys: Vec<&str> = objects.iter().map(|m| m.key.as_str()).collect();
-        let mut next = after_keys_page(&range, &keys, ended, page.next.clone());
+        let per_range = self.settings.pass_range_records;
+        let mut next = after_keys_page(&range, &keys, (ended, page.next.clone()), per_range);
         let due: Vec<&ObjectMeta> = objects
             .iter()
             .copied()
             .filter(|m| self.due(m.last_modified, window.0, window.1))
             .collect();
         let stop_at = self.read_due(&due, opts, &mut tally).await;
-        let wait = stop_at
-            .map(|failed| vec![resume_after(&range, &keys, failed, &mut next)])
-            .unwrap_or_default();
+        let mut wait = Vec::new();
+        if let Some(stopped) = stop_at {
+            let again = resume_after(&range, &keys, stopped, &mut next);
+            // Stopped by the invocation's deadline, not by a failure: the
+            // range goes back to the pass's pool with the rest, for the
+            // share this one hands on to, not to the next scheduled run.
+            if self.past(opts) {
+                next.push(again);
+            } else {
+                wait.push(again);
+            }
+        }
         RangeStep { tally, next, wait }
     }
 

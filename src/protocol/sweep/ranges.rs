@@ -6,14 +6,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{HEX, MAX_SPLIT_DIGITS, PAGE, RECORDS_PREFIX};
+use super::{HEX, MAX_RANGES, PAGE, RECORDS_PREFIX};
 use crate::config::ListOrder;
 
 /// A part of the key space still to list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub(super) enum Range {
-    /// Finding the scopes: the next key after `after` names the next scope.
+    /// Finding the scopes: from the beginning (`after` is `None`), a page
+    /// of the folders right under `idempotency/` as [`Range::Dirs`] lists
+    /// them; after a key (a pass begun by an earlier version), the next key
+    /// after `after` names the next scope.
     Scopes {
         #[serde(default)]
         after: Option<String>,
@@ -30,8 +33,9 @@ pub(super) enum Range {
         #[serde(skip)]
         token: Option<String>,
     },
-    /// `LIST_ORDER=any`: finding the scopes, a page of the folders right
-    /// under `idempotency/` (`Delimiter: /`) from `token`.
+    /// Finding the scopes, either setting: a page of the folders right
+    /// under `idempotency/` (`Delimiter: /`, up to 1,000 a listing) from
+    /// `token`.
     Dirs {
         #[serde(default)]
         token: Option<String>,
@@ -53,7 +57,8 @@ impl Range {
     pub fn fits(&self, order: ListOrder) -> bool {
         match self {
             Range::Scopes { .. } | Range::Keys { .. } => order == ListOrder::Bytes,
-            Range::Dirs { .. } | Range::Dir { .. } => order == ListOrder::Any,
+            Range::Dirs { .. } => true,
+            Range::Dir { .. } => order == ListOrder::Any,
         }
     }
 
@@ -67,13 +72,25 @@ impl Range {
 }
 
 /// What to list after a page of the folders under `idempotency/`: each
-/// scope's folder, and the next page.
-pub(super) fn after_dirs_page(prefixes: Vec<String>, next: Option<String>) -> Vec<Range> {
+/// scope's folder (by `order`'s ranges), and the next page.
+pub(super) fn after_dirs_page(
+    prefixes: Vec<String>,
+    next: Option<String>,
+    order: ListOrder,
+) -> Vec<Range> {
     let mut out: Vec<Range> = prefixes
         .into_iter()
-        .map(|prefix| Range::Dir {
-            prefix,
-            token: None,
+        .map(|prefix| match order {
+            ListOrder::Bytes => Range::Keys {
+                prefix,
+                after: None,
+                until: None,
+                token: None,
+            },
+            ListOrder::Any => Range::Dir {
+                prefix,
+                token: None,
+            },
         })
         .collect();
     if let Some(token) = next {
@@ -82,38 +99,85 @@ pub(super) fn after_dirs_page(prefixes: Vec<String>, next: Option<String>) -> Ve
     out
 }
 
-/// The rest of a range after its full page ending at `last`: split by the
-/// next hex digit of the record hash when it can still split, so that a
-/// large scope is listed by many listings at once.
-fn split(prefix: &str, last: String) -> Vec<Range> {
-    let scope_end = prefix[RECORDS_PREFIX.len()..]
-        .find('/')
-        .map(|i| RECORDS_PREFIX.len() + i + 1);
-    let digits = scope_end.map_or(usize::MAX, |e| prefix.len() - e);
-    let next_char = last.as_bytes().get(prefix.len()).copied();
-    match next_char {
-        Some(c) if digits < MAX_SPLIT_DIGITS && HEX.contains(&c) => {
-            let mut out = vec![Range::Keys {
-                prefix: format!("{prefix}{}", c as char),
-                after: Some(last),
-                until: None,
-                token: None,
-            }];
-            out.extend(HEX.iter().filter(|d| **d > c).map(|d| Range::Keys {
-                prefix: format!("{prefix}{}", *d as char),
-                after: None,
-                until: None,
-                token: None,
-            }));
-            out
-        }
-        _ => vec![Range::Keys {
+/// The leading hex digits of a record's name under `scope` (its hash),
+/// read as a place in `0..2^64`: digits left-aligned, those missing taken
+/// as 0. `None` for a name that begins with no hex digit.
+fn hash_place(scope: &str, key: &str) -> Option<u64> {
+    let name = key.strip_prefix(scope)?.as_bytes();
+    let digits = name.iter().take(16).take_while(|c| HEX.contains(c)).count();
+    if digits == 0 {
+        return None;
+    }
+    let text = std::str::from_utf8(&name[..digits]).ok()?;
+    let v = u64::from_str_radix(text, 16).ok()?;
+    Some(v << (4 * (16 - digits)))
+}
+
+/// Whether `prefix` is a scope's whole folder, `idempotency/{scope}/`.
+fn is_scope_folder(prefix: &str) -> bool {
+    prefix
+        .strip_prefix(RECORDS_PREFIX)
+        .and_then(|rest| rest.strip_suffix('/'))
+        .is_some_and(|scope| !scope.is_empty() && !scope.contains('/'))
+}
+
+/// How many ranges the rest of a scope is listed by, given that its first
+/// page of `n` keys reached hash place `last` of `2^64`: the records left
+/// are about `n × (2^64 − last) / last` (record names are hashes, spread
+/// evenly), a range for each `per_range` of them, at most [`MAX_RANGES`].
+/// One range (no split) for a scope of fewer than two ranges' worth: it
+/// goes on from its last key, page after full page.
+fn ranges_for(n: usize, last: u64, per_range: u64) -> u64 {
+    if last == 0 {
+        return 1;
+    }
+    let left = (u64::MAX - last) as f64 * n as f64 / last as f64;
+    ((left / per_range.max(1) as f64) as u64).clamp(1, MAX_RANGES)
+}
+
+/// The rest of a scope's range after its first full page, ending at
+/// `last`: one range from `last` on, or, for a large scope, `k` ranges that
+/// cut the rest of the hash space into equal parts (each `StartAfter` its
+/// lower bound, up to its upper one included), so that the scope is listed
+/// by many listings at once and each of them lists many full pages. The
+/// bounds are names of 16 hex digits; every key past `last` falls in
+/// exactly one part whatever its name, and when the bounds cannot be put in
+/// order past `last` (a name that is not a hash) the scope goes on unsplit.
+fn split(prefix: &str, last: String, n: usize, per_range: u64) -> Vec<Range> {
+    let whole = |last: String| {
+        vec![Range::Keys {
             prefix: prefix.to_owned(),
             after: Some(last),
             until: None,
             token: None,
-        }],
+        }]
+    };
+    let Some(place) = hash_place(prefix, &last) else {
+        return whole(last);
+    };
+    let k = ranges_for(n, place, per_range);
+    if k < 2 {
+        return whole(last);
     }
+    let step = (u64::MAX - place) / k;
+    let bounds: Vec<String> = (1..k)
+        .map(|j| format!("{prefix}{:016x}", place + step * j))
+        .collect();
+    let ordered =
+        bounds.first().is_some_and(|b| *b > last) && bounds.windows(2).all(|w| w[0] < w[1]);
+    if !ordered {
+        return whole(last);
+    }
+    let lows = std::iter::once(last).chain(bounds.iter().cloned());
+    let highs = bounds.iter().cloned().map(Some).chain([None]);
+    lows.zip(highs)
+        .map(|(after, until)| Range::Keys {
+            prefix: prefix.to_owned(),
+            after: Some(after),
+            until,
+            token: None,
+        })
+        .collect()
 }
 
 /// A range of records being listed, without its within-run token.
@@ -170,13 +234,14 @@ pub(super) fn after_scope_page(first: &str) -> Vec<Range> {
 
 /// What comes after a page of `range` that listed `keys` (in the range):
 /// nothing once it `ended`; the same range from its last key (or with the
-/// listing's `token`, after an empty page); or, after a full page of an
-/// unsplit range, the rest split by the next hex digit.
+/// listing's `token`, after an empty page); or, after the full first page
+/// of a large scope, the rest split into ranges of about `per_range`
+/// records.
 pub(super) fn after_keys_page(
     range: &KeysRange,
     keys: &[&str],
-    ended: bool,
-    token: Option<String>,
+    (ended, token): (bool, Option<String>),
+    per_range: u64,
 ) -> Vec<Range> {
     match (keys.last(), ended) {
         (_, true) => vec![],
@@ -186,8 +251,13 @@ pub(super) fn after_keys_page(
             until: range.until.clone(),
             token,
         }],
-        (Some(last), false) if range.until.is_none() && keys.len() >= PAGE => {
-            split(&range.prefix, (*last).to_owned())
+        (Some(last), false)
+            if range.after.is_none()
+                && range.until.is_none()
+                && keys.len() >= PAGE
+                && is_scope_folder(&range.prefix) =>
+        {
+            split(&range.prefix, (*last).to_owned(), keys.len(), per_range)
         }
         (Some(last), false) => vec![Range::Keys {
             prefix: range.prefix.clone(),
@@ -242,59 +312,91 @@ mod tests {
             .collect()
     }
 
+    /// The default range size.
+    const SPLIT: u64 = 64_000;
+
+    /// A record name at hash place `place` of `2^64`.
+    fn at(place: u64) -> String {
+        format!("idempotency/t/{place:016x}{:048x}.json", 7)
+    }
+
+    /// Whether `key` falls in the range `r` (`StartAfter` its `after`, up to
+    /// its `until` included).
+    fn holds(r: &Range, key: &str) -> bool {
+        match r {
+            Range::Keys {
+                prefix,
+                after,
+                until,
+                ..
+            } => {
+                key.starts_with(prefix.as_str())
+                    && after.as_deref().is_none_or(|a| key > a)
+                    && until.as_deref().is_none_or(|u| key <= u)
+            }
+            other => panic!("not a keys range: {other:?}"),
+        }
+    }
+
     #[test]
-    fn a_full_range_splits_by_the_next_hex_digit_after_its_place() {
-        let r = split("idempotency/t/", "idempotency/t/c3ff.json".into());
-        let k = keys(&r);
+    fn a_scope_of_a_few_pages_goes_on_from_its_last_key_unsplit() {
+        // The first page reached a third of the hash space: about 3,000
+        // records, not two ranges' worth.
+        let last = at(u64::MAX / 3);
         assert_eq!(
-            k[0],
-            (
-                "idempotency/t/c".into(),
-                Some("idempotency/t/c3ff.json".into())
-            )
-        );
-        let rest: Vec<_> = k[1..]
-            .iter()
-            .map(|(p, a)| (p.as_str(), a.is_none()))
-            .collect();
-        assert_eq!(
-            rest,
-            [
-                ("idempotency/t/d", true),
-                ("idempotency/t/e", true),
-                ("idempotency/t/f", true)
-            ]
+            keys(&split("idempotency/t/", last.clone(), PAGE, SPLIT)),
+            [("idempotency/t/".into(), Some(last))]
         );
     }
 
     #[test]
-    fn a_range_two_digits_deep_still_splits_by_its_third() {
-        let r = split("idempotency/a.b/ab", "idempotency/a.b/abe1.json".into());
-        assert_eq!(
-            keys(&r),
-            [
-                (
-                    "idempotency/a.b/abe".into(),
-                    Some("idempotency/a.b/abe1.json".into())
-                ),
-                ("idempotency/a.b/abf".into(), None)
-            ]
-        );
+    fn a_large_scope_splits_by_its_size_into_parts_that_hold_every_later_key_once() {
+        // The first page reached a thousandth: about 999,000 records left,
+        // one range for each 64,000.
+        let last = at(u64::MAX / 1000);
+        let r = split("idempotency/t/", last.clone(), PAGE, SPLIT);
+        assert_eq!(r.len(), 15);
+        assert!(matches!(&r[0], Range::Keys { after: Some(a), .. } if *a == last));
+        assert!(matches!(&r[14], Range::Keys { until: None, .. }));
+        let mut probes = vec![last.clone(), at(u64::MAX), "idempotency/t/g".into()];
+        probes.extend((0..2000u64).map(|i| at(mix(i))));
+        probes.extend((0..200u64).map(|i| format!("idempotency/t/{:x}", mix(i) >> 40)));
+        for k in &probes {
+            let n = r.iter().filter(|p| holds(p, k)).count();
+            assert_eq!(n, usize::from(k.as_str() > last.as_str()), "{k}");
+        }
+        // A huge scope: at most 64 ranges.
+        assert_eq!(split("idempotency/t/", at(1 << 20), PAGE, SPLIT).len(), 64);
+    }
+
+    /// Keys spread over the hash space.
+    fn mix(x: u64) -> u64 {
+        let z = x
+            .wrapping_add(0x9E37_79B9_7F4A_7C15)
+            .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z ^ (z >> 31)
     }
 
     #[test]
-    fn a_range_three_digits_deep_goes_on_without_splitting() {
-        let r = split("idempotency/t/abc", "idempotency/t/abcd.json".into());
+    fn a_name_that_is_no_hash_and_a_range_within_a_scope_go_on_unsplit() {
+        let r = split("idempotency/t/", "idempotency/t/README".into(), PAGE, SPLIT);
+        assert_eq!(r.len(), 1);
+        // A page that reached no place in the hash space: no estimate.
+        let r = split("idempotency/t/", "idempotency/t/000z".into(), PAGE, SPLIT);
+        assert_eq!(r.len(), 1);
+        // A full first page only splits a scope's whole folder (a range of
+        // a pass begun by an earlier version goes on by its cursor).
+        let names: Vec<String> = (0..PAGE as u64).map(|i| at(i << 20)).collect();
+        let full: Vec<&str> = names.iter().map(String::as_str).collect();
+        let narrow = KeysRange {
+            prefix: "idempotency/t/0".into(),
+            after: None,
+            until: None,
+        };
         assert_eq!(
-            keys(&r),
-            [(
-                "idempotency/t/abc".into(),
-                Some("idempotency/t/abcd.json".into())
-            )]
+            after_keys_page(&narrow, &full, (false, None), SPLIT).len(),
+            1
         );
-        // A key that is not a hex name does not split either.
-        let r = split("idempotency/t/", "idempotency/t/README".into());
-        assert_eq!(keys(&r).len(), 1);
     }
 
     fn range(after: Option<&str>, until: Option<&str>) -> KeysRange {
@@ -335,11 +437,11 @@ mod tests {
     fn a_page_goes_on_from_its_last_key_with_its_token_when_empty_and_ends_when_listed_out() {
         let r = range(Some("idempotency/t/0"), Some("idempotency/t/9"));
         assert_eq!(
-            after_keys_page(&r, &["idempotency/t/1"], true, None),
+            after_keys_page(&r, &["idempotency/t/1"], (true, None), SPLIT),
             vec![]
         );
         assert_eq!(
-            after_keys_page(&r, &[], false, Some("tok".into())),
+            after_keys_page(&r, &[], (false, Some("tok".into())), SPLIT),
             vec![Range::Keys {
                 prefix: r.prefix.clone(),
                 after: r.after.clone(),
@@ -348,7 +450,12 @@ mod tests {
             }]
         );
         assert_eq!(
-            after_keys_page(&r, &["idempotency/t/1", "idempotency/t/2"], false, None),
+            after_keys_page(
+                &r,
+                &["idempotency/t/1", "idempotency/t/2"],
+                (false, None),
+                SPLIT
+            ),
             vec![Range::Keys {
                 prefix: r.prefix.clone(),
                 after: Some("idempotency/t/2".into()),
@@ -359,22 +466,37 @@ mod tests {
     }
 
     #[test]
-    fn only_a_full_page_of_an_unsplit_range_splits() {
-        let names: Vec<String> = (0..PAGE)
-            .map(|i| format!("idempotency/t/0{i:04}"))
-            .collect();
+    fn only_the_full_first_page_of_a_scope_splits() {
+        let names: Vec<String> = (0..PAGE as u64).map(|i| at(i << 20)).collect();
         let full: Vec<&str> = names.iter().map(String::as_str).collect();
         assert_eq!(
-            after_keys_page(&range(None, None), &full, false, None).len(),
-            16
+            after_keys_page(&range(None, None), &full, (false, None), SPLIT).len(),
+            64
         );
         assert_eq!(
-            after_keys_page(&range(None, Some("idempotency/t/1")), &full, false, None).len(),
+            after_keys_page(
+                &range(None, Some("idempotency/t/1")),
+                &full,
+                (false, None),
+                SPLIT
+            )
+            .len(),
             1,
             "a range with an upper end was split already"
         );
         assert_eq!(
-            after_keys_page(&range(None, None), &full[..PAGE - 1], false, None).len(),
+            after_keys_page(
+                &range(Some("idempotency/t/0"), None),
+                &full,
+                (false, None),
+                SPLIT
+            )
+            .len(),
+            1,
+            "a later page"
+        );
+        assert_eq!(
+            after_keys_page(&range(None, None), &full[..PAGE - 1], (false, None), SPLIT).len(),
             1
         );
     }
@@ -407,7 +529,8 @@ mod tests {
         assert!(matches!(wait, Range::Keys { after: Some(a), .. } if a == "idempotency/t/0"));
         // Split: the page alone waits, up to its last key; the split ranges
         // go on now.
-        let mut next = split(&r.prefix, "idempotency/t/3".into());
+        let mut next = split(&r.prefix, "idempotency/t/0003".into(), PAGE, SPLIT);
+        assert!(next.len() > 1);
         let n = next.len();
         let wait = resume_after(&r, &keys, "idempotency/t/2", &mut next);
         assert!(
@@ -422,6 +545,7 @@ mod tests {
         let r = after_dirs_page(
             vec!["idempotency/a/".into(), "idempotency/a-b/".into()],
             Some("tok".into()),
+            ListOrder::Any,
         );
         assert_eq!(
             r,
@@ -439,7 +563,17 @@ mod tests {
                 },
             ]
         );
-        assert!(after_dirs_page(vec![], None).is_empty());
+        assert!(after_dirs_page(vec![], None, ListOrder::Any).is_empty());
+        // Under `bytes`, each scope's range of keys, from its beginning.
+        assert_eq!(
+            after_dirs_page(vec!["idempotency/a/".into()], None, ListOrder::Bytes),
+            vec![Range::Keys {
+                prefix: "idempotency/a/".into(),
+                after: None,
+                until: None,
+                token: None,
+            }]
+        );
     }
 
     #[test]
@@ -448,7 +582,8 @@ mod tests {
             assert!(Range::first(order).fits(order));
         }
         assert!(!Range::first(ListOrder::Bytes).fits(ListOrder::Any));
-        assert!(!Range::first(ListOrder::Any).fits(ListOrder::Bytes));
+        // Finding the scopes by folders works under either setting.
+        assert!(Range::first(ListOrder::Any).fits(ListOrder::Bytes));
         let dir = Range::Dir {
             prefix: "idempotency/t/".into(),
             token: Some("t".into()),

@@ -8,14 +8,26 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{Expect, Order};
-use crate::store::{ETag, PutMode, Store, StoreError};
+use crate::store::{ETag, PutMode, PutResult, Store, StoreError};
+
+/// Writes `body` to `key` by `mode`, which must succeed: the set-up step of
+/// most checks.
+async fn put(s: &Arc<dyn Store>, key: &str, body: &'static [u8], mode: PutMode) -> PutResult {
+    s.put(key, Bytes::from_static(body), mode)
+        .await
+        .unwrap_or_else(|e| panic!("put {key}: {e:?}"))
+}
+
+/// Creates `key` as `1`, then updates it to `2`: both writes' results.
+async fn two_versions(s: &Arc<dyn Store>, key: &str) -> (PutResult, PutResult) {
+    let a = put(s, key, b"1", PutMode::Create).await;
+    let b = put(s, key, b"2", PutMode::Update(a.etag.clone())).await;
+    (a, b)
+}
 
 /// Check: create succeeds once then answers 412.
 pub async fn create_succeeds_once_then_answers_412(s: Arc<dyn Store>, _: Expect) {
-    let a = s
-        .put("k", Bytes::from_static(b"1"), PutMode::Create)
-        .await
-        .unwrap();
+    let a = put(&s, "k", b"1", PutMode::Create).await;
     assert_eq!(
         s.put("k", Bytes::from_static(b"2"), PutMode::Create).await,
         Err(StoreError::PreconditionFailed)
@@ -27,18 +39,7 @@ pub async fn create_succeeds_once_then_answers_412(s: Arc<dyn Store>, _: Expect)
 
 /// Check: update needs the current ETag.
 pub async fn update_needs_the_current_etag(s: Arc<dyn Store>, _: Expect) {
-    let a = s
-        .put("k", Bytes::from_static(b"1"), PutMode::Create)
-        .await
-        .unwrap();
-    let b = s
-        .put(
-            "k",
-            Bytes::from_static(b"2"),
-            PutMode::Update(a.etag.clone()),
-        )
-        .await
-        .unwrap();
+    let (a, b) = two_versions(&s, "k").await;
     assert_ne!(a.etag, b.etag, "a new content has a new ETag");
     // The old ETag is stale now: 412, and nothing changes.
     assert_eq!(
@@ -67,14 +68,8 @@ pub async fn update_of_a_missing_key_is_refused_with_404_or_the_stores_412(
 
 /// Check: same bytes give the same ETag unless ETags are random.
 pub async fn same_bytes_give_the_same_etag_unless_etags_are_random(s: Arc<dyn Store>, x: Expect) {
-    let a = s
-        .put("k1", Bytes::from_static(b"same"), PutMode::Overwrite)
-        .await
-        .unwrap();
-    let b = s
-        .put("k2", Bytes::from_static(b"same"), PutMode::Overwrite)
-        .await
-        .unwrap();
+    let a = put(&s, "k1", b"same", PutMode::Overwrite).await;
+    let b = put(&s, "k2", b"same", PutMode::Overwrite).await;
     if x.content_etags {
         assert_eq!(a.etag, b.etag, "ETags are content-derived, as in S3");
     } else {
@@ -90,10 +85,7 @@ pub async fn get_and_head_of_a_missing_key_are_404(s: Arc<dyn Store>, _: Expect)
 
 /// Check: get returns body ETag and last modified.
 pub async fn get_returns_body_etag_and_last_modified(s: Arc<dyn Store>, _: Expect) {
-    let p = s
-        .put("a/b.json", Bytes::from_static(b"{}"), PutMode::Overwrite)
-        .await
-        .unwrap();
+    let p = put(&s, "a/b.json", b"{}", PutMode::Overwrite).await;
     let o = s.get("a/b.json").await.unwrap();
     assert_eq!(&o.body[..], b"{}");
     assert_eq!(o.meta.etag, p.etag);
@@ -111,18 +103,7 @@ pub async fn conditional_delete_checks_the_etag_where_the_store_honours_it(
     s: Arc<dyn Store>,
     x: Expect,
 ) {
-    let a = s
-        .put("k", Bytes::from_static(b"1"), PutMode::Create)
-        .await
-        .unwrap();
-    let b = s
-        .put(
-            "k",
-            Bytes::from_static(b"2"),
-            PutMode::Update(a.etag.clone()),
-        )
-        .await
-        .unwrap();
+    let (a, b) = two_versions(&s, "k").await;
     if !x.conditional_delete {
         // MinIO and LocalStack: the condition is ignored, the object goes.
         assert_eq!(s.delete("k", Some(&a.etag)).await, Ok(()));
@@ -147,10 +128,7 @@ pub async fn a_deleted_key_is_gone_to_every_call_and_can_be_created_again(
     s: Arc<dyn Store>,
     x: Expect,
 ) {
-    let a = s
-        .put("d/k", Bytes::from_static(b"1"), PutMode::Create)
-        .await
-        .unwrap();
+    let a = put(&s, "d/k", b"1", PutMode::Create).await;
     s.delete("d/k", Some(&a.etag)).await.unwrap();
     assert_eq!(s.get("d/k").await.map(|_| ()), Err(StoreError::NotFound));
     assert_eq!(s.head("d/k").await.map(|_| ()), Err(StoreError::NotFound));
@@ -193,19 +171,13 @@ pub async fn a_conditional_get_is_304_while_the_etag_holds_and_the_object_once_i
     s: Arc<dyn Store>,
     _: Expect,
 ) {
-    let a = s
-        .put("s/k.json", Bytes::from_static(b"1"), PutMode::Overwrite)
-        .await
-        .unwrap();
+    let a = put(&s, "s/k.json", b"1", PutMode::Overwrite).await;
     assert_eq!(
         s.get_if_none_match("s/k.json", &a.etag).await.err(),
         Some(StoreError::NotModified),
         "the same ETag: 304, no body"
     );
-    let b = s
-        .put("s/k.json", Bytes::from_static(b"22"), PutMode::Overwrite)
-        .await
-        .unwrap();
+    let b = put(&s, "s/k.json", b"22", PutMode::Overwrite).await;
     let o = s.get_if_none_match("s/k.json", &a.etag).await.unwrap();
     assert_eq!(&o.body[..], b"22");
     assert_eq!(o.meta.etag, b.etag);
@@ -361,10 +333,7 @@ pub async fn a_version_deleted_by_its_id_goes_alone_and_a_newer_one_stays(
     s: Arc<dyn Store>,
     x: Expect,
 ) {
-    let a = s
-        .put("v/k", Bytes::from_static(b"1"), PutMode::Create)
-        .await
-        .unwrap();
+    let a = put(&s, "v/k", b"1", PutMode::Create).await;
     let read = s.get("v/k").await.unwrap();
     if !x.versioned {
         assert_eq!((a.version_id, read.meta.version_id), (None, None));
@@ -376,14 +345,7 @@ pub async fn a_version_deleted_by_its_id_goes_alone_and_a_newer_one_stays(
         .expect("a versioned write names its version");
     assert_eq!(read.meta.version_id.as_deref(), Some(va.as_str()));
     assert_eq!(s.head("v/k").await.unwrap().version_id, a.version_id);
-    let b = s
-        .put(
-            "v/k",
-            Bytes::from_static(b"2"),
-            PutMode::Update(a.etag.clone()),
-        )
-        .await
-        .unwrap();
+    let b = put(&s, "v/k", b"2", PutMode::Update(a.etag.clone())).await;
     let vb = b.version_id.clone().unwrap();
     assert_ne!(va, vb);
     // The version read before the newer write: gone, and the newer one stays.
@@ -407,14 +369,8 @@ pub async fn deleting_the_current_version_brings_the_one_before_it_back(
     if !x.versioned {
         return;
     }
-    let a = s
-        .put("w/k", Bytes::from_static(b"old"), PutMode::Create)
-        .await
-        .unwrap();
-    let b = s
-        .put("w/k", Bytes::from_static(b"new"), PutMode::Update(a.etag))
-        .await
-        .unwrap();
+    let a = put(&s, "w/k", b"old", PutMode::Create).await;
+    let b = put(&s, "w/k", b"new", PutMode::Update(a.etag)).await;
     s.delete_version("w/k", &b.version_id.unwrap())
         .await
         .unwrap();
@@ -429,16 +385,9 @@ pub async fn every_version_under_a_prefix_is_listed_and_deleting_each_leaves_not
     s: Arc<dyn Store>,
     x: Expect,
 ) {
-    let a = s
-        .put("x/k", Bytes::from_static(b"1"), PutMode::Create)
-        .await
-        .unwrap();
-    s.put("x/k", Bytes::from_static(b"2"), PutMode::Update(a.etag))
-        .await
-        .unwrap();
-    s.put("x/l", Bytes::from_static(b"1"), PutMode::Create)
-        .await
-        .unwrap();
+    let a = put(&s, "x/k", b"1", PutMode::Create).await;
+    put(&s, "x/k", b"2", PutMode::Update(a.etag)).await;
+    put(&s, "x/l", b"1", PutMode::Create).await;
     s.delete("x/l", None).await.unwrap();
     let versions = s.list_versions("x/").await.unwrap();
     // Versioned: two of x/k, x/l and its delete marker. Unversioned: x/k.

@@ -1,0 +1,149 @@
+//! The worlds of one key asked in other ways (guarantee 5: another task
+//! type in the `queue` scope, another set of task options, another tenant,
+//! another task type in its own scope, an input its schema refuses), a
+//! lookup of the key, and a submit that begins after a reset and a clock
+//! step. Each on the three stores, as `worlds.rs`'s.
+
+use super::actors::{How, Role};
+use super::prelude::Prelude;
+use super::sim::Spec;
+use super::worlds::{STORES, holds, spec};
+
+fn submit_as(key: &'static str, input: u8, how: How) -> Role {
+    Role::SubmitAs { key, input, how }
+}
+
+#[test]
+fn two_submits_of_one_key_in_the_queue_scope_with_other_task_types_conflict_in_every_schedule() {
+    for store in STORES {
+        let queue = How {
+            queue_scope: true,
+            ..How::default()
+        };
+        let other = How {
+            other_type: true,
+            ..queue
+        };
+        let roles = vec![submit_as("k", 1, queue), submit_as("k", 1, other)];
+        holds(spec("queue scope, other task type", store, roles));
+    }
+}
+
+#[test]
+fn two_submits_of_one_key_with_other_task_options_conflict_in_every_schedule() {
+    for store in STORES {
+        let options = How {
+            options: true,
+            ..How::default()
+        };
+        let roles = vec![
+            Role::Submit { key: "k", input: 1 },
+            submit_as("k", 1, options),
+        ];
+        holds(spec("other task options", store, roles));
+    }
+}
+
+#[test]
+fn one_key_of_two_tenants_maps_to_two_tasks_in_every_schedule() {
+    for store in STORES {
+        let tenant = |p| How {
+            tenant: Some(p),
+            ..How::default()
+        };
+        let roles = vec![
+            submit_as("k", 1, tenant("a")),
+            submit_as("k", 1, tenant("b")),
+        ];
+        let w = Spec {
+            depth: 6,
+            ..spec("two tenants, one key", store, roles)
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn one_key_of_two_task_types_in_their_own_scopes_maps_to_two_tasks_in_every_schedule() {
+    for store in STORES {
+        let other = How {
+            other_type: true,
+            ..How::default()
+        };
+        let roles = vec![
+            Role::Submit { key: "k", input: 1 },
+            submit_as("k", 1, other),
+        ];
+        let w = Spec {
+            depth: 6,
+            ..spec("two task types, their own scopes", store, roles)
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn inputs_the_schema_refuses_are_answered_as_the_keys_live_record_says_or_refused_writing_nothing()
+{
+    for store in STORES {
+        // The key `k` answered (input 1); the schema, published since,
+        // refuses every input: a replay of `k`, `k` with another input (a
+        // conflict), and a new key `j` (refused).
+        let roles = vec![
+            Role::Submit { key: "k", input: 1 },
+            Role::Submit { key: "k", input: 2 },
+            Role::Submit { key: "j", input: 1 },
+        ];
+        let w = Spec {
+            prelude: Prelude::Answered,
+            schema: true,
+            slow: false,
+            depth: 8,
+            ..spec("schema refusing, a live key and a new one", store, roles)
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_lookup_of_a_key_beside_its_submit_answers_a_record_the_key_had() {
+    for store in STORES {
+        let roles = vec![
+            Role::Submit { key: "k", input: 1 },
+            Role::Lookup { key: "k" },
+        ];
+        let w = Spec {
+            depth: 6,
+            ..spec("a submit, a lookup", store, roles)
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_submit_begun_after_a_reset_and_a_clock_step_gets_a_new_task() {
+    for store in STORES {
+        // The key answered; a reset, the clock stepping, and a submit
+        // started at any point: one that hears its first answer a second
+        // after the reset is never answered the old task (the reset's
+        // promise).
+        let roles = vec![
+            Role::Reset { key: "k" },
+            Role::Submit { key: "k", input: 1 },
+        ];
+        let w = Spec {
+            prelude: Prelude::Answered,
+            late_starts: true,
+            advances: 1,
+            faults: 0,
+            crashes: 0,
+            depth: 10,
+            ..spec(
+                "an answered key, a reset, the clock, a submit",
+                store,
+                roles,
+            )
+        };
+        holds(w);
+    }
+}
