@@ -90,15 +90,21 @@ impl Engine {
             let Some(step) = running.next().await else {
                 break;
             };
-            // A range stopped by the deadline (its reads cut short, no error
-            // counted) goes on in the next share, handed on at once; only
-            // one that met a failure waits for the next scheduled run.
-            if step.tally.errors == 0 {
+            // Once the run's deadline has come, a range that stopped goes on
+            // in the next share, handed on at once (never started again
+            // here: nothing starts past the deadline). Before it, a stop is a
+            // failure, counted (a store that hung past an operation's time
+            // says no error of its own), and waits for the next scheduled run.
+            let mut tally = step.tally;
+            if self.past(opts) {
                 todo.extend(step.wait);
             } else {
+                if !step.wait.is_empty() && tally.errors == 0 {
+                    tally.errors += 1;
+                }
                 wait.extend(step.wait);
             }
-            summary.add(&step.tally);
+            summary.add(&tally);
             todo.extend(step.next);
         }
         (todo.into(), wait)
