@@ -170,3 +170,47 @@ pub(crate) fn stop_at(queue: &Queue, deadline: SystemTime) -> Option<DateTime<Ut
     let left = chrono::Duration::from_std(left.saturating_sub(DEADLINE_MARGIN)).ok()?;
     Some(queue.clock().now() + left)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_queue_message_is_a_continuation_or_the_schedules_and_nothing_else() {
+        let pass: DateTime<Utc> = "2026-03-01T03:00:00Z".parse().unwrap();
+        let id = uuid::Uuid::from_u128(7);
+        let with = format!(r#"{{"sweep_pass": "2026-03-01T03:00:00Z", "invite": "{id}"}}"#);
+        assert_eq!(
+            pass_message(&with),
+            Some(PassMessage::Continuation(Continuation {
+                sweep_pass: pass,
+                invite: Some(id)
+            }))
+        );
+        // An earlier version's continuation: no invitation.
+        let without = r#"{"sweep_pass": "2026-03-01T03:00:00Z"}"#;
+        assert!(matches!(
+            pass_message(without),
+            Some(PassMessage::Continuation(Continuation { invite: None, .. }))
+        ));
+        let scheduled = r#"{"schedule": "2026-03-01T03:00:00Z"}"#;
+        assert_eq!(
+            pass_message(scheduled),
+            Some(PassMessage::Schedule { at: Some(pass) })
+        );
+        // A time that does not parse still opens or joins a pass, unguarded.
+        let unparsed = r#"{"schedule": "<aws.scheduler.scheduled-time>"}"#;
+        assert_eq!(
+            pass_message(unparsed),
+            Some(PassMessage::Schedule { at: None })
+        );
+        for other in [
+            r#"{"Records": []}"#,
+            "{}",
+            "not json",
+            r#"{"sweep_pass": 3}"#,
+        ] {
+            assert_eq!(pass_message(other), None, "{other}");
+        }
+    }
+}

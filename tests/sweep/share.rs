@@ -70,6 +70,16 @@ async fn drive(q: &Queue, inbox: &Inbox, budget: usize) -> Driven {
         continuation: c,
         ..Default::default()
     };
+    drive_with(q, inbox, opts).await
+}
+
+/// As [`drive`], each invocation run with the options `opts` makes for its
+/// continuation (`None`: the schedule's).
+async fn drive_with(
+    q: &Queue,
+    inbox: &Inbox,
+    opts: impl Fn(Option<Continuation>) -> SweepOptions,
+) -> Driven {
     let mut d = Driven::default();
     let first = q.engine().sweep_share(&opts(None), Some(inbox)).await;
     d.add(first.unwrap());
@@ -79,15 +89,47 @@ async fn drive(q: &Queue, inbox: &Inbox, budget: usize) -> Driven {
         if batch.is_empty() {
             break;
         }
-        let runs = batch.into_iter().map(|c| {
+        // Each invocation's options (its deadline) made as it starts.
+        let opts = &opts;
+        let runs = batch.into_iter().map(|c| async move {
             let opts = opts(Some(c));
-            async move { q.engine().sweep_share(&opts, Some(inbox)).await }
+            q.engine().sweep_share(&opts, Some(inbox)).await
         });
         for o in futures::future::join_all(runs).await {
             d.add(o.unwrap());
         }
     }
     d
+}
+
+#[tokio::test]
+async fn reads_cut_short_by_the_deadline_are_handed_on_and_the_continuations_alone_end_the_pass() {
+    for order in [ListOrder::Any, ListOrder::Bytes] {
+        let (manual, bucket) = dense_bucket(&[("a", 40), ("b", 40), ("c", 40)]).await;
+        manual.advance(Duration::days(31));
+        let settings = idempotent_submit::Settings {
+            list_order: order,
+            pass_concurrency: 2,
+            ..short_ttl_settings()
+        };
+        // A clock that moves a second at each reading: every invocation's
+        // deadline, a minute on, comes in the middle of its reads.
+        let clock = TickingClock(manual.clone());
+        let q = Queue::with_clock(bucket.clone(), Arc::new(clock), settings);
+        let inbox = Inbox::default();
+        let d = drive_with(&q, &inbox, |c| SweepOptions {
+            deadline: Some(manual.now() + Duration::seconds(60)),
+            continuation: c,
+            ..Default::default()
+        })
+        .await;
+        // No range waited for the next scheduled run: the pass ended
+        // through its continuations, every record deleted.
+        assert_eq!(left_records(&bucket), 0, "{order:?}: {d:?}");
+        assert_eq!(d.passes.len(), 1, "{order:?}: {d:?}");
+        assert_eq!(d.sum.errors, 0, "{order:?}: {d:?}");
+        assert!(d.invocations > 3, "{order:?}: {d:?}");
+    }
 }
 
 /// Scopes enough that a pass by folders holds more ranges than it lists at

@@ -90,8 +90,21 @@ impl Engine {
             let Some(step) = running.next().await else {
                 break;
             };
-            summary.add(&step.tally);
-            wait.extend(step.wait);
+            // Once the run's deadline has come, a range that stopped goes on
+            // in the next share, handed on at once (never started again
+            // here: nothing starts past the deadline). Before it, a stop is a
+            // failure, counted (a store that hung past an operation's time
+            // says no error of its own), and waits for the next scheduled run.
+            let mut tally = step.tally;
+            if self.past(opts) {
+                todo.extend(step.wait);
+            } else {
+                if !step.wait.is_empty() && tally.errors == 0 {
+                    tally.errors += 1;
+                }
+                wait.extend(step.wait);
+            }
+            summary.add(&tally);
             todo.extend(step.next);
         }
         (todo.into(), wait)
@@ -267,10 +280,14 @@ impl Engine {
     }
 
     pub(super) fn range_failed(&self, range: Range, e: Failure, tally: SweepSummary) -> RangeStep {
-        let e = SubmitError::from(e);
-        tracing::warn!(error = %e, "sweep could not list a range; it goes on next run");
         let mut tally = tally;
-        tally.errors += 1;
+        // No attempt could start before the deadline: not a failure of the
+        // store (nor counted as one); `list_ranges` hands the range on.
+        if !matches!(e, Failure::Deadline) {
+            let e = SubmitError::from(e);
+            tracing::warn!(error = %e, "sweep could not list a range; it goes on next run");
+            tally.errors += 1;
+        }
         RangeStep {
             tally,
             next: vec![],

@@ -123,6 +123,9 @@ impl Engine {
                 dry_run: opts.dry_run,
                 ..SweepSummary::default()
             },
+            // Until its first claim takes something (an invocation begun
+            // past its deadline takes nothing).
+            idle: true,
             ..ShareOutcome::default()
         };
         let mut held = Held {
