@@ -276,10 +276,14 @@ mod tests {
         SubmitError::Storage(StoreError::Unavailable("503".into()))
     }
 
-    #[test]
-    fn each_error_maps_to_its_problem_code_retryability_and_hint() {
+    /// An error, its problem code, whether it is worth a retry, and the
+    /// retry hint in seconds.
+    type Case = (SubmitError, &'static str, bool, Option<u64>);
+
+    /// The errors that are the request's fault: never retried.
+    fn the_requests_fault() -> Vec<Case> {
         let id = Uuid::nil();
-        let cases: Vec<(SubmitError, &str, bool, Option<u64>)> = vec![
+        vec![
             (
                 SubmitError::Invalid(ValidationError::KeyRequired),
                 "idempotency_key_missing",
@@ -317,6 +321,13 @@ mod tests {
                 false,
                 None,
             ),
+        ]
+    }
+
+    /// The errors of storage and time: retried, or broken for good.
+    fn storage_and_time() -> Vec<Case> {
+        let id = Uuid::nil();
+        vec![
             (
                 SubmitError::Undetermined {
                     task_id: id,
@@ -379,8 +390,13 @@ mod tests {
                 false,
                 None,
             ),
-        ];
-        for (e, code, retryable, hint) in cases {
+        ]
+    }
+
+    #[test]
+    fn each_error_maps_to_its_problem_code_retryability_and_hint() {
+        for (e, code, retryable, hint) in the_requests_fault().into_iter().chain(storage_and_time())
+        {
             assert_eq!(e.code(), code, "{e:?}");
             assert_eq!(e.is_retryable(), retryable, "{e:?}");
             assert_eq!(e.retry_after().map(|d| d.as_secs()), hint, "{e:?}");
