@@ -7,7 +7,7 @@
 # each built bootstrap from .aws-sam/build/ as Lambda would, under a runtime
 # API stand-in (scripts/api_front.py), against the moto S3 of with-moto.sh:
 # one submit, its replay, one sweep (PASS_CONCURRENCY=4), one continuation
-# of a pass from the pass queue. Run it through scripts/with-moto.sh.
+# of a pass and the schedule's message from the pass queue. Run it through scripts/with-moto.sh.
 # SCHEMAS=on: the functions built with the `schemas` feature
 # (CARGO_LAMBDA_CONTEXT=schemas, CargoLambda.toml) and run with
 # VALIDATE_INPUT_SCHEMAS=on, a published schema refusing an input; otherwise
@@ -118,5 +118,12 @@ record = {"messageId": "c1", "receiptHandle": "r", "eventSource": "aws:sqs",
 s6, _, answer = call(f"{sweep}/__invoke", {"Records": [record]}, {"content-type": "application/json"})
 assert s6 == 200 and answer == {"batchItemFailures": []}, (s6, answer)
 print("sweep: a pass queue continuation, acknowledged")
+# The schedule's own message, as EventBridge Scheduler sends it to the pass
+# queue (template.yaml's PassSchedule): it opens the day's pass and runs it.
+now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+scheduled = dict(record, messageId="s1", body=json.dumps({"schedule": now}))
+s7, _, answer = call(f"{sweep}/__invoke", {"Records": [scheduled]}, {"content-type": "application/json"})
+assert s7 == 200 and answer == {"batchItemFailures": []}, (s7, answer)
+print("sweep: the schedule's message through the pass queue, its pass run and acknowledged")
 PY
 echo "deploy-check passed in $(( $(date +%s) - start )) s"
