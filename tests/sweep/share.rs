@@ -140,13 +140,16 @@ fn many_scopes() -> Vec<(String, usize)> {
     s
 }
 
-async fn fanned_out_pass(order: ListOrder, concurrency: usize) {
-    let scopes = many_scopes();
-    let named: Vec<(&str, usize)> = scopes.iter().map(|(s, n)| (s.as_str(), *n)).collect();
-    let total: usize = named.iter().map(|(_, n)| n).sum();
-    let (manual, bucket) = dense_bucket(&named).await;
+/// A bucket of `named` scopes' records, every one past its TTL, and a queue
+/// over it with `order` and `concurrency`: a round trip of a millisecond, so
+/// that the invocations of a round interleave.
+async fn expired_bucket_queue(
+    named: &[(&str, usize)],
+    order: ListOrder,
+    concurrency: usize,
+) -> (MemoryStore, Queue) {
+    let (manual, bucket) = dense_bucket(named).await;
     manual.advance(Duration::days(31));
-    // A round trip of a millisecond: the invocations of a round interleave.
     let f = FaultyStore::new(bucket.clone());
     f.set_latency(std::time::Duration::from_millis(1));
     let settings = idempotent_submit::Settings {
@@ -154,7 +157,14 @@ async fn fanned_out_pass(order: ListOrder, concurrency: usize) {
         pass_concurrency: concurrency,
         ..short_ttl_settings()
     };
-    let q = Queue::with_clock(f, Arc::new(manual.clone()), settings);
+    (bucket, Queue::with_clock(f, Arc::new(manual), settings))
+}
+
+async fn fanned_out_pass(order: ListOrder, concurrency: usize) {
+    let scopes = many_scopes();
+    let named: Vec<(&str, usize)> = scopes.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+    let total: usize = named.iter().map(|(_, n)| n).sum();
+    let (bucket, q) = expired_bucket_queue(&named, order, concurrency).await;
     let inbox = Inbox::default();
     let d = drive(&q, &inbox, 150).await;
     // Every record listed and deleted exactly once over all invocations.
@@ -202,16 +212,7 @@ async fn no_idle_invocations(order: ListOrder, concurrency: usize, scopes: usize
     let named: Vec<(String, usize)> = (0..scopes).map(|i| (format!("s{i:02}"), 30)).collect();
     let named: Vec<(&str, usize)> = named.iter().map(|(s, n)| (s.as_str(), *n)).collect();
     let total = scopes * 30;
-    let (manual, bucket) = dense_bucket(&named).await;
-    manual.advance(Duration::days(31));
-    let f = FaultyStore::new(bucket.clone());
-    f.set_latency(std::time::Duration::from_millis(1));
-    let settings = idempotent_submit::Settings {
-        list_order: order,
-        pass_concurrency: concurrency,
-        ..short_ttl_settings()
-    };
-    let q = Queue::with_clock(f, Arc::new(manual.clone()), settings);
+    let (bucket, q) = expired_bucket_queue(&named, order, concurrency).await;
     let inbox = Inbox::default();
     let d = drive(&q, &inbox, budget).await;
     let case = format!("{order:?}, {concurrency} at once, {budget} a share: {d:?}");
