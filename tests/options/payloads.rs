@@ -1,5 +1,13 @@
 use super::*;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use common::{Hooks, Wrapped};
+use idempotent_submit::store::PutResult;
+use idempotent_submit::{ManualClock, MemoryStore, Reset, Settings, StoreError};
+
 #[tokio::test]
 async fn an_offloaded_input_is_in_its_payload_the_task_names_it_and_the_hash_is_of_the_whole_input()
 {
@@ -187,4 +195,67 @@ async fn a_lost_answer_to_the_payload_put_is_retried_and_its_412_is_our_own_writ
         big(1000)
     );
     assert_eq!(w.keys("tasks/").len(), 1);
+}
+
+/// A record PUT whose answer is lost, and before the submit retries it, the
+/// record is finished by a due sweeper (`STALE_CREATING_AFTER_SECONDS` set
+/// below the operation timeout, which the settings allow) and reset by an
+/// operator: the submit's retry then meets a reset record of its own write.
+struct ResetBeforeRetry {
+    inner: MemoryStore,
+    clock: ManualClock,
+    settings: Settings,
+    done: AtomicBool,
+}
+
+#[async_trait]
+impl Hooks for ResetBeforeRetry {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+
+    async fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<PutResult, StoreError> {
+        let put = self.inner.put(key, body, mode).await;
+        if !key.starts_with("idempotency/") || self.done.swap(true, Ordering::SeqCst) {
+            return put;
+        }
+        put.expect("the record lands");
+        let other = Queue::with_clock(
+            self.inner.clone(),
+            Arc::new(self.clock.clone()),
+            self.settings.clone(),
+        );
+        self.clock.advance(self.settings.stale_creating_after);
+        let finished = other.engine().sweep_record(key, false, None).await;
+        assert_eq!(finished, RecordOutcome::Finished);
+        let reset = other.reset_key("t", "k", None).await;
+        assert!(matches!(reset, Ok(Reset::Done { .. })), "{reset:?}");
+        Err(StoreError::Unavailable("the answer was lost".into()))
+    }
+}
+
+#[tokio::test]
+async fn a_submit_that_meets_its_own_record_reset_leaves_the_payload_its_task_names() {
+    let w = World::new();
+    let settings = Settings {
+        stale_creating_after: Duration::seconds(5),
+        ..common::settings()
+    };
+    let store = Wrapped(ResetBeforeRetry {
+        inner: w.bucket.clone(),
+        clock: w.clock.clone(),
+        settings: settings.clone(),
+        done: AtomicBool::new(false),
+    });
+    let q = Queue::with_clock(store, Arc::new(w.clock.clone()), settings);
+    let input = big(1000);
+    // Answered as the record was before the reset: its task, written by
+    // the sweeper, which names the payload this submit wrote.
+    let s = offloaded(&q, &input).await.unwrap();
+    let (task, _) = w.task("k").await;
+    let payload = format!("payloads/{}/input.json", s.task_id);
+    assert_eq!(task["input_ref"], payload);
+    assert_eq!(w.json(&payload).await, input, "the task's input is there");
 }
