@@ -154,6 +154,10 @@ fn the_scale_benchs_day_pass_deletes_every_expired_record_and_owed_orphan_and_wr
             o.summary.payloads_deleted, o.orphans_due,
             "{order:?}: {o:?}"
         );
+        assert_eq!(
+            o.named_payloads_deleted, 0,
+            "a task's payload deleted: {o:?}"
+        );
         assert_eq!(o.summary.finished, 0, "nothing was missing: {o:?}");
         assert!(
             o.summary.reads > o.expired,

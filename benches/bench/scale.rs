@@ -73,7 +73,7 @@ pub(crate) async fn scale(r: &mut Report, progressive: bool) {
         shape.orphan_every,
         ROUND_TRIP.as_millis(),
     ));
-    r.line("| live records | `LIST_ORDER` | LIST (of the records) | GET | HEAD | PUT | DELETE | records' LISTs per 1,000 records | all LISTs per 1,000 keys listed | S3 $/day | Lambda $/day | invocations (at once; idle) | S3 time, start to end | records deleted | orphan payloads deleted / due | heap peak | RSS peak | complete | real time |");
+    r.line("| live records | `LIST_ORDER` | LIST (of the records) | GET | HEAD | PUT | DELETE | records' LISTs per 1,000 records | all LISTs per 1,000 keys listed | S3 $/day | Lambda $/day | invocations (at once; idle) | S3 time, start to end | records deleted | orphan payloads deleted / due; payloads a task names deleted | heap peak | RSS peak | complete | real time |");
     r.line("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for live in sizes() {
         for order in orders() {
@@ -129,7 +129,7 @@ fn row(r: &mut Report, live: u64, order: ListOrder, o: &Outcome, (peak, rss): (u
     };
     let hours = o.s3_secs / 3600.0;
     r.line(format!(
-        "| {live:.0e} | `{name}` | {} ({}) | {} | {} | {} | {} | {:.3} | {:.3} | ${s3:.2} | ${lambda:.2} | {} ({}; {}) | {} | {} of {} | {} / {} | {:.1} MiB | {} | {} | {:.0} s |",
+        "| {live:.0e} | `{name}` | {} ({}) | {} | {} | {} | {} | {:.3} | {:.3} | ${s3:.2} | ${lambda:.2} | {} ({}; {}) | {} | {} of {} | {} / {}; {} named | {:.1} MiB | {} | {} | {:.0} s |",
         o.lists,
         o.record_lists,
         o.gets,
@@ -146,6 +146,7 @@ fn row(r: &mut Report, live: u64, order: ListOrder, o: &Outcome, (peak, rss): (u
         o.expired,
         o.summary.payloads_deleted,
         o.orphans_due,
+        o.named_payloads_deleted,
         mib(peak),
         rss.map_or("not read".to_owned(), |b| format!("{:.1} MiB", mib(b))),
         if o.summary.complete { "yes" } else { "**no**" },

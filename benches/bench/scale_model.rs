@@ -76,6 +76,8 @@ pub(crate) struct Outcome {
     /// Orphan payloads the day's check is owed (of the day's slices, or
     /// within the HEADs' day and an hour), and how many it deleted.
     pub orphans_due: u64,
+    /// Payloads deleted that a task names (a lost input): must be 0.
+    pub named_payloads_deleted: u64,
     /// This machine's time for the whole run (the CPU's: the clock is
     /// paused).
     pub cpu_secs: f64,
@@ -217,6 +219,7 @@ async fn pass_on(
         out.listed,
     ] = std::array::from_fn(|k| after[k] - counts_before[k]);
     let l = store.layout();
+    out.named_payloads_deleted = store.named_payloads_deleted();
     out.records = l.counts.iter().sum();
     out.expired = l.expired_before.last().copied().unwrap_or(0);
     out.cpu_secs = wall.elapsed().as_secs_f64();

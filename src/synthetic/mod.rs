@@ -176,6 +176,16 @@ impl SyntheticStore {
         l.payloads / l.shape.orphan_every
     }
 
+    /// The generated payloads deleted that a task names (not orphans): a
+    /// pass that deletes one has lost a task's input. Always 0.
+    pub fn named_payloads_deleted(&self) -> u64 {
+        let every = self.0.layout.shape.orphan_every;
+        self.lock_gone()
+            .iter()
+            .filter(|(f, i)| *f == Family::Payloads && i % every != every - 1)
+            .count() as u64
+    }
+
     async fn wait(&self, c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
         if !self.0.latency.is_zero() {
