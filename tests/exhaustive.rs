@@ -28,6 +28,8 @@ mod explore;
 mod gate;
 #[path = "exhaustive/more_checks.rs"]
 mod more_checks;
+#[path = "exhaustive/payloads.rs"]
+mod payloads;
 #[path = "exhaustive/planted_bugs.rs"]
 mod planted_bugs;
 #[path = "exhaustive/prelude.rs"]

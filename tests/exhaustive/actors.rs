@@ -24,6 +24,11 @@ use crate::model::planted::{self, Bug, FirstBody, Planted};
 pub const TASK_TYPE: &str = "t";
 /// The other task type of guarantee 5's worlds.
 pub const OTHER_TYPE: &str = "u";
+/// The custom scope (`Scope::Custom`) of its world.
+pub const CUSTOM_SCOPE: &str = "shared";
+/// The offload threshold of the payload worlds: every input (`{"n":1}`, 7
+/// bytes) is longer, so each goes to its payload object.
+pub const PAYLOAD_OVER: usize = 4;
 pub const BUCKET: &str = "exhaustive-bucket";
 
 /// How a submit asks besides its key and input: the default is task type
@@ -38,6 +43,11 @@ pub struct How {
     pub tenant: Option<&'static str>,
     /// A task option (`max_retries: 5`).
     pub options: bool,
+    /// A custom scope (`CUSTOM_SCOPE`), which task types share.
+    pub custom_scope: bool,
+    /// `use_payload_refs` over `PAYLOAD_OVER` bytes: the input offloaded to
+    /// `payloads/{task_id}/input.json`.
+    pub payload: bool,
 }
 
 impl How {
@@ -51,7 +61,9 @@ impl How {
 
     /// The scope's name, as the record's path holds it.
     pub fn scope(&self) -> &'static str {
-        if self.queue_scope {
+        if self.custom_scope {
+            CUSTOM_SCOPE
+        } else if self.queue_scope {
             "queue"
         } else {
             self.task_type()
@@ -227,8 +239,14 @@ pub fn start(role: &Role, q: Queue, store: GateStore, bug: Option<Bug>) -> Runni
             if let Some(p) = how.tenant {
                 b = b.tenant(p);
             }
+            if how.custom_scope {
+                b = b.idempotency_scope(Scope::custom(CUSTOM_SCOPE).expect("a scope's name"));
+            }
             if how.options {
                 b = b.max_retries(5);
+            }
+            if how.payload {
+                b = b.payload_refs(PAYLOAD_OVER);
             }
             Outcome::Submitted(vec![b.await])
         }),

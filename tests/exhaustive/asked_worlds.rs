@@ -30,6 +30,24 @@ fn two_submits_of_one_key_in_the_queue_scope_with_other_task_types_conflict_in_e
 }
 
 #[test]
+fn two_submits_of_one_key_in_a_custom_scope_with_other_task_types_conflict_in_every_schedule() {
+    for store in STORES {
+        // `Scope::Custom`: the record under the scope's own folder, its key
+        // hashed with the scope's name, shared by both task types.
+        let custom = How {
+            custom_scope: true,
+            ..How::default()
+        };
+        let other = How {
+            other_type: true,
+            ..custom
+        };
+        let roles = vec![submit_as("k", 1, custom), submit_as("k", 1, other)];
+        holds(spec("custom scope, other task type", store, roles));
+    }
+}
+
+#[test]
 fn two_submits_of_one_key_with_other_task_options_conflict_in_every_schedule() {
     for store in STORES {
         let options = How {

@@ -78,6 +78,7 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
         return Err(e);
     }
     check_writes(sim)?;
+    super::payloads::check_named(sim)?;
     for i in 0..sim.actors.len() {
         let a = &sim.actors[i];
         if a.state == State::Done && a.span.1 == sim.step {
@@ -296,7 +297,7 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
                 }
                 more_checks::check_after_reset(sim, i, r)?;
             }
-            Ok(())
+            super::payloads::check_no_orphan(sim, i)
         }
         (Role::Sweep(m), Some(Outcome::Swept(o))) => {
             let clean = matches!(o, RecordOutcome::Nothing | RecordOutcome::Finished);

@@ -108,6 +108,7 @@ pub fn check_requests(
         l.actor == i
             && l.kind.is_write()
             && !l.key.starts_with("idempotency/")
+            && !l.key.starts_with("payloads/")
             && !matches!(l.kind, Kind::Send | Kind::Delete)
     });
     // It removed a stale marker beside a taken task (and wrote nothing).
@@ -124,7 +125,11 @@ pub fn check_requests(
         .is_some_and(|l| !l.ok);
     drop(s);
     let sends = u32::from(matches!(sim.spec.events, Events::Submitter(_)));
-    let n = mine.len() as u32;
+    // An offloaded input's requests, counted apart (the table's rows "input
+    // offloaded"): the rest is the table's row for an inline input.
+    let offloaded = a.role.submits().first().is_some_and(|s| s.how.payload);
+    let to_payloads = super::payloads::requests(sim, i);
+    let n = mine.len() as u32 - to_payloads;
     let reuse = matches!(a.role, Role::Reuse { .. });
     let (low, high, what) = match r {
         Ok(s) if !s.replayed && s.replaces_task_id.is_some() => {
@@ -141,6 +146,19 @@ pub fn check_requests(
         Err(SubmitError::Conflict { .. }) => (2, 2, "conflict"),
         Err(_) => return Ok(()),
     };
+    // Offloaded: its PUT beside the first claim; its DELETE once the claim
+    // lost (a replay, a conflict); a finisher's PUT (412) before the task.
+    let payload = match (offloaded, r) {
+        (false, _) => 0,
+        (true, Ok(s)) if !s.replayed => 1,
+        (true, Ok(_)) if wrote => 3,
+        (true, _) => 2,
+    };
+    if to_payloads != payload {
+        return Err(format!(
+            "guarantee 8: #{i} ({what}, input offloaded) made {to_payloads} requests to its payloads, alone and without a fault; the table says {payload}"
+        ));
+    }
     if n < low + sends || n > high + sends {
         return Err(format!(
             "guarantee 8: #{i} ({what}) made {n} requests, alone and without a fault; the table says {}..={}",
@@ -176,6 +194,23 @@ pub fn check_reset(sim: &Sim, i: usize, key: &str, r: &Reset) -> Result<(), Stri
         return Err(format!(
             "the reset's answer: NotFound while {rkey} held a live record throughout"
         ));
+    }
+    // `Done` says the key was reset from `old_task_id`: a reset record of
+    // that task came to the key before the answer (this reset's own, or,
+    // where two resets read the same record, the other's: the key is reset
+    // either way, and its next submit gets a new task; docs/testing.md, on
+    // `Engine::landed_reset`).
+    if let Reset::Done { old_task_id } = r {
+        let reset = sim
+            .checks
+            .lives
+            .iter()
+            .any(|l| l.key == rkey && l.reset() && l.record.task_id == *old_task_id);
+        if !reset {
+            return Err(format!(
+                "the reset's answer: Done, and no reset record of {old_task_id} came to {rkey}"
+            ));
+        }
     }
     let s = gate::lock(&sim.gate.state);
     let Some(n) = s

@@ -21,9 +21,12 @@ pub fn differs(record: &Record, sub: &Sub) -> Vec<ConflictKind> {
     if record.input_hash != hash_of(sub.input) {
         kinds.push(ConflictKind::Input);
     }
-    // The worlds' one option: present or not (a record of buquet's clients,
-    // without `write_id`, keeps none and is compared without it).
-    if record.write_id.is_some() && record.options_hash.is_some() != sub.how.options {
+    // The worlds' options: present or not (`max_retries`, or the payload
+    // worlds' `use_payload_refs`, never both in one world; a record of
+    // buquet's clients, without `write_id`, keeps none and is compared
+    // without it).
+    let options = sub.how.options || sub.how.payload;
+    if record.write_id.is_some() && record.options_hash.is_some() != options {
         kinds.push(ConflictKind::Options);
     }
     kinds

@@ -4,7 +4,7 @@
 
 use idempotent_submit::due_sender::DueOrder;
 
-use super::actors::{Events, Role};
+use super::actors::{Events, How, Role};
 use super::explore::{self, Report};
 use super::prelude::Prelude;
 use super::sim::{Spec, StoreKind};
@@ -309,6 +309,68 @@ fn the_sweeper_removes_a_settled_records_stale_marker_and_a_dry_run_writes_nothi
                 store,
                 vec![Role::DrySweep { key: "k" }],
             )
+        };
+        holds(w);
+    }
+}
+
+/// A submit of `k` whose input is offloaded (`use_payload_refs`).
+fn offloaded() -> Role {
+    let how = How {
+        payload: true,
+        ..How::default()
+    };
+    Role::SubmitAs {
+        key: "k",
+        input: 1,
+        how,
+    }
+}
+
+#[test]
+fn two_offloaded_submits_of_one_key_leave_every_payload_a_task_names_and_no_orphan() {
+    for store in STORES {
+        // Each submit's payload PUT beside its claim; the claim that lost
+        // deletes its own payload, a replay that finishes the other's
+        // record writes the payload (412) before the task; every fault.
+        let w = Spec {
+            depth: 5,
+            ..spec("two offloaded submits", store, vec![offloaded(), offloaded()])
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn the_sweeper_writes_an_offloaded_submits_missing_payload_before_its_task() {
+    for store in STORES {
+        // One offloaded submit, its record's event delivered to the sweeper
+        // (which writes a missing payload from the record's `pending_input`
+        // before the task), the clock stepping once to any boundary.
+        let w = Spec {
+            advances: 1,
+            deliver: true,
+            depth: 5,
+            ..spec("an offloaded submit, the sweeper", store, vec![offloaded()])
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn two_resets_of_one_key_a_clock_step_apart_both_leave_it_reset() {
+    for store in STORES {
+        // The key answered; two operators reset it at once, the clock
+        // stepping between them (their `reset_at` differ): each answer is
+        // true (`Done` only once a reset record of the task is there), and
+        // a submit after gets a new task.
+        let reset = Role::Reset { key: "k" };
+        let w = Spec {
+            prelude: Prelude::Answered,
+            advances: 1,
+            crashes: 0,
+            depth: 8,
+            ..spec("two resets of one key, the clock", store, vec![reset.clone(), reset])
         };
         holds(w);
     }
