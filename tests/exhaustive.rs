@@ -36,6 +36,8 @@ mod planted_bugs;
 mod prelude;
 #[path = "exhaustive/requests.rs"]
 mod requests;
+#[path = "exhaustive/script.rs"]
+mod script;
 #[path = "exhaustive/sim.rs"]
 mod sim;
 #[path = "exhaustive/worlds.rs"]

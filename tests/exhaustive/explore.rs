@@ -145,6 +145,13 @@ fn walk(
             trace: sim.trace.clone(),
         })?;
     }
+    for pick in &spec.script {
+        let mut taken = 0;
+        while let Some(c) = super::script::next(&sim, pick, taken) {
+            step(&mut sim, &c, report)?;
+            taken += 1;
+        }
+    }
     for (k, &n) in path.iter().enumerate() {
         // A replay must reach the state the first run branched from.
         if k + 1 == path.len() {

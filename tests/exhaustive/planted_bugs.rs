@@ -32,6 +32,7 @@ fn world(name: &'static str, actors: Vec<Role>, bug: Option<Bug>) -> Spec {
         prelude: Prelude::Empty,
         skew: 0,
         schema: false,
+        script: Vec::new(),
     }
 }
 

@@ -73,6 +73,9 @@ pub struct Spec {
     /// `VALIDATE_INPUT_SCHEMAS=on`, and task type `t`'s schema (published
     /// after the prelude) refuses every input the worlds send.
     pub schema: bool,
+    /// Steps taken first, as the script says (`script.rs`), before the
+    /// walk: the depth counts from after them.
+    pub script: Vec<super::script::Pick>,
 }
 
 /// The functions' machines' clock: S3's (the explorer's) less `behind`.

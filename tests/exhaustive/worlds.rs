@@ -5,6 +5,8 @@
 use idempotent_submit::due_sender::DueOrder;
 
 use super::actors::{Events, How, Role};
+use super::gate::Fault;
+use super::script::Pick;
 use super::explore::{self, Report};
 use super::prelude::Prelude;
 use super::sim::{Spec, StoreKind};
@@ -34,6 +36,7 @@ pub fn spec(name: &'static str, store: StoreKind, actors: Vec<Role>) -> Spec {
         prelude: Prelude::Empty,
         skew: 0,
         schema: false,
+        script: Vec::new(),
     }
 }
 
@@ -352,6 +355,37 @@ fn the_sweeper_writes_an_offloaded_submits_missing_payload_before_its_task() {
             deliver: true,
             depth: 5,
             ..spec("an offloaded submit, the sweeper", store, vec![offloaded()])
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn an_offloaded_submit_that_meets_its_own_record_reset_keeps_the_payload_its_task_names() {
+    for store in STORES {
+        // Scripted (each step checked): #0's record lands and its answer is
+        // lost, its payload beside it; a replay (#1) finishes #0's record
+        // (payload 412, task, marker) and an operator (#2) resets the key.
+        // Then every schedule from there: #0's retried claim meets its own
+        // record reset, and is answered as before the reset, deleting
+        // nothing its task names.
+        let script = vec![
+            Pick::Start(0),
+            Pick::Decide(0, "payloads/", Fault::Ok),
+            Pick::Decide(0, "idempotency/", Fault::Lost),
+            Pick::Start(1),
+            Pick::Finish(1),
+            Pick::Start(2),
+            Pick::Finish(2),
+        ];
+        let roles = vec![offloaded(), offloaded(), Role::Reset { key: "k" }];
+        let w = Spec {
+            late_starts: true,
+            faults: 2,
+            advances: 1,
+            depth: 6,
+            script,
+            ..spec("an offloaded submit's own record reset", store, roles)
         };
         holds(w);
     }
