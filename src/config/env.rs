@@ -343,6 +343,23 @@ mod tests {
         assert!(Settings::default().check().is_ok());
     }
 
+    /// Not refused, on purpose (docs/decisions.md, "A stale age below the
+    /// operation timeout"): a finisher that acts while the record's own
+    /// submit is still in flight does what a concurrent replay does at any
+    /// age, and a record whose PUT has not landed is not found, which the
+    /// sweeper answers by the claim's own bound, not by the stale age.
+    #[test]
+    fn a_stale_age_below_the_operation_timeout_is_accepted() {
+        let c = cfg(&[
+            ("BUCKET_NAME", "b"),
+            ("STALE_CREATING_AFTER_SECONDS", "5"),
+        ])
+        .unwrap();
+        assert_eq!(c.settings.stale_creating_after, Duration::seconds(5));
+        assert!(c.settings.stale_creating_after < c.settings.operation_timeout);
+        assert!(c.settings.check().is_ok());
+    }
+
     #[test]
     fn the_defaults_are_the_contracts() {
         let c = cfg(&[("BUCKET_NAME", "b")]).unwrap();
