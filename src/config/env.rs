@@ -350,11 +350,7 @@ mod tests {
     /// sweeper answers by the claim's own bound, not by the stale age.
     #[test]
     fn a_stale_age_below_the_operation_timeout_is_accepted() {
-        let c = cfg(&[
-            ("BUCKET_NAME", "b"),
-            ("STALE_CREATING_AFTER_SECONDS", "5"),
-        ])
-        .unwrap();
+        let c = cfg(&[("BUCKET_NAME", "b"), ("STALE_CREATING_AFTER_SECONDS", "5")]).unwrap();
         assert_eq!(c.settings.stale_creating_after, Duration::seconds(5));
         assert!(c.settings.stale_creating_after < c.settings.operation_timeout);
         assert!(c.settings.check().is_ok());

@@ -5,10 +5,10 @@
 use idempotent_submit::due_sender::DueOrder;
 
 use super::actors::{Events, How, Role};
-use super::gate::Fault;
-use super::script::Pick;
 use super::explore::{self, Report};
+use super::gate::Fault;
 use super::prelude::Prelude;
+use super::script::Pick;
 use super::sim::{Spec, StoreKind};
 
 pub const STORES: [StoreKind; 3] = [
@@ -338,7 +338,11 @@ fn two_offloaded_submits_of_one_key_leave_every_payload_a_task_names_and_no_orph
         // record writes the payload (412) before the task; every fault.
         let w = Spec {
             depth: 5,
-            ..spec("two offloaded submits", store, vec![offloaded(), offloaded()])
+            ..spec(
+                "two offloaded submits",
+                store,
+                vec![offloaded(), offloaded()],
+            )
         };
         holds(w);
     }
@@ -404,7 +408,11 @@ fn two_resets_of_one_key_a_clock_step_apart_both_leave_it_reset() {
             advances: 1,
             crashes: 0,
             depth: 8,
-            ..spec("two resets of one key, the clock", store, vec![reset.clone(), reset])
+            ..spec(
+                "two resets of one key, the clock",
+                store,
+                vec![reset.clone(), reset],
+            )
         };
         holds(w);
     }
