@@ -606,7 +606,10 @@ mod tests {
         // The tail's first item leaves the payload check's items: the
         // pass goes on until the last of them is released done.
         let items = vec![
-            Range::Recent { token: None },
+            Range::Recent {
+                token: None,
+                from: 0,
+            },
             Range::Slice {
                 slice: 0,
                 after: None,

@@ -58,10 +58,12 @@ pub(super) enum Range {
     },
     /// The HEAD path over the payloads outside the day's slices: under
     /// `LIST_ORDER=any` `payloads/` page by page from `token`; under `bytes`
-    /// the other slices' folders side by side, begun again when cut short.
+    /// the other slices' folders side by side, from slice `from` on.
     Recent {
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         token: Option<String>,
+        #[serde(default)]
+        from: u32,
     },
     /// `LIST_ORDER=bytes`: one slice of the day's payload check, its
     /// payloads (`payloads/{hex}`) after `after` merged with its tasks.
@@ -84,7 +86,9 @@ pub(super) enum Range {
 /// to `round_after` are done; in the current round, the task listings
 /// before `prefix` are done and the one at `prefix` goes on from `token`,
 /// and `found` (hex, a bit for each of the round's `count` candidates in
-/// the order of their ids) says which tasks were seen so far.
+/// the order of their ids) says which tasks were seen so far. Once the
+/// round is `listed`, its `suspects` left to confirm, and where the next
+/// round begins (`next_round`; `None`: this is the last).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct SlicesPlace {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -97,6 +101,12 @@ pub(super) struct SlicesPlace {
     pub count: u64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub found: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub listed: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspects: Vec<uuid::Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_round: Option<uuid::Uuid>,
 }
 
 impl Range {
@@ -105,9 +115,8 @@ impl Range {
     pub fn fits(&self, order: ListOrder) -> bool {
         match self {
             Range::Scopes { .. } | Range::Keys { .. } => order == ListOrder::Bytes,
-            Range::Dirs { .. } | Range::Tail { .. } => true,
+            Range::Dirs { .. } | Range::Tail { .. } | Range::Recent { .. } => true,
             Range::Dir { .. } => order == ListOrder::Any,
-            Range::Recent { token } => token.is_none() || order == ListOrder::Any,
             Range::Slice { .. } => order == ListOrder::Bytes,
             Range::Slices { .. } => order == ListOrder::Any,
         }

@@ -83,6 +83,9 @@ struct Held {
     etag: Option<ETag>,
     /// `cp` is what the store holds, as far as this invocation knows.
     known: bool,
+    /// What this invocation's tail shares judge by, made at its first one
+    /// (the same for the whole tail: its folders of `tasks/` listed once).
+    tail: Option<super::tail::TailCx>,
 }
 
 /// The pass's window: the previous pass's instant and its own.
@@ -340,20 +343,21 @@ impl Engine {
         opts: &SweepOptions,
         out: &mut ShareOutcome,
     ) -> Result<(bool, Vec<uuid::Uuid>), SubmitError> {
-        let cx = match held.cp.as_ref() {
-            Some(cp) => cp.tail.as_ref().map(|t| self.tail_cx(cp, t)),
-            None => None,
-        };
+        if held.tail.is_none() {
+            held.tail = match held.cp.as_ref() {
+                Some(cp) => cp.tail.as_ref().map(|t| self.tail_cx(cp, t)),
+                None => None,
+            };
+        }
         // A tail item is in the pool only once the tail is planned: without
         // a plan (never) the items go back untouched.
-        let done = match &cx {
+        let done = match &held.tail {
             Some(cx) => self.tail_items(items, cx, first, opts).await,
             None => super::tail::TailDone {
                 left: items,
                 ..Default::default()
             },
         };
-        drop(cx);
         out.summary.add(&done.tally);
         let ends = self.past(opts) || self.budget_spent(opts, &out.summary);
         let (concurrency, id) = (self.settings.pass_concurrency, held.share.clone());

@@ -42,16 +42,18 @@ use super::payload_tasks::{
 };
 use super::payloads::{Against, Judge, PAYLOAD_SLICES, PayloadPlan, input_payload_id};
 use super::ranges::{Range, SlicesPlace};
-use super::{PAGE, RANGES_AT_ONCE, SweepOptions, SweepSummary};
+use super::{PAGE, RANGES_AT_ONCE, READS_AT_ONCE, SweepOptions, SweepSummary};
 use crate::config::ListOrder;
 use crate::protocol::engine::Engine;
 use crate::protocol::error::SubmitError;
 
-/// The most candidates a round of a [`Range::Slices`] item holds: 128 Ki
-/// ids (2 MiB), and 16 KiB of bits (32 KiB of hex) in the checkpoint while
-/// it is cut short. A bucket with more payloads of a day's folder digit
-/// lists that folder once a round.
-pub(super) const ROUND: usize = 1 << 17;
+/// The most candidates a round of a [`Range::Slices`] item holds: 64 Ki
+/// ids (1 MiB), and 8 KiB of bits (16 KiB of hex) in the checkpoint while
+/// its listing is cut short; its suspects (payloads no listed task named:
+/// orphans, nearly all) are kept there by id while the HEAD path confirms
+/// them. A bucket with more payloads of a day's folder digit lists that
+/// folder once a round.
+pub(super) const ROUND: usize = 1 << 16;
 
 /// What one share's tail items did.
 #[derive(Debug, Default)]
@@ -150,7 +152,7 @@ impl Engine {
         };
         match item {
             Range::Tail { markers } => self.tail_first(markers, cx, opts, step).await,
-            Range::Recent { token } => self.recent_item(token, cx, opts, step).await,
+            Range::Recent { token, from } => self.recent_item((token, from), cx, opts, step).await,
             Range::Slice { slice, after } => self.slice_item(slice, after, cx, opts, step).await,
             Range::Slices { from, to, place } => {
                 self.slices_item((from, to), place, cx, opts, step).await
@@ -211,14 +213,20 @@ impl Engine {
                 }
             }
             (Some(_), ListOrder::Bytes) => {
-                s.next.push(Range::Recent { token: None });
+                s.next.push(Range::Recent {
+                    token: None,
+                    from: 0,
+                });
                 s.next
                     .extend(slices.map(|slice| Range::Slice { slice, after: None }));
                 return s;
             }
             (Some(token), ListOrder::Any) => {
                 let judged = self.judge_page(first.objects, j, opts, &mut s.tally, Against::Skip);
-                s.next.push(Range::Recent { token: Some(token) });
+                s.next.push(Range::Recent {
+                    token: Some(token),
+                    from: 0,
+                });
                 s.next.extend(digit_groups(slices));
                 match judged.await {
                     Ok(true) => return s,
@@ -242,11 +250,12 @@ impl Engine {
 
     /// The HEAD path over the payloads outside the day's slices: under
     /// `LIST_ORDER=any` page by page from `token` (the place), under
-    /// `bytes` the other slices' folders side by side (begun again when cut
-    /// short: about 9 s at 10^7 payloads).
+    /// `bytes` the other slices' folders from slice `from` on, side by side
+    /// a batch at a time (the place: the first folder of the batch the
+    /// deadline cut).
     async fn recent_item(
         &self,
-        token: Option<String>,
+        (token, from): (Option<String>, u32),
         cx: &TailCx,
         opts: &SweepOptions,
         mut s: Step,
@@ -257,6 +266,7 @@ impl Engine {
             loop {
                 let again = Range::Recent {
                     token: page.clone(),
+                    from,
                 };
                 if self.past(opts) {
                     return s.again(again);
@@ -280,32 +290,41 @@ impl Engine {
                 }
             }
         }
-        let others = (0..PAYLOAD_SLICES).filter(|x| !cx.plan.slices.contains(x));
-        let judged: Vec<(SweepSummary, Result<bool, SubmitError>)> = futures::stream::iter(others)
-            .map(|slice| async move {
-                let prefix = format!("{PAYLOADS_PREFIX}{}", slice_hex(slice));
-                let mut t = SweepSummary::default();
-                let r = self.judge_prefix(&prefix, None, j, opts, &mut t, Against::Skip);
-                let r = r.await;
-                (t, r)
-            })
-            .buffer_unordered(RANGES_AT_ONCE)
-            .collect()
-            .await;
-        let again = Range::Recent { token: None };
-        let mut whole = Ok(true);
-        for (t, r) in judged {
-            s.tally.add(&t);
-            whole = match (whole, r) {
-                (Err(e), _) | (Ok(_), Err(e)) => Err(e),
-                (Ok(a), Ok(b)) => Ok(a && b),
+        let others: Vec<u32> = (from..PAYLOAD_SLICES)
+            .filter(|x| !cx.plan.slices.contains(x))
+            .collect();
+        for batch in others.chunks(RANGES_AT_ONCE) {
+            let again = Range::Recent {
+                token: None,
+                from: batch[0],
             };
+            if self.past(opts) {
+                return s.again(again);
+            }
+            let judged: Vec<(SweepSummary, Result<bool, SubmitError>)> =
+                futures::future::join_all(batch.iter().map(|&slice| async move {
+                    let prefix = format!("{PAYLOADS_PREFIX}{}", slice_hex(slice));
+                    let mut t = SweepSummary::default();
+                    let r = self.judge_prefix(&prefix, None, j, opts, &mut t, Against::Skip);
+                    let r = r.await;
+                    (t, r)
+                }))
+                .await;
+            let mut whole = Ok(true);
+            for (t, r) in judged {
+                s.tally.add(&t);
+                whole = match (whole, r) {
+                    (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+                    (Ok(a), Ok(b)) => Ok(a && b),
+                };
+            }
+            match whole {
+                Ok(true) => {}
+                Ok(false) => return s.again(again),
+                Err(e) => return self.item_failed(e, again, opts, s),
+            }
         }
-        match whole {
-            Ok(true) => s,
-            Ok(false) => s.again(again),
-            Err(e) => self.item_failed(e, again, opts, s),
-        }
+        s
     }
 
     /// `LIST_ORDER=bytes`: one slice's payloads after `after`, page by
@@ -353,8 +372,8 @@ impl Engine {
 
     /// `LIST_ORDER=any`: the day's slices `from..to` of one task folder
     /// digit, round by round: the round's candidates collected, the task
-    /// folders listed from the place striking those found, the rest
-    /// confirmed by the HEAD path.
+    /// folders listed from the place striking those found, then the rest
+    /// (the suspects, kept in the place) confirmed by the HEAD path.
     async fn slices_item(
         &self,
         (from, to): (u32, u32),
@@ -365,59 +384,89 @@ impl Engine {
     ) -> Step {
         let again = |place: SlicesPlace| Range::Slices { from, to, place };
         loop {
-            let round = self.round_candidates(from..to, place.round_after, cx, opts, &mut s.tally);
-            let ids = match round.await {
-                Ok(Some(ids)) => ids,
-                Ok(None) => return s.again(again(place)),
-                Err(e) => return self.item_failed(e, again(place), opts, s),
-            };
-            if ids.is_empty() {
-                return s;
+            if !place.listed {
+                let listed = self.list_round((from, to), &mut place, cx, opts, &mut s.tally);
+                match listed.await {
+                    Ok(true) => {}
+                    Ok(false) => return s.again(again(place)),
+                    Err(e) => return self.item_failed(e, again(place), opts, s),
+                }
             }
-            let mut found = decode_found(&place, ids.len());
-            if found.is_none() {
-                // Another round's bits, or candidates that changed since:
-                // the round's task listing begins again.
-                place = SlicesPlace {
-                    round_after: place.round_after,
-                    ..SlicesPlace::default()
-                };
-            }
-            let found = found.get_or_insert_with(|| vec![false; ids.len()]);
-            let strikes = (ids.as_slice(), found.as_mut_slice());
-            let listed = self.strike_from(strikes, (from, to), &mut place, cx, opts, &mut s.tally);
-            match listed.await {
-                Ok(true) => {}
-                Ok(false) => {
-                    (place.count, place.found) = (ids.len() as u64, encode_found(found));
+            // A batch at a time, each judged whole leaving the place, so
+            // that a share cut short here keeps its progress.
+            while !place.suspects.is_empty() {
+                let n = place.suspects.len().min(READS_AT_ONCE);
+                let batch: Vec<Uuid> = place.suspects[..n].to_vec();
+                let j = &cx.judge;
+                if !self.past(opts) {
+                    self.judge_suspects(batch, j.from, j.now, opts, &mut s.tally)
+                        .await;
+                }
+                if self.past(opts) {
                     return s.again(again(place));
                 }
-                Err(e) => return self.item_failed(e, again(place), opts, s),
+                place.suspects.drain(..n);
             }
-            let suspects: Vec<Uuid> = ids
-                .iter()
-                .zip(found.iter())
-                .filter(|(_, f)| !**f)
-                .map(|(id, _)| *id)
-                .collect();
-            let j = &cx.judge;
-            self.judge_suspects(suspects, j.from, j.now, opts, &mut s.tally)
-                .await;
-            if self.past(opts) {
-                // Its listings are done: the next share confirms again.
-                (place.count, place.found) = (ids.len() as u64, encode_found(found));
-                return s.again(again(place));
-            }
-            match ids.last() {
-                Some(last) if ids.len() == ROUND => {
+            match place.next_round {
+                Some(after) => {
                     place = SlicesPlace {
-                        round_after: Some(*last),
+                        round_after: Some(after),
                         ..SlicesPlace::default()
-                    };
+                    }
                 }
-                _ => return s,
+                None => return s,
             }
         }
+    }
+
+    /// One round's listing, from `place`: its candidates collected, the
+    /// task folders listed on from the place striking those found. `true`
+    /// once listed (the place then holds the round's suspects and where the
+    /// next round begins), `false` when the deadline came first (the place
+    /// holds how far the listing went).
+    async fn list_round(
+        &self,
+        (from, to): (u32, u32),
+        place: &mut SlicesPlace,
+        cx: &TailCx,
+        opts: &SweepOptions,
+        tally: &mut SweepSummary,
+    ) -> Result<bool, SubmitError> {
+        let round = self.round_candidates(from..to, place.round_after, cx, opts, tally);
+        let Some(ids) = round.await? else {
+            return Ok(false);
+        };
+        let mut found = decode_found(place, ids.len());
+        if found.is_none() {
+            // Another round's bits, or candidates that changed since: the
+            // round's task listing begins again.
+            *place = SlicesPlace {
+                round_after: place.round_after,
+                ..SlicesPlace::default()
+            };
+        }
+        let found = found.get_or_insert_with(|| vec![false; ids.len()]);
+        if !ids.is_empty() {
+            let strikes = (ids.as_slice(), found.as_mut_slice());
+            if !self
+                .strike_from(strikes, (from, to), place, cx, opts, tally)
+                .await?
+            {
+                (place.count, place.found) = (ids.len() as u64, encode_found(found));
+                return Ok(false);
+            }
+        }
+        *place = SlicesPlace {
+            round_after: place.round_after,
+            listed: true,
+            suspects: (0..ids.len())
+                .filter(|i| !found[*i])
+                .map(|i| ids[i])
+                .collect(),
+            next_round: ids.last().copied().filter(|_| ids.len() == ROUND),
+            ..SlicesPlace::default()
+        };
+        Ok(true)
     }
 
     /// The ids of the payloads of `slices` old enough to judge at the
