@@ -448,10 +448,16 @@ impl Engine {
         let found = found.get_or_insert_with(|| vec![false; ids.len()]);
         if !ids.is_empty() {
             let strikes = (ids.as_slice(), found.as_mut_slice());
-            if !self
-                .strike_from(strikes, (from, to), place, cx, opts, tally)
-                .await?
-            {
+            let listed = self.strike_from(strikes, (from, to), place, cx, opts, tally);
+            // Cut short by the deadline (before a request, or in one), the
+            // place keeps what was found so far with the listing's token.
+            let cut = match listed.await {
+                Ok(done) => !done,
+                Err(SubmitError::DeadlineExceeded) => true,
+                Err(_) if self.past(opts) => true,
+                Err(e) => return Err(e),
+            };
+            if cut {
                 (place.count, place.found) = (ids.len() as u64, encode_found(found));
                 return Ok(false);
             }
