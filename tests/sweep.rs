@@ -29,6 +29,7 @@ mod reads;
 mod real;
 mod resume;
 mod share;
+mod tail;
 
 use crate::common;
 

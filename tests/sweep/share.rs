@@ -16,7 +16,7 @@ use idempotent_submit::testing::protocol::{Continuation, HandOn, ShareOutcome};
 /// The pass queue's stand-in: the continuations handed on, for the driver
 /// to start an invocation for each.
 #[derive(Clone, Default)]
-struct Inbox(Arc<Mutex<Vec<Continuation>>>);
+pub(super) struct Inbox(Arc<Mutex<Vec<Continuation>>>);
 
 #[async_trait]
 impl HandOn for Inbox {
@@ -27,7 +27,7 @@ impl HandOn for Inbox {
 }
 
 impl Inbox {
-    fn take(&self) -> Vec<Continuation> {
+    pub(super) fn take(&self) -> Vec<Continuation> {
         std::mem::take(&mut *self.0.lock().unwrap())
     }
 }

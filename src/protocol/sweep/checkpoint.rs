@@ -14,8 +14,13 @@
 //!   hands on for them again. An invitation that is not taken up in
 //!   [`INVITE_LIFE`] is taken as lost.
 //! - Once the pool is empty and no share holds ranges, the records are done:
-//!   one invocation takes the *tail* (the ready index's scan, the orphan
-//!   payloads) as a share of its own, and completes the pass.
+//!   the claim that finds it so plans the *tail* ([`TailPlan`]) and puts its
+//!   first item in the pool (the ready index's scan and the first page of
+//!   `payloads/`), which leaves the payload check's items in turn (one per
+//!   slice of the day's plan, or per task folder digit under
+//!   `LIST_ORDER=any`: `tail.rs`). They are claimed, released with their
+//!   place and handed on as the records' ranges are; the release that leaves
+//!   nothing of the tail completes the pass and moves its cursors.
 //! - The pass's counts are merged here, share by share: one summary a pass.
 //! - The rotations are cursors: `markers_until` (where the last complete
 //!   scan of the ready index ended), `payloads_until` and `payload_slice`
@@ -29,6 +34,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::SweepSummary;
+use super::payloads::PayloadPlan;
 use super::ranges::Range;
 use crate::config::ListOrder;
 
@@ -112,8 +118,10 @@ pub(super) struct Share {
     /// The ranges it took; they go back to the pool if the lease runs out.
     #[serde(default)]
     pub ranges: Vec<Range>,
-    /// The tail of the pass (markers, payloads), not records.
-    #[serde(default)]
+    /// The whole tail of the pass, held by an earlier version (one share
+    /// for the markers and the payloads): honoured until its lease runs
+    /// out, never written now (the tail's items are ranges).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tail: bool,
 }
 
@@ -160,6 +168,36 @@ pub(super) struct Checkpoint {
     /// The pass's counts so far.
     #[serde(default)]
     pub tally: PassTally,
+    /// The tail, once the records are done and it was planned (`None`
+    /// before, and in a checkpoint of an earlier version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<TailPlan>,
+}
+
+/// The pass's tail, planned once when its records are done: what its items
+/// judge by and what they found, for the cursors the pass's end moves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct TailPlan {
+    /// S3's time when the tail was planned: every item judges payloads'
+    /// ages at it (so an item resumed in another invocation judges the same
+    /// payloads), and the payload check's cursor says it at the end.
+    pub at: DateTime<Utc>,
+    /// The ready index's scan completed without a failure.
+    #[serde(default)]
+    pub markers: bool,
+    /// An item of the payload check met a failure, or was given up (a whole
+    /// invocation without progress): the payload cursor stays, and the next
+    /// pass takes the same slices again.
+    #[serde(default)]
+    pub payloads_failed: bool,
+}
+
+impl TailPlan {
+    /// The payload check of this tail, from the cursor `cursor` after the
+    /// last complete check at `last`.
+    pub fn payloads(&self, cursor: u32, last: Option<DateTime<Utc>>) -> PayloadPlan {
+        PayloadPlan::after(cursor, last, self.at)
+    }
 }
 
 /// What a claim gave an invocation.
@@ -174,8 +212,6 @@ pub(super) enum Claim {
         /// Ranges left in the pool after this claim.
         pool: usize,
     },
-    /// The tail of the pass.
-    Tail,
     /// Every slot is held, or what is left is held: nothing to take.
     Busy,
     /// The continuation names a pass that is over (or another one).
@@ -199,6 +235,7 @@ impl Checkpoint {
             payloads_until: before.and_then(|c| c.payloads_until),
             payload_slice: before.map_or(0, |c| c.payload_slice),
             tally: PassTally::default(),
+            tail: None,
         }
     }
 
@@ -207,9 +244,15 @@ impl Checkpoint {
         self.running_until.is_some_and(|u| u > now)
     }
 
-    /// Every range listed by a share that released it: the tail is next.
+    /// Every range listed by a share that released it: the tail is next
+    /// (or, once planned, every item of the tail is held).
     pub fn records_done(&self) -> bool {
         self.ranges.is_empty() && self.later.is_empty() && self.shares.iter().all(|s| s.tail)
+    }
+
+    /// The records are done and the tail is not planned yet.
+    fn tail_due(&self) -> bool {
+        self.tail.is_none() && self.records_done()
     }
 
     /// Shares whose lease has run out at `now` give their ranges back to
@@ -258,12 +301,16 @@ impl Checkpoint {
         if scheduled && live == 0 && self.ranges.is_empty() {
             self.ranges = std::mem::take(&mut self.later);
         }
-        if self.records_done() {
+        if self.tail_due() {
             if live + invited > 0 {
                 return Claim::Busy;
             }
-            self.push_share(id, until, vec![], true);
-            return Claim::Tail;
+            self.tail = Some(TailPlan {
+                at: now,
+                markers: false,
+                payloads_failed: false,
+            });
+            self.ranges = vec![Range::Tail { markers: false }];
         }
         let concurrency = concurrency.max(1);
         if live + invited >= concurrency || self.ranges.len() <= invited {
@@ -312,42 +359,52 @@ impl Checkpoint {
         true
     }
 
-    /// Ends the tail share `id` and with it the pass; the cursors of what
-    /// the tail completed move on (`markers`: the ready index's scan;
-    /// `payloads`: the payload check, which took `slices_end` as its next
-    /// slice, at S3's time `payloads_at`).
-    pub fn complete_tail(
-        &mut self,
-        id: &str,
-        tally: &SweepSummary,
-        markers: bool,
-        payloads: Option<(u32, DateTime<Utc>)>,
-    ) -> bool {
-        if !self.release(id, (vec![], vec![]), tally) {
+    /// Notes what the tail's items found in a share's release: the ready
+    /// index's scan completed (`markers`), or an item of the payload check
+    /// failed (`payloads_failed`).
+    pub fn note_tail(&mut self, markers: bool, payloads_failed: bool) {
+        if let Some(t) = self.tail.as_mut() {
+            t.markers |= markers;
+            t.payloads_failed |= payloads_failed;
+        }
+    }
+
+    /// Completes the pass once its tail is planned and nothing of it is
+    /// left (nothing in the pool, no share holding it): the cursors of what
+    /// the tail completed move on (the ready index's scan to the pass, the
+    /// payload check to its next slice, at the tail's time). `true` when
+    /// this call completed it.
+    pub fn finish_if_done(&mut self) -> bool {
+        let Some(t) = self.tail.clone() else {
+            return false;
+        };
+        let left = !self.ranges.is_empty() || !self.later.is_empty() || !self.shares.is_empty();
+        if self.complete || left {
             return false;
         }
         self.complete = true;
-        if markers {
+        if t.markers {
             self.markers_until = Some(self.pass);
         }
-        if let Some((next, at)) = payloads {
-            self.payload_slice = next;
-            self.payloads_until = Some(at);
+        if !t.payloads_failed {
+            let plan = t.payloads(self.payload_slice, self.payloads_until);
+            self.payload_slice = plan.next_slice();
+            self.payloads_until = Some(t.at);
         }
         true
     }
 
     /// Continuations to hand on now: one for each slot of `concurrency`
     /// free of live shares and invitations that has a range of the pool
-    /// nobody is invited to, or one for the tail once the records are done
-    /// and nobody holds the pass. `continuing`: the invocation asking will
+    /// nobody is invited to (the tail's items are such ranges), or one to
+    /// plan the tail once the records are done and nobody holds the pass. `continuing`: the invocation asking will
     /// claim again itself (its slot and a range are its own).
     pub fn wanted(&self, concurrency: usize, continuing: bool) -> usize {
         if self.complete {
             return 0;
         }
         let busy = self.shares.len() + self.invites.len() + usize::from(continuing);
-        if self.records_done() {
+        if self.tail_due() {
             return usize::from(busy == 0);
         }
         let unclaimed = self.ranges.len().saturating_sub(self.invites.len());
@@ -481,9 +538,10 @@ mod tests {
         assert_eq!(cp.wanted(4, false), 1);
         cp.invite(&ids[1..], lost + INVITE_LIFE);
         assert_eq!(cp.claim("x", (lost, until), 4, (false, None)), Claim::Busy);
-        assert_eq!(
-            cp.claim("t", (lost, until), 4, (false, Some(ids[1]))),
-            Claim::Tail
+        let tail = cp.claim("t", (lost, until), 4, (false, Some(ids[1])));
+        assert!(
+            matches!(&tail, Claim::Records { ranges, .. } if *ranges == [Range::Tail { markers: false }]),
+            "{tail:?}"
         );
     }
 
@@ -533,20 +591,76 @@ mod tests {
         assert!(cp.release("c", (vec![], vec![]), &one));
         assert!(cp.records_done());
         assert_eq!(cp.wanted(2, false), 1, "the tail");
-        assert_eq!(cp.claim("d", (now, until), 2, (false, None)), Claim::Tail);
+        let tail = cp.claim("d", (now, until), 2, (false, None));
+        assert!(matches!(
+            &tail,
+            Claim::Records {
+                alone: true,
+                pool: 0,
+                ..
+            }
+        ));
+        assert_eq!(cp.tail.as_ref().map(|t| t.at), Some(now));
         assert_eq!(cp.claim("e", (now, until), 2, (false, None)), Claim::Busy);
         assert_eq!(cp.wanted(2, false), 0);
-        let tail = SweepSummary {
+        // The tail's first item leaves the payload check's items: the
+        // pass goes on until the last of them is released done.
+        let items = vec![
+            Range::Recent {
+                token: None,
+                from: 0,
+            },
+            Range::Slice {
+                slice: 0,
+                after: None,
+            },
+        ];
+        let tally = SweepSummary {
             markers_deleted: 2,
             ..SweepSummary::default()
         };
-        assert!(cp.complete_tail("d", &tail, true, Some((9, now))));
+        assert!(cp.release("d", (items, vec![]), &tally));
+        cp.note_tail(true, false);
+        assert!(!cp.finish_if_done() && !cp.complete);
+        assert_eq!(cp.wanted(2, false), 2, "one continuation an item");
+        let rest = cp.claim("e", (now, until), 2, (false, None));
+        assert!(matches!(&rest, Claim::Records { ranges, pool: 1, .. } if ranges.len() == 1));
+        assert!(cp.release("e", (vec![], vec![]), &SweepSummary::default()));
+        assert!(!cp.finish_if_done(), "an item is still in the pool");
+        cp.claim("f", (now, until), 2, (false, None));
+        assert!(cp.release("f", (vec![], vec![]), &SweepSummary::default()));
+        assert!(cp.finish_if_done());
+        assert!(!cp.finish_if_done(), "once");
         assert!(cp.complete);
         assert_eq!((cp.tally.scanned, cp.tally.reads), (9, 3));
         assert_eq!(cp.tally.markers_deleted, 2);
+        // A first check: a day's slices, 0 to 8.
         assert_eq!((cp.markers_until, cp.payload_slice), (Some(cp.pass), 9));
         assert_eq!(cp.payloads_until, Some(now));
-        assert_eq!(cp.claim("f", (now, until), 2, (false, None)), Claim::Over);
+        assert_eq!(cp.claim("g", (now, until), 2, (false, None)), Claim::Over);
+    }
+
+    #[test]
+    fn a_tail_whose_payload_check_failed_completes_the_pass_and_leaves_the_payload_cursor() {
+        let (mut cp, now) = pass_of(vec![]);
+        let until = now + Duration::minutes(2);
+        cp.claim("a", (now, until), 2, (true, None));
+        cp.release("a", (vec![], vec![]), &SweepSummary::default());
+        cp.note_tail(false, true);
+        assert!(cp.finish_if_done());
+        assert_eq!((cp.markers_until, cp.payloads_until), (None, None));
+        assert_eq!(cp.payload_slice, 0);
+    }
+
+    #[test]
+    fn a_checkpoint_of_an_earlier_version_reads_without_a_tail_and_writes_none_until_planned() {
+        let old = r#"{"pass":"2026-01-03T00:00:00Z","ranges":[{"kind":"dirs","token":null}],
+            "shares":[{"id":"t","until":"2026-01-03T00:02:00Z","tail":true}],"payload_slice":9}"#;
+        let cp: Checkpoint = serde_json::from_str(old).unwrap();
+        assert_eq!((cp.tail.clone(), cp.payload_slice), (None, 9));
+        assert!(cp.shares[0].tail);
+        let text = serde_json::to_string(&Checkpoint::new_pass(None, cp.pass, ListOrder::Any));
+        assert!(!text.unwrap().contains("tail"));
     }
 
     #[test]

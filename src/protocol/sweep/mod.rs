@@ -65,6 +65,7 @@ mod payloads;
 mod ranges;
 mod record;
 mod share;
+mod tail;
 
 pub use hand_on::{Continuation, HandOn};
 pub use payloads::{PAYLOAD_CYCLE_DAYS, PAYLOAD_SLICES, PayloadPlan};

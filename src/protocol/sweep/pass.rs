@@ -140,6 +140,13 @@ impl Engine {
             }
             Range::Dirs { token } => self.list_scope_dirs(token, opts).await,
             Range::Dir { prefix, token } => self.list_dir(prefix, token, window, limit, opts).await,
+            // The tail's items are a tail share's (`tail.rs`), never listed
+            // as records: one here waits, unlisted, rather than looping.
+            tail => RangeStep {
+                tally: SweepSummary::default(),
+                next: vec![],
+                wait: vec![tail],
+            },
         }
     }
 

@@ -29,10 +29,10 @@ use futures::StreamExt;
 use uuid::Uuid;
 
 use super::payload_tasks::{
-    CANDIDATES_AT_ONCE, PAYLOADS_PREFIX, SHARD_LENGTHS, TASKS_PREFIX, TaskMerge, slice_hex,
-    slice_of, slice_task_prefixes, tally_payloads,
+    CANDIDATES_AT_ONCE, PAYLOADS_PREFIX, SHARD_LENGTHS, TASKS_PREFIX, TaskMerge, slice_of,
+    slice_task_prefixes, tally_payloads,
 };
-use super::{PAGE, RANGES_AT_ONCE, READS_AT_ONCE, SweepOptions, SweepSummary};
+use super::{PAGE, READS_AT_ONCE, SweepOptions, SweepSummary};
 use crate::config::ListOrder;
 use crate::protocol::engine::{Engine, Failure};
 use crate::protocol::error::SubmitError;
@@ -54,7 +54,7 @@ pub const PAYLOAD_CYCLE_DAYS: i64 = 30;
 
 /// The task id of an input payload's key; `None` for anything else
 /// (buquet's `output.json`, objects of other writers).
-fn input_payload_id(key: &str) -> Option<Uuid> {
+pub(super) fn input_payload_id(key: &str) -> Option<Uuid> {
     let rest = key.strip_prefix(PAYLOADS_PREFIX)?;
     let (id, file) = rest.split_once('/')?;
     // Only our own spelling (lowercase, hyphenated): another writer's key
@@ -107,16 +107,16 @@ impl PayloadPlan {
     }
 }
 
-/// What one pass judges payloads by.
-struct Judge {
-    /// S3's time at the pass's start.
-    now: DateTime<Utc>,
+/// What one pass's tail judges payloads by (the same in every share of it).
+pub(super) struct Judge {
+    /// S3's time when the tail was planned.
+    pub(super) now: DateTime<Utc>,
     /// The HEAD path's ages: from the orphan age, for the plan's
     /// `recheck_for`.
-    from: Duration,
+    pub(super) from: Duration,
     to: Duration,
     /// The plan's slices.
-    slices: Range<u32>,
+    pub(super) slices: Range<u32>,
     /// The folders right under `tasks/` and the LISTs they took, listed
     /// once a pass when the first payload to judge by its tasks comes
     /// (`None`: the deadline came first).
@@ -127,12 +127,15 @@ struct Judge {
 
 /// How a page's payloads of the plan's slices are checked against their
 /// tasks (`payload_tasks.rs`).
-enum Against<'a> {
+pub(super) enum Against<'a> {
     /// In byte order: the slice's task cursors, made at the first payload
     /// that needs them.
     Merge(&'a mut Option<TaskMerge>),
     /// In any order: their ids, held for a listing of the tasks.
     Collect(&'a mut Vec<Uuid>),
+    /// Not here: another item of the tail checks them (the HEAD path's
+    /// listing judges only the payloads outside the plan's slices).
+    Skip,
 }
 
 impl Engine {
@@ -146,93 +149,25 @@ impl Engine {
             + self.settings.operation_timeout
     }
 
-    /// Deletes the input payloads older than [`Engine::orphan_after`] at
-    /// `now` (S3's time) whose task object is not in the bucket under any
-    /// shard length: those up to `plan.recheck_for` older by HEADs, those of
-    /// the plan's slices ([`PayloadPlan`]) by a listing of their tasks.
-    /// Counts them in `payloads_deleted` (dry run: counted, not deleted).
-    /// No request starts at or after the run's deadline; a payload left
-    /// then is the next pass's.
-    pub(super) async fn sweep_payloads(
-        &self,
-        opts: &SweepOptions,
-        now: DateTime<Utc>,
-        plan: &PayloadPlan,
-        summary: &mut SweepSummary,
-    ) -> Result<(), SubmitError> {
-        let judge = Judge {
+    /// What the tail planned at `now` (S3's time) by `plan` judges by:
+    /// payloads older than [`Engine::orphan_after`] whose task object is not
+    /// in the bucket under any shard length are deleted, those up to
+    /// `plan.recheck_for` older by HEADs, those of the plan's slices
+    /// ([`PayloadPlan`]) by a listing of their tasks (`tail.rs`).
+    pub(super) fn payload_judge(&self, now: DateTime<Utc>, plan: &PayloadPlan) -> Judge {
+        Judge {
             now,
             from: self.orphan_after(),
             to: self.orphan_after() + plan.recheck_for,
             slices: plan.slices.clone(),
             folders: tokio::sync::OnceCell::new(),
             counted: AtomicBool::new(false),
-        };
-        if self.past(opts) {
-            self.cut_short();
-            return Ok(());
         }
-        // One page first: a bucket of up to a thousand payloads (most have
-        // none) costs one LIST, and its tasks are listed only if one of the
-        // plan's slices has a payload old enough to judge.
-        let first = self
-            .with_retries(self.request_deadline(opts.deadline), || {
-                self.store.list(PAYLOADS_PREFIX, None, None, PAGE)
-            })
-            .await?;
-        summary.lists += 1;
-        let mut held: Vec<Uuid> = Vec::new();
-        let next = first.next.clone();
-        if next.is_none() || self.settings.list_order == ListOrder::Any {
-            self.judge_page(
-                first.objects,
-                &judge,
-                opts,
-                summary,
-                Against::Collect(&mut held),
-            )
-            .await?;
-        }
-        match (next, self.settings.list_order) {
-            (None, _) => {}
-            // More than a page: the 256 slices' folders side by side, as
-            // the records' ranges are (10,000 pages at 10 million payloads
-            // one after the other would outlast a run), each merged with
-            // its slice's tasks.
-            (Some(_), ListOrder::Bytes) => {
-                let tallies: Vec<Result<SweepSummary, SubmitError>> =
-                    futures::stream::iter(0..PAYLOAD_SLICES)
-                        .map(|slice| {
-                            let prefix = format!("{PAYLOADS_PREFIX}{}", slice_hex(slice));
-                            let judge = &judge;
-                            async move {
-                                let mut tally = SweepSummary::default();
-                                let mut merge = None;
-                                let against = Against::Merge(&mut merge);
-                                self.judge_prefix(&prefix, None, judge, opts, &mut tally, against)
-                                    .await
-                                    .map(|()| tally)
-                            }
-                        })
-                        .buffer_unordered(RANGES_AT_ONCE)
-                        .collect()
-                        .await;
-                for t in tallies {
-                    summary.add(&t?);
-                }
-            }
-            // Prefixes that end in `/` only: the folder page by page.
-            (Some(next), ListOrder::Any) => {
-                let against = Against::Collect(&mut held);
-                self.judge_prefix(PAYLOADS_PREFIX, Some(next), &judge, opts, summary, against)
-                    .await?;
-            }
-        }
-        self.settle(&mut held, &judge, opts, summary).await
     }
 
-    /// Lists `prefix` from `page` on and judges each page.
-    async fn judge_prefix(
+    /// Lists `prefix` from `page` on and judges each page: `false` when the
+    /// run's deadline cut it short.
+    pub(super) async fn judge_prefix(
         &self,
         prefix: &str,
         mut page: Option<String>,
@@ -240,11 +175,10 @@ impl Engine {
         opts: &SweepOptions,
         summary: &mut SweepSummary,
         mut against: Against<'_>,
-    ) -> Result<(), SubmitError> {
+    ) -> Result<bool, SubmitError> {
         loop {
             if self.past(opts) {
-                self.cut_short();
-                return Ok(());
+                return Ok(false);
             }
             let listed = self
                 .with_retries(self.request_deadline(opts.deadline), || {
@@ -255,12 +189,17 @@ impl Engine {
             let against = match &mut against {
                 Against::Merge(m) => Against::Merge(m),
                 Against::Collect(c) => Against::Collect(c),
+                Against::Skip => Against::Skip,
             };
-            self.judge_page(listed.objects, judge, opts, summary, against)
-                .await?;
+            if !self
+                .judge_page(listed.objects, judge, opts, summary, against)
+                .await?
+            {
+                return Ok(false);
+            }
             match listed.next {
                 Some(n) => page = Some(n),
-                None => return Ok(()),
+                None => return Ok(true),
             }
         }
     }
@@ -270,15 +209,15 @@ impl Engine {
     /// named by no task, with the other recent ones, are each confirmed by
     /// HEADs of its task before it is deleted (a listing can miss a task
     /// that moves between shards as buquet's shard migration moves it:
-    /// copied, then deleted).
-    async fn judge_page(
+    /// copied, then deleted). `false` when the run's deadline cut it short.
+    pub(super) async fn judge_page(
         &self,
         objects: Vec<ObjectMeta>,
         judge: &Judge,
         opts: &SweepOptions,
         summary: &mut SweepSummary,
         against: Against<'_>,
-    ) -> Result<(), SubmitError> {
+    ) -> Result<bool, SubmitError> {
         let mut sliced: Vec<(ObjectMeta, Uuid)> = Vec::new();
         let mut recent: Vec<(ObjectMeta, Uuid)> = Vec::new();
         for o in objects {
@@ -295,22 +234,20 @@ impl Engine {
                 recent.push((o, id));
             }
         }
+        let mut whole = true;
         match against {
             Against::Collect(held) => {
                 held.extend(sliced.iter().map(|(_, id)| *id));
                 if held.len() >= CANDIDATES_AT_ONCE {
-                    self.settle(held, judge, opts, summary).await?;
+                    whole = self.settle(held, judge, opts, summary).await?;
                 }
             }
             Against::Merge(merge) if !sliced.is_empty() => {
-                let stopped = self
+                whole = !self
                     .merge_page(sliced, merge, judge, opts, summary, &mut recent)
                     .await?;
-                if stopped {
-                    self.cut_short();
-                }
             }
-            Against::Merge(_) => {}
+            Against::Merge(_) | Against::Skip => {}
         }
         let outcomes: Vec<Result<bool, SubmitError>> = futures::stream::iter(recent)
             .map(|(o, id)| self.sweep_payload(o, id, opts))
@@ -318,12 +255,12 @@ impl Engine {
             .collect()
             .await;
         tally_payloads(outcomes, summary);
-        Ok(())
+        Ok(whole && !self.past(opts))
     }
 
     /// The folders right under `tasks/`, listed once a pass (their LISTs
     /// counted by the first caller); `None` when the deadline came first.
-    async fn task_folders<'j>(
+    pub(super) async fn task_folders<'j>(
         &self,
         judge: &'j Judge,
         opts: &SweepOptions,
@@ -385,28 +322,27 @@ impl Engine {
 
     /// `LIST_ORDER=any` (or a single page): the held payload ids checked
     /// against a listing of their slices' tasks, the suspects confirmed by
-    /// the HEAD path; `held` is empty after.
-    async fn settle(
+    /// the HEAD path; `held` is empty after. `false` when the run's deadline
+    /// cut it short.
+    pub(super) async fn settle(
         &self,
         held: &mut Vec<Uuid>,
         judge: &Judge,
         opts: &SweepOptions,
         summary: &mut SweepSummary,
-    ) -> Result<(), SubmitError> {
+    ) -> Result<bool, SubmitError> {
         if held.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         let mut ids = std::mem::take(held);
         ids.sort_unstable();
         ids.dedup();
         let Some(folders) = self.task_folders(judge, opts, summary).await? else {
-            self.cut_short();
-            return Ok(());
+            return Ok(false);
         };
         let prefixes = slice_task_prefixes(folders, &judge.slices, self.settings.list_order);
         let Some(found) = self.strike_listed(&ids, prefixes, opts, summary).await? else {
-            self.cut_short();
-            return Ok(());
+            return Ok(false);
         };
         let suspects: Vec<Uuid> = ids
             .iter()
@@ -417,13 +353,7 @@ impl Engine {
         drop(ids);
         self.judge_suspects(suspects, judge.from, judge.now, opts, summary)
             .await;
-        Ok(())
-    }
-
-    /// Says that the run's deadline cut the payload check short: the next
-    /// pass begins it again (the cursor has not moved on).
-    fn cut_short(&self) {
-        tracing::warn!("the run's deadline cut the payload check short; the next pass goes on");
+        Ok(!self.past(opts))
     }
 
     /// The run's deadline has come: no request starts any more.

@@ -49,6 +49,64 @@ pub(super) enum Range {
         #[serde(default)]
         token: Option<String>,
     },
+    /// The pass's tail, once its records are done (`tail.rs`): the ready
+    /// index's scan (`markers`: done), then the first page of `payloads/`,
+    /// which leaves the payload check's items when there is more than a page.
+    Tail {
+        #[serde(default)]
+        markers: bool,
+    },
+    /// The HEAD path over the payloads outside the day's slices: under
+    /// `LIST_ORDER=any` `payloads/` page by page from `token`; under `bytes`
+    /// the other slices' folders side by side, from slice `from` on.
+    Recent {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
+        #[serde(default)]
+        from: u32,
+    },
+    /// `LIST_ORDER=bytes`: one slice of the day's payload check, its
+    /// payloads (`payloads/{hex}`) after `after` merged with its tasks.
+    Slice {
+        slice: u32,
+        #[serde(default)]
+        after: Option<String>,
+    },
+    /// `LIST_ORDER=any`: the day's slices `from..to` of one task folder
+    /// digit, its task folders listed from `place`.
+    Slices {
+        from: u32,
+        to: u32,
+        #[serde(default)]
+        place: SlicesPlace,
+    },
+}
+
+/// Where a [`Range::Slices`] item stands: the candidates of its rounds up
+/// to `round_after` are done; in the current round, the task listings
+/// before `prefix` are done and the one at `prefix` goes on from `token`,
+/// and `found` (hex, a bit for each of the round's `count` candidates in
+/// the order of their ids) says which tasks were seen so far. Once the
+/// round is `listed`, its `suspects` left to confirm, and where the next
+/// round begins (`next_round`; `None`: this is the last).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct SlicesPlace {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_after: Option<uuid::Uuid>,
+    #[serde(default)]
+    pub prefix: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    #[serde(default)]
+    pub count: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub found: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub listed: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspects: Vec<uuid::Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_round: Option<uuid::Uuid>,
 }
 
 impl Range {
@@ -57,9 +115,19 @@ impl Range {
     pub fn fits(&self, order: ListOrder) -> bool {
         match self {
             Range::Scopes { .. } | Range::Keys { .. } => order == ListOrder::Bytes,
-            Range::Dirs { .. } => true,
+            Range::Dirs { .. } | Range::Tail { .. } | Range::Recent { .. } => true,
             Range::Dir { .. } => order == ListOrder::Any,
+            Range::Slice { .. } => order == ListOrder::Bytes,
+            Range::Slices { .. } => order == ListOrder::Any,
         }
+    }
+
+    /// An item of the pass's tail, not records.
+    pub fn is_tail(&self) -> bool {
+        matches!(
+            self,
+            Range::Tail { .. } | Range::Recent { .. } | Range::Slice { .. } | Range::Slices { .. }
+        )
     }
 
     /// Where a pass under `order` begins.

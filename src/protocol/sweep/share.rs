@@ -83,6 +83,9 @@ struct Held {
     etag: Option<ETag>,
     /// `cp` is what the store holds, as far as this invocation knows.
     known: bool,
+    /// What this invocation's tail shares judge by, made at its first one
+    /// (the same for the whole tail: its folders of `tasks/` listed once).
+    tail: Option<super::tail::TailCx>,
 }
 
 /// The pass's window: the previous pass's instant and its own.
@@ -161,6 +164,17 @@ impl Engine {
             });
             self.send_on(hand_on, window.1, &invited, &mut out).await;
             match claim {
+                Claim::Records { ranges, .. } if ranges.iter().any(|r| r.is_tail()) => {
+                    owed = None;
+                    let (ended, invited) = self
+                        .tail_share(&mut held, ranges, first, opts, &mut out)
+                        .await?;
+                    self.send_on(hand_on, window.1, &invited, &mut out).await;
+                    if ended {
+                        break;
+                    }
+                    owed = Some(window.1);
+                }
                 Claim::Records {
                     ranges,
                     alone,
@@ -177,11 +191,6 @@ impl Engine {
                         break;
                     }
                     owed = Some(window.1);
-                }
-                Claim::Tail => {
-                    let invited = self.tail_share(&mut held, first, opts, &mut out).await?;
-                    self.send_on(hand_on, window.1, &invited, &mut out).await;
-                    break;
                 }
                 Claim::Busy => {
                     out.summary.busy = first;
@@ -321,86 +330,68 @@ impl Engine {
         .await
     }
 
-    /// The tail of the pass: the ready index's scan over the window since
-    /// the last complete one, then the orphan payloads of the next slices;
-    /// then the pass is complete. A tail cut short by the deadline in an
-    /// invocation that began with other work is handed on whole (the
-    /// continuation invited in its release: its id); one that had a whole
-    /// invocation completes the pass anyway (what it did not reach waits
-    /// for the next pass, by its cursor).
+    /// A share of the pass's tail (`tail.rs`): works its items and
+    /// releases what is left with its place, and what the items found; the
+    /// release that leaves nothing of the tail completes the pass. As
+    /// [`Engine::records_share`]: `true` when the invocation ends there, and
+    /// the continuations its release invited.
     async fn tail_share(
         &self,
         held: &mut Held,
+        items: Vec<super::ranges::Range>,
         first: bool,
         opts: &SweepOptions,
         out: &mut ShareOutcome,
-    ) -> Result<Vec<uuid::Uuid>, SubmitError> {
-        let Some(cp) = held.cp.clone() else {
-            return Ok(vec![]);
-        };
-        let now = self.s3_earliest()?;
-        let mut tally = SweepSummary::default();
-        let markers = self
-            .sweep_markers((cp.markers_until, cp.pass), opts, &mut tally)
-            .await;
-        let plan = super::payloads::PayloadPlan::after(cp.payload_slice, cp.payloads_until, now);
-        // The cursors move on only past a check without a failure: a payload
-        // that could not be checked is checked again by the next pass.
-        let errors_before = tally.errors;
-        let payloads = match self.sweep_payloads(opts, now, &plan, &mut tally).await {
-            Ok(()) if !self.past(opts) && tally.errors == errors_before => {
-                Some((plan.next_slice(), now))
-            }
-            Ok(()) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, "the payload listing stopped");
-                tally.errors += 1;
-                None
-            }
-        };
-        out.summary.add(&tally);
-        let id = held.share.clone();
-        let cut_short = self.past(opts) && (!markers || payloads.is_none());
-        if cut_short && !first {
-            let (concurrency, hands_on) = (self.settings.pass_concurrency, held.hands_on);
-            let mut summary = SweepSummary::default();
-            return self
-                .update(held, opts, ReadBy::Operation, &mut summary, |cp, now| {
-                    let Some(c) = cp.as_mut() else {
-                        return (false, vec![]);
-                    };
-                    let released = c.release(&id, (vec![], vec![]), &SweepSummary::default());
-                    let invited = match released && hands_on {
-                        true => invite(c, concurrency, false, now),
-                        false => vec![],
-                    };
-                    (released, invited)
-                })
-                .await;
+    ) -> Result<(bool, Vec<uuid::Uuid>), SubmitError> {
+        if held.tail.is_none() {
+            held.tail = match held.cp.as_ref() {
+                Some(cp) => cp.tail.as_ref().map(|t| self.tail_cx(cp, t)),
+                None => None,
+            };
         }
-        let done = self
-            .update(
-                held,
-                opts,
-                ReadBy::Operation,
-                &mut SweepSummary::default(),
-                |cp, now| {
-                    let Some(c) = cp.as_mut() else {
-                        return (false, None);
-                    };
-                    let done = c.complete_tail(&id, &tally, markers, payloads);
-                    let end = done.then(|| (c.tally.clone(), c.age(now)));
-                    (done, end)
-                },
-            )
+        // A tail item is in the pool only once the tail is planned: without
+        // a plan (never) the items go back untouched.
+        let done = match &held.tail {
+            Some(cx) => self.tail_items(items, cx, first, opts).await,
+            None => super::tail::TailDone {
+                left: items,
+                ..Default::default()
+            },
+        };
+        out.summary.add(&done.tally);
+        let ends = self.past(opts) || self.budget_spent(opts, &out.summary);
+        let (concurrency, id) = (self.settings.pass_concurrency, held.share.clone());
+        let hands_on = ends && held.hands_on;
+        let mut none = SweepSummary::default();
+        let (mine, invited, end) = self
+            .update(held, opts, ReadBy::Operation, &mut none, |cp, now| {
+                let Some(c) = cp.as_mut() else {
+                    return (false, (false, vec![], None));
+                };
+                let mine = c.release(&id, (done.left.clone(), vec![]), &done.tally);
+                if mine {
+                    c.note_tail(done.markers, done.failed);
+                }
+                let end = (mine && c.finish_if_done()).then(|| (c.tally.clone(), c.age(now)));
+                let invited = match mine && hands_on {
+                    true => invite(c, concurrency, false, now),
+                    false => vec![],
+                };
+                (mine, (mine, invited, end))
+            })
             .await?;
-        if let Some((pass, length)) = done {
+        if let Some((pass, length)) = end {
             out.summary.complete = true;
             out.pass = Some(pass.summary(opts.dry_run));
             out.pass_shares = Some((pass.shares, pass.peak_shares));
             out.pass_length = Some(length);
+            return Ok((true, vec![]));
         }
-        Ok(vec![])
+        if !mine {
+            tracing::warn!("this invocation's share was taken over (its lease ran out): it stops");
+            return Ok((true, vec![]));
+        }
+        Ok((ends, invited))
     }
 
     /// Sends a continuation of the pass `pass` for each invitation of
@@ -600,7 +591,12 @@ fn refit_ranges(c: &mut Checkpoint, order: ListOrder) {
     let fits = c.ranges.iter().chain(&c.later).all(|r| r.fits(order));
     if !fits && c.shares.is_empty() && c.running_until.is_none() {
         tracing::info!("the pass was begun under the other LIST_ORDER: its ranges begin again");
-        c.ranges = vec![super::ranges::Range::first(order)];
+        // Its tail, once planned, begins again as a tail (the ready index's
+        // scan kept if it was done), not as records.
+        c.ranges = match &c.tail {
+            Some(t) => vec![super::ranges::Range::Tail { markers: t.markers }],
+            None => vec![super::ranges::Range::first(order)],
+        };
         c.later.clear();
         c.invites.clear();
     }
