@@ -490,3 +490,78 @@ async fn keys_with_slashes_percent_signs_spaces_and_non_ascii_are_looked_up_and_
         assert_eq!(q.lookup_key("t", key, None).await.unwrap(), None);
     }
 }
+
+/// Resets the key `k` once, before the first GET of a record: as an
+/// operator does between a submit's claim meeting the key held (its first
+/// answer) and its read of the record, two seconds later.
+struct ResetBeforeRead {
+    inner: idempotent_submit::MemoryStore,
+    clock: idempotent_submit::ManualClock,
+    done: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl common::Hooks for ResetBeforeRead {
+    type Inner = idempotent_submit::MemoryStore;
+
+    fn inner(&self) -> &Self::Inner {
+        &self.inner
+    }
+
+    async fn get(
+        &self,
+        key: &str,
+    ) -> Result<idempotent_submit::store::Object, idempotent_submit::StoreError> {
+        let first = !self.done.swap(true, std::sync::atomic::Ordering::SeqCst);
+        if first && key.starts_with("idempotency/") {
+            self.clock.advance(Duration::seconds(2));
+            let operator = idempotent_submit::Queue::with_clock(
+                self.inner.clone(),
+                Arc::new(self.clock.clone()),
+                common::settings(),
+            );
+            let reset = operator.reset_key("t", "k", None).await;
+            assert!(matches!(reset, Ok(Reset::Done { .. })), "{reset:?}");
+        }
+        self.inner.get(key).await
+    }
+}
+
+/// The answer to a submit of `input` under `k`, begun while the record of
+/// another submit (of `1`) held the key and reset before it read it.
+async fn submit_begun_before_a_reset(
+    input: serde_json::Value,
+) -> (
+    idempotent_submit::Submitted,
+    Result<idempotent_submit::Submitted, idempotent_submit::SubmitError>,
+) {
+    let w = World::new();
+    let first = w.queue().submit("t", json!(1)).idempotency_key("k").await;
+    let q = w.queue_over(common::Wrapped(ResetBeforeRead {
+        inner: w.bucket.clone(),
+        clock: w.clock.clone(),
+        done: Default::default(),
+    }));
+    let answer = q.submit("t", input).idempotency_key("k").await;
+    (first.unwrap(), answer)
+}
+
+#[tokio::test]
+async fn a_submit_begun_before_a_reset_answers_as_the_record_was_a_conflict_for_another_input_a_replay_for_the_same()
+ {
+    let (first, other) = submit_begun_before_a_reset(json!(2)).await;
+    assert!(
+        matches!(
+            other,
+            Err(idempotent_submit::SubmitError::Conflict {
+                kind: idempotent_submit::testing::protocol::ConflictKind::Input,
+                task_id,
+            }) if task_id == first.task_id
+        ),
+        "{other:?}"
+    );
+    let (first, same) = submit_begun_before_a_reset(json!(1)).await;
+    let same = same.unwrap();
+    assert_eq!(same.task_id, first.task_id);
+    assert!(same.replayed, "another submit's task");
+}

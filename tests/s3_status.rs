@@ -398,3 +398,18 @@ async fn an_answer_without_its_etag_or_last_modified_is_retryable_never_made_up(
         "{put:?}"
     );
 }
+
+/// `x-amz-version-id: null` (an object written while versioning was off or
+/// suspended) and an empty one name no version that could be deleted on
+/// its own; any other names its version.
+#[tokio::test]
+async fn a_version_id_of_null_or_empty_is_no_version_and_any_other_is_the_objects() {
+    for (sent, read) in [("null", None), ("", None), ("v1", Some("v1"))] {
+        let headers = format!(
+            "ETag: \"abc\"\r\nLast-Modified: Wed, 21 Oct 2015 07:28:00 GMT\r\nx-amz-version-id: {sent}\r\n"
+        );
+        let (store, _) = stub_with(Some((200, None)), headers).await;
+        let meta = store.head("k").await.unwrap();
+        assert_eq!(meta.version_id.as_deref(), read, "{sent:?}");
+    }
+}
