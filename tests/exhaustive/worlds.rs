@@ -449,3 +449,24 @@ fn a_young_reset_record_stays_until_no_put_of_the_claim_it_replaced_can_land() {
         holds(w);
     }
 }
+
+#[test]
+fn the_sweeper_on_a_complete_records_event_beside_a_replay_writes_nothing_and_says_so() {
+    for store in STORES {
+        // The key answered, the clock at its record's stale age and its
+        // event due: the sweeper finds task and marker there (`Nothing`,
+        // never `Finished`), a replay of the key beside it.
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            prelude: Prelude::AnsweredEventDue,
+            deliver: true,
+            depth: 5,
+            ..spec(
+                "a complete record's event, the sweeper, a replay",
+                store,
+                vec![a],
+            )
+        };
+        holds(w);
+    }
+}
