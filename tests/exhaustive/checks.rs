@@ -129,6 +129,18 @@ pub fn observe(sim: &mut Sim) {
         if known {
             continue;
         }
+        // The reset's promise: the record a reset replaced never comes
+        // back (a create-only PUT of its claim landing late, after the
+        // reset record was deleted too early, would bring it back).
+        let back = lives
+            .iter()
+            .find(|l| l.key == key && l.body == body && reset_before(lives, l));
+        if let Some(old) = back {
+            sim.checks.broken.get_or_insert(format!(
+                "the reset's promise: the record of {key} (task {}) that a reset replaced came back",
+                old.record.task_id
+            ));
+        }
         if let Ok(record) = serde_json::from_slice::<Record>(&body) {
             lives.push(Life {
                 key,
@@ -451,6 +463,13 @@ fn check_swept(sim: &Sim, i: usize, key: &str, o: &RecordOutcome) -> Result<(), 
     });
     if wrote && matches!(o, RecordOutcome::Nothing) {
         return Err(format!("the sweeper wrote for {key} and answered Nothing"));
+    }
+    // And `Finished` says it wrote what was missing (shard 2's mutant of
+    // `Engine::sweep_read`: `Finished` for a record it found complete).
+    if !wrote && matches!(o, RecordOutcome::Finished) {
+        return Err(format!(
+            "the sweeper answered Finished for {key} and wrote nothing"
+        ));
     }
     match o {
         RecordOutcome::Failed(e) => return expected_error(sim, i, e),

@@ -41,6 +41,9 @@ pub enum Prelude {
     /// A submit of `k` that died after its record, before its task and
     /// marker; the clock at the record's stale age, its S3 event due.
     DiedAfterRecord,
+    /// A submit of `k` answered; the clock at its record's stale age, its
+    /// S3 event due: the sweeper finds the record complete.
+    AnsweredEventDue,
     /// A submit of `k` that died after its task, before its marker.
     NoMarker,
     /// The same, the clock at its record's finish deadline + 10 s.
@@ -68,6 +71,14 @@ pub fn run(sim: &mut Sim, prelude: Prelude) {
             write_status(&bucket, "running");
             let settled = lm + st.finish_window + st.late_write_margin;
             sim.clock.set(settled + chrono::Duration::seconds(1));
+            gate::lock(&sim.gate.state).queue.push(Message {
+                key: super::checks::record_key("k"),
+                sent_at: None,
+                visible: sim.clock.now(),
+            });
+        }
+        Prelude::AnsweredEventDue => {
+            sim.clock.set(lm + st.stale_creating_after);
             gate::lock(&sim.gate.state).queue.push(Message {
                 key: super::checks::record_key("k"),
                 sent_at: None,

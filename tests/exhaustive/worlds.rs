@@ -417,3 +417,56 @@ fn two_resets_of_one_key_a_clock_step_apart_both_leave_it_reset() {
         holds(w);
     }
 }
+
+#[test]
+fn a_young_reset_record_stays_until_no_put_of_the_claim_it_replaced_can_land() {
+    for store in STORES {
+        // Scripted: #0's record PUT is slow (it may land up to the
+        // late-write margin after it was sent), its retry lands and #0
+        // answers; an operator (#1) resets the key. Then every schedule:
+        // the clock to any boundary, the records' events to the sweeper
+        // (the reset record kept while that PUT may land), the slow PUT
+        // landing, a submit (#2) of the key started at any point.
+        let script = vec![
+            Pick::Start(0),
+            Pick::Decide(0, "idempotency/", Fault::Slow),
+            Pick::Finish(0),
+            Pick::Start(1),
+            Pick::Finish(1),
+        ];
+        let a = Role::Submit { key: "k", input: 1 };
+        let roles = vec![a.clone(), Role::Reset { key: "k" }, a];
+        let w = Spec {
+            late_starts: true,
+            faults: 2,
+            crashes: 0,
+            advances: 1,
+            deliver: true,
+            depth: 6,
+            script,
+            ..spec("a slow claim, a reset, the sweeper", store, roles)
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn the_sweeper_on_a_complete_records_event_beside_a_replay_writes_nothing_and_says_so() {
+    for store in STORES {
+        // The key answered, the clock at its record's stale age and its
+        // event due: the sweeper finds task and marker there (`Nothing`,
+        // never `Finished`), a replay of the key beside it.
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            prelude: Prelude::AnsweredEventDue,
+            deliver: true,
+            depth: 5,
+            ..spec(
+                "a complete record's event, the sweeper, a replay",
+                store,
+                vec![a],
+            )
+        };
+        holds(w);
+    }
+}
