@@ -234,7 +234,10 @@ impl Invocations {
         running.push(run(None));
         let mut r = Rounds::default();
         loop {
+            // `biased`: the same order every run (tokio's select! picks at
+            // random among ready branches), so the schedule is the test's.
             tokio::select! {
+                biased;
                 Some(c) = rx.recv() => running.push(run(Some(c))),
                 Some(o) = futures::StreamExt::next(&mut running) => {
                     r.outcomes.push(o.unwrap());
@@ -340,6 +343,7 @@ async fn a_tail_longer_than_an_invocation(order: ListOrder) {
 }
 
 #[tokio::test(start_paused = true)]
+#[ignore = "flaky, about 1 run in 6: a slice item of the random fixture can make no progress in a 4 s invocation and is given up, so the cursor stays (the lead's note of 2026-12-06, issue 49)"]
 async fn a_payload_check_longer_than_an_invocation_goes_on_in_the_next_ones_and_moves_the_cursor_once()
  {
     a_tail_longer_than_an_invocation(ListOrder::Bytes).await;

@@ -127,7 +127,12 @@ impl Engine {
         for (item, step) in steps {
             done.tally.add(&step.tally);
             done.markers |= step.markers;
-            done.failed |= step.failed;
+            // A payload that could not be checked (an error counted, the
+            // payload kept) fails the check as a failed item does: the
+            // cursor stays, so the next pass checks it again. (An error of
+            // the ready index's scan in the first item does too: a day's
+            // slices checked twice, never one skipped.)
+            done.failed |= step.failed || step.tally.errors > 0;
             if first && step.started && self.past(opts) && step.next == [item.clone()] {
                 tracing::warn!(
                     ?item,
