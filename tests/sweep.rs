@@ -22,6 +22,7 @@ macro_rules! on_stores {
 
 mod checkpoint;
 mod finish;
+mod mutants;
 mod payload_merge;
 mod payloads;
 mod races;
