@@ -55,6 +55,8 @@ pub struct Checks {
     created: Vec<String>,
     /// A guarantee seen broken while observing.
     broken: Option<String>,
+    /// How much of the gate's log the payload deletions are checked over.
+    pub payloads_seen: usize,
 }
 
 pub fn time_field(body: &[u8], field: &str) -> Option<DateTime<Utc>> {
@@ -79,6 +81,7 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
     }
     check_writes(sim)?;
     super::payloads::check_named(sim)?;
+    super::payloads::check_deleted(sim)?;
     for i in 0..sim.actors.len() {
         let a = &sim.actors[i];
         if a.state == State::Done && a.span.1 == sim.step {
@@ -330,6 +333,9 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
             if w == "listing failed" && !a.faulted =>
         {
             Err(format!("#{i}: the worker's listing failed without a fault"))
+        }
+        (Role::Pass, Some(Outcome::Passed(Ok(summary)))) => {
+            super::payloads::check_pass_left_none(sim, i, summary)
         }
         (_, Some(Outcome::Reset(Err(e)))) | (_, Some(Outcome::Passed(Err(e)))) => {
             expected_error(sim, i, e)

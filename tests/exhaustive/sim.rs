@@ -354,6 +354,16 @@ impl Sim {
                 times.push(t);
             }
         }
+        // An input payload's orphan age, where a scheduled pass may come
+        // (the pass judges a payload by it), and a second before it.
+        if self.spec.passes > 0 {
+            let orphan = super::payloads::orphan_after(st);
+            for (key, .., lm) in self.bucket.snapshot() {
+                if key.starts_with("payloads/") {
+                    times.extend([lm + orphan - Duration::seconds(1), lm + orphan]);
+                }
+            }
+        }
         let s = gate::lock(&self.gate.state);
         times.extend(s.queue.iter().map(|m| m.visible));
         times.extend(s.ghosts.iter().map(|g| g.sent + st.late_write_margin));
