@@ -165,3 +165,66 @@ fn a_submit_begun_after_a_reset_and_a_clock_step_gets_a_new_task() {
         holds(w);
     }
 }
+
+#[test]
+fn a_reset_and_a_lookup_in_a_custom_scope_beside_a_submit_keep_every_guarantee() {
+    for store in STORES {
+        // The key answered in the custom scope (`shared`): a reset, a
+        // lookup and a submit naming that scope, at once. The lookup and
+        // the reset find the scope's record (the lookup's view names the
+        // scope and its hash); the submit replays before the reset and gets
+        // a new task after it.
+        let custom = How {
+            custom_scope: true,
+            ..How::default()
+        };
+        let roles = vec![
+            Role::ResetAs {
+                key: "k",
+                how: custom,
+            },
+            Role::LookupAs {
+                key: "k",
+                how: custom,
+            },
+            submit_as("k", 1, custom),
+        ];
+        let w = Spec {
+            prelude: Prelude::AnsweredAs(custom),
+            depth: 5,
+            ..spec("custom scope: a reset, a lookup, a submit", store, roles)
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_reset_under_one_tenant_never_touches_the_other_tenants_record_of_the_key() {
+    for store in STORES {
+        // The key answered under tenants `a` and `b`: `a`'s reset, and
+        // `b`'s lookup and submit, at once. The reset writes only `a`'s
+        // record; `b`'s record stays live (guarantee 1), its lookup shows
+        // it and its submit replays it.
+        let tenant = |p| How {
+            tenant: Some(p),
+            ..How::default()
+        };
+        let roles = vec![
+            Role::ResetAs {
+                key: "k",
+                how: tenant("a"),
+            },
+            Role::LookupAs {
+                key: "k",
+                how: tenant("b"),
+            },
+            submit_as("k", 1, tenant("b")),
+        ];
+        let w = Spec {
+            prelude: Prelude::AnsweredTwice(tenant("a"), tenant("b")),
+            depth: 5,
+            ..spec("two tenants: a reset in one, the other", store, roles)
+        };
+        holds(w);
+    }
+}

@@ -80,6 +80,7 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
         return Err(e);
     }
     check_writes(sim)?;
+    more_checks::check_reset_writes(sim)?;
     super::payloads::check_named(sim)?;
     super::payloads::check_deleted(sim)?;
     for i in 0..sim.actors.len() {
@@ -320,11 +321,11 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
             check_swept(sim, i, &m.key, o)
         }
         (Role::DrySweep { .. }, _) => requests::check_stale_markers(sim, i, false),
-        (Role::Reset { key }, Some(Outcome::Reset(Ok(r)))) => {
-            more_checks::check_reset(sim, i, key, r)
+        (Role::Reset { .. } | Role::ResetAs { .. }, Some(Outcome::Reset(Ok(r)))) => {
+            more_checks::check_reset(sim, i, r)
         }
-        (Role::Lookup { key }, Some(Outcome::Looked(Ok(v)))) => {
-            requests::check_lookup(sim, i, key, v.as_ref())
+        (Role::Lookup { .. } | Role::LookupAs { .. }, Some(Outcome::Looked(Ok(v)))) => {
+            requests::check_lookup(sim, i, v.as_ref())
         }
         (_, Some(Outcome::Looked(Err(e)))) => expected_error(sim, i, e),
         // The worker's reads meet no fault but a crash (which ends it) or a

@@ -151,9 +151,12 @@ pub fn check_wrote_nothing(sim: &Sim, i: usize) -> Result<(), String> {
 /// A lookup's answer is true: a view names the task of a record of the
 /// key that was current during the lookup and not expired when it began;
 /// `None` only when no live record held the key throughout.
-pub fn check_lookup(sim: &Sim, i: usize, key: &str, v: Option<&KeyView>) -> Result<(), String> {
-    let rkey = super::checks::record_key(key);
+pub fn check_lookup(sim: &Sim, i: usize, v: Option<&KeyView>) -> Result<(), String> {
     let a = &sim.actors[i];
+    let Some((key, how)) = a.role.names() else {
+        return Ok(());
+    };
+    let rkey = super::checks::record_key_as(key, &how);
     let Some(v) = v else {
         return match held_throughout(sim, i, &rkey) {
             Some(l) => Err(format!(
@@ -184,7 +187,16 @@ pub fn check_lookup(sim: &Sim, i: usize, key: &str, v: Option<&KeyView>) -> Resu
             v.task_id
         ));
     }
-    if v.expires_at != life.record.expires_at || v.key != key {
+    let hash = rkey
+        .rsplit('/')
+        .next()
+        .and_then(|f| f.strip_suffix(".json"));
+    let same_hash = hash.is_some_and(|h| v.key_hash == format!("sha256:{h}"));
+    if v.expires_at != life.record.expires_at
+        || v.key != key
+        || v.scope != how.scope()
+        || !same_hash
+    {
         return Err(format!("the lookup: {v:?} is not the record's"));
     }
     Ok(())
