@@ -308,7 +308,7 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
                 check_submit(sim, i, &sub, r).map_err(|e| format!("#{i} {}: {e}", sub.key))?;
                 more_checks::check_requests(sim, i, r)?;
                 requests::check_stale_markers(sim, i, r.is_ok())?;
-                if sim.spec.schema {
+                if sim.spec.schema.refuses(sub.input) {
                     requests::check_wrote_nothing(sim, i)?;
                 }
                 more_checks::check_after_reset(sim, i, r)?;
@@ -434,7 +434,7 @@ fn check_submit(
                 Err("undetermined before any record's finish deadline".into())
             }
         }
-        Err(SubmitError::InputInvalid { .. }) => requests::check_refused(sim, i, &rkey),
+        Err(SubmitError::InputInvalid { .. }) => requests::check_refused(sim, i, sub, &rkey),
         Err(e) => expected_error(sim, i, e),
     }
 }

@@ -91,7 +91,7 @@ pub fn check_requests(
         a.role,
         Role::Submit { .. } | Role::SubmitAs { .. } | Role::Reuse { .. }
     );
-    if a.faulted || a.met_409 || !keyed || sim.spec.schema {
+    if a.faulted || a.met_409 || !keyed || sim.spec.schema != super::sim::Schema::Off {
         return Ok(());
     }
     let s = gate::lock(&sim.gate.state);

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::actors::{self, How, TASK_TYPE};
 use super::gate::{self, GateStore, Message};
-use super::sim::{Sim, now_or_never};
+use super::sim::{Schema, Sim, now_or_never};
 
 /// What is in the bucket before the first step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,10 +207,19 @@ fn write_status(bucket: &MemoryStore, status: &str) {
     now_or_never(bucket.put(&task, body, PutMode::Update(obj.meta.etag)));
 }
 
-/// Task type `t`'s schema, as buquet's `publish_schema` writes it, refusing
-/// every input the worlds send (`{"n": …}` has no `x`).
-pub fn publish_refusing_schema(bucket: &MemoryStore) {
-    let doc = json!({ "input": { "type": "object", "required": ["x"] } });
+/// Task type `t`'s schema, as buquet's `publish_schema` writes it: one
+/// that refuses every input the worlds send (`{"n": …}` has no `x`), or
+/// one that accepts `n` up to a maximum.
+pub fn publish_schema(bucket: &MemoryStore, schema: Schema) {
+    let input = match schema {
+        Schema::AcceptsUpTo(n) => json!({
+            "type": "object",
+            "required": ["n"],
+            "properties": { "n": { "type": "integer", "maximum": n } }
+        }),
+        _ => json!({ "type": "object", "required": ["x"] }),
+    };
+    let doc = json!({ "input": input });
     let key = format!("schemas/{TASK_TYPE}.json");
     let put = bucket.put(&key, Bytes::from(doc.to_string()), PutMode::Create);
     now_or_never(put)
