@@ -105,6 +105,10 @@ pub enum Role {
     Batch { items: Vec<(&'static str, u8)> },
     /// An operator's key reset.
     Reset { key: &'static str },
+    /// The same, naming the key's scope and tenant as `how` says.
+    ResetAs { key: &'static str, how: How },
+    /// A lookup naming the key's scope and tenant as `how` says.
+    LookupAs { key: &'static str, how: How },
     /// The sweeper on one due message.
     Sweep(Message),
     /// The sweeper's scheduled pass.
@@ -146,6 +150,17 @@ impl Role {
             }],
             Role::Batch { items } => items.iter().copied().map(plain).collect(),
             _ => Vec::new(),
+        }
+    }
+
+    /// The key and how a reset or a lookup names it.
+    pub fn names(&self) -> Option<(&'static str, How)> {
+        match self {
+            Role::Reset { key } | Role::Lookup { key } | Role::ResetByHand { key } => {
+                Some((key, How::default()))
+            }
+            Role::ResetAs { key, how } | Role::LookupAs { key, how } => Some((key, *how)),
+            _ => None,
         }
     }
 
@@ -270,6 +285,14 @@ pub fn start(role: &Role, q: Queue, store: GateStore, bug: Option<Bug>) -> Runni
         Role::Reset { key } => {
             Box::pin(async move { Outcome::Reset(q.reset_key(TASK_TYPE, key, None).await) })
         }
+        Role::ResetAs { key, how } => Box::pin(async move {
+            let tenant = how.tenant();
+            Outcome::Reset(q.reset_key(how.scope(), key, tenant.as_ref()).await)
+        }),
+        Role::LookupAs { key, how } => Box::pin(async move {
+            let tenant = how.tenant();
+            Outcome::Looked(q.lookup_key(how.scope(), key, tenant.as_ref()).await)
+        }),
         Role::Sweep(m) => Box::pin(async move {
             let e = q.engine();
             Outcome::Swept(e.sweep_due_record(&m.key, m.sent_at, false, None).await)

@@ -6,7 +6,7 @@
 
 use super::actors::{How, Role};
 use super::prelude::Prelude;
-use super::sim::Spec;
+use super::sim::{Schema, Spec};
 use super::worlds::{STORES, holds, spec};
 
 fn submit_as(key: &'static str, input: u8, how: How) -> Role {
@@ -114,7 +114,7 @@ fn inputs_the_schema_refuses_are_answered_as_the_keys_live_record_says_or_refuse
         ];
         let w = Spec {
             prelude: Prelude::Answered,
-            schema: true,
+            schema: Schema::RefusesAll,
             slow: false,
             depth: 8,
             ..spec("schema refusing, a live key and a new one", store, roles)
@@ -161,6 +161,93 @@ fn a_submit_begun_after_a_reset_and_a_clock_step_gets_a_new_task() {
                 store,
                 roles,
             )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_reset_and_a_lookup_in_a_custom_scope_beside_a_submit_keep_every_guarantee() {
+    for store in STORES {
+        // The key answered in the custom scope (`shared`): a reset, a
+        // lookup and a submit naming that scope, at once. The lookup and
+        // the reset find the scope's record (the lookup's view names the
+        // scope and its hash); the submit replays before the reset and gets
+        // a new task after it.
+        let custom = How {
+            custom_scope: true,
+            ..How::default()
+        };
+        let roles = vec![
+            Role::ResetAs {
+                key: "k",
+                how: custom,
+            },
+            Role::LookupAs {
+                key: "k",
+                how: custom,
+            },
+            submit_as("k", 1, custom),
+        ];
+        let w = Spec {
+            prelude: Prelude::AnsweredAs(custom),
+            depth: 5,
+            ..spec("custom scope: a reset, a lookup, a submit", store, roles)
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_reset_under_one_tenant_never_touches_the_other_tenants_record_of_the_key() {
+    for store in STORES {
+        // The key answered under tenants `a` and `b`: `a`'s reset, and
+        // `b`'s lookup and submit, at once. The reset writes only `a`'s
+        // record; `b`'s record stays live (guarantee 1), its lookup shows
+        // it and its submit replays it.
+        let tenant = |p| How {
+            tenant: Some(p),
+            ..How::default()
+        };
+        let roles = vec![
+            Role::ResetAs {
+                key: "k",
+                how: tenant("a"),
+            },
+            Role::LookupAs {
+                key: "k",
+                how: tenant("b"),
+            },
+            submit_as("k", 1, tenant("b")),
+        ];
+        let w = Spec {
+            prelude: Prelude::AnsweredTwice(tenant("a"), tenant("b")),
+            depth: 5,
+            ..spec("two tenants: a reset in one, the other", store, roles)
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_schema_that_accepts_one_input_and_refuses_another_refuses_without_writing() {
+    for store in STORES {
+        // `t`'s schema accepts `{"n": 1}` and refuses `{"n": 2}`; the key
+        // `k` answered with input 1 before the schema was published: `k`
+        // with input 2 (a conflict with `k`'s live record, never refused),
+        // `j` with input 1 (a new task) and `j` with input 2 (refused, or a
+        // conflict once `j`'s record is there), at once. The accepted input
+        // is never refused; a refused one writes nothing.
+        let roles = vec![
+            Role::Submit { key: "k", input: 2 },
+            Role::Submit { key: "j", input: 1 },
+            Role::Submit { key: "j", input: 2 },
+        ];
+        let w = Spec {
+            prelude: Prelude::Answered,
+            schema: Schema::AcceptsUpTo(1),
+            depth: 6,
+            ..spec("schema accepting 1, refusing 2", store, roles)
         };
         holds(w);
     }

@@ -55,6 +55,8 @@ pub struct Checks {
     created: Vec<String>,
     /// A guarantee seen broken while observing.
     broken: Option<String>,
+    /// How much of the gate's log the payload deletions are checked over.
+    pub payloads_seen: usize,
 }
 
 pub fn time_field(body: &[u8], field: &str) -> Option<DateTime<Utc>> {
@@ -78,7 +80,9 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
         return Err(e);
     }
     check_writes(sim)?;
+    more_checks::check_reset_writes(sim)?;
     super::payloads::check_named(sim)?;
+    super::payloads::check_deleted(sim)?;
     for i in 0..sim.actors.len() {
         let a = &sim.actors[i];
         if a.state == State::Done && a.span.1 == sim.step {
@@ -304,7 +308,7 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
                 check_submit(sim, i, &sub, r).map_err(|e| format!("#{i} {}: {e}", sub.key))?;
                 more_checks::check_requests(sim, i, r)?;
                 requests::check_stale_markers(sim, i, r.is_ok())?;
-                if sim.spec.schema {
+                if sim.spec.schema.refuses(sub.input) {
                     requests::check_wrote_nothing(sim, i)?;
                 }
                 more_checks::check_after_reset(sim, i, r)?;
@@ -317,11 +321,11 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
             check_swept(sim, i, &m.key, o)
         }
         (Role::DrySweep { .. }, _) => requests::check_stale_markers(sim, i, false),
-        (Role::Reset { key }, Some(Outcome::Reset(Ok(r)))) => {
-            more_checks::check_reset(sim, i, key, r)
+        (Role::Reset { .. } | Role::ResetAs { .. }, Some(Outcome::Reset(Ok(r)))) => {
+            more_checks::check_reset(sim, i, r)
         }
-        (Role::Lookup { key }, Some(Outcome::Looked(Ok(v)))) => {
-            requests::check_lookup(sim, i, key, v.as_ref())
+        (Role::Lookup { .. } | Role::LookupAs { .. }, Some(Outcome::Looked(Ok(v)))) => {
+            requests::check_lookup(sim, i, v.as_ref())
         }
         (_, Some(Outcome::Looked(Err(e)))) => expected_error(sim, i, e),
         // The worker's reads meet no fault but a crash (which ends it) or a
@@ -330,6 +334,9 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
             if w == "listing failed" && !a.faulted =>
         {
             Err(format!("#{i}: the worker's listing failed without a fault"))
+        }
+        (Role::Pass, Some(Outcome::Passed(Ok(summary)))) => {
+            super::payloads::check_pass_left_none(sim, i, summary)
         }
         (_, Some(Outcome::Reset(Err(e)))) | (_, Some(Outcome::Passed(Err(e)))) => {
             expected_error(sim, i, e)
@@ -427,7 +434,7 @@ fn check_submit(
                 Err("undetermined before any record's finish deadline".into())
             }
         }
-        Err(SubmitError::InputInvalid { .. }) => requests::check_refused(sim, i, &rkey),
+        Err(SubmitError::InputInvalid { .. }) => requests::check_refused(sim, i, sub, &rkey),
         Err(e) => expected_error(sim, i, e),
     }
 }

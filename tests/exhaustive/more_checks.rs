@@ -91,7 +91,7 @@ pub fn check_requests(
         a.role,
         Role::Submit { .. } | Role::SubmitAs { .. } | Role::Reuse { .. }
     );
-    if a.faulted || a.met_409 || !keyed || sim.spec.schema {
+    if a.faulted || a.met_409 || !keyed || sim.spec.schema != super::sim::Schema::Off {
         return Ok(());
     }
     let s = gate::lock(&sim.gate.state);
@@ -172,8 +172,11 @@ pub fn check_requests(
 /// A reset's answer is true: one whose reset record landed at its key, and
 /// that no other write replaced before it answered, answers `Done` (not
 /// `Changed` or `NotFound`, which say that nothing was written).
-pub fn check_reset(sim: &Sim, i: usize, key: &str, r: &Reset) -> Result<(), String> {
-    let rkey = super::checks::record_key(key);
+pub fn check_reset(sim: &Sim, i: usize, r: &Reset) -> Result<(), String> {
+    let Some((key, how)) = sim.actors[i].role.names() else {
+        return Ok(());
+    };
+    let rkey = super::checks::record_key_as(key, &how);
     // `NotFound` says no live record held the key: not one that was there,
     // live, from before the reset began to its answer.
     let (start, now) = (sim.actors[i].span.0, sim.clock.now());
@@ -267,6 +270,32 @@ pub fn check_after_reset(
             "the reset's promise: #{i} began at step {} after the reset record landed (step {reset_step}), and was answered the reset record's task {}",
             a.span.0, s.task_id
         ));
+    }
+    Ok(())
+}
+
+/// A reset touches only the key it names: every write of a reset lands at
+/// its own key's record (in its scope, under its tenant), so a reset in
+/// one scope or of one tenant never touches another's record (guarantee
+/// 1's check lets a reset record end a live record: this says whose). A
+/// lookup writes nothing.
+pub fn check_reset_writes(sim: &Sim) -> Result<(), String> {
+    let s = gate::lock(&sim.gate.state);
+    for l in s.log.iter().filter(|l| l.ok && l.kind.is_write()) {
+        let role = &sim.actors[l.actor].role;
+        let Some((key, how)) = role.names() else {
+            continue;
+        };
+        if matches!(role, Role::Lookup { .. } | Role::LookupAs { .. }) {
+            return Err(format!("the lookup #{} wrote {}", l.actor, l.key));
+        }
+        let own = super::checks::record_key_as(key, &how);
+        if l.key != own {
+            return Err(format!(
+                "the reset #{} of {own} wrote {}, another key's",
+                l.actor, l.key
+            ));
+        }
     }
     Ok(())
 }

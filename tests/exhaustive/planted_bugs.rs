@@ -31,7 +31,7 @@ fn world(name: &'static str, actors: Vec<Role>, bug: Option<Bug>) -> Spec {
         limits: false,
         prelude: Prelude::Empty,
         skew: 0,
-        schema: false,
+        schema: super::sim::Schema::Off,
         script: Vec::new(),
     }
 }

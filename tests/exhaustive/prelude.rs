@@ -10,12 +10,12 @@ use std::future::IntoFuture;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use idempotent_submit::store::{MemoryStore, PutMode, Store};
-use idempotent_submit::{Clock, Queue, Settings};
+use idempotent_submit::{Clock, Queue, Scope, Settings};
 use serde_json::{Value, json};
 
-use super::actors::{self, TASK_TYPE};
+use super::actors::{self, How, TASK_TYPE};
 use super::gate::{self, GateStore, Message};
-use super::sim::{Sim, now_or_never};
+use super::sim::{Schema, Sim, now_or_never};
 
 /// What is in the bucket before the first step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +51,11 @@ pub enum Prelude {
     /// A submit of `k` answered; the clock at its record's expiry, and the
     /// record's S3 event waiting in the due queue (a redelivery).
     Expired,
+    /// A submit of `k` (input 1) asked as `How` says (a custom scope, a
+    /// tenant) answered.
+    AnsweredAs(How),
+    /// Submits of `k` (input 1) answered under each of two tenants.
+    AnsweredTwice(How, How),
 }
 
 /// Runs `prelude` on `sim`'s bucket and clock, before any actor starts.
@@ -59,10 +64,17 @@ pub fn run(sim: &mut Sim, prelude: Prelude) {
         return;
     }
     let bucket = sim.bucket.clone();
-    let lm = submit(&bucket, &sim.gate, &sim.settings);
+    let first = match prelude {
+        Prelude::AnsweredAs(how) | Prelude::AnsweredTwice(how, _) => how,
+        _ => How::default(),
+    };
+    let lm = submit(&bucket, &sim.gate, &sim.settings, first);
     let st = &sim.settings;
     match prelude {
-        Prelude::Empty | Prelude::Answered => {}
+        Prelude::Empty | Prelude::Answered | Prelude::AnsweredAs(_) => {}
+        Prelude::AnsweredTwice(_, other) => {
+            submit(&bucket, &sim.gate, &sim.settings, other);
+        }
         Prelude::Failed => end_task(&bucket, "failed"),
         Prelude::Completed => end_task(&bucket, "completed"),
         Prelude::Running => end_task(&bucket, "running"),
@@ -122,22 +134,36 @@ pub fn run(sim: &mut Sim, prelude: Prelude) {
     }
 }
 
-/// A submit of `k` with input 1 on the bucket itself; its record's
-/// `LastModified`.
-fn submit(bucket: &MemoryStore, gate: &GateStore, settings: &Settings) -> DateTime<Utc> {
+/// A submit of `k` with input 1, asked as `how` says, on the bucket
+/// itself; its record's `LastModified`.
+fn submit(bucket: &MemoryStore, gate: &GateStore, settings: &Settings, how: How) -> DateTime<Utc> {
     let machine = &gate.machine;
     let clock = std::sync::Arc::new(machine.clone()) as std::sync::Arc<dyn Clock>;
     let q = Queue::with_clock(bucket.clone(), clock, settings.clone());
-    let submit = q
-        .submit(TASK_TYPE, actors::input_of(1))
+    let mut submit = q
+        .submit(how.task_type(), actors::input_of(1))
         .idempotency_key("k");
+    if how.custom_scope {
+        let scope = Scope::custom(actors::CUSTOM_SCOPE).expect("a scope's name");
+        submit = submit.idempotency_scope(scope);
+    }
+    if let Some(p) = how.tenant {
+        submit = submit.tenant(p);
+    }
     let done = now_or_never(submit.into_future()).expect("the in-memory store answers at once");
     done.expect("the prelude's submit");
     // The planted bugs find a task's first body in the gate's history.
+    let known: Vec<String> = gate::lock(&gate.state)
+        .writes
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, _)| k.clone())
+        .collect();
     let tasks = bucket
         .keys()
         .into_iter()
-        .filter(|k| k.starts_with("tasks/"));
+        .filter(|k| k.starts_with("tasks/") && !known.contains(k));
     for key in tasks {
         let body = now_or_never(bucket.get(&key)).and_then(Result::ok);
         let body = body.expect("the prelude's task").body;
@@ -147,7 +173,7 @@ fn submit(bucket: &MemoryStore, gate: &GateStore, settings: &Settings) -> DateTi
             .unwrap()
             .push((key, body));
     }
-    let record = super::checks::record_key("k");
+    let record = super::checks::record_key_as("k", &how);
     let meta = now_or_never(bucket.head(&record)).and_then(Result::ok);
     meta.expect("the prelude's record").last_modified
 }
@@ -181,10 +207,19 @@ fn write_status(bucket: &MemoryStore, status: &str) {
     now_or_never(bucket.put(&task, body, PutMode::Update(obj.meta.etag)));
 }
 
-/// Task type `t`'s schema, as buquet's `publish_schema` writes it, refusing
-/// every input the worlds send (`{"n": …}` has no `x`).
-pub fn publish_refusing_schema(bucket: &MemoryStore) {
-    let doc = json!({ "input": { "type": "object", "required": ["x"] } });
+/// Task type `t`'s schema, as buquet's `publish_schema` writes it: one
+/// that refuses every input the worlds send (`{"n": …}` has no `x`), or
+/// one that accepts `n` up to a maximum.
+pub fn publish_schema(bucket: &MemoryStore, schema: Schema) {
+    let input = match schema {
+        Schema::AcceptsUpTo(n) => json!({
+            "type": "object",
+            "required": ["n"],
+            "properties": { "n": { "type": "integer", "maximum": n } }
+        }),
+        _ => json!({ "type": "object", "required": ["x"] }),
+    };
+    let doc = json!({ "input": input });
     let key = format!("schemas/{TASK_TYPE}.json");
     let put = bucket.put(&key, Bytes::from(doc.to_string()), PutMode::Create);
     now_or_never(put)

@@ -117,9 +117,12 @@ fn held_throughout<'a>(sim: &'a Sim, i: usize, rkey: &str) -> Option<&'a Life> {
 /// checked, only when no live record held the key throughout the submit
 /// (a live record is answered as it says: docs/protocol.md, guarantee 5),
 /// and nothing written.
-pub fn check_refused(sim: &Sim, i: usize, rkey: &str) -> Result<(), String> {
-    if !sim.spec.schema {
-        return Err("input_invalid where no schema is checked".into());
+pub fn check_refused(sim: &Sim, i: usize, sub: &Sub, rkey: &str) -> Result<(), String> {
+    if !sim.spec.schema.refuses(sub.input) {
+        return Err(format!(
+            "schemas: input_invalid for input {}, which the schema ({:?}) accepts",
+            sub.input, sim.spec.schema
+        ));
     }
     if let Some(l) = held_throughout(sim, i, rkey) {
         return Err(format!(
@@ -130,9 +133,10 @@ pub fn check_refused(sim: &Sim, i: usize, rkey: &str) -> Result<(), String> {
     check_wrote_nothing(sim, i)
 }
 
-/// Where the schema refuses every input, no submit writes anything of its
-/// own: it replays, conflicts or is refused (a replay may finish an
-/// interrupted submit's task, which the worlds' preludes never leave).
+/// A submit whose input the schema refuses writes nothing of its own: it
+/// replays, conflicts or is refused (a replay may finish an interrupted
+/// submit's task, which the schema worlds never leave: their preludes
+/// answer, and no submit of an accepted input replays another's record).
 pub fn check_wrote_nothing(sim: &Sim, i: usize) -> Result<(), String> {
     let s = gate::lock(&sim.gate.state);
     match s
@@ -151,9 +155,12 @@ pub fn check_wrote_nothing(sim: &Sim, i: usize) -> Result<(), String> {
 /// A lookup's answer is true: a view names the task of a record of the
 /// key that was current during the lookup and not expired when it began;
 /// `None` only when no live record held the key throughout.
-pub fn check_lookup(sim: &Sim, i: usize, key: &str, v: Option<&KeyView>) -> Result<(), String> {
-    let rkey = super::checks::record_key(key);
+pub fn check_lookup(sim: &Sim, i: usize, v: Option<&KeyView>) -> Result<(), String> {
     let a = &sim.actors[i];
+    let Some((key, how)) = a.role.names() else {
+        return Ok(());
+    };
+    let rkey = super::checks::record_key_as(key, &how);
     let Some(v) = v else {
         return match held_throughout(sim, i, &rkey) {
             Some(l) => Err(format!(
@@ -184,7 +191,16 @@ pub fn check_lookup(sim: &Sim, i: usize, key: &str, v: Option<&KeyView>) -> Resu
             v.task_id
         ));
     }
-    if v.expires_at != life.record.expires_at || v.key != key {
+    let hash = rkey
+        .rsplit('/')
+        .next()
+        .and_then(|f| f.strip_suffix(".json"));
+    let same_hash = hash.is_some_and(|h| v.key_hash == format!("sha256:{h}"));
+    if v.expires_at != life.record.expires_at
+        || v.key != key
+        || v.scope != how.scope()
+        || !same_hash
+    {
         return Err(format!("the lookup: {v:?} is not the record's"));
     }
     Ok(())

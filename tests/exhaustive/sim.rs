@@ -70,12 +70,36 @@ pub struct Spec {
     /// seconds (S3's answers carry its `Date`; the engine learns the
     /// offset from them).
     pub skew: i64,
-    /// `VALIDATE_INPUT_SCHEMAS=on`, and task type `t`'s schema (published
+    /// `VALIDATE_INPUT_SCHEMAS`, and task type `t`'s schema (published
     /// after the prelude) refuses every input the worlds send.
-    pub schema: bool,
+    pub schema: Schema,
     /// Steps taken first, as the script says (`script.rs`), before the
     /// walk: the depth counts from after them.
     pub script: Vec<super::script::Pick>,
+}
+
+/// Task type `t`'s input schema, checked (`VALIDATE_INPUT_SCHEMAS=on`)
+/// and published after the prelude, or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schema {
+    /// `VALIDATE_INPUT_SCHEMAS=off`.
+    Off,
+    /// A schema that refuses every input the worlds send.
+    RefusesAll,
+    /// A schema that accepts inputs up to this number and refuses the
+    /// others (`{"n": …}` with a `maximum`).
+    AcceptsUpTo(u8),
+}
+
+impl Schema {
+    /// The schema refuses input number `input`.
+    pub fn refuses(self, input: u8) -> bool {
+        match self {
+            Schema::Off => false,
+            Schema::RefusesAll => true,
+            Schema::AcceptsUpTo(n) => input > n,
+        }
+    }
 }
 
 /// The functions' machines' clock: S3's (the explorer's) less `behind`.
@@ -195,7 +219,7 @@ impl Sim {
         };
         let bucket = bucket(spec.store, &machine);
         let mut settings = settings(spec.store);
-        settings.validate_input_schemas = spec.schema;
+        settings.validate_input_schemas = spec.schema != Schema::Off;
         let state = GateState {
             s3_events: spec.events == Events::S3,
             queue_delay: settings.stale_creating_after,
@@ -236,8 +260,8 @@ impl Sim {
             ids,
         };
         super::prelude::run(&mut sim, spec.prelude);
-        if spec.schema {
-            super::prelude::publish_refusing_schema(&sim.bucket);
+        if spec.schema != Schema::Off {
+            super::prelude::publish_schema(&sim.bucket, spec.schema);
         }
         super::checks::observe(&mut sim);
         for role in &spec.actors {
@@ -352,6 +376,16 @@ impl Sim {
             ]);
             if let Some(t) = super::checks::time_field(&body, "expires_at") {
                 times.push(t);
+            }
+        }
+        // An input payload's orphan age, where a scheduled pass may come
+        // (the pass judges a payload by it), and a second before it.
+        if self.spec.passes > 0 {
+            let orphan = super::payloads::orphan_after(st);
+            for (key, .., lm) in self.bucket.snapshot() {
+                if key.starts_with("payloads/") {
+                    times.extend([lm + orphan - Duration::seconds(1), lm + orphan]);
+                }
             }
         }
         let s = gate::lock(&self.gate.state);

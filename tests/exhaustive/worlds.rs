@@ -35,7 +35,7 @@ pub fn spec(name: &'static str, store: StoreKind, actors: Vec<Role>) -> Spec {
         limits: false,
         prelude: Prelude::Empty,
         skew: 0,
-        schema: false,
+        schema: super::sim::Schema::Off,
         script: Vec::new(),
     }
 }
