@@ -21,6 +21,7 @@ macro_rules! on_stores {
 }
 
 mod checkpoint;
+mod collect;
 mod finish;
 mod mutants;
 mod payload_merge;
