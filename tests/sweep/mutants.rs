@@ -153,3 +153,28 @@ async fn a_share_whose_checkpoint_read_outlasts_its_operation_time_is_an_error()
     assert!(matches!(o, Err(SubmitError::DeadlineExceeded)), "{o:?}");
     assert!(bucket.keys().is_empty(), "{:?}", bucket.keys());
 }
+
+/// `share.rs` `sweep_share`: `fan_out` only for an invocation that can hand
+/// on (`alone && pool == 0 && hand_on.is_some() && concurrency > 1`; the
+/// first `&&` or the last made `||` fans out one that cannot). Without a
+/// hand-on an invocation keeps what it holds: it lists every scope it
+/// found in the share that found them, where fanning out gives them back
+/// and claims them again, share after share.
+#[tokio::test]
+async fn a_pass_without_a_hand_on_lists_the_scopes_it_found_in_the_share_that_found_them() {
+    let scopes: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
+    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 2)).collect();
+    let (manual, bucket) = dense_bucket(&named).await;
+    manual.advance(Duration::days(31));
+    let settings = idempotent_submit::Settings {
+        list_order: ListOrder::Any,
+        pass_concurrency: 3,
+        ..short_ttl_settings()
+    };
+    let q = Queue::with_clock(bucket.clone(), Arc::new(manual), settings);
+    let o = share(&q, SweepOptions::default()).await.unwrap();
+    assert_eq!(o.summary.expired_deleted, 80, "{o:?}");
+    let (shares, _) = o.pass_shares.expect("the pass ended in this invocation");
+    // One share of the records, one of the tail.
+    assert_eq!(shares, 2, "{o:?}");
+}
