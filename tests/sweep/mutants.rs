@@ -257,3 +257,31 @@ async fn a_share_whose_deadline_comes_after_its_release_hands_on_the_rest() {
     assert!(!o.handed_on.is_empty(), "{o:?}");
     assert_eq!(sent.0.lock().unwrap().len(), o.handed_on.len());
 }
+
+/// `share.rs` `sweep_share`: `fan_out` only with another slot to hand on
+/// to (`concurrency > 1`; `>=` fans out at a concurrency of 1). An
+/// invocation alone in a pass of one slot keeps what it holds, as one
+/// without a hand-on does, and hands nothing on.
+#[tokio::test]
+async fn a_pass_of_one_slot_lists_the_scopes_it_found_in_the_share_that_found_them() {
+    let scopes: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
+    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 2)).collect();
+    let (manual, bucket) = dense_bucket(&named).await;
+    manual.advance(Duration::days(31));
+    let settings = idempotent_submit::Settings {
+        list_order: ListOrder::Any,
+        pass_concurrency: 1,
+        ..short_ttl_settings()
+    };
+    let q = Queue::with_clock(bucket.clone(), Arc::new(manual), settings);
+    let sent = Sent::default();
+    let o = q
+        .engine()
+        .sweep_share(&SweepOptions::default(), Some(&sent))
+        .await
+        .unwrap();
+    assert_eq!(o.summary.expired_deleted, 80, "{o:?}");
+    assert!(o.handed_on.is_empty(), "{o:?}");
+    // One share of the records, one of the tail.
+    assert_eq!(o.pass_shares.map(|(n, _)| n), Some(2), "{o:?}");
+}
