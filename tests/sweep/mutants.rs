@@ -223,7 +223,8 @@ impl Hooks for LateAfterWrite {
     }
 }
 
-/// `share.rs` `invite_rest`: `wanted > 0` (`< 0` never invites). An
+/// `share.rs` `invite_rest`: `wanted > 0` (`< 0` never invites), and the
+/// write of its invitations. An
 /// invocation that released its share to claim again, and found its
 /// deadline come before it could, hands on what is left in one more write.
 #[tokio::test]
@@ -256,6 +257,13 @@ async fn a_share_whose_deadline_comes_after_its_release_hands_on_the_rest() {
     assert!(!o.summary.complete, "{o:?}");
     assert!(!o.handed_on.is_empty(), "{o:?}");
     assert_eq!(sent.0.lock().unwrap().len(), o.handed_on.len());
+    // In the same write as the invitations each continuation takes up
+    // (`invite_rest`'s `!invited.is_empty()`: without the `!` none is
+    // written).
+    let cp: serde_json::Value =
+        serde_json::from_slice(&bucket.get(CHECKPOINT).await.unwrap().body).unwrap();
+    let invites = cp["invites"].as_array().map_or(0, Vec::len);
+    assert_eq!(invites, o.handed_on.len(), "{cp}");
 }
 
 /// `share.rs` `sweep_share`: `fan_out` only with another slot to hand on
