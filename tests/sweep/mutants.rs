@@ -6,7 +6,7 @@ use super::*;
 
 use async_trait::async_trait;
 use idempotent_submit::SubmitError;
-use idempotent_submit::testing::protocol::ShareOutcome;
+use idempotent_submit::testing::protocol::{Continuation, HandOn, ShareOutcome};
 
 use crate::common::{Call, Hooks, Wrapped};
 
@@ -56,6 +56,18 @@ fn queue(
         None => Queue::with_clock(bucket.clone(), Arc::new(clock.clone()), settings),
     };
     (q, bucket, clock)
+}
+
+/// The pass queue's stand-in: what was handed on.
+#[derive(Default)]
+struct Sent(std::sync::Mutex<Vec<Continuation>>);
+
+#[async_trait]
+impl HandOn for Sent {
+    async fn hand_on(&self, continuations: &[Continuation]) -> Result<(), String> {
+        self.0.lock().unwrap().extend_from_slice(continuations);
+        Ok(())
+    }
 }
 
 async fn share(q: &Queue, opts: SweepOptions) -> Result<ShareOutcome, SubmitError> {
@@ -152,4 +164,132 @@ async fn a_share_whose_checkpoint_read_outlasts_its_operation_time_is_an_error()
     let o = share(&q, SweepOptions::default()).await;
     assert!(matches!(o, Err(SubmitError::DeadlineExceeded)), "{o:?}");
     assert!(bucket.keys().is_empty(), "{:?}", bucket.keys());
+}
+
+/// `share.rs` `sweep_share`: `fan_out` only for an invocation that can hand
+/// on (`alone && pool == 0 && hand_on.is_some() && concurrency > 1`; the
+/// first `&&` or the last made `||` fans out one that cannot). Without a
+/// hand-on an invocation keeps what it holds: it lists every scope it
+/// found in the share that found them, where fanning out gives them back
+/// and claims them again, share after share.
+#[tokio::test]
+async fn a_pass_without_a_hand_on_lists_the_scopes_it_found_in_the_share_that_found_them() {
+    let scopes: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
+    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 2)).collect();
+    let (manual, bucket) = dense_bucket(&named).await;
+    manual.advance(Duration::days(31));
+    let settings = idempotent_submit::Settings {
+        list_order: ListOrder::Any,
+        pass_concurrency: 3,
+        ..short_ttl_settings()
+    };
+    let q = Queue::with_clock(bucket.clone(), Arc::new(manual), settings);
+    let o = share(&q, SweepOptions::default()).await.unwrap();
+    assert_eq!(o.summary.expired_deleted, 80, "{o:?}");
+    let (shares, _) = o.pass_shares.expect("the pass ended in this invocation");
+    // One share of the records, one of the tail.
+    assert_eq!(shares, 2, "{o:?}");
+}
+
+/// A store whose `n`th write of the checkpoint moves the clock on by
+/// `jump` once it has landed: the invocation's deadline comes between its
+/// release and its next claim.
+struct LateAfterWrite {
+    inner: MemoryStore,
+    clock: ManualClock,
+    n: usize,
+    jump: Duration,
+    writes: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl Hooks for LateAfterWrite {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+    async fn after(&self, call: &Call<'_>, ok: bool) {
+        let put = matches!(call.op, Op::Put | Op::PutCreate | Op::PutUpdate);
+        if ok && put && call.key == CHECKPOINT {
+            let seen = self
+                .writes
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                + 1;
+            if seen == self.n {
+                self.clock.advance(self.jump);
+            }
+        }
+    }
+}
+
+/// `share.rs` `invite_rest`: `wanted > 0` (`< 0` never invites), and the
+/// write of its invitations. An
+/// invocation that released its share to claim again, and found its
+/// deadline come before it could, hands on what is left in one more write.
+#[tokio::test]
+async fn a_share_whose_deadline_comes_after_its_release_hands_on_the_rest() {
+    let scopes: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
+    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 2)).collect();
+    let (manual, bucket) = dense_bucket(&named).await;
+    manual.advance(Duration::days(31));
+    let settings = idempotent_submit::Settings {
+        list_order: ListOrder::Any,
+        pass_concurrency: 2,
+        ..short_ttl_settings()
+    };
+    // The claim is the first write, the release that gives back what the
+    // fan-out left (more than 32 scopes) the second.
+    let store = Wrapped(LateAfterWrite {
+        inner: bucket.clone(),
+        clock: manual.clone(),
+        n: 2,
+        jump: Duration::hours(1),
+        writes: Default::default(),
+    });
+    let q = Queue::with_clock(store, Arc::new(manual.clone()), settings);
+    let sent = Sent::default();
+    let opts = SweepOptions {
+        deadline: Some(manual.now() + Duration::minutes(30)),
+        ..Default::default()
+    };
+    let o = q.engine().sweep_share(&opts, Some(&sent)).await.unwrap();
+    assert!(!o.summary.complete, "{o:?}");
+    assert!(!o.handed_on.is_empty(), "{o:?}");
+    assert_eq!(sent.0.lock().unwrap().len(), o.handed_on.len());
+    // In the same write as the invitations each continuation takes up
+    // (`invite_rest`'s `!invited.is_empty()`: without the `!` none is
+    // written).
+    let cp: serde_json::Value =
+        serde_json::from_slice(&bucket.get(CHECKPOINT).await.unwrap().body).unwrap();
+    let invites = cp["invites"].as_array().map_or(0, Vec::len);
+    assert_eq!(invites, o.handed_on.len(), "{cp}");
+}
+
+/// `share.rs` `sweep_share`: `fan_out` only with another slot to hand on
+/// to (`concurrency > 1`; `>=` fans out at a concurrency of 1). An
+/// invocation alone in a pass of one slot keeps what it holds, as one
+/// without a hand-on does, and hands nothing on.
+#[tokio::test]
+async fn a_pass_of_one_slot_lists_the_scopes_it_found_in_the_share_that_found_them() {
+    let scopes: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
+    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 2)).collect();
+    let (manual, bucket) = dense_bucket(&named).await;
+    manual.advance(Duration::days(31));
+    let settings = idempotent_submit::Settings {
+        list_order: ListOrder::Any,
+        pass_concurrency: 1,
+        ..short_ttl_settings()
+    };
+    let q = Queue::with_clock(bucket.clone(), Arc::new(manual), settings);
+    let sent = Sent::default();
+    let o = q
+        .engine()
+        .sweep_share(&SweepOptions::default(), Some(&sent))
+        .await
+        .unwrap();
+    assert_eq!(o.summary.expired_deleted, 80, "{o:?}");
+    assert!(o.handed_on.is_empty(), "{o:?}");
+    // One share of the records, one of the tail.
+    assert_eq!(o.pass_shares.map(|(n, _)| n), Some(2), "{o:?}");
 }
