@@ -57,6 +57,8 @@ pub struct Checks {
     broken: Option<String>,
     /// How much of the gate's log the payload deletions are checked over.
     pub payloads_seen: usize,
+    /// How much of the gate's log the records' times are checked over.
+    pub times_seen: usize,
 }
 
 pub fn time_field(body: &[u8], field: &str) -> Option<DateTime<Utc>> {
@@ -81,6 +83,7 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
     }
     check_writes(sim)?;
     more_checks::check_reset_writes(sim)?;
+    more_checks::check_record_times(sim)?;
     super::payloads::check_named(sim)?;
     super::payloads::check_deleted(sim)?;
     for i in 0..sim.actors.len() {

@@ -299,3 +299,44 @@ pub fn check_reset_writes(sim: &Sim) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// A record's life is in S3's time (docs/protocol.md, "S3's clock, not
+/// ours"): every new record a submit of ours writes has a `created_at` no
+/// later than S3's time when it landed, and no earlier than S3's time when
+/// the submit began less the machines' lag behind S3 (a cold process, which
+/// has no answer yet to learn S3's clock from, writes its own clock's time)
+/// and a second (S3's earliest time, whole seconds). (The claim is built
+/// once, when the submit begins: its PUT may be sent later, after a clock
+/// step.) Added for shard 4's mutant
+/// of `Engine::record_life` (the learnt offset subtracted, not added).
+pub fn check_record_times(sim: &mut Sim) -> Result<(), String> {
+    let s = gate::lock(&sim.gate.state);
+    let new = s.log[sim.checks.times_seen..].to_vec();
+    sim.checks.times_seen = s.log.len();
+    drop(s);
+    let lag = chrono::Duration::seconds(sim.spec.skew + 1);
+    for l in new.iter().filter(|l| {
+        l.ok && l.key.starts_with("idempotency/")
+            && matches!(l.kind, Kind::PutCreate | Kind::PutUpdate | Kind::Put)
+    }) {
+        let Some(r) = l
+            .body
+            .as_ref()
+            .and_then(|b| serde_json::from_slice::<Record>(b).ok())
+        else {
+            continue;
+        };
+        // A reset record keeps the record's `created_at`.
+        if r.reset_at.is_some() || sim.actors[l.actor].role.submits().is_empty() {
+            continue;
+        }
+        let began = sim.actors[l.actor].started_at;
+        if r.created_at > l.at || r.created_at < began - lag {
+            return Err(format!(
+                "S3's clock: #{} wrote {} created at {}, begun at {} and landed at {} (S3's time, the machines {} s behind)",
+                l.actor, l.key, r.created_at, began, l.at, sim.spec.skew
+            ));
+        }
+    }
+    Ok(())
+}

@@ -470,3 +470,82 @@ fn the_sweeper_on_a_complete_records_event_beside_a_replay_writes_nothing_and_sa
         holds(w);
     }
 }
+
+#[test]
+fn a_submit_of_another_input_that_meets_the_key_reset_is_answered_a_conflict() {
+    for store in STORES {
+        // The key answered with input 1; a reset and a submit of input 2,
+        // each started at any point, the clock stepping once, fault-free: a
+        // submit whose first answer came before the reset's time and that
+        // meets the reset record is answered as the record was (a
+        // conflict), never the old task (guarantee 5). Added for shard 4's
+        // mutant of `Engine::answer_before_reset`.
+        let reset = Role::Reset { key: "k" };
+        let b = Role::Submit { key: "k", input: 2 };
+        let w = Spec {
+            prelude: Prelude::Answered,
+            late_starts: true,
+            advances: 1,
+            faults: 0,
+            crashes: 0,
+            depth: 9,
+            ..spec(
+                "an answered key, a reset, another input",
+                store,
+                vec![reset, b],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_marker_that_took_a_retry_beside_a_task_a_worker_claimed_is_removed() {
+    for store in STORES {
+        // Scripted: a submit's record lands, then its task, and its
+        // marker's first PUT meets a 503. Then every schedule, fault-free:
+        // buquet's worker, finding the task by its listing of `tasks/`,
+        // claims it at any point beside the marker's retry; the submit
+        // reads the task again after a marker that took a retry and
+        // removes it beside a taken task (guarantee 10). Added for shard
+        // 4's mutant of `Wrote::reread_needed`.
+        let script = vec![
+            Pick::Decide(0, "idempotency/", Fault::Ok),
+            Pick::Decide(0, "tasks/", Fault::Ok),
+            Pick::Decide(0, "ready/", Fault::Unavailable),
+        ];
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            faults: 2,
+            depth: 6,
+            script,
+            ..spec(
+                "a retried marker, buquet's worker by tasks/",
+                store,
+                vec![a, Role::Scanner],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn with_the_machines_clock_behind_s3s_a_warm_process_writes_its_record_in_s3s_time() {
+    for store in STORES {
+        // The machines 58 s behind S3's, and S3's clock learnt already (the
+        // prelude's answers): a submit of a new key writes its record's
+        // life in S3's time, beside a replay of the answered key. Added for
+        // shard 4's mutant of `Engine::record_life`.
+        let roles = vec![
+            Role::Submit { key: "j", input: 1 },
+            Role::Submit { key: "k", input: 1 },
+        ];
+        let w = Spec {
+            prelude: Prelude::Answered,
+            skew: 58,
+            depth: 4,
+            ..spec("machine clock 58 s behind, S3's learnt", store, roles)
+        };
+        holds(w);
+    }
+}
