@@ -323,7 +323,10 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
             requests::check_stale_markers(sim, i, clean)?;
             check_swept(sim, i, &m.key, o)
         }
-        (Role::DrySweep { .. }, _) => requests::check_stale_markers(sim, i, false),
+        (Role::DrySweep { key }, o) => {
+            requests::check_stale_markers(sim, i, false)?;
+            check_dry_run(sim, i, key, o.as_ref())
+        }
         (Role::Reset { .. } | Role::ResetAs { .. }, Some(Outcome::Reset(Ok(r)))) => {
             more_checks::check_reset(sim, i, r)
         }
@@ -456,6 +459,37 @@ fn expected_error(sim: &Sim, i: usize, e: &SubmitError) -> Result<(), String> {
         SubmitError::Undetermined { .. } => Ok(()),
         _ => Err(format!("#{i}: an error nothing explains: {e:?}")),
     }
+}
+
+/// A dry run answers what the real run would do, as far as the record's
+/// time tells: one that met no fault, on a live `creating` record before
+/// its finish deadline, neither fails nor calls it past its deadline
+/// (shard 5's mutant of `Engine::finish`: the plan refused while the window
+/// was open).
+fn check_dry_run(sim: &Sim, i: usize, key: &str, o: Option<&Outcome>) -> Result<(), String> {
+    let Some(Outcome::Swept(o)) = o else {
+        return Ok(());
+    };
+    if sim.actors[i].faulted || !matches!(o, RecordOutcome::Failed(_) | RecordOutcome::PastDeadline)
+    {
+        return Ok(());
+    }
+    let rkey = record_key(key);
+    let st = &sim.settings;
+    let now = sim.clock.now();
+    let open = sim.checks.lives.iter().any(|l| {
+        l.key == rkey
+            && l.to.is_none()
+            && !l.reset()
+            && l.pending_task().is_some()
+            && now < l.last_modified + st.finish_window - Duration::seconds(2)
+    });
+    if open {
+        return Err(format!(
+            "the dry run #{i} answered {o:?} for {rkey}, before its finish deadline and without a fault"
+        ));
+    }
+    Ok(())
 }
 
 /// Guarantee 4 by the sweeper: a due message that met a stale `creating`

@@ -549,3 +549,52 @@ fn with_the_machines_clock_behind_s3s_a_warm_process_writes_its_record_in_s3s_ti
         holds(w);
     }
 }
+
+#[test]
+fn a_dry_run_beside_a_replay_of_a_submit_that_died_after_its_record_says_what_it_would_write() {
+    for store in STORES {
+        // From a submit that died after its record, at its stale age: a
+        // dry run of the sweeper on the record (it would finish it, and
+        // writes nothing) beside a replay that finishes it. Added for
+        // shard 5's mutant of `Engine::finish` (the dry run's plan).
+        let roles = vec![
+            Role::DrySweep { key: "k" },
+            Role::Submit { key: "k", input: 1 },
+        ];
+        let w = Spec {
+            prelude: Prelude::DiedAfterRecord,
+            depth: 5,
+            ..spec("died after its record, a dry run, a replay", store, roles)
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_batch_with_an_item_its_schema_refuses_sends_the_others_due_messages() {
+    for store in STORES {
+        // `RECORD_EVENTS=submitter`; `t`'s schema accepts input 1 and
+        // refuses 2: `submit_many` of `k` (input 1) and `j` (input 2),
+        // whose due messages would share one `SendMessageBatch`. `j` is
+        // refused before its claim and sends none: the batch sends `k`'s
+        // without waiting for it, and every item ends (the explorer fails
+        // an actor left running with nothing to happen). Written for shard
+        // 5's mutant of `Engine::send_no_due`, which it does not kill: the
+        // item's `Participant` says the same when it is dropped, as the
+        // refused item's future ends (docs/testing.md).
+        let batch = Role::Batch {
+            items: vec![("k", 1), ("j", 2)],
+        };
+        let w = Spec {
+            events: Events::Submitter(DueOrder::BeforeClaim),
+            schema: super::sim::Schema::AcceptsUpTo(1),
+            depth: 5,
+            ..spec(
+                "batch of two, one refused by its schema",
+                store,
+                vec![batch],
+            )
+        };
+        holds(w);
+    }
+}
