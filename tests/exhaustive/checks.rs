@@ -376,6 +376,7 @@ fn check_submit(
                     "guarantee 1: answered {id}, the task of no life of its record during the submit"
                 ));
             };
+            more_checks::check_replayed(sim, i, &rkey, s)?;
             // Guarantee 6: S3's earliest time may stand a second behind.
             if life.record.expires_at + Duration::seconds(1) <= a.started_at {
                 return Err(format!(

@@ -340,3 +340,32 @@ pub fn check_record_times(sim: &mut Sim) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// A submit's answer says `replayed` exactly when its task is not its own:
+/// its own is the task of a record this submit wrote (its claim, landed
+/// from any attempt, or its replacement of a failed task); every other
+/// answer is a replay. Added for shard 5's mutant of
+/// `Engine::answer_before_reset` (its own record, reset, answered as a
+/// replay).
+pub fn check_replayed(sim: &Sim, i: usize, rkey: &str, s: &Submitted) -> Result<(), String> {
+    let g = gate::lock(&sim.gate.state);
+    let own = g.log.iter().any(|l| {
+        l.actor == i
+            && l.ok
+            && l.key == rkey
+            && l.kind != Kind::Send
+            && l.body
+                .as_ref()
+                .and_then(|b| serde_json::from_slice::<Record>(b).ok())
+                .is_some_and(|r| r.task_id == s.task_id && r.reset_at.is_none())
+    });
+    if s.replayed == own {
+        return Err(format!(
+            "#{i} answered task {} with replayed: {}, and the record of that task is {}",
+            s.task_id,
+            s.replayed,
+            if own { "its own" } else { "another's" }
+        ));
+    }
+    Ok(())
+}

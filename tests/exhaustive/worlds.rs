@@ -598,3 +598,41 @@ fn a_batch_with_an_item_its_schema_refuses_sends_the_others_due_messages() {
         holds(w);
     }
 }
+
+#[test]
+fn with_the_machines_clock_behind_s3s_a_submitters_due_message_is_dated_in_s3s_time() {
+    for store in STORES {
+        // `RECORD_EVENTS=submitter`, the machines 58 s behind S3's and S3's
+        // clock learnt (the prelude's answers). Scripted: a submit of `j`
+        // sends its due message, its record PUT is slow (it may land up to
+        // the late-write margin after it was sent) and the process dies at
+        // the retry. Then every schedule: the clock twice, the message to
+        // the sweeper, the slow PUT landing: the sweeper acknowledges a
+        // message with no record only once its claim can land no more, so
+        // a record that lands always has its message (guarantee 4). Added
+        // for shard 5's mutant of `Engine::signing_time`.
+        let script = vec![
+            Pick::Start(0),
+            Pick::Decide(0, "idempotency/", Fault::Ok),
+            Pick::Decide(0, "idempotency/", Fault::Slow),
+            Pick::Decide(0, "idempotency/", Fault::CrashBefore),
+        ];
+        let w = Spec {
+            events: Events::Submitter(DueOrder::BeforeClaim),
+            prelude: Prelude::Answered,
+            skew: 58,
+            late_starts: true,
+            faults: 2,
+            advances: 2,
+            deliver: true,
+            depth: 6,
+            script,
+            ..spec(
+                "submitter, machine clock 58 s behind, a slow claim",
+                store,
+                vec![Role::Submit { key: "j", input: 1 }],
+            )
+        };
+        holds(w);
+    }
+}
