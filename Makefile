@@ -211,8 +211,12 @@ fuzz:
 # make test. MUTANTS_FILES narrows it (one -f per file), MUTANTS_TESTS the
 # test targets, MUTANTS_ARGS adds options (e.g. --shard 0/4, --iterate).
 # The targets go to every cargo call (-C), so a mutant builds only them, not
-# every test crate; the crate is built without debug information (faster to
-# build and link). SeaweedFS runs beside moto: some of the modules below
+# every test crate. The build keeps target/'s profile: without debug
+# information a mutant builds faster, but the change of profile rebuilds the
+# whole dependency tree first (about 15 minutes in a target/ that make test
+# built, and again at the next make test). MUTANTS_NODEBUG=1 builds without
+# it, for a clone with no target/ yet, which builds everything anyway.
+# SeaweedFS runs beside moto: some of the modules below
 # (sweep::real, store::) test on both, and fail without it. Results:
 # mutants.out/; docs/testing.md says how to run a narrow first pass, then
 # --iterate with the whole set on what it missed.
@@ -225,9 +229,10 @@ MUTANTS_TESTS ?= --lib --test=suite
 MUTANTS_SUITE ?= protocol:: intake:: lambda:: config:: store:: s3_status:: recovery:: \
   model:: due_events:: sweep:: sweep_pass:: keys:: submit_handler:: clock:: options:: \
   schemas:: phase::
+MUTANTS_NODEBUG ?=
 mutants: tools
 	@command -v cargo-mutants >/dev/null || $(CARGO) install --locked cargo-mutants
-	CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_TEST_DEBUG=0 MODEL_SCHEDULES=200 \
+	$(if $(MUTANTS_NODEBUG),CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_TEST_DEBUG=0) MODEL_SCHEDULES=200 \
 	  ./scripts/with-moto.sh ./scripts/with-seaweedfs.sh $(CARGO) mutants --features testing --timeout 300 \
 	  $(MUTANTS_FILES) $(addprefix -C=,$(MUTANTS_TESTS)) $(MUTANTS_ARGS) -- -- $(MUTANTS_SUITE)
 

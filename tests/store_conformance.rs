@@ -99,6 +99,7 @@ suite!(
     a_version_deleted_by_its_id_goes_alone_and_a_newer_one_stays,
     deleting_the_current_version_brings_the_one_before_it_back,
     every_version_under_a_prefix_is_listed_and_deleting_each_leaves_nothing,
+    more_versions_than_a_page_holds_are_all_listed_once,
     exactly_one_of_32_racing_creates_wins,
     sixteen_racing_cas_increments_count_exactly,
 );
@@ -126,7 +127,7 @@ async fn a_store_that_lists_in_no_order_refuses_a_prefix_that_does_not_end_in_a_
 fn every_check_of_the_library_runs_on_every_bucket() {
     let here = include_str!("store_conformance.rs");
     let listed = &here[here.find("\nsuite!(\n").unwrap()..];
-    assert_eq!(conformance::CHECKS.len(), 18);
+    assert_eq!(conformance::CHECKS.len(), 19);
     for (name, _) in conformance::CHECKS {
         assert!(listed.contains(&format!("    {name},\n")), "{name}");
     }

@@ -21,7 +21,9 @@ macro_rules! on_stores {
 }
 
 mod checkpoint;
+mod collect;
 mod finish;
+mod mutants;
 mod payload_merge;
 mod payloads;
 mod races;

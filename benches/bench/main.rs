@@ -207,6 +207,14 @@ fn main() {
         splice_section(&r.0, "## Input schemas", true);
         return;
     }
+    // BENCH_ONLY=sweeper: the sweeper's figures (a pass in memory and on
+    // moto, the orphan payloads' check), put in place of their section.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("sweeper") {
+        let mut r = Report::new();
+        rt.block_on(sweeper::sweeper(&mut r));
+        splice_section(&r.0, "## The sweeper", false);
+        return;
+    }
     // BENCH_ONLY=list_order: the daily pass under each LIST_ORDER, printed
     // and put in place of its section (before the targets).
     if std::env::var("BENCH_ONLY").as_deref() == Ok("list_order") {

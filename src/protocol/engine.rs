@@ -91,11 +91,6 @@ impl Engine {
             .map_or(0, |d| d.unsent.swap(0, Ordering::Relaxed))
     }
 
-    /// Whether this engine's submits send their records' due messages.
-    pub fn sends_due_messages(&self) -> bool {
-        self.due.is_some()
-    }
-
     /// A batch's gathering of due messages, when they are sent at all.
     pub(crate) fn due_batch(&self) -> Option<Arc<Coalescer>> {
         self.due.as_ref().map(|d| Coalescer::new(d.clone()))

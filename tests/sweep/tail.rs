@@ -15,7 +15,7 @@ use idempotent_submit::testing::protocol::sweep::PayloadPlan;
 use idempotent_submit::testing::protocol::{Continuation, ShareOutcome};
 
 /// A listing as the store was asked for it: prefix, `StartAfter`, token.
-type Listed = (String, Option<String>, Option<String>);
+pub(super) type Listed = (String, Option<String>, Option<String>);
 
 /// A store each of whose requests takes [`STEP_MS`] of tokio's paused
 /// clock (requests sent together overlap, as S3's do), logging its
@@ -24,6 +24,8 @@ type Listed = (String, Option<String>, Option<String>);
 struct SecondPerCall {
     inner: MemoryStore,
     listed: Arc<Mutex<Vec<Listed>>>,
+    /// The calls on the candidates' side objects (`sweeper/tail/`).
+    sides: Arc<Mutex<Vec<Op>>>,
 }
 
 /// A request's time: an invocation of half a minute makes at most 120 of
@@ -33,13 +35,13 @@ const STEP_MS: u64 = 250;
 /// The tests' manual clock, and tokio's paused time since the test began
 /// on top: the pass's requests move it, the test's setting-up does not.
 #[derive(Clone)]
-struct Paused {
-    manual: ManualClock,
+pub(super) struct Paused {
+    pub(super) manual: ManualClock,
     start: tokio::time::Instant,
 }
 
 impl Paused {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Paused {
             manual: ManualClock::at_epoch(),
             start: tokio::time::Instant::now(),
@@ -62,7 +64,10 @@ impl common::Hooks for SecondPerCall {
         &self.inner
     }
 
-    async fn before(&self, _call: &common::Call<'_>) -> Result<(), StoreError> {
+    async fn before(&self, call: &common::Call<'_>) -> Result<(), StoreError> {
+        if call.key.starts_with("sweeper/tail/") {
+            self.sides.lock().unwrap().push(call.op);
+        }
         tokio::time::sleep(std::time::Duration::from_millis(STEP_MS)).await;
         Ok(())
     }
@@ -85,23 +90,23 @@ impl common::Hooks for SecondPerCall {
 }
 
 /// What the bucket holds, by what the pass owes it.
-struct Payloads {
+pub(super) struct Payloads {
     /// Payloads a task names: none may go.
-    named: Vec<String>,
+    pub(super) named: Vec<String>,
     /// Orphans of the day's slices: all go.
-    due: Vec<String>,
+    pub(super) due: Vec<String>,
     /// Orphans of another slice two hours old (the HEAD path's): all go,
     /// on a store whose clock the tests move.
-    recent: Vec<String>,
+    pub(super) recent: Vec<String>,
     /// Old orphans of other slices: their slice's day is another.
-    not_today: Vec<String>,
+    pub(super) not_today: Vec<String>,
 }
 
 /// `per_slice` payloads in each slice of a first check's plan (0 to 8),
 /// their tasks under our one-digit shard but for every 500th, and
 /// `extra_tasks` tasks of later slices in the same folder; 3 old
 /// orphans of slice 200, and 3 of slice 201 two hours old; nine days on.
-async fn payload_bucket(
+pub(super) async fn payload_bucket(
     (per_slice, extra_tasks): (usize, usize),
     store: &impl Store,
     clock: &ManualClock,
@@ -147,13 +152,13 @@ async fn payload_bucket(
 /// What the invocations of one pass did, with the checkpoint's payload
 /// cursor after each round of them.
 #[derive(Default, Debug)]
-struct Rounds {
-    outcomes: Vec<ShareOutcome>,
-    cursors: Vec<(bool, u64)>,
+pub(super) struct Rounds {
+    pub(super) outcomes: Vec<ShareOutcome>,
+    pub(super) cursors: Vec<(bool, u64)>,
 }
 
 impl Rounds {
-    fn passes(&self) -> Vec<&SweepSummary> {
+    pub(super) fn passes(&self) -> Vec<&SweepSummary> {
         self.outcomes
             .iter()
             .filter_map(|o| o.pass.as_ref())
@@ -166,7 +171,7 @@ impl Rounds {
 }
 
 /// The checkpoint's `(complete, payload_slice)`.
-async fn cursor(bucket: &MemoryStore) -> (bool, u64) {
+pub(super) async fn cursor(bucket: &MemoryStore) -> (bool, u64) {
     let cp: serde_json::Value =
         serde_json::from_slice(&bucket.get("sweeper/checkpoint.json").await.unwrap().body).unwrap();
     (
@@ -189,19 +194,22 @@ impl idempotent_submit::testing::protocol::HandOn for Chan {
 }
 
 /// A pass's invocations over one bucket, each request a [`STEP_MS`].
-struct Invocations {
+pub(super) struct Invocations {
     bucket: MemoryStore,
-    q: Queue,
+    pub(super) q: Queue,
     clock: Paused,
-    listed: Arc<Mutex<Vec<Listed>>>,
+    pub(super) listed: Arc<Mutex<Vec<Listed>>>,
+    pub(super) sides: Arc<Mutex<Vec<Op>>>,
 }
 
 impl Invocations {
-    fn new(bucket: &MemoryStore, clock: &Paused, order: ListOrder) -> Self {
+    pub(super) fn new(bucket: &MemoryStore, clock: &Paused, order: ListOrder) -> Self {
         let listed: Arc<Mutex<Vec<Listed>>> = Arc::default();
+        let sides: Arc<Mutex<Vec<Op>>> = Arc::default();
         let store = common::Wrapped(SecondPerCall {
             inner: bucket.clone(),
             listed: listed.clone(),
+            sides: sides.clone(),
         });
         let settings = idempotent_submit::Settings {
             pass_concurrency: 4,
@@ -212,13 +220,51 @@ impl Invocations {
             q: Queue::with_clock(store, Arc::new(clock.clone()), settings),
             clock: clock.clone(),
             listed,
+            sides,
         }
+    }
+
+    /// One invocation, `c` its continuation (`None`: the schedule's), with
+    /// a deadline `secs` after it starts, handing on to `inbox`.
+    pub(super) async fn one(
+        &self,
+        c: Option<Continuation>,
+        secs: i64,
+        inbox: &Inbox,
+    ) -> ShareOutcome {
+        let opts = SweepOptions {
+            deadline: Some(self.clock.now() + Duration::seconds(secs)),
+            continuation: c,
+            ..Default::default()
+        };
+        self.q
+            .engine()
+            .sweep_share(&opts, Some(inbox))
+            .await
+            .unwrap()
+    }
+
+    /// How many times `prefix` was listed from its beginning.
+    pub(super) fn begun(&self, prefix: &str) -> usize {
+        let listed = self.listed.lock().unwrap();
+        let from_start = |(p, a, t): &&Listed| p == prefix && a.is_none() && t.is_none();
+        listed.iter().filter(from_start).count()
     }
 
     /// The schedule's invocation, then each continuation handed on as soon
     /// as it is, side by side, each with a deadline `secs` after it starts
     /// (none: `None`): until none is running.
-    async fn drive(&self, secs: Option<i64>) -> Rounds {
+    pub(super) async fn drive(&self, secs: Option<i64>) -> Rounds {
+        self.drive_from(secs, vec![None]).await
+    }
+
+    /// As [`Self::drive`], from the invocations `start` (their
+    /// continuations; `None`: the schedule's).
+    pub(super) async fn drive_from(
+        &self,
+        secs: Option<i64>,
+        start: Vec<Option<Continuation>>,
+    ) -> Rounds {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let inbox = Chan(tx);
         let run = |c: Option<Continuation>| {
@@ -231,7 +277,9 @@ impl Invocations {
             async move { self.q.engine().sweep_share(&opts, Some(inbox)).await }
         };
         let mut running = futures::stream::FuturesUnordered::new();
-        running.push(run(None));
+        for c in start {
+            running.push(run(c));
+        }
         let mut r = Rounds::default();
         loop {
             // `biased`: the same order every run (tokio's select! picks at
@@ -255,7 +303,7 @@ impl Invocations {
     }
 }
 
-fn present(bucket: &MemoryStore, keys: &[String]) -> usize {
+pub(super) fn present(bucket: &MemoryStore, keys: &[String]) -> usize {
     let all: std::collections::HashSet<String> = bucket.keys().into_iter().collect();
     keys.iter().filter(|k| all.contains(*k)).count()
 }
@@ -263,11 +311,17 @@ fn present(bucket: &MemoryStore, keys: &[String]) -> usize {
 async fn a_tail_longer_than_an_invocation(order: ListOrder) {
     let clock = Paused::new();
     let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
-    let p = payload_bucket((1_100, 20_000), &bucket, &clock.manual).await;
+    // Under `any` 18 pages of `payloads/`: the candidates' collection
+    // takes more than an invocation of 3 s (12 requests, 2 of them the
+    // claim's), and goes on from share to share by its side object.
+    let per_slice = if order == ListOrder::Bytes {
+        1_100
+    } else {
+        2_000
+    };
+    let p = payload_bucket((per_slice, 20_000), &bucket, &clock.manual).await;
     let pass = Invocations::new(&bucket, &clock, order);
-    // Seconds an invocation: under `any` more than the candidates'
-    // collection (ten pages of `payloads/`, again in each share).
-    let secs = if order == ListOrder::Bytes { 4 } else { 6 };
+    let secs = if order == ListOrder::Bytes { 4 } else { 3 };
     let r = pass.drive(Some(secs)).await;
     // One pass, over many invocations, some at once, none idle.
     let passes = r.passes();
@@ -334,8 +388,19 @@ async fn a_tail_longer_than_an_invocation(order: ListOrder) {
         ListOrder::Any => {
             let begun = of("tasks/0/").iter().filter(|(_, t)| t.is_none()).count();
             assert_eq!(begun, 1);
+            // `payloads/` from its beginning: the tail's first page, and
+            // the candidates' collection once, though it took shares.
+            assert_eq!(pass.begun("payloads/"), 2);
+            let sides = pass.sides.lock().unwrap().clone();
+            assert!(sides.contains(&Op::Put), "{sides:?}");
+            assert!(sides.contains(&Op::Get), "{sides:?}");
         }
     }
+    // The collection's side objects gone with their rounds.
+    assert_eq!(
+        keys_under(&bucket, "sweeper/tail/").await,
+        Vec::<String>::new()
+    );
     // The next pass, a minute on, takes the next slice alone.
     clock.manual.advance(Duration::minutes(1));
     let next = pass.drive(None).await;

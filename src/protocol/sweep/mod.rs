@@ -56,6 +56,7 @@
 //! (`payloads.rs`).
 
 mod checkpoint;
+mod collect;
 mod folders;
 pub mod hand_on;
 mod markers;

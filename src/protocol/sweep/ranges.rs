@@ -88,11 +88,15 @@ pub(super) enum Range {
 /// and `found` (hex, a bit for each of the round's `count` candidates in
 /// the order of their ids) says which tasks were seen so far. Once the
 /// round is `listed`, its `suspects` left to confirm, and where the next
-/// round begins (`next_round`; `None`: this is the last).
+/// round begins (`next_round`; `None`: this is the last). While the
+/// round's candidates are collected over several shares, `collected` names
+/// the side object that holds them so far (`collect.rs`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct SlicesPlace {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round_after: Option<uuid::Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collected: Option<uuid::Uuid>,
     #[serde(default)]
     pub prefix: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -21,26 +21,25 @@
 //!   whole: one item for it rather than one a slice, which would list it
 //!   once a slice). Its candidates (the payload ids of its slices, at most
 //!   [`ROUND`] a round, the smallest past the last round's) are collected
-//!   again by each share from `payloads/`, in the same order and by the
-//!   same ages (the tail's time); its place is the task listing's (which
-//!   folder, the store's token) and the candidates found so far, a bit
-//!   each, in the checkpoint.
+//!   from `payloads/` by the same ages (the tail's time), over as many
+//!   shares as it takes: a share cut short in the collection, or in the
+//!   task listing after it, keeps them in a side object its place names
+//!   (`collect.rs`); its place is also the task listing's (which folder,
+//!   the store's token) and the candidates found so far, a bit each, in
+//!   the checkpoint.
 //!
 //! An item that had a whole invocation (its first claim) and made no
 //! progress is given up: the pass completes without moving the payload
 //! cursor, as a tail that cannot finish must not hand itself on for ever.
-
-use std::collections::BinaryHeap;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use uuid::Uuid;
 
 use super::checkpoint::{Checkpoint, TailPlan};
-use super::payload_tasks::{
-    PAYLOADS_PREFIX, slice_hex, slice_of, slice_task_prefixes, task_key_id,
-};
-use super::payloads::{Against, Judge, PAYLOAD_SLICES, PayloadPlan, input_payload_id};
+use super::collect::Candidates;
+use super::payload_tasks::{PAYLOADS_PREFIX, slice_hex, slice_task_prefixes, task_key_id};
+use super::payloads::{Against, Judge, PAYLOAD_SLICES, PayloadPlan};
 use super::ranges::{Range, SlicesPlace};
 use super::{PAGE, RANGES_AT_ONCE, READS_AT_ONCE, SweepOptions, SweepSummary};
 use crate::config::ListOrder;
@@ -89,7 +88,7 @@ impl Step {
 /// What a share's items judge by: the tail's time and plan, the ready
 /// index's window.
 pub(super) struct TailCx {
-    judge: Judge,
+    pub(super) judge: Judge,
     plan: PayloadPlan,
     markers_window: (Option<DateTime<Utc>>, DateTime<Utc>),
 }
@@ -437,8 +436,8 @@ impl Engine {
         opts: &SweepOptions,
         tally: &mut SweepSummary,
     ) -> Result<bool, SubmitError> {
-        let round = self.round_candidates(from..to, place.round_after, cx, opts, tally);
-        let Some(ids) = round.await? else {
+        let round = self.round_candidates((from, to), place, cx, opts, tally);
+        let Some(Candidates { ids, saved }) = round.await? else {
             return Ok(false);
         };
         let mut found = decode_found(place, ids.len());
@@ -447,6 +446,7 @@ impl Engine {
             // round's task listing begins again.
             *place = SlicesPlace {
                 round_after: place.round_after,
+                collected: place.collected,
                 ..SlicesPlace::default()
             };
         }
@@ -455,7 +455,8 @@ impl Engine {
             let strikes = (ids.as_slice(), found.as_mut_slice());
             let listed = self.strike_from(strikes, (from, to), place, cx, opts, tally);
             // Cut short by the deadline (before a request, or in one), the
-            // place keeps what was found so far with the listing's token.
+            // place keeps what was found so far with the listing's token,
+            // and the candidates in the side object.
             let cut = match listed.await {
                 Ok(done) => !done,
                 Err(SubmitError::DeadlineExceeded) => true,
@@ -464,8 +465,15 @@ impl Engine {
             };
             if cut {
                 (place.count, place.found) = (ids.len() as u64, encode_found(found));
+                if !saved {
+                    self.save_candidates((from, to), place, &ids, cx, opts)
+                        .await;
+                }
                 return Ok(false);
             }
+        }
+        if place.collected.is_some() {
+            self.drop_side((from, to), opts).await;
         }
         *place = SlicesPlace {
             round_after: place.round_after,
@@ -478,49 +486,6 @@ impl Engine {
             ..SlicesPlace::default()
         };
         Ok(true)
-    }
-
-    /// The ids of the payloads of `slices` old enough to judge at the
-    /// tail's time, past `after`: the [`ROUND`] smallest, in order (the same
-    /// in every share, whatever order the store lists them in); `None` when
-    /// the deadline came first.
-    async fn round_candidates(
-        &self,
-        slices: std::ops::Range<u32>,
-        after: Option<Uuid>,
-        cx: &TailCx,
-        opts: &SweepOptions,
-        tally: &mut SweepSummary,
-    ) -> Result<Option<Vec<Uuid>>, SubmitError> {
-        let mut heap: BinaryHeap<Uuid> = BinaryHeap::new();
-        let mut page: Option<String> = None;
-        loop {
-            if self.past(opts) {
-                return Ok(None);
-            }
-            let listed = self
-                .with_retries(self.request_deadline(opts.deadline), || {
-                    self.store.list(PAYLOADS_PREFIX, None, page.clone(), PAGE)
-                })
-                .await?;
-            tally.lists += 1;
-            for o in &listed.objects {
-                let Some(id) = input_payload_id(&o.key) else {
-                    continue;
-                };
-                let old = cx.judge.now - o.last_modified >= cx.judge.from;
-                if old && slices.contains(&slice_of(&id)) && after.is_none_or(|a| id > a) {
-                    heap.push(id);
-                    if heap.len() > ROUND {
-                        heap.pop();
-                    }
-                }
-            }
-            match listed.next {
-                Some(n) => page = Some(n),
-                None => return Ok(Some(heap.into_sorted_vec())),
-            }
-        }
     }
 
     /// Lists the task folders of the slices `from..to` from `place`,

@@ -409,6 +409,43 @@ pub async fn every_version_under_a_prefix_is_listed_and_deleting_each_leaves_not
     );
 }
 
+/// More versions than one page of ListObjectVersions holds (S3 answers
+/// 1,000 at most) are all listed, each once: the listing goes on from the
+/// page's key and version markers. Versioned: 1,001 versions of one key and
+/// its delete marker, so a page ends inside one key's versions, and a key
+/// after it; unversioned: 1,001 keys, one version (`null`) each.
+pub async fn more_versions_than_a_page_holds_are_all_listed_once(s: Arc<dyn Store>, x: Expect) {
+    const MORE_THAN_A_PAGE: usize = 1_001;
+    let mut written = Vec::new();
+    if x.versioned {
+        for _ in 0..MORE_THAN_A_PAGE {
+            let r = put(&s, "y/a", b"v", PutMode::Overwrite).await;
+            written.push(("y/a".to_owned(), r.version_id.expect("a version")));
+        }
+        s.delete("y/a", None).await.unwrap();
+        let r = put(&s, "y/b", b"v", PutMode::Create).await;
+        written.push(("y/b".to_owned(), r.version_id.expect("a version")));
+    } else {
+        // Keys of their own: written a few at a time.
+        let keys: Vec<String> = (0..MORE_THAN_A_PAGE).map(|i| format!("y/{i:04}")).collect();
+        for few in keys.chunks(16) {
+            let puts = few.iter().map(|k| put(&s, k, b"v", PutMode::Create));
+            futures::future::join_all(puts).await;
+        }
+        written.extend(keys.into_iter().map(|k| (k, "null".to_owned())));
+    }
+    let mut listed = s.list_versions("y/").await.unwrap();
+    listed.sort();
+    let before = listed.len();
+    listed.dedup();
+    assert_eq!(listed.len(), before, "a version listed twice");
+    // What was written, and (versioned) one more: y/a's delete marker.
+    let markers: Vec<_> = listed.iter().filter(|v| !written.contains(v)).collect();
+    assert_eq!(markers.len(), usize::from(x.versioned), "{markers:?}");
+    assert!(markers.iter().all(|(k, _)| k == "y/a"), "{markers:?}");
+    assert_eq!(listed.len(), written.len() + markers.len());
+}
+
 /// Check: exactly one of 32 racing creates wins.
 pub async fn exactly_one_of_32_racing_creates_wins(s: Arc<dyn Store>, x: Expect) {
     let mut tasks = Vec::new();

@@ -197,6 +197,14 @@ pub const CHECKS: &[(&str, Check)] = &[
             )
         },
     ),
+    (
+        "more_versions_than_a_page_holds_are_all_listed_once",
+        |s, x| {
+            Box::pin(checks::more_versions_than_a_page_holds_are_all_listed_once(
+                s, x,
+            ))
+        },
+    ),
     ("exactly_one_of_32_racing_creates_wins", |s, x| {
         Box::pin(checks::exactly_one_of_32_racing_creates_wins(s, x))
     }),

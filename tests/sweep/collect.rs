@@ -1,0 +1,247 @@
+//! The candidates' collection of a `LIST_ORDER=any` slices item, spread
+//! over shares by its side object (docs/decisions.md, "The candidates'
+//! collection spread"): an invocation that dies in it is taken over from
+//! the side object, a side object gone or another's is a miss (the
+//! collection begins again, nothing wrongly deleted), and on moto the side
+//! object is written, read and removed.
+
+use super::*;
+
+use std::sync::Mutex;
+
+use super::share::Inbox;
+use super::tail::{Invocations, Paused, Payloads, cursor, payload_bucket, present};
+use idempotent_submit::Clock as _;
+use idempotent_submit::store::S3Store;
+use idempotent_submit::testing::protocol::Continuation;
+
+/// The side object of the first check's slices, 0 to 8, one folder digit.
+const SIDE: &str = "sweeper/tail/slices-00-09.json";
+
+/// A bucket of 18 pages of payloads under `any`, and a pass over it run one
+/// invocation of 3 s at a time until the candidates' collection was cut
+/// short (its side object written): the pass's invocations, and the
+/// continuations still to start.
+async fn cut_in_the_collection(
+    clock: &Paused,
+    bucket: &MemoryStore,
+    inbox: &Inbox,
+) -> (Payloads, Invocations, Vec<Option<Continuation>>) {
+    let p = payload_bucket((2_000, 0), bucket, &clock.manual).await;
+    let pass = Invocations::new(bucket, clock, ListOrder::Any);
+    let mut todo = vec![None];
+    for _ in 0..100 {
+        let Some(c) = todo.pop() else { break };
+        pass.one(c, 3, inbox).await;
+        todo.extend(inbox.take().into_iter().map(Some));
+        if bucket.keys().iter().any(|k| k == SIDE) {
+            return (p, pass, todo);
+        }
+    }
+    panic!("the collection was never cut short");
+}
+
+/// The pass ended, the cursor moved by the plan's nine slices, exactly the
+/// due orphans gone, and no side object left.
+async fn assert_the_check_done(bucket: &MemoryStore, p: &Payloads) {
+    assert_eq!(cursor(bucket).await, (true, 9));
+    assert_eq!(present(bucket, &p.due), 0);
+    assert_eq!(present(bucket, &p.recent), 0);
+    assert_eq!(present(bucket, &p.named), p.named.len());
+    assert_eq!(present(bucket, &p.not_today), 3);
+    assert_eq!(
+        keys_under(bucket, "sweeper/tail/").await,
+        Vec::<String>::new()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invocation_dying_in_the_candidates_collection_is_taken_over_from_its_side_object() {
+    let clock = Paused::new();
+    let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+    let inbox = Inbox::default();
+    let (p, pass, mut todo) = cut_in_the_collection(&clock, &bucket, &inbox).await;
+    // The next invocation to take the item dies right after it read the
+    // side object (no deadline: it works the pool until it does).
+    let f = FaultyStore::new(bucket.clone());
+    f.inject(Some(Op::Get), "sweeper/tail/", 1, 1, Fault::CrashAfter);
+    let settings = idempotent_submit::Settings {
+        pass_concurrency: 4,
+        ..ordered(ListOrder::Any)
+    };
+    let dying = Queue::with_clock(f, Arc::new(clock.clone()), settings);
+    loop {
+        let Some(c) = todo.pop() else {
+            panic!("no invocation took the item and died");
+        };
+        let opts = SweepOptions {
+            continuation: c,
+            ..Default::default()
+        };
+        if dying
+            .engine()
+            .sweep_share(&opts, Some(&inbox))
+            .await
+            .is_err()
+        {
+            break;
+        }
+        todo.extend(inbox.take().into_iter().map(Some));
+    }
+    // The others wait for its item; once its lease runs out (no deadline:
+    // 15 minutes and an operation) the next run takes it over.
+    todo.extend(inbox.take().into_iter().map(Some));
+    for c in todo {
+        pass.one(c, 3, &inbox).await;
+    }
+    assert_eq!(cursor(&bucket).await, (false, 0));
+    clock
+        .manual
+        .advance(Duration::minutes(15) + pass.q.settings().operation_timeout);
+    let r = pass.drive(Some(3)).await;
+    assert_eq!(r.passes().len(), 1);
+    assert_the_check_done(&bucket, &p).await;
+    // Taken over from the side object the dead share read: `payloads/`
+    // listed from its beginning by the tail's first page and by the
+    // collection once.
+    assert_eq!(pass.begun("payloads/"), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_side_object_gone_or_another_ones_is_a_miss_the_collection_begins_again() {
+    for gone in [true, false] {
+        let clock = Paused::new();
+        let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+        let inbox = Inbox::default();
+        let (p, pass, todo) = cut_in_the_collection(&clock, &bucket, &inbox).await;
+        if gone {
+            bucket.delete(SIDE, None).await.unwrap();
+        } else {
+            // Another write (a share whose lease ran out, still running):
+            // the same collection, under a nonce the place does not name.
+            let body = bucket.get(SIDE).await.unwrap().body;
+            let mut side: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            side["nonce"] = json!(uuid::Uuid::from_u128(7));
+            let body = serde_json::to_vec(&side).unwrap();
+            bucket
+                .put(SIDE, body.into(), PutMode::Overwrite)
+                .await
+                .unwrap();
+        }
+        let r = pass.drive_from(Some(3), todo).await;
+        assert_eq!(r.passes().len(), 1, "gone {gone}");
+        assert_the_check_done(&bucket, &p).await;
+        // Begun again: `payloads/` from its beginning a third time.
+        assert_eq!(pass.begun("payloads/"), 3, "gone {gone}");
+    }
+}
+
+/// A store on moto whose clock jumps an hour at the candidates' collection's
+/// first page (the second listing of `payloads/` from its beginning, the
+/// tail's first page being the first): the invocation's deadline comes
+/// there. It logs the calls on the side objects.
+#[derive(Clone)]
+struct JumpAtCollection {
+    inner: S3Store,
+    clock: ManualClock,
+    begun: Arc<Mutex<usize>>,
+    sides: Arc<Mutex<Vec<Op>>>,
+}
+
+#[async_trait::async_trait]
+impl common::Hooks for JumpAtCollection {
+    type Inner = S3Store;
+
+    fn inner(&self) -> &S3Store {
+        &self.inner
+    }
+
+    async fn before(&self, call: &common::Call<'_>) -> Result<(), StoreError> {
+        if call.key.starts_with("sweeper/tail/") {
+            self.sides.lock().unwrap().push(call.op);
+        }
+        Ok(())
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        page: Option<String>,
+        limit: usize,
+    ) -> Result<idempotent_submit::store::ListPage, StoreError> {
+        let from_start = prefix == "payloads/" && page.is_none();
+        let listed = self.inner.list(prefix, start_after, page, limit).await;
+        if from_start {
+            let mut begun = self.begun.lock().unwrap();
+            *begun += 1;
+            if *begun == 2 {
+                self.clock.advance(Duration::hours(1));
+            }
+        }
+        listed
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_moto_a_candidates_collection_cut_short_goes_on_from_its_side_object() {
+    let store = common::moto_store_with(common::Versioning::Off).await;
+    let clock = ManualClock::new(Utc::now() - Duration::days(9));
+    // Two pages of `payloads/`.
+    let p = payload_bucket((120, 0), &store, &clock).await;
+    clock.set(Utc::now() + Duration::days(9));
+    let hooked = JumpAtCollection {
+        inner: store.clone(),
+        clock: clock.clone(),
+        begun: Arc::default(),
+        sides: Arc::default(),
+    };
+    let mut settings = idempotent_submit::Settings {
+        clock_check: idempotent_submit::ClockCheck::TrustClock,
+        pass_concurrency: 4,
+        ..ordered(ListOrder::Any)
+    };
+    settings.retry.attempt_timeout = std::time::Duration::from_secs(10);
+    let q = Queue::with_clock(
+        common::Wrapped(hooked.clone()),
+        Arc::new(clock.clone()),
+        settings,
+    );
+    let inbox = Inbox::default();
+    // Every invocation has half an hour; the jump cuts the one collecting.
+    let mut outcomes = vec![];
+    let mut handed = vec![None];
+    while let Some(c) = handed.pop() {
+        let opts = SweepOptions {
+            continuation: c,
+            deadline: Some(clock.now() + Duration::minutes(30)),
+            ..Default::default()
+        };
+        outcomes.push(q.engine().sweep_share(&opts, Some(&inbox)).await.unwrap());
+        handed.extend(inbox.take().into_iter().map(Some));
+        assert!(outcomes.len() < 100, "the pass never ends");
+    }
+    let pass = outcomes.iter().find_map(|o| o.pass.clone());
+    let pass = pass.expect("the pass ended");
+    // Written where the deadline cut the collection, read by the share
+    // that went on, removed once the round was listed; `payloads/` never
+    // listed from its beginning again.
+    let sides = hooked.sides.lock().unwrap().clone();
+    assert_eq!(sides.first(), Some(&Op::Put), "{sides:?}");
+    assert!(sides.contains(&Op::Get), "{sides:?}");
+    assert_eq!(sides.last(), Some(&Op::Delete), "{sides:?}");
+    assert_eq!(*hooked.begun.lock().unwrap(), 2);
+    let keys = keys_under(&store, "payloads/").await;
+    let left = |ks: &[String]| ks.iter().filter(|k| keys.contains(k)).count();
+    assert_eq!(left(&p.due), 0, "{pass:?}");
+    assert_eq!(left(&p.named), p.named.len());
+    assert_eq!(pass.payloads_deleted, p.due.len() as u64);
+    assert_eq!(
+        keys_under(&store, "sweeper/tail/").await,
+        Vec::<String>::new()
+    );
+    // The cursor moved, by the plan's nine slices.
+    let cp = store.get("sweeper/checkpoint.json").await.unwrap().body;
+    let cp: serde_json::Value = serde_json::from_slice(&cp).unwrap();
+    assert_eq!(cp["payload_slice"], json!(9));
+}
