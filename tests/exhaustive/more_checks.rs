@@ -111,6 +111,11 @@ pub fn check_requests(
             && !l.key.starts_with("payloads/")
             && !matches!(l.kind, Kind::Send | Kind::Delete)
     });
+    // It wrote the task (a finisher writes the payload, 412, before it).
+    let wrote_task = s
+        .log
+        .iter()
+        .any(|l| l.actor == i && l.kind == Kind::PutCreate && l.key.starts_with("tasks/"));
     // It removed a stale marker beside a taken task (and wrote nothing).
     let removed = s
         .log
@@ -147,11 +152,13 @@ pub fn check_requests(
         Err(_) => return Ok(()),
     };
     // Offloaded: its PUT beside the first claim; its DELETE once the claim
-    // lost (a replay, a conflict); a finisher's PUT (412) before the task.
+    // lost (a replay, a conflict); a finisher's PUT (412) before the task,
+    // and only before the task (a replay that writes the marker alone
+    // finds the task, so its payload, there).
     let payload = match (offloaded, r) {
         (false, _) => 0,
         (true, Ok(s)) if !s.replayed => 1,
-        (true, Ok(_)) if wrote => 3,
+        (true, Ok(_)) if wrote_task => 3,
         (true, _) => 2,
     };
     if to_payloads != payload {

@@ -636,3 +636,28 @@ fn with_the_machines_clock_behind_s3s_a_submitters_due_message_is_dated_in_s3s_t
         holds(w);
     }
 }
+
+#[test]
+fn a_replay_of_an_offloaded_submit_that_died_before_its_marker_writes_the_marker_alone() {
+    for store in STORES {
+        // An offloaded submit of `k` died after its task, before its
+        // marker; a replay writes the marker, and no payload (the task is
+        // there, so its payload is). Added for shard 6's mutant of
+        // `Engine::finish` (the payload written whenever the task or the
+        // check needs it).
+        let how = How {
+            payload: true,
+            ..How::default()
+        };
+        let w = Spec {
+            prelude: Prelude::NoMarkerAs(how),
+            depth: 9,
+            ..spec(
+                "an offloaded submit died before its marker, a replay",
+                store,
+                vec![offloaded()],
+            )
+        };
+        holds(w);
+    }
+}
