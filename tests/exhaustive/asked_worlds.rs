@@ -246,7 +246,7 @@ fn a_schema_that_accepts_one_input_and_refuses_another_refuses_without_writing()
         let w = Spec {
             prelude: Prelude::Answered,
             schema: Schema::AcceptsUpTo(1),
-            depth: 6,
+            depth: 5,
             ..spec("schema accepting 1, refusing 2", store, roles)
         };
         holds(w);

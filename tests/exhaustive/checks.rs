@@ -57,6 +57,8 @@ pub struct Checks {
     broken: Option<String>,
     /// How much of the gate's log the payload deletions are checked over.
     pub payloads_seen: usize,
+    /// How much of the gate's log the records' times are checked over.
+    pub times_seen: usize,
 }
 
 pub fn time_field(body: &[u8], field: &str) -> Option<DateTime<Utc>> {
@@ -81,6 +83,7 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
     }
     check_writes(sim)?;
     more_checks::check_reset_writes(sim)?;
+    more_checks::check_record_times(sim)?;
     super::payloads::check_named(sim)?;
     super::payloads::check_deleted(sim)?;
     for i in 0..sim.actors.len() {
@@ -320,7 +323,10 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
             requests::check_stale_markers(sim, i, clean)?;
             check_swept(sim, i, &m.key, o)
         }
-        (Role::DrySweep { .. }, _) => requests::check_stale_markers(sim, i, false),
+        (Role::DrySweep { key }, o) => {
+            requests::check_stale_markers(sim, i, false)?;
+            check_dry_run(sim, i, key, o.as_ref())
+        }
         (Role::Reset { .. } | Role::ResetAs { .. }, Some(Outcome::Reset(Ok(r)))) => {
             more_checks::check_reset(sim, i, r)
         }
@@ -370,6 +376,7 @@ fn check_submit(
                     "guarantee 1: answered {id}, the task of no life of its record during the submit"
                 ));
             };
+            more_checks::check_replayed(sim, i, &rkey, s)?;
             // Guarantee 6: S3's earliest time may stand a second behind.
             if life.record.expires_at + Duration::seconds(1) <= a.started_at {
                 return Err(format!(
@@ -453,6 +460,37 @@ fn expected_error(sim: &Sim, i: usize, e: &SubmitError) -> Result<(), String> {
         SubmitError::Undetermined { .. } => Ok(()),
         _ => Err(format!("#{i}: an error nothing explains: {e:?}")),
     }
+}
+
+/// A dry run answers what the real run would do, as far as the record's
+/// time tells: one that met no fault, on a live `creating` record before
+/// its finish deadline, neither fails nor calls it past its deadline
+/// (shard 5's mutant of `Engine::finish`: the plan refused while the window
+/// was open).
+fn check_dry_run(sim: &Sim, i: usize, key: &str, o: Option<&Outcome>) -> Result<(), String> {
+    let Some(Outcome::Swept(o)) = o else {
+        return Ok(());
+    };
+    if sim.actors[i].faulted || !matches!(o, RecordOutcome::Failed(_) | RecordOutcome::PastDeadline)
+    {
+        return Ok(());
+    }
+    let rkey = record_key(key);
+    let st = &sim.settings;
+    let now = sim.clock.now();
+    let open = sim.checks.lives.iter().any(|l| {
+        l.key == rkey
+            && l.to.is_none()
+            && !l.reset()
+            && l.pending_task().is_some()
+            && now < l.last_modified + st.finish_window - Duration::seconds(2)
+    });
+    if open {
+        return Err(format!(
+            "the dry run #{i} answered {o:?} for {rkey}, before its finish deadline and without a fault"
+        ));
+    }
+    Ok(())
 }
 
 /// Guarantee 4 by the sweeper: a due message that met a stale `creating`

@@ -170,6 +170,15 @@ fn walk(
         *seen = path.len();
         let here = sim.digest();
         let choices = sim.choices();
+        // Every operation ends: with nothing left to decide, no actor may
+        // still be running (one waiting on something that never comes).
+        if let (true, Some(i)) = (choices.is_empty(), sim.stuck()) {
+            return Err(Failure {
+                message: format!("#{i} never ends: it waits, and nothing is left to happen"),
+                steps: sim.step,
+                trace: sim.trace.clone(),
+            });
+        }
         if path.len() >= spec.depth || choices.is_empty() {
             report.schedules += 1;
             return Ok(());

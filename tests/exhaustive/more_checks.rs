@@ -111,6 +111,11 @@ pub fn check_requests(
             && !l.key.starts_with("payloads/")
             && !matches!(l.kind, Kind::Send | Kind::Delete)
     });
+    // It wrote the task (a finisher writes the payload, 412, before it).
+    let wrote_task = s
+        .log
+        .iter()
+        .any(|l| l.actor == i && l.kind == Kind::PutCreate && l.key.starts_with("tasks/"));
     // It removed a stale marker beside a taken task (and wrote nothing).
     let removed = s
         .log
@@ -147,11 +152,13 @@ pub fn check_requests(
         Err(_) => return Ok(()),
     };
     // Offloaded: its PUT beside the first claim; its DELETE once the claim
-    // lost (a replay, a conflict); a finisher's PUT (412) before the task.
+    // lost (a replay, a conflict); a finisher's PUT (412) before the task,
+    // and only before the task (a replay that writes the marker alone
+    // finds the task, so its payload, there).
     let payload = match (offloaded, r) {
         (false, _) => 0,
         (true, Ok(s)) if !s.replayed => 1,
-        (true, Ok(_)) if wrote => 3,
+        (true, Ok(_)) if wrote_task => 3,
         (true, _) => 2,
     };
     if to_payloads != payload {
@@ -296,6 +303,76 @@ pub fn check_reset_writes(sim: &Sim) -> Result<(), String> {
                 l.actor, l.key
             ));
         }
+    }
+    Ok(())
+}
+
+/// A record's life is in S3's time (docs/protocol.md, "S3's clock, not
+/// ours"): every new record a submit of ours writes has a `created_at` no
+/// later than S3's time when it landed, and no earlier than S3's time when
+/// the submit began less the machines' lag behind S3 (a cold process, which
+/// has no answer yet to learn S3's clock from, writes its own clock's time)
+/// and a second (S3's earliest time, whole seconds). (The claim is built
+/// once, when the submit begins: its PUT may be sent later, after a clock
+/// step.) Added for shard 4's mutant
+/// of `Engine::record_life` (the learnt offset subtracted, not added).
+pub fn check_record_times(sim: &mut Sim) -> Result<(), String> {
+    let s = gate::lock(&sim.gate.state);
+    let new = s.log[sim.checks.times_seen..].to_vec();
+    sim.checks.times_seen = s.log.len();
+    drop(s);
+    let lag = chrono::Duration::seconds(sim.spec.skew + 1);
+    for l in new.iter().filter(|l| {
+        l.ok && l.key.starts_with("idempotency/")
+            && matches!(l.kind, Kind::PutCreate | Kind::PutUpdate | Kind::Put)
+    }) {
+        let Some(r) = l
+            .body
+            .as_ref()
+            .and_then(|b| serde_json::from_slice::<Record>(b).ok())
+        else {
+            continue;
+        };
+        // A reset record keeps the record's `created_at`.
+        if r.reset_at.is_some() || sim.actors[l.actor].role.submits().is_empty() {
+            continue;
+        }
+        let began = sim.actors[l.actor].started_at;
+        if r.created_at > l.at || r.created_at < began - lag {
+            return Err(format!(
+                "S3's clock: #{} wrote {} created at {}, begun at {} and landed at {} (S3's time, the machines {} s behind)",
+                l.actor, l.key, r.created_at, began, l.at, sim.spec.skew
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A submit's answer says `replayed` exactly when its task is not its own:
+/// its own is the task of a record this submit wrote (its claim, landed
+/// from any attempt, or its replacement of a failed task); every other
+/// answer is a replay. Added for shard 5's mutant of
+/// `Engine::answer_before_reset` (its own record, reset, answered as a
+/// replay).
+pub fn check_replayed(sim: &Sim, i: usize, rkey: &str, s: &Submitted) -> Result<(), String> {
+    let g = gate::lock(&sim.gate.state);
+    let own = g.log.iter().any(|l| {
+        l.actor == i
+            && l.ok
+            && l.key == rkey
+            && l.kind != Kind::Send
+            && l.body
+                .as_ref()
+                .and_then(|b| serde_json::from_slice::<Record>(b).ok())
+                .is_some_and(|r| r.task_id == s.task_id && r.reset_at.is_none())
+    });
+    if s.replayed == own {
+        return Err(format!(
+            "#{i} answered task {} with replayed: {}, and the record of that task is {}",
+            s.task_id,
+            s.replayed,
+            if own { "its own" } else { "another's" }
+        ));
     }
     Ok(())
 }

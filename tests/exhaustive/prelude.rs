@@ -56,6 +56,9 @@ pub enum Prelude {
     AnsweredAs(How),
     /// Submits of `k` (input 1) answered under each of two tenants.
     AnsweredTwice(How, How),
+    /// A submit of `k` (input 1) asked as `How` says that died after its
+    /// task, before its marker.
+    NoMarkerAs(How),
 }
 
 /// Runs `prelude` on `sim`'s bucket and clock, before any actor starts.
@@ -65,7 +68,7 @@ pub fn run(sim: &mut Sim, prelude: Prelude) {
     }
     let bucket = sim.bucket.clone();
     let first = match prelude {
-        Prelude::AnsweredAs(how) | Prelude::AnsweredTwice(how, _) => how,
+        Prelude::AnsweredAs(how) | Prelude::AnsweredTwice(how, _) | Prelude::NoMarkerAs(how) => how,
         _ => How::default(),
     };
     let lm = submit(&bucket, &sim.gate, &sim.settings, first);
@@ -97,7 +100,7 @@ pub fn run(sim: &mut Sim, prelude: Prelude) {
                 visible: sim.clock.now(),
             });
         }
-        Prelude::NoMarker => delete_markers(&bucket),
+        Prelude::NoMarker | Prelude::NoMarkerAs(_) => delete_markers(&bucket),
         Prelude::DiedAfterRecord => {
             delete_markers(&bucket);
             for key in bucket
@@ -149,6 +152,9 @@ fn submit(bucket: &MemoryStore, gate: &GateStore, settings: &Settings, how: How)
     }
     if let Some(p) = how.tenant {
         submit = submit.tenant(p);
+    }
+    if how.payload {
+        submit = submit.payload_refs(actors::PAYLOAD_OVER);
     }
     let done = now_or_never(submit.into_future()).expect("the in-memory store answers at once");
     done.expect("the prelude's submit");

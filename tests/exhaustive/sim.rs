@@ -299,6 +299,11 @@ impl Sim {
         a.started_at = self.clock.now();
     }
 
+    /// An actor still running though nothing waits at the gate for it.
+    pub fn stuck(&self) -> Option<usize> {
+        self.actors.iter().position(|a| a.state == State::Running)
+    }
+
     /// Every choice open now, in a fixed order.
     pub fn choices(&self) -> Vec<Choice> {
         let mut out = Vec::new();

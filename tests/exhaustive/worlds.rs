@@ -470,3 +470,194 @@ fn the_sweeper_on_a_complete_records_event_beside_a_replay_writes_nothing_and_sa
         holds(w);
     }
 }
+
+#[test]
+fn a_submit_of_another_input_that_meets_the_key_reset_is_answered_a_conflict() {
+    for store in STORES {
+        // The key answered with input 1; a reset and a submit of input 2,
+        // each started at any point, the clock stepping once, fault-free: a
+        // submit whose first answer came before the reset's time and that
+        // meets the reset record is answered as the record was (a
+        // conflict), never the old task (guarantee 5). Added for shard 4's
+        // mutant of `Engine::answer_before_reset`.
+        let reset = Role::Reset { key: "k" };
+        let b = Role::Submit { key: "k", input: 2 };
+        let w = Spec {
+            prelude: Prelude::Answered,
+            late_starts: true,
+            advances: 1,
+            faults: 0,
+            crashes: 0,
+            depth: 9,
+            ..spec(
+                "an answered key, a reset, another input",
+                store,
+                vec![reset, b],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_marker_that_took_a_retry_beside_a_task_a_worker_claimed_is_removed() {
+    for store in STORES {
+        // Scripted: a submit's record lands, then its task, and its
+        // marker's first PUT meets a 503. Then every schedule, fault-free:
+        // buquet's worker, finding the task by its listing of `tasks/`,
+        // claims it at any point beside the marker's retry; the submit
+        // reads the task again after a marker that took a retry and
+        // removes it beside a taken task (guarantee 10). Added for shard
+        // 4's mutant of `Wrote::reread_needed`.
+        let script = vec![
+            Pick::Decide(0, "idempotency/", Fault::Ok),
+            Pick::Decide(0, "tasks/", Fault::Ok),
+            Pick::Decide(0, "ready/", Fault::Unavailable),
+        ];
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            faults: 2,
+            depth: 6,
+            script,
+            ..spec(
+                "a retried marker, buquet's worker by tasks/",
+                store,
+                vec![a, Role::Scanner],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn with_the_machines_clock_behind_s3s_a_warm_process_writes_its_record_in_s3s_time() {
+    for store in STORES {
+        // The machines 58 s behind S3's, and S3's clock learnt already (the
+        // prelude's answers): a submit of a new key writes its record's
+        // life in S3's time, beside a replay of the answered key. Added for
+        // shard 4's mutant of `Engine::record_life`.
+        let roles = vec![
+            Role::Submit { key: "j", input: 1 },
+            Role::Submit { key: "k", input: 1 },
+        ];
+        let w = Spec {
+            prelude: Prelude::Answered,
+            skew: 58,
+            depth: 4,
+            ..spec("machine clock 58 s behind, S3's learnt", store, roles)
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_dry_run_beside_a_replay_of_a_submit_that_died_after_its_record_says_what_it_would_write() {
+    for store in STORES {
+        // From a submit that died after its record, at its stale age: a
+        // dry run of the sweeper on the record (it would finish it, and
+        // writes nothing) beside a replay that finishes it. Added for
+        // shard 5's mutant of `Engine::finish` (the dry run's plan).
+        let roles = vec![
+            Role::DrySweep { key: "k" },
+            Role::Submit { key: "k", input: 1 },
+        ];
+        let w = Spec {
+            prelude: Prelude::DiedAfterRecord,
+            depth: 5,
+            ..spec("died after its record, a dry run, a replay", store, roles)
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_batch_with_an_item_its_schema_refuses_sends_the_others_due_messages() {
+    for store in STORES {
+        // `RECORD_EVENTS=submitter`; `t`'s schema accepts input 1 and
+        // refuses 2: `submit_many` of `k` (input 1) and `j` (input 2),
+        // whose due messages would share one `SendMessageBatch`. `j` is
+        // refused before its claim and sends none: the batch sends `k`'s
+        // without waiting for it, and every item ends (the explorer fails
+        // an actor left running with nothing to happen). Written for shard
+        // 5's mutant of `Engine::send_no_due`, which it does not kill: the
+        // item's `Participant` says the same when it is dropped, as the
+        // refused item's future ends (docs/testing.md).
+        let batch = Role::Batch {
+            items: vec![("k", 1), ("j", 2)],
+        };
+        let w = Spec {
+            events: Events::Submitter(DueOrder::BeforeClaim),
+            schema: super::sim::Schema::AcceptsUpTo(1),
+            depth: 5,
+            ..spec(
+                "batch of two, one refused by its schema",
+                store,
+                vec![batch],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn with_the_machines_clock_behind_s3s_a_submitters_due_message_is_dated_in_s3s_time() {
+    for store in STORES {
+        // `RECORD_EVENTS=submitter`, the machines 58 s behind S3's and S3's
+        // clock learnt (the prelude's answers). Scripted: a submit of `j`
+        // sends its due message, its record PUT is slow (it may land up to
+        // the late-write margin after it was sent) and the process dies at
+        // the retry. Then every schedule: the clock twice, the message to
+        // the sweeper, the slow PUT landing: the sweeper acknowledges a
+        // message with no record only once its claim can land no more, so
+        // a record that lands always has its message (guarantee 4). Added
+        // for shard 5's mutant of `Engine::signing_time`.
+        let script = vec![
+            Pick::Start(0),
+            Pick::Decide(0, "idempotency/", Fault::Ok),
+            Pick::Decide(0, "idempotency/", Fault::Slow),
+            Pick::Decide(0, "idempotency/", Fault::CrashBefore),
+        ];
+        let w = Spec {
+            events: Events::Submitter(DueOrder::BeforeClaim),
+            prelude: Prelude::Answered,
+            skew: 58,
+            late_starts: true,
+            faults: 2,
+            advances: 2,
+            deliver: true,
+            depth: 6,
+            script,
+            ..spec(
+                "submitter, machine clock 58 s behind, a slow claim",
+                store,
+                vec![Role::Submit { key: "j", input: 1 }],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_replay_of_an_offloaded_submit_that_died_before_its_marker_writes_the_marker_alone() {
+    for store in STORES {
+        // An offloaded submit of `k` died after its task, before its
+        // marker; a replay writes the marker, and no payload (the task is
+        // there, so its payload is). Added for shard 6's mutant of
+        // `Engine::finish` (the payload written whenever the task or the
+        // check needs it).
+        let how = How {
+            payload: true,
+            ..How::default()
+        };
+        let w = Spec {
+            prelude: Prelude::NoMarkerAs(how),
+            depth: 9,
+            ..spec(
+                "an offloaded submit died before its marker, a replay",
+                store,
+                vec![offloaded()],
+            )
+        };
+        holds(w);
+    }
+}
