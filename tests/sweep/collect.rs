@@ -27,7 +27,7 @@ async fn cut_in_the_collection(
     bucket: &MemoryStore,
     inbox: &Inbox,
 ) -> (Payloads, Invocations, Vec<Option<Continuation>>) {
-    let p = payload_bucket((2_000, 0), bucket, &clock.manual).await;
+    let p = payload_bucket((2_000, 0), 2, bucket, &clock.manual).await;
     let pass = Invocations::new(bucket, clock, ListOrder::Any);
     let mut todo = vec![None];
     for _ in 0..100 {
@@ -188,7 +188,7 @@ async fn on_moto_a_candidates_collection_cut_short_goes_on_from_its_side_object(
     let store = common::moto_store_with(common::Versioning::Off).await;
     let clock = ManualClock::new(Utc::now() - Duration::days(9));
     // Two pages of `payloads/`.
-    let p = payload_bucket((120, 0), &store, &clock).await;
+    let p = payload_bucket((120, 0), 3, &store, &clock).await;
     clock.set(Utc::now() + Duration::days(9));
     let hooked = JumpAtCollection {
         inner: store.clone(),

@@ -106,11 +106,20 @@ pub(super) struct Payloads {
 /// their tasks under our one-digit shard but for every 500th, and
 /// `extra_tasks` tasks of later slices in the same folder; 3 old
 /// orphans of slice 200, and 3 of slice 201 two hours old; nine days on.
+/// Their ids from a generator seeded with `seed`: the same bucket, so the
+/// same pass, every run.
 pub(super) async fn payload_bucket(
     (per_slice, extra_tasks): (usize, usize),
+    seed: u64,
     store: &impl Store,
     clock: &ManualClock,
 ) -> Payloads {
+    let mut ids = fastrand::Rng::with_seed(seed);
+    let mut id_in = |first: u32| {
+        let mut b = ids.u128(..).to_le_bytes();
+        b[0] = first as u8;
+        uuid::Builder::from_random_bytes(b).into_uuid()
+    };
     let day = clock.now() + Duration::days(9);
     let mut p = Payloads {
         named: vec![],
@@ -120,33 +129,45 @@ pub(super) async fn payload_bucket(
     };
     for slice in PayloadPlan::after(0, None, day).slices {
         for i in 0..per_slice {
+            let id = id_in(slice);
             match i % 500 {
-                499 => p.due.push(payload_of_slice(store, slice).await),
-                _ => p.named.push(payload_with_its_task(store, slice, 1).await),
+                499 => p.due.push(put_payload(store, id, false).await),
+                _ => p.named.push(put_payload(store, id, true).await),
             }
         }
     }
     // Tasks without a payload (most inputs are not offloaded) in the same
     // one-digit folder, of the slices after the day's.
     for i in 0..extra_tasks {
-        let mut b = *uuid::Uuid::new_v4().as_bytes();
-        b[0] = 9 + (i % 7) as u8;
-        let id = uuid::Uuid::from_bytes(b);
-        let key = format!("tasks/0/{id}.json");
-        store
-            .put(&key, b"{}".to_vec().into(), PutMode::Create)
-            .await
-            .unwrap();
+        let id = id_in(9 + (i % 7) as u32);
+        put_object(store, &format!("tasks/0/{id}.json")).await;
     }
     for _ in 0..3 {
-        p.not_today.push(payload_of_slice(store, 200).await);
+        p.not_today
+            .push(put_payload(store, id_in(200), false).await);
     }
     clock.set(day - Duration::hours(2));
     for _ in 0..3 {
-        p.recent.push(payload_of_slice(store, 201).await);
+        p.recent.push(put_payload(store, id_in(201), false).await);
     }
     clock.set(day);
     p
+}
+
+async fn put_object(store: &impl Store, key: &str) {
+    let body = b"{}".to_vec().into();
+    store.put(key, body, PutMode::Create).await.unwrap();
+}
+
+/// The payload of the task `id`, and (`named`) its task under our
+/// one-digit shard: its key.
+async fn put_payload(store: &impl Store, id: uuid::Uuid, named: bool) -> String {
+    let key = format!("payloads/{id}/input.json");
+    put_object(store, &key).await;
+    if named {
+        put_object(store, &format!("tasks/{}/{id}.json", &id.to_string()[..1])).await;
+    }
+    key
 }
 
 /// What the invocations of one pass did, with the checkpoint's payload
@@ -308,7 +329,7 @@ pub(super) fn present(bucket: &MemoryStore, keys: &[String]) -> usize {
     keys.iter().filter(|k| all.contains(*k)).count()
 }
 
-async fn a_tail_longer_than_an_invocation(order: ListOrder) {
+async fn a_tail_longer_than_an_invocation(order: ListOrder, seed: u64) {
     let clock = Paused::new();
     let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
     // Under `any` 18 pages of `payloads/`: the candidates' collection
@@ -319,7 +340,7 @@ async fn a_tail_longer_than_an_invocation(order: ListOrder) {
     } else {
         2_000
     };
-    let p = payload_bucket((per_slice, 20_000), &bucket, &clock.manual).await;
+    let p = payload_bucket((per_slice, 20_000), seed, &bucket, &clock.manual).await;
     let pass = Invocations::new(&bucket, &clock, order);
     let secs = if order == ListOrder::Bytes { 4 } else { 3 };
     let r = pass.drive(Some(secs)).await;
@@ -407,23 +428,29 @@ async fn a_tail_longer_than_an_invocation(order: ListOrder) {
     assert_eq!(next.cursors.last(), Some(&(true, 10)), "{order:?}");
 }
 
+/// The seed of a bucket whose slice 8 (and 3) met, on 37fdfad's rule, a
+/// share with too little of its invocation left (the claims' contention
+/// took 2 of its 4 s) for a page with an orphan's six requests: given up
+/// after one invocation, and after two at the same place when a deletion
+/// was not counted as progress.
+const STALLING_SEED: u64 = 14_639_323_354_824_828_021;
+
 #[tokio::test(start_paused = true)]
-#[ignore = "flaky, about 1 run in 6: a slice item of the random fixture can make no progress in a 4 s invocation and is given up, so the cursor stays (the lead's note of 2026-12-06, issue 49)"]
 async fn a_payload_check_longer_than_an_invocation_goes_on_in_the_next_ones_and_moves_the_cursor_once()
  {
-    a_tail_longer_than_an_invocation(ListOrder::Bytes).await;
+    a_tail_longer_than_an_invocation(ListOrder::Bytes, STALLING_SEED).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn under_list_order_any_a_task_folder_longer_than_an_invocation_is_listed_on_from_its_token()
 {
-    a_tail_longer_than_an_invocation(ListOrder::Any).await;
+    a_tail_longer_than_an_invocation(ListOrder::Any, 1).await;
 }
 
 async fn an_invocation_dying_in_the_tail(order: ListOrder) {
     let clock = Paused::new();
     let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
-    let p = payload_bucket((600, 0), &bucket, &clock.manual).await;
+    let p = payload_bucket((600, 0), 6, &bucket, &clock.manual).await;
     let settings = idempotent_submit::Settings {
         pass_concurrency: 4,
         ..ordered(order)
@@ -488,7 +515,7 @@ async fn on_moto_the_tail_spreads_over_invited_invocations_and_deletes_exactly_t
         // The store's clock is real: the tests' stands for it, nine days
         // on, by which the payloads are old.
         let clock = ManualClock::new(chrono::Utc::now() - Duration::days(9));
-        let p = payload_bucket((120, 0), &store, &clock).await;
+        let p = payload_bucket((120, 0), 1, &store, &clock).await;
         clock.set(chrono::Utc::now() + Duration::days(9));
         let mut settings = idempotent_submit::Settings {
             clock_check: idempotent_submit::ClockCheck::TrustClock,

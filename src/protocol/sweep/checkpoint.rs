@@ -185,11 +185,15 @@ pub(super) struct TailPlan {
     /// The ready index's scan completed without a failure.
     #[serde(default)]
     pub markers: bool,
-    /// An item of the payload check met a failure, or was given up (a whole
-    /// invocation without progress): the payload cursor stays, and the next
-    /// pass takes the same slices again.
+    /// An item of the payload check met a failure, or was given up (two
+    /// whole invocations without progress): the payload cursor stays, the
+    /// next pass takes the same slices again.
     #[serde(default)]
     pub payloads_failed: bool,
+    /// The places (hashed) where an item made no progress in a whole
+    /// invocation: at the same place again, it is given up (`tail.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stalled: Vec<u64>,
 }
 
 impl TailPlan {
@@ -309,6 +313,7 @@ impl Checkpoint {
                 at: now,
                 markers: false,
                 payloads_failed: false,
+                stalled: Vec::new(),
             });
             self.ranges = vec![Range::Tail { markers: false }];
         }

@@ -66,6 +66,7 @@ mod payloads;
 mod ranges;
 mod record;
 mod share;
+mod stalls;
 mod tail;
 
 pub use hand_on::{Continuation, HandOn};

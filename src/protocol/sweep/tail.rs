@@ -29,8 +29,10 @@
 //!   the checkpoint.
 //!
 //! An item that had a whole invocation (its first claim) and made no
-//! progress is given up: the pass completes without moving the payload
-//! cursor, as a tail that cannot finish must not hand itself on for ever.
+//! progress goes back with its place noted; at the same place a second
+//! time it is given up (`stalls.rs`): the pass completes without moving
+//! the payload cursor, as a tail that cannot finish must not hand itself
+//! on for ever.
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -63,8 +65,11 @@ pub(super) struct TailDone {
     pub left: Vec<Range>,
     /// The ready index's scan completed without a failure.
     pub markers: bool,
-    /// An item of the payload check failed or was given up.
+    /// An item of the payload check failed.
     pub failed: bool,
+    /// Items that made no progress in a whole invocation (the share its
+    /// first claim), with their place.
+    pub stalled: Vec<Range>,
 }
 
 /// What one item did.
@@ -132,12 +137,13 @@ impl Engine {
             // the ready index's scan in the first item does too: a day's
             // slices checked twice, never one skipped.)
             done.failed |= step.failed || step.tally.errors > 0;
-            if first && step.started && self.past(opts) && step.next == [item.clone()] {
-                tracing::warn!(
-                    ?item,
-                    "an item of the pass's tail made no progress in a whole invocation: given up, the next pass takes it again"
-                );
-                done.failed = true;
+            // Progress: the place moved on, or something was deleted (an
+            // orphan gone for good: the same place costs less next time,
+            // and there are only so many).
+            let t = &step.tally;
+            let deleted = !opts.dry_run && t.payloads_deleted + t.markers_deleted > 0;
+            if first && step.started && self.past(opts) && step.next == [item.clone()] && !deleted {
+                done.stalled.push(item);
                 continue;
             }
             done.left.extend(step.next);
