@@ -26,6 +26,8 @@ struct SecondPerCall {
     listed: Arc<Mutex<Vec<Listed>>>,
     /// The calls on the candidates' side objects (`sweeper/tail/`).
     sides: Arc<Mutex<Vec<Op>>>,
+    /// A LIST of `tasks/0/`'s time, in milliseconds.
+    task_list_ms: u64,
 }
 
 /// A request's time: an invocation of half a minute makes at most 120 of
@@ -68,7 +70,13 @@ impl common::Hooks for SecondPerCall {
         if call.key.starts_with("sweeper/tail/") {
             self.sides.lock().unwrap().push(call.op);
         }
-        tokio::time::sleep(std::time::Duration::from_millis(STEP_MS)).await;
+        let task_list = call.op == Op::List && call.key.starts_with("tasks/0/");
+        let ms = if task_list {
+            self.task_list_ms
+        } else {
+            STEP_MS
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
         Ok(())
     }
 
@@ -225,17 +233,27 @@ pub(super) struct Invocations {
 
 impl Invocations {
     pub(super) fn new(bucket: &MemoryStore, clock: &Paused, order: ListOrder) -> Self {
+        Self::with_task_lists(bucket, clock, order, STEP_MS)
+    }
+
+    /// As [`Self::new`], each LIST of `tasks/0/` taking `ms`.
+    fn with_task_lists(bucket: &MemoryStore, clock: &Paused, order: ListOrder, ms: u64) -> Self {
         let listed: Arc<Mutex<Vec<Listed>>> = Arc::default();
         let sides: Arc<Mutex<Vec<Op>>> = Arc::default();
         let store = common::Wrapped(SecondPerCall {
             inner: bucket.clone(),
             listed: listed.clone(),
             sides: sides.clone(),
+            task_list_ms: ms,
         });
-        let settings = idempotent_submit::Settings {
+        let mut settings = idempotent_submit::Settings {
             pass_concurrency: 4,
             ..ordered(order)
         };
+        // A slow request still fits an attempt (it is cut by the run's
+        // deadline alone).
+        let attempt = settings.retry.attempt_timeout;
+        settings.retry.attempt_timeout = attempt.max(std::time::Duration::from_millis(2 * ms));
         Invocations {
             bucket: bucket.clone(),
             q: Queue::with_clock(store, Arc::new(clock.clone()), settings),
@@ -445,6 +463,35 @@ async fn a_payload_check_longer_than_an_invocation_goes_on_in_the_next_ones_and_
 async fn under_list_order_any_a_task_folder_longer_than_an_invocation_is_listed_on_from_its_token()
 {
     a_tail_longer_than_an_invocation(ListOrder::Any, 1).await;
+}
+
+/// a622792: under `any`, a task listing the deadline cuts inside a
+/// request (begun before it, ending past it: the request's own deadline is
+/// the run's) keeps what it found with its token. Each LIST of `tasks/0/`
+/// takes 1.1 s against invocations of 5 s, so nearly every share's listing
+/// ends inside one; the error path lost the found bits, and the next share
+/// began the listing again.
+#[tokio::test(start_paused = true)]
+async fn under_list_order_any_a_task_listing_cut_inside_a_request_goes_on_from_its_token() {
+    let clock = Paused::new();
+    let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+    let p = payload_bucket((1_100, 20_000), 5, &bucket, &clock.manual).await;
+    let pass = Invocations::with_task_lists(&bucket, &clock, ListOrder::Any, 1_100);
+    let r = pass.drive(Some(5)).await;
+    assert_eq!(r.passes().len(), 1, "{:?}", r.cursors);
+    assert_eq!(cursor(&bucket).await, (true, 9));
+    assert_eq!(present(&bucket, &p.due), 0);
+    assert_eq!(present(&bucket, &p.named), p.named.len());
+    // Its 30 pages over many shares, begun once.
+    let pages = pass
+        .listed
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.0 == "tasks/0/")
+        .count();
+    assert!(pages >= 30, "{pages}");
+    assert_eq!(pass.begun("tasks/0/"), 1);
 }
 
 async fn an_invocation_dying_in_the_tail(order: ListOrder) {
