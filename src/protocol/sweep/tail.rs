@@ -81,6 +81,9 @@ struct Step {
     failed: bool,
     /// It made a request (an item begun past the deadline did not).
     started: bool,
+    /// Of `tally.errors`, the ready index's scan's: they hold its own
+    /// cursor (`markers`), not the payload check's.
+    scan_errors: u64,
 }
 
 impl Step {
@@ -133,10 +136,10 @@ impl Engine {
             done.markers |= step.markers;
             // A payload that could not be checked (an error counted, the
             // payload kept) fails the check as a failed item does: the
-            // cursor stays, so the next pass checks it again. (An error of
-            // the ready index's scan in the first item does too: a day's
-            // slices checked twice, never one skipped.)
-            done.failed |= step.failed || step.tally.errors > 0;
+            // cursor stays, so the next pass checks it again. An error of
+            // the ready index's scan (in the first item) holds the scan's
+            // own cursor alone.
+            done.failed |= step.failed || step.tally.errors > step.scan_errors;
             // Progress: the place moved on, or something was deleted (an
             // orphan gone for good: the same place costs less next time,
             // and there are only so many).
@@ -192,6 +195,7 @@ impl Engine {
             let ok = self
                 .sweep_markers(cx.markers_window, opts, &mut s.tally)
                 .await;
+            s.scan_errors = s.tally.errors;
             if !ok && self.past(opts) {
                 return s.again(Range::Tail { markers: false });
             }
