@@ -68,6 +68,7 @@ mod record;
 mod share;
 mod stalls;
 mod tail;
+mod tail_plan;
 
 pub use hand_on::{Continuation, HandOn};
 pub use payloads::{PAYLOAD_CYCLE_DAYS, PAYLOAD_SLICES, PayloadPlan};
