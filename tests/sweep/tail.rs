@@ -9,6 +9,7 @@ use super::*;
 
 use std::sync::Mutex;
 
+use super::real::{Real, real_store};
 use super::share::Inbox;
 use idempotent_submit::Clock as _;
 use idempotent_submit::testing::protocol::sweep::PayloadPlan;
@@ -553,12 +554,23 @@ async fn an_invocation_dying_in_the_tail_loses_nothing_its_items_are_taken_over_
     }
 }
 
-/// On moto: the tail of a pass over more than a page of payloads spreads
-/// over the invocations its claims invite, and checks the day's slices.
+/// On moto and SeaweedFS: the tail of a pass over more than a page of
+/// payloads spreads over the invocations its claims invite, and checks the
+/// day's slices.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_moto_the_tail_spreads_over_invited_invocations_and_deletes_exactly_the_due_orphans() {
+    the_tail_spreads_on(Real::Moto).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_seaweedfs_the_tail_spreads_over_invited_invocations_and_deletes_exactly_the_due_orphans()
+ {
+    the_tail_spreads_on(Real::SeaweedFs).await;
+}
+
+async fn the_tail_spreads_on(real: Real) {
     for order in [ListOrder::Bytes, ListOrder::Any] {
-        let store = common::moto_store_with(common::Versioning::Off).await;
+        let store = real_store(real, common::Versioning::Off).await;
         // The store's clock is real: the tests' stands for it, nine days
         // on, by which the payloads are old.
         let clock = ManualClock::new(chrono::Utc::now() - Duration::days(9));
