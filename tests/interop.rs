@@ -30,6 +30,7 @@ mod completion;
 mod keys;
 mod markers;
 mod options;
+mod tail;
 
 use crate::common;
 

@@ -2,13 +2,14 @@
 //! over shares by its side object (docs/decisions.md, "The candidates'
 //! collection spread"): an invocation that dies in it is taken over from
 //! the side object, a side object gone or another's is a miss (the
-//! collection begins again, nothing wrongly deleted), and on moto the side
-//! object is written, read and removed.
+//! collection begins again, nothing wrongly deleted), and on moto and
+//! SeaweedFS the side object is written, read and removed.
 
 use super::*;
 
 use std::sync::Mutex;
 
+use super::real::{Real, real_store};
 use super::share::Inbox;
 use super::tail::{Invocations, Paused, Payloads, cursor, payload_bucket, present};
 use idempotent_submit::Clock as _;
@@ -27,7 +28,7 @@ async fn cut_in_the_collection(
     bucket: &MemoryStore,
     inbox: &Inbox,
 ) -> (Payloads, Invocations, Vec<Option<Continuation>>) {
-    let p = payload_bucket((2_000, 0), bucket, &clock.manual).await;
+    let p = payload_bucket((2_000, 0), 2, bucket, &clock.manual).await;
     let pass = Invocations::new(bucket, clock, ListOrder::Any);
     let mut todo = vec![None];
     for _ in 0..100 {
@@ -136,7 +137,7 @@ async fn a_side_object_gone_or_another_ones_is_a_miss_the_collection_begins_agai
     }
 }
 
-/// A store on moto whose clock jumps an hour at the candidates' collection's
+/// A store on moto or SeaweedFS whose clock jumps an hour at the candidates' collection's
 /// first page (the second listing of `payloads/` from its beginning, the
 /// tail's first page being the first): the invocation's deadline comes
 /// there. It logs the calls on the side objects.
@@ -185,10 +186,19 @@ impl common::Hooks for JumpAtCollection {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_moto_a_candidates_collection_cut_short_goes_on_from_its_side_object() {
-    let store = common::moto_store_with(common::Versioning::Off).await;
+    a_collection_cut_short_goes_on(Real::Moto).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_seaweedfs_a_candidates_collection_cut_short_goes_on_from_its_side_object() {
+    a_collection_cut_short_goes_on(Real::SeaweedFs).await;
+}
+
+async fn a_collection_cut_short_goes_on(real: Real) {
+    let store = real_store(real, common::Versioning::Off).await;
     let clock = ManualClock::new(Utc::now() - Duration::days(9));
     // Two pages of `payloads/`.
-    let p = payload_bucket((120, 0), &store, &clock).await;
+    let p = payload_bucket((120, 0), 3, &store, &clock).await;
     clock.set(Utc::now() + Duration::days(9));
     let hooked = JumpAtCollection {
         inner: store.clone(),

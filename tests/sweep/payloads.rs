@@ -410,3 +410,56 @@ fn assert_only_the_checkpoint_began_past(began: &[Began], deadline: DateTime<Utc
         "{began:?}"
     );
 }
+
+/// A pass over a bucket of an old orphan, a payload with its task and a
+/// stale marker, with every `op` under `prefix` refused: its summary, the
+/// checkpoint's `(payload_slice, markers_until)` after it, and whether the
+/// orphan is still there.
+async fn a_pass_refused(op: Op, prefix: &str) -> (SweepSummary, (u64, bool), bool) {
+    let clock = ManualClock::at_epoch();
+    let bucket = common::memory_store(&clock);
+    let orphan = payload_of_slice(&bucket, 0).await;
+    let named = payload_with_its_task(&bucket, 0, 1).await;
+    task_with_marker(&bucket, "completed", clock.now(), true).await;
+    clock.advance(Duration::days(9));
+    let f = FaultyStore::new(bucket.clone());
+    let refused = Fault::Fail(StoreError::Fatal("refused".into()));
+    f.inject(Some(op), prefix, 1, usize::MAX, refused);
+    let q = Queue::with_clock(f, Arc::new(clock.clone()), common::settings());
+    let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+    let cp = bucket.get("sweeper/checkpoint.json").await.unwrap().body;
+    let cp: serde_json::Value = serde_json::from_slice(&cp).unwrap();
+    assert!(bucket.keys().contains(&named));
+    let cursors = (
+        cp["payload_slice"].as_u64().unwrap_or(0),
+        !cp["markers_until"].is_null(),
+    );
+    (s, cursors, bucket.keys().contains(&orphan))
+}
+
+/// 37fdfad: an error counted in the payload check holds the payload
+/// cursor (the next pass checks the same slices again); an error of the
+/// ready index's scan holds the scan's cursor alone.
+#[tokio::test]
+async fn an_error_of_the_ready_index_scan_holds_its_cursor_and_not_the_payload_checks() {
+    let (s, cursors, orphan_left) = a_pass_refused(Op::List, "ready/").await;
+    assert!(s.errors > 0, "{s:?}");
+    assert_eq!(
+        cursors,
+        (9, false),
+        "the payload cursor moved, the scan's not"
+    );
+    assert!(!orphan_left);
+}
+
+#[tokio::test]
+async fn an_error_of_the_payload_check_holds_its_cursor_and_not_the_ready_index_scans() {
+    let (s, cursors, orphan_left) = a_pass_refused(Op::Head, "payloads/").await;
+    assert!(s.errors > 0, "{s:?}");
+    assert_eq!(
+        cursors,
+        (0, true),
+        "the scan's cursor moved, the payload one not"
+    );
+    assert!(orphan_left);
+}

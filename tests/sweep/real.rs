@@ -5,12 +5,15 @@ use super::*;
 
 /// The store a real-store test runs on.
 #[derive(Debug, Clone, Copy)]
-enum Real {
+pub(super) enum Real {
     Moto,
     SeaweedFs,
 }
 
-async fn real_store(real: Real, versioning: common::Versioning) -> idempotent_submit::S3Store {
+pub(super) async fn real_store(
+    real: Real,
+    versioning: common::Versioning,
+) -> idempotent_submit::S3Store {
     match real {
         Real::Moto => common::moto_store_with(versioning).await,
         Real::SeaweedFs => common::seaweedfs_store_with(versioning).await,

@@ -69,9 +69,11 @@ fn each_function_gets_explicit_actions_on_the_prefixes_it_uses_and_nothing_wider
         !sweep.iter().any(|(a, r)| a == "s3:DeleteObject"
             && !r.ends_with("/idempotency/*")
             && !r.ends_with("/ready/*")
-            && !r.ends_with("/payloads/*")),
-        "the sweeper deletes expired records, stale markers of its own and orphan payloads, nothing else"
+            && !r.ends_with("/payloads/*")
+            && !r.ends_with("/sweeper/tail/*")),
+        "the sweeper deletes expired records, stale markers of its own, orphan payloads and its payload check's side objects, nothing else"
     );
+    assert!(has(&sweep, "s3:DeleteObject", "/sweeper/tail/*"));
     for g in [&submit, &sweep] {
         for (a, r) in g.iter().filter(|(a, _)| a.starts_with("s3:")) {
             if a == "s3:ListBucket" {

@@ -23,8 +23,8 @@ use uuid::Uuid;
 use super::payload_tasks::{PAYLOADS_PREFIX, slice_of};
 use super::payloads::input_payload_id;
 use super::ranges::SlicesPlace;
-use super::tail::{ROUND, TailCx};
-use super::{PAGE, SweepOptions, SweepSummary};
+use super::tail::{ROUND, RoundAt};
+use super::{PAGE, SweepOptions};
 use crate::protocol::engine::Engine;
 use crate::protocol::error::{Failure, SubmitError};
 use crate::store::{PutMode, StoreError};
@@ -94,26 +94,20 @@ impl Engine {
     /// the side object that holds how far it went).
     pub(super) async fn round_candidates(
         &self,
-        group: (u32, u32),
-        place: &mut SlicesPlace,
-        cx: &TailCx,
-        opts: &SweepOptions,
-        tally: &mut SweepSummary,
+        r: &mut RoundAt<'_>,
     ) -> Result<Option<Candidates>, SubmitError> {
-        let read = match place.collected {
-            Some(nonce) => {
-                let side = self.read_side(group, place.round_after, nonce, cx, opts);
-                side.await?
-            }
+        let read = match r.place.collected {
+            Some(nonce) => self.read_side(r, nonce).await?,
             None => Some(Gather::default()),
         };
+        let (group, cx, opts) = (r.group, r.cx, r.opts);
         let mut g = match read {
             Some(g) => g,
             // A miss: the round begins again, its task listing too (its
             // bits were for the candidates the side object held).
             None => {
-                *place = SlicesPlace {
-                    round_after: place.round_after,
+                *r.place = SlicesPlace {
+                    round_after: r.place.round_after,
                     ..SlicesPlace::default()
                 };
                 Gather::default()
@@ -121,7 +115,7 @@ impl Engine {
         };
         while !g.done {
             if self.past(opts) {
-                self.save_side(group, place, &g, cx, opts).await;
+                self.save_side(r, &g).await;
                 return Ok(None);
             }
             let listed = self
@@ -134,12 +128,12 @@ impl Engine {
                 Ok(l) => l,
                 // Cut short inside a request: what was found is kept.
                 Err(e) if matches!(e, Failure::Deadline) || self.past(opts) => {
-                    self.save_side(group, place, &g, cx, opts).await;
+                    self.save_side(r, &g).await;
                     return Ok(None);
                 }
                 Err(e) => return Err(e.into()),
             };
-            tally.lists += 1;
+            r.tally.lists += 1;
             g.pages += 1;
             let slices = group.0..group.1;
             for o in &listed.objects {
@@ -147,7 +141,7 @@ impl Engine {
                     continue;
                 };
                 let old = cx.judge.now - o.last_modified >= cx.judge.from;
-                let past = place.round_after.is_none_or(|a| id > a);
+                let past = r.place.round_after.is_none_or(|a| id > a);
                 if old && slices.contains(&slice_of(&id)) && past {
                     g.heap.push(id);
                     if g.heap.len() > ROUND {
@@ -160,28 +154,21 @@ impl Engine {
         }
         Ok(Some(Candidates {
             ids: g.heap.into_sorted_vec(),
-            saved: g.pages == 0 && place.collected.is_some(),
+            saved: g.pages == 0 && r.place.collected.is_some(),
         }))
     }
 
     /// Writes the round's candidates `ids`, all of them, to the side object,
     /// for the share cut short in the round's task listing: the next one
     /// need not collect them again.
-    pub(super) async fn save_candidates(
-        &self,
-        group: (u32, u32),
-        place: &mut SlicesPlace,
-        ids: &[Uuid],
-        cx: &TailCx,
-        opts: &SweepOptions,
-    ) {
+    pub(super) async fn save_candidates(&self, r: &mut RoundAt<'_>, ids: &[Uuid]) {
         let g = Gather {
             heap: ids.iter().copied().collect(),
             token: None,
             done: true,
             pages: 1,
         };
-        self.save_side(group, place, &g, cx, opts).await;
+        self.save_side(r, &g).await;
     }
 
     /// Removes the side object of a round now listed (its place no longer
@@ -205,14 +192,8 @@ impl Engine {
     /// The collection the side object of `group` holds, if it is the one
     /// `nonce` names for this round of this tail; `None` (a miss) if it is
     /// missing or another.
-    async fn read_side(
-        &self,
-        group: (u32, u32),
-        round_after: Option<Uuid>,
-        nonce: Uuid,
-        cx: &TailCx,
-        opts: &SweepOptions,
-    ) -> Result<Option<Gather>, SubmitError> {
+    async fn read_side(&self, r: &RoundAt<'_>, nonce: Uuid) -> Result<Option<Gather>, SubmitError> {
+        let (group, round_after, cx, opts) = (r.group, r.place.round_after, r.cx, r.opts);
         let key = side_key(group);
         let got = self
             .with_retries(self.request_deadline(opts.deadline), || {
@@ -256,14 +237,8 @@ impl Engine {
     /// keeps a margin for both). A failed write leaves the place as it
     /// was: its side object as it was too (a miss at worst, if the write
     /// landed unanswered). A dry run writes nothing.
-    async fn save_side(
-        &self,
-        group: (u32, u32),
-        place: &mut SlicesPlace,
-        g: &Gather,
-        cx: &TailCx,
-        opts: &SweepOptions,
-    ) {
+    async fn save_side(&self, r: &mut RoundAt<'_>, g: &Gather) {
+        let (group, cx, opts) = (r.group, r.cx, r.opts);
         if opts.dry_run || g.pages == 0 {
             return;
         }
@@ -272,7 +247,7 @@ impl Engine {
             at: cx.judge.now,
             from: group.0,
             to: group.1,
-            round_after: place.round_after,
+            round_after: r.place.round_after,
             token: g.token.clone(),
             done: g.done,
             ids: encode_ids(&g.sorted()),
@@ -288,7 +263,7 @@ impl Engine {
         let deadline = self.now() + self.settings.operation_timeout;
         let put = || self.store.put(&key, body.clone(), PutMode::Overwrite);
         match self.with_retries(deadline, put).await {
-            Ok(_) => place.collected = Some(side.nonce),
+            Ok(_) => r.place.collected = Some(side.nonce),
             Err(e) => tracing::warn!(error = ?e, key, "a collection's side object not written"),
         }
     }

@@ -66,7 +66,9 @@ mod payloads;
 mod ranges;
 mod record;
 mod share;
+mod stalls;
 mod tail;
+mod tail_plan;
 
 pub use hand_on::{Continuation, HandOn};
 pub use payloads::{PAYLOAD_CYCLE_DAYS, PAYLOAD_SLICES, PayloadPlan};

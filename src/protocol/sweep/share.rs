@@ -368,10 +368,7 @@ impl Engine {
                 let Some(c) = cp.as_mut() else {
                     return (false, (false, vec![], None));
                 };
-                let mine = c.release(&id, (done.left.clone(), vec![]), &done.tally);
-                if mine {
-                    c.note_tail(done.markers, done.failed);
-                }
+                let mine = done.release_on(c, &id);
                 let end = (mine && c.finish_if_done()).then(|| (c.tally.clone(), c.age(now)));
                 let invited = match mine && hands_on {
                     true => invite(c, concurrency, false, now),

@@ -29,8 +29,10 @@
 //!   the checkpoint.
 //!
 //! An item that had a whole invocation (its first claim) and made no
-//! progress is given up: the pass completes without moving the payload
-//! cursor, as a tail that cannot finish must not hand itself on for ever.
+//! progress goes back with its place noted; at the same place a second
+//! time it is given up (`stalls.rs`): the pass completes without moving
+//! the payload cursor, as a tail that cannot finish must not hand itself
+//! on for ever.
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -63,8 +65,11 @@ pub(super) struct TailDone {
     pub left: Vec<Range>,
     /// The ready index's scan completed without a failure.
     pub markers: bool,
-    /// An item of the payload check failed or was given up.
+    /// An item of the payload check failed.
     pub failed: bool,
+    /// Items that made no progress in a whole invocation (the share its
+    /// first claim), with their place.
+    pub stalled: Vec<Range>,
 }
 
 /// What one item did.
@@ -76,6 +81,9 @@ struct Step {
     failed: bool,
     /// It made a request (an item begun past the deadline did not).
     started: bool,
+    /// Of `tally.errors`, the ready index's scan's: they hold its own
+    /// cursor (`markers`), not the payload check's.
+    scan_errors: u64,
 }
 
 impl Step {
@@ -83,6 +91,16 @@ impl Step {
         self.next = vec![item];
         self
     }
+}
+
+/// A [`Range::Slices`] item's round at work: its slices (`from..to`) and
+/// place, and its share's context, options and tally.
+pub(super) struct RoundAt<'a> {
+    pub group: (u32, u32),
+    pub place: &'a mut SlicesPlace,
+    pub cx: &'a TailCx,
+    pub opts: &'a SweepOptions,
+    pub tally: &'a mut SweepSummary,
 }
 
 /// What a share's items judge by: the tail's time and plan, the ready
@@ -128,16 +146,17 @@ impl Engine {
             done.markers |= step.markers;
             // A payload that could not be checked (an error counted, the
             // payload kept) fails the check as a failed item does: the
-            // cursor stays, so the next pass checks it again. (An error of
-            // the ready index's scan in the first item does too: a day's
-            // slices checked twice, never one skipped.)
-            done.failed |= step.failed || step.tally.errors > 0;
-            if first && step.started && self.past(opts) && step.next == [item.clone()] {
-                tracing::warn!(
-                    ?item,
-                    "an item of the pass's tail made no progress in a whole invocation: given up, the next pass takes it again"
-                );
-                done.failed = true;
+            // cursor stays, so the next pass checks it again. An error of
+            // the ready index's scan (in the first item) holds the scan's
+            // own cursor alone.
+            done.failed |= step.failed || step.tally.errors > step.scan_errors;
+            // Progress: the place moved on, or something was deleted (an
+            // orphan gone for good: the same place costs less next time,
+            // and there are only so many).
+            let t = &step.tally;
+            let deleted = !opts.dry_run && t.payloads_deleted + t.markers_deleted > 0;
+            if first && step.started && self.past(opts) && step.next == [item.clone()] && !deleted {
+                done.stalled.push(item);
                 continue;
             }
             done.left.extend(step.next);
@@ -186,6 +205,7 @@ impl Engine {
             let ok = self
                 .sweep_markers(cx.markers_window, opts, &mut s.tally)
                 .await;
+            s.scan_errors = s.tally.errors;
             if !ok && self.past(opts) {
                 return s.again(Range::Tail { markers: false });
             }
@@ -389,8 +409,14 @@ impl Engine {
         let again = |place: SlicesPlace| Range::Slices { from, to, place };
         loop {
             if !place.listed {
-                let listed = self.list_round((from, to), &mut place, cx, opts, &mut s.tally);
-                match listed.await {
+                let mut r = RoundAt {
+                    group: (from, to),
+                    place: &mut place,
+                    cx,
+                    opts,
+                    tally: &mut s.tally,
+                };
+                match self.list_round(&mut r).await {
                     Ok(true) => {}
                     Ok(false) => return s.again(again(place)),
                     Err(e) => return self.item_failed(e, again(place), opts, s),
@@ -428,55 +454,46 @@ impl Engine {
     /// once listed (the place then holds the round's suspects and where the
     /// next round begins), `false` when the deadline came first (the place
     /// holds how far the listing went).
-    async fn list_round(
-        &self,
-        (from, to): (u32, u32),
-        place: &mut SlicesPlace,
-        cx: &TailCx,
-        opts: &SweepOptions,
-        tally: &mut SweepSummary,
-    ) -> Result<bool, SubmitError> {
-        let round = self.round_candidates((from, to), place, cx, opts, tally);
-        let Some(Candidates { ids, saved }) = round.await? else {
+    async fn list_round(&self, r: &mut RoundAt<'_>) -> Result<bool, SubmitError> {
+        let Some(Candidates { ids, saved }) = self.round_candidates(r).await? else {
             return Ok(false);
         };
-        let mut found = decode_found(place, ids.len());
+        let mut found = decode_found(r.place, ids.len());
         if found.is_none() {
             // Another round's bits, or candidates that changed since: the
             // round's task listing begins again.
-            *place = SlicesPlace {
-                round_after: place.round_after,
-                collected: place.collected,
+            *r.place = SlicesPlace {
+                round_after: r.place.round_after,
+                collected: r.place.collected,
                 ..SlicesPlace::default()
             };
         }
         let found = found.get_or_insert_with(|| vec![false; ids.len()]);
         if !ids.is_empty() {
             let strikes = (ids.as_slice(), found.as_mut_slice());
-            let listed = self.strike_from(strikes, (from, to), place, cx, opts, tally);
+            let listed = self.strike_from(strikes, r);
             // Cut short by the deadline (before a request, or in one), the
             // place keeps what was found so far with the listing's token,
             // and the candidates in the side object.
             let cut = match listed.await {
                 Ok(done) => !done,
                 Err(SubmitError::DeadlineExceeded) => true,
-                Err(_) if self.past(opts) => true,
+                Err(_) if self.past(r.opts) => true,
                 Err(e) => return Err(e),
             };
             if cut {
-                (place.count, place.found) = (ids.len() as u64, encode_found(found));
+                (r.place.count, r.place.found) = (ids.len() as u64, encode_found(found));
                 if !saved {
-                    self.save_candidates((from, to), place, &ids, cx, opts)
-                        .await;
+                    self.save_candidates(r, &ids).await;
                 }
                 return Ok(false);
             }
         }
-        if place.collected.is_some() {
-            self.drop_side((from, to), opts).await;
+        if r.place.collected.is_some() {
+            self.drop_side(r.group, r.opts).await;
         }
-        *place = SlicesPlace {
-            round_after: place.round_after,
+        *r.place = SlicesPlace {
+            round_after: r.place.round_after,
             listed: true,
             suspects: (0..ids.len())
                 .filter(|i| !found[*i])
@@ -494,16 +511,13 @@ impl Engine {
     async fn strike_from(
         &self,
         (ids, found): (&[Uuid], &mut [bool]),
-        (from, to): (u32, u32),
-        place: &mut SlicesPlace,
-        cx: &TailCx,
-        opts: &SweepOptions,
-        tally: &mut SweepSummary,
+        r: &mut RoundAt<'_>,
     ) -> Result<bool, SubmitError> {
-        let Some(folders) = self.task_folders(&cx.judge, opts, tally).await? else {
+        let (place, opts) = (&mut *r.place, r.opts);
+        let Some(folders) = self.task_folders(&r.cx.judge, opts, r.tally).await? else {
             return Ok(false);
         };
-        let prefixes = slice_task_prefixes(folders, &(from..to), ListOrder::Any);
+        let prefixes = slice_task_prefixes(folders, &(r.group.0..r.group.1), ListOrder::Any);
         while let Some(prefix) = prefixes.get(place.prefix) {
             if self.past(opts) {
                 return Ok(false);
@@ -513,7 +527,7 @@ impl Engine {
                     self.store.list(prefix, None, place.token.clone(), PAGE)
                 })
                 .await?;
-            tally.lists += 1;
+            r.tally.lists += 1;
             for id in listed.objects.iter().filter_map(|o| task_key_id(&o.key)) {
                 if let Ok(i) = ids.binary_search(&id) {
                     found[i] = true;
