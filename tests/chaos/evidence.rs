@@ -95,7 +95,7 @@ impl Evidence {
             finish_window: chrono::Duration::seconds(windows.finish as i64),
             late_write: chrono::Duration::seconds(windows.late_write as i64),
             orphan_after: chrono::Duration::seconds(
-                (windows.finish + windows.late_write + windows.operation) as i64,
+                (windows.finish + 2 * windows.late_write + windows.operation) as i64,
             ),
             last_pass,
             ..Evidence::default()

@@ -98,10 +98,12 @@ pub fn requests(sim: &Sim, i: usize) -> u32 {
 }
 
 /// The age past which the scheduled pass deletes an input payload that no
-/// task names: the finish window, the late-write margin and the operation
-/// timeout (docs/protocol.md, "Offloaded inputs", rule 4).
+/// task names: the finish window, twice the late-write margin (the record
+/// beside the payload may land a margin after it, and its finisher's task a
+/// margin after that record's deadline) and the operation timeout
+/// (docs/protocol.md, "Offloaded inputs", rule 4).
 pub fn orphan_after(st: &idempotent_submit::Settings) -> chrono::Duration {
-    st.finish_window + st.late_write_margin + st.operation_timeout
+    st.finish_window + st.late_write_margin * 2 + st.operation_timeout
 }
 
 /// The task id a payload's key names (`payloads/{id}/input.json`).

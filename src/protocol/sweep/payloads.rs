@@ -38,7 +38,7 @@ use crate::protocol::engine::{Engine, Failure};
 use crate::protocol::error::SubmitError;
 use crate::store::{ObjectMeta, StoreError};
 
-/// How long past [`Engine::orphan_after`] a payload is checked by HEADs:
+/// How long past [`Engine::payload_orphan_after`] a payload is checked by HEADs:
 /// a day and an hour, so that each daily pass's window meets the next one's
 /// and a payload is HEADed by one pass (two, where two passes are less than
 /// an hour more than a day apart). One that a pass missed (a pass that did
@@ -139,26 +139,40 @@ pub(super) enum Against<'a> {
 }
 
 impl Engine {
-    /// The age at which a payload with no task is an orphan: a task can be
-    /// written until its record's finish deadline (the record is written
-    /// with its payload, or before a finisher writes the payload) and land
-    /// up to 15 minutes after it; an operation's length of slack on top.
+    /// The age at which a marker with no task is an orphan: a task can be
+    /// written until its record's finish deadline and land up to the
+    /// late-write margin after it; an operation's length of slack on top. A
+    /// marker is sent only once its record has landed (after the record
+    /// PUT's answer, or by a finisher that read the record), so the record's
+    /// deadline is at most the finish window after the marker.
     pub(super) fn orphan_after(&self) -> Duration {
         self.settings.finish_window
             + self.settings.late_write_margin
             + self.settings.operation_timeout
     }
 
+    /// The age at which an input payload with no task is an orphan: a
+    /// marker's ([`Engine::orphan_after`]) and one more late-write margin.
+    /// The payload is sent beside its record, not after it: the record may
+    /// land up to the margin after the payload did, its finish deadline
+    /// counts from its landing, and a finisher's task write sent before
+    /// that deadline may land up to the margin after it. Found by the
+    /// exhaustive checker (tests/exhaustive/pass_worlds.rs): with one margin
+    /// the pass deleted a payload 874 s before its task could still land.
+    pub(super) fn payload_orphan_after(&self) -> Duration {
+        self.orphan_after() + self.settings.late_write_margin
+    }
+
     /// What the tail planned at `now` (S3's time) by `plan` judges by:
-    /// payloads older than [`Engine::orphan_after`] whose task object is not
+    /// payloads older than [`Engine::payload_orphan_after`] whose task object is not
     /// in the bucket under any shard length are deleted, those up to
     /// `plan.recheck_for` older by HEADs, those of the plan's slices
     /// ([`PayloadPlan`]) by a listing of their tasks (`tail.rs`).
     pub(super) fn payload_judge(&self, now: DateTime<Utc>, plan: &PayloadPlan) -> Judge {
         Judge {
             now,
-            from: self.orphan_after(),
-            to: self.orphan_after() + plan.recheck_for,
+            from: self.payload_orphan_after(),
+            to: self.payload_orphan_after() + plan.recheck_for,
             slices: plan.slices.clone(),
             folders: tokio::sync::OnceCell::new(),
             counted: AtomicBool::new(false),
