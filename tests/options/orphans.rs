@@ -103,8 +103,8 @@ async fn a_payload_whose_task_cannot_be_checked_is_counted_as_an_error_and_kept(
 
 #[tokio::test]
 async fn a_payload_is_looked_at_for_a_day_and_an_hour_after_it_became_an_orphan_and_not_after() {
-    // The pass lists payloads aged from the finish window, the late-write
-    // margin and an operation's length (55 min 25 s) to a day and an hour
+    // The pass lists payloads aged from the finish window, twice the
+    // late-write margin and an operation's length (1 h 10 min 25 s) to a day and an hour
     // more (so that each daily pass's window meets the next one's); one
     // exactly that much past is no longer the HEADs' business, one a second
     // younger still is. (After that, the payload's slice's day takes it:
@@ -114,7 +114,7 @@ async fn a_payload_is_looked_at_for_a_day_and_an_hour_after_it_became_an_orphan_
     w.clock.advance(Duration::seconds(1));
     orphan_payload(&w).await;
     w.clock.advance(
-        Duration::minutes(55) + Duration::seconds(25) + Duration::hours(25) - Duration::seconds(1),
+        Duration::minutes(70) + Duration::seconds(25) + Duration::hours(25) - Duration::seconds(1),
     );
     let s = payload_pass(w.bucket.clone(), &w).await;
     assert_eq!(s.payloads_deleted, 1, "{s:?}");
