@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use super::SweepSummary;
 use super::ranges::Range;
+use super::tail_plan::Cursors;
 pub(super) use super::tail_plan::TailPlan;
 use crate::config::ListOrder;
 
@@ -367,6 +368,40 @@ impl Checkpoint {
     }
 }
 
+impl Checkpoint {
+    /// Notes what the tail's items found in a share's release
+    /// ([`TailPlan::note`]).
+    pub fn note_tail(&mut self, markers: bool, payloads_failed: bool) {
+        if let Some(t) = self.tail.as_mut() {
+            t.note(markers, payloads_failed);
+        }
+    }
+
+    /// Completes the pass once its tail is planned and nothing of it is
+    /// left (nothing in the pool, no share holding it), moving the cursors
+    /// of what the tail completed ([`TailPlan::end`]). `true` when this
+    /// call completed it.
+    pub fn finish_if_done(&mut self) -> bool {
+        let Some(t) = self.tail.clone() else {
+            return false;
+        };
+        let left = !self.ranges.is_empty() || !self.later.is_empty() || !self.shares.is_empty();
+        if self.complete || left {
+            return false;
+        }
+        self.complete = true;
+        t.end(
+            self.pass,
+            Cursors {
+                markers_until: &mut self.markers_until,
+                payload_slice: &mut self.payload_slice,
+                payloads_until: &mut self.payloads_until,
+            },
+        );
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -618,5 +653,17 @@ mod tests {
             Claim::Records { .. }
         ));
         assert_eq!(cp.running_until, None, "never written again");
+    }
+
+    #[test]
+    fn a_tail_whose_payload_check_failed_completes_the_pass_and_leaves_the_payload_cursor() {
+        let (mut cp, now) = pass_of(vec![]);
+        let until = now + Duration::minutes(2);
+        cp.claim("a", (now, until), 2, (true, None));
+        cp.release("a", (vec![], vec![]), &SweepSummary::default());
+        cp.note_tail(false, true);
+        assert!(cp.finish_if_done());
+        assert_eq!((cp.markers_until, cp.payloads_until), (None, None));
+        assert_eq!(cp.payload_slice, 0);
     }
 }

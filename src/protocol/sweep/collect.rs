@@ -4,7 +4,7 @@
 //! spread"): `payloads/` is listed whole (a prefix under `any` must end in
 //! `/`, so not by slice folder), 10^4 pages at 10^9 records, about 300 s
 //! against an invocation's 110. A share the deadline cuts in it writes what
-//! it collected (the [`ROUND`](super::tail::ROUND) smallest ids so far, and
+//! it collected (the [`ROUND`](super::tail_plan::ROUND) smallest ids so far, and
 //! the listing's token) to a side object under the sweeper's own prefix, one
 //! a folder digit, and its place names it by a nonce; the share that takes
 //! the item over reads it and lists on. The checkpoint (rewritten at every
@@ -23,7 +23,7 @@ use uuid::Uuid;
 use super::payload_tasks::{PAYLOADS_PREFIX, slice_of};
 use super::payloads::input_payload_id;
 use super::ranges::SlicesPlace;
-use super::tail::{ROUND, RoundAt};
+use super::tail_plan::{ROUND, RoundAt};
 use super::{PAGE, SweepOptions};
 use crate::protocol::engine::Engine;
 use crate::protocol::error::{Failure, SubmitError};

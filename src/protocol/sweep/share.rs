@@ -85,7 +85,7 @@ struct Held {
     known: bool,
     /// What this invocation's tail shares judge by, made at its first one
     /// (the same for the whole tail: its folders of `tasks/` listed once).
-    tail: Option<super::tail::TailCx>,
+    tail: Option<super::tail_plan::TailCx>,
 }
 
 /// The pass's window: the previous pass's instant and its own.

@@ -34,27 +34,19 @@
 //! the payload cursor, as a tail that cannot finish must not hand itself
 //! on for ever.
 
-use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use uuid::Uuid;
 
 use super::checkpoint::{Checkpoint, TailPlan};
 use super::collect::Candidates;
 use super::payload_tasks::{PAYLOADS_PREFIX, slice_hex, slice_task_prefixes, task_key_id};
-use super::payloads::{Against, Judge, PAYLOAD_SLICES, PayloadPlan};
+use super::payloads::{Against, PAYLOAD_SLICES};
 use super::ranges::{Range, SlicesPlace};
+use super::tail_plan::{ROUND, RoundAt, TailCx};
 use super::{PAGE, RANGES_AT_ONCE, READS_AT_ONCE, SweepOptions, SweepSummary};
 use crate::config::ListOrder;
 use crate::protocol::engine::Engine;
 use crate::protocol::error::SubmitError;
-
-/// The most candidates a round of a [`Range::Slices`] item holds: 64 Ki
-/// ids (1 MiB), and 8 KiB of bits (16 KiB of hex) in the checkpoint while
-/// its listing is cut short; its suspects (payloads no listed task named:
-/// orphans, nearly all) are kept there by id while the HEAD path confirms
-/// them. A bucket with more payloads of a day's folder digit lists that
-/// folder once a round.
-pub(super) const ROUND: usize = 1 << 16;
 
 /// What one share's tail items did.
 #[derive(Debug, Default)]
@@ -91,24 +83,6 @@ impl Step {
         self.next = vec![item];
         self
     }
-}
-
-/// A [`Range::Slices`] item's round at work: its slices (`from..to`) and
-/// place, and its share's context, options and tally.
-pub(super) struct RoundAt<'a> {
-    pub group: (u32, u32),
-    pub place: &'a mut SlicesPlace,
-    pub cx: &'a TailCx,
-    pub opts: &'a SweepOptions,
-    pub tally: &'a mut SweepSummary,
-}
-
-/// What a share's items judge by: the tail's time and plan, the ready
-/// index's window.
-pub(super) struct TailCx {
-    pub(super) judge: Judge,
-    plan: PayloadPlan,
-    markers_window: (Option<DateTime<Utc>>, DateTime<Utc>),
 }
 
 impl Engine {

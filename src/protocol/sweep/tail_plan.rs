@@ -1,13 +1,15 @@
 //! The pass's tail in its checkpoint (`checkpoint.rs`): its plan, made
 //! once by the claim that finds the records done (what its items judge by,
-//! what they found), and the pass's end, which moves the cursors of what
-//! the tail completed.
+//! what they found), the pass's end, which moves the cursors of what the
+//! tail completed, and what a share's items judge by (`tail.rs`,
+//! `collect.rs`).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::Checkpoint;
-use super::payloads::PayloadPlan;
+use super::payloads::{Judge, PayloadPlan};
+use super::ranges::SlicesPlace;
+use super::{SweepOptions, SweepSummary};
 
 /// The pass's tail, planned once when its records are done: what its items
 /// judge by and what they found, for the cursors the pass's end moves.
@@ -39,67 +41,61 @@ impl TailPlan {
     }
 }
 
-impl Checkpoint {
+/// The cursors a complete pass moves (the checkpoint's): where the ready
+/// index's last complete scan ended, the payload check's next slice, and
+/// its last complete check's time.
+pub(super) struct Cursors<'a> {
+    pub markers_until: &'a mut Option<DateTime<Utc>>,
+    pub payload_slice: &'a mut u32,
+    pub payloads_until: &'a mut Option<DateTime<Utc>>,
+}
+
+impl TailPlan {
     /// Notes what the tail's items found in a share's release: the ready
     /// index's scan completed (`markers`), or an item of the payload check
     /// failed (`payloads_failed`).
-    pub fn note_tail(&mut self, markers: bool, payloads_failed: bool) {
-        if let Some(t) = self.tail.as_mut() {
-            t.markers |= markers;
-            t.payloads_failed |= payloads_failed;
-        }
+    pub fn note(&mut self, markers: bool, payloads_failed: bool) {
+        self.markers |= markers;
+        self.payloads_failed |= payloads_failed;
     }
 
-    /// Completes the pass once its tail is planned and nothing of it is
-    /// left (nothing in the pool, no share holding it): the cursors of what
-    /// the tail completed move on (the ready index's scan to the pass, the
-    /// payload check to its next slice, at the tail's time). `true` when
-    /// this call completed it.
-    pub fn finish_if_done(&mut self) -> bool {
-        let Some(t) = self.tail.clone() else {
-            return false;
-        };
-        let left = !self.ranges.is_empty() || !self.later.is_empty() || !self.shares.is_empty();
-        if self.complete || left {
-            return false;
+    /// The pass `pass` completed with this tail: the cursors of what the
+    /// tail completed move on (the ready index's scan to the pass, the
+    /// payload check to its next slice, at the tail's time).
+    pub fn end(&self, pass: DateTime<Utc>, c: Cursors<'_>) {
+        if self.markers {
+            *c.markers_until = Some(pass);
         }
-        self.complete = true;
-        if t.markers {
-            self.markers_until = Some(self.pass);
+        if !self.payloads_failed {
+            let plan = self.payloads(*c.payload_slice, *c.payloads_until);
+            *c.payload_slice = plan.next_slice();
+            *c.payloads_until = Some(self.at);
         }
-        if !t.payloads_failed {
-            let plan = t.payloads(self.payload_slice, self.payloads_until);
-            self.payload_slice = plan.next_slice();
-            self.payloads_until = Some(t.at);
-        }
-        true
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use chrono::Duration;
+/// The most candidates a round of a [`Range::Slices`](super::ranges::Range::Slices) item holds: 64 Ki
+/// ids (1 MiB), and 8 KiB of bits (16 KiB of hex) in the checkpoint while
+/// its listing is cut short; its suspects (payloads no listed task named:
+/// orphans, nearly all) are kept there by id while the HEAD path confirms
+/// them. A bucket with more payloads of a day's folder digit lists that
+/// folder once a round.
+pub(super) const ROUND: usize = 1 << 16;
 
-    use super::*;
-    use crate::config::ListOrder;
-    use crate::protocol::sweep::SweepSummary;
+/// A [`Range::Slices`](super::ranges::Range::Slices) item's round at work: its slices (`from..to`) and
+/// place, and its share's context, options and tally.
+pub(super) struct RoundAt<'a> {
+    pub group: (u32, u32),
+    pub place: &'a mut SlicesPlace,
+    pub cx: &'a TailCx,
+    pub opts: &'a SweepOptions,
+    pub tally: &'a mut SweepSummary,
+}
 
-    fn pass_of(ranges: Vec<super::super::ranges::Range>) -> (Checkpoint, DateTime<Utc>) {
-        let now: DateTime<Utc> = "2026-01-03T00:00:00Z".parse().unwrap();
-        let mut cp = Checkpoint::new_pass(None, now, ListOrder::Any);
-        cp.ranges = ranges;
-        (cp, now)
-    }
-
-    #[test]
-    fn a_tail_whose_payload_check_failed_completes_the_pass_and_leaves_the_payload_cursor() {
-        let (mut cp, now) = pass_of(vec![]);
-        let until = now + Duration::minutes(2);
-        cp.claim("a", (now, until), 2, (true, None));
-        cp.release("a", (vec![], vec![]), &SweepSummary::default());
-        cp.note_tail(false, true);
-        assert!(cp.finish_if_done());
-        assert_eq!((cp.markers_until, cp.payloads_until), (None, None));
-        assert_eq!(cp.payload_slice, 0);
-    }
+/// What a share's items judge by: the tail's time and plan, the ready
+/// index's window.
+pub(super) struct TailCx {
+    pub(super) judge: Judge,
+    pub(super) plan: PayloadPlan,
+    pub(super) markers_window: (Option<DateTime<Utc>>, DateTime<Utc>),
 }
