@@ -30,7 +30,7 @@
 //! (`Delimiter: /`); a scope whose first page says it is large (its last key
 //! reached a small part of the hash space) is cut into ranges of about
 //! `pass_range_records` records each by bounds in the hash space, at most
-//! [`MAX_RANGES`], so that it is listed by many listings at once and nearly
+//! `MAX_RANGES`, so that it is listed by many listings at once and nearly
 //! every listing comes back full. It stops before the invocation's deadline
 //! and keeps the ranges still to list in `sweeper/checkpoint.json`. One pass
 //! is worked by up to `PASS_CONCURRENCY` invocations at once, each holding a
