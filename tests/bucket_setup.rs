@@ -193,7 +193,7 @@ async fn the_documented_commands_add_our_notification_versioning_and_lifecycle_k
         ids.iter()
             .filter(|i| i.starts_with("idempotent-submit-"))
             .count(),
-        6,
+        7,
         "{ids:?}"
     );
 

@@ -261,10 +261,13 @@ fn counted(store: &SyntheticStore) -> [u64; 7] {
 /// The orphan payloads that the day's check deletes by the rule
 /// (docs/protocol.md, "Offloaded inputs"), judged at the pass's start: old
 /// enough, and of the check's slices or within its HEADs' reach past the
-/// orphan age.
+/// orphan age. The age counts the late-write margin twice, as
+/// `Engine::payload_orphan_after` does: the record is sent beside its
+/// payload and may land a margin after it, and a task written by its
+/// deadline a margin after that.
 fn orphans_due(store: &SyntheticStore, s: &Settings, at: DateTime<Utc>) -> u64 {
     let l = store.layout();
-    let from = s.finish_window + s.late_write_margin + s.operation_timeout;
+    let from = s.finish_window + s.late_write_margin * 2 + s.operation_timeout;
     // A first check (the checkpoint has no cursor yet): the first slices.
     let plan = PayloadPlan::after(0, None, at);
     let slices = plan.slices;

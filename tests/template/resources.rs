@@ -260,7 +260,7 @@ fn the_bucket_is_versioned_and_its_lifecycle_bounds_this_services_prefixes_only(
             .filter(|r| r["Prefix"] == prefix)
             .collect::<Vec<_>>()
     };
-    for prefix in ["idempotency/", "rejected/", "payloads/"] {
+    for prefix in ["idempotency/", "rejected/", "payloads/", "sweeper/"] {
         let rs = under(prefix);
         assert!(
             rs.iter().any(
@@ -274,12 +274,16 @@ fn the_bucket_is_versioned_and_its_lifecycle_bounds_this_services_prefixes_only(
             "expired delete markers under {prefix} are removed"
         );
     }
-    // payloads/ are tasks' inputs: their current versions are the queue's.
-    assert!(
-        under("payloads/")
-            .iter()
-            .all(|r| r["ExpirationInDays"].is_null())
-    );
+    // payloads/ are tasks' inputs: their current versions are the queue's;
+    // sweeper/ holds the pass's place, rewritten, never expired.
+    for prefix in ["payloads/", "sweeper/"] {
+        assert!(
+            under(prefix)
+                .iter()
+                .all(|r| r["ExpirationInDays"].is_null()),
+            "current versions under {prefix} are kept"
+        );
+    }
     let whole: Vec<&Value> = rules
         .iter()
         .filter(|r| r["Prefix"].is_null() && r["Filter"].is_null())
