@@ -140,7 +140,7 @@ async fn pass_on(
         ..Settings::default()
     };
     let mut out = Outcome {
-        orphans_due: orphans_due(&store, &settings, at),
+        orphans_due: orphans_due(&store, &settings, at).len() as u64,
         ..Outcome::default()
     };
     let begun = tokio::time::Instant::now();
@@ -220,6 +220,7 @@ async fn pass_on(
     ] = std::array::from_fn(|k| after[k] - counts_before[k]);
     let l = store.layout();
     out.named_payloads_deleted = store.named_payloads_deleted();
+    account_orphans(&store, q.settings(), at, begun.elapsed());
     out.records = l.counts.iter().sum();
     out.expired = l.expired_before.last().copied().unwrap_or(0);
     out.cpu_secs = wall.elapsed().as_secs_f64();
@@ -265,7 +266,7 @@ fn counted(store: &SyntheticStore) -> [u64; 7] {
 /// `Engine::payload_orphan_after` does: the record is sent beside its
 /// payload and may land a margin after it, and a task written by its
 /// deadline a margin after that.
-fn orphans_due(store: &SyntheticStore, s: &Settings, at: DateTime<Utc>) -> u64 {
+fn orphans_due(store: &SyntheticStore, s: &Settings, at: DateTime<Utc>) -> Vec<u64> {
     let l = store.layout();
     let from = s.finish_window + s.late_write_margin * 2 + s.operation_timeout;
     // A first check (the checkpoint has no cursor yet): the first slices.
@@ -280,5 +281,54 @@ fn orphans_due(store: &SyntheticStore, s: &Settings, at: DateTime<Utc>) -> u64 {
             let slice = u32::from_str_radix(&key["payloads/".len()..][..2], 16).unwrap_or(0);
             age >= from && (slices.contains(&slice) || age < from + plan.recheck_for)
         })
-        .count() as u64
+        .collect()
+}
+
+/// A line on stderr that accounts for the orphans: those due at the pass's
+/// start that it left, and those it deleted that were not due then, each by
+/// its age at the start (in hours past the orphan age) and whether it is of
+/// the first check's slices. The pass judges ages when its tail is planned,
+/// later than the start, so the two sets are where a difference shows.
+fn account_orphans(
+    store: &SyntheticStore,
+    s: &Settings,
+    at: DateTime<Utc>,
+    took: std::time::Duration,
+) {
+    let l = store.layout();
+    let from = s.finish_window + s.late_write_margin * 2 + s.operation_timeout;
+    let slices = PayloadPlan::after(0, None, at).slices;
+    let every = l.shape.orphan_every;
+    let due = orphans_due(store, s, at);
+    let deleted: Vec<u64> = store
+        .payloads_deleted()
+        .into_iter()
+        .filter(|i| i % every == every - 1)
+        .collect();
+    let describe = |set: &mut dyn Iterator<Item = &u64>| -> String {
+        let (mut n, mut in_slices, mut lo, mut hi) = (0, 0, f64::MAX, f64::MIN);
+        for &p in set {
+            let key = l.key(Family::Payloads, p);
+            let slice = u32::from_str_radix(&key["payloads/".len()..][..2], 16).unwrap_or(0);
+            let h = (l.age(Family::Payloads, p) - from).num_seconds() as f64 / 3600.0;
+            n += 1;
+            in_slices += u64::from(slices.contains(&slice));
+            lo = lo.min(h);
+            hi = hi.max(h);
+        }
+        if n == 0 {
+            "0".to_owned()
+        } else {
+            format!(
+                "{n} ({in_slices} of the first slices; {lo:.1} h to {hi:.1} h past the orphan age at the start)"
+            )
+        }
+    };
+    eprintln!(
+        "scale: orphans due at the start {}, left {}, deleted though not due then {}; the pass took {:.1} h of S3 time",
+        due.len(),
+        describe(&mut due.iter().filter(|i| deleted.binary_search(i).is_err())),
+        describe(&mut deleted.iter().filter(|i| !due.contains(i))),
+        took.as_secs_f64() / 3600.0,
+    );
 }

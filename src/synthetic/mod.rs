@@ -186,6 +186,19 @@ impl SyntheticStore {
             .count() as u64
     }
 
+    /// The indices of the generated payloads deleted, orphans or not, in
+    /// order (the bench's account of which orphans a pass reached).
+    pub fn payloads_deleted(&self) -> Vec<u64> {
+        let mut deleted: Vec<u64> = self
+            .lock_gone()
+            .iter()
+            .filter(|(f, _)| *f == Family::Payloads)
+            .map(|&(_, i)| i)
+            .collect();
+        deleted.sort_unstable();
+        deleted
+    }
+
     async fn wait(&self, c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
         if !self.0.latency.is_zero() {

@@ -31,9 +31,11 @@ async fn the_pass_deletes_orphan_payloads_while_a_buquet_worker_loads_the_named_
         orphans.push(key);
     }
     // The sweeper's clock an hour past the orphan age of every payload
-    // here: each is judged by its HEADs (the task at every shard length).
+    // here (the finish window, the late-write margin twice and the
+    // operation's timeout: docs/protocol.md, "Offloaded inputs"): each is
+    // judged by its HEADs (the task at every shard length).
     let settings = Settings::default();
-    let age = settings.finish_window + settings.late_write_margin + settings.operation_timeout;
+    let age = settings.finish_window + settings.late_write_margin * 2 + settings.operation_timeout;
     let q = Queue::with_clock(
         s.store.clone(),
         Arc::new(ManualClock::new(Utc::now() + age + Duration::hours(1))),
