@@ -154,6 +154,13 @@ fn the_scale_benchs_day_pass_deletes_every_expired_record_and_owed_orphan_and_wr
             o.summary.payloads_deleted, o.orphans_due,
             "{order:?}: {o:?}"
         );
+        // The same orphans, not only as many: every one owed when the tail
+        // was planned deleted, and none that was not owed.
+        assert_eq!(
+            (o.orphans_left, o.orphans_unowed),
+            (0, 0),
+            "{order:?}: {o:?}"
+        );
         assert_eq!(
             o.named_payloads_deleted, 0,
             "a task's payload deleted: {o:?}"

@@ -73,9 +73,12 @@ pub(crate) struct Outcome {
     /// their TTL.
     pub records: u64,
     pub expired: u64,
-    /// Orphan payloads the day's check is owed (of the day's slices, or
-    /// within the HEADs' day and an hour), and how many it deleted.
+    /// Orphan payloads the day's check is owed when it planned its tail
+    /// (of the day's slices, or within the HEADs' day and an hour); of
+    /// them, those it left; and orphans it deleted that were not owed.
     pub orphans_due: u64,
+    pub orphans_left: u64,
+    pub orphans_unowed: u64,
     /// Payloads deleted that a task names (a lost input): must be 0.
     pub named_payloads_deleted: u64,
     /// This machine's time for the whole run (the CPU's: the clock is
@@ -139,10 +142,7 @@ async fn pass_on(
         list_order: order,
         ..Settings::default()
     };
-    let mut out = Outcome {
-        orphans_due: orphans_due(&store, &settings, at).len() as u64,
-        ..Outcome::default()
-    };
+    let mut out = Outcome::default();
     let begun = tokio::time::Instant::now();
     let clock = TokioClock::new(at + Duration::from_std(ROUND_TRIP).unwrap_or_default());
     let q = Queue::with_clock(store.clone(), Arc::new(clock.clone()), settings);
@@ -220,7 +220,7 @@ async fn pass_on(
     ] = std::array::from_fn(|k| after[k] - counts_before[k]);
     let l = store.layout();
     out.named_payloads_deleted = store.named_payloads_deleted();
-    account_orphans(&store, q.settings(), at, begun.elapsed());
+    account_orphans(&mut out, &store, q.settings(), at).await;
     out.records = l.counts.iter().sum();
     out.expired = l.expired_before.last().copied().unwrap_or(0);
     out.cpu_secs = wall.elapsed().as_secs_f64();
@@ -260,75 +260,106 @@ fn counted(store: &SyntheticStore) -> [u64; 7] {
 }
 
 /// The orphan payloads that the day's check deletes by the rule
-/// (docs/protocol.md, "Offloaded inputs"), judged at the pass's start: old
-/// enough, and of the check's slices or within its HEADs' reach past the
-/// orphan age. The age counts the late-write margin twice, as
-/// `Engine::payload_orphan_after` does: the record is sent beside its
-/// payload and may land a margin after it, and a task written by its
-/// deadline a margin after that.
-fn orphans_due(store: &SyntheticStore, s: &Settings, at: DateTime<Utc>) -> Vec<u64> {
+/// (docs/protocol.md, "Offloaded inputs"), judged at `planned`, when the
+/// pass planned its tail (every item judges ages then): old enough, and of
+/// the check's slices or within its HEADs' reach past the orphan age. The
+/// age counts the late-write margin twice, as `Engine::payload_orphan_after`
+/// does: the record is sent beside its payload and may land a margin after
+/// it, and a task written by its deadline a margin after that.
+fn orphans_due(
+    store: &SyntheticStore,
+    s: &Settings,
+    at: DateTime<Utc>,
+    planned: DateTime<Utc>,
+) -> Vec<u64> {
     let l = store.layout();
     let from = s.finish_window + s.late_write_margin * 2 + s.operation_timeout;
     // A first check (the checkpoint has no cursor yet): the first slices.
-    let plan = PayloadPlan::after(0, None, at);
-    let slices = plan.slices;
+    let plan = PayloadPlan::after(0, None, planned);
     let every = l.shape.orphan_every;
     (0..l.payloads / every)
         .map(|k| k * every + every - 1)
         .filter(|&p| {
-            let age = l.age(Family::Payloads, p);
+            // Generated ages are the bucket's instant's.
+            let age = l.age(Family::Payloads, p) + (planned - at);
             let key = l.key(Family::Payloads, p);
             let slice = u32::from_str_radix(&key["payloads/".len()..][..2], 16).unwrap_or(0);
-            age >= from && (slices.contains(&slice) || age < from + plan.recheck_for)
+            age >= from && (plan.slices.contains(&slice) || age < from + plan.recheck_for)
         })
         .collect()
 }
 
-/// A line on stderr that accounts for the orphans: those due at the pass's
-/// start that it left, and those it deleted that were not due then, each by
-/// its age at the start (in hours past the orphan age) and whether it is of
-/// the first check's slices. The pass judges ages when its tail is planned,
-/// later than the start, so the two sets are where a difference shows.
-fn account_orphans(
+/// When the pass planned its tail: the checkpoint's `payloads_until` once
+/// the check completed (`None`: it did not).
+async fn tail_planned(store: &SyntheticStore) -> Option<DateTime<Utc>> {
+    let got = store.get("sweeper/checkpoint.json").await.ok()?;
+    let checkpoint: serde_json::Value = serde_json::from_slice(&got.body).ok()?;
+    serde_json::from_value(checkpoint["payloads_until"].clone()).ok()
+}
+
+/// The orphans due (judged at the tail's plan time, or at the pass's start
+/// when the check did not complete) against those the pass deleted: how
+/// many were due, left, and deleted though not due. A line on stderr says
+/// each set's ages (hours past the orphan age at the plan time) and how
+/// many are of the first check's slices, for a run that differs to show
+/// where.
+async fn account_orphans(
+    out: &mut Outcome,
     store: &SyntheticStore,
     s: &Settings,
     at: DateTime<Utc>,
-    took: std::time::Duration,
 ) {
     let l = store.layout();
+    let planned = tail_planned(store).await;
+    let when = planned.unwrap_or(at);
     let from = s.finish_window + s.late_write_margin * 2 + s.operation_timeout;
-    let slices = PayloadPlan::after(0, None, at).slices;
+    let slices = PayloadPlan::after(0, None, when).slices;
     let every = l.shape.orphan_every;
-    let due = orphans_due(store, s, at);
+    let due = orphans_due(store, s, at, when);
     let deleted: Vec<u64> = store
         .payloads_deleted()
         .into_iter()
         .filter(|i| i % every == every - 1)
         .collect();
-    let describe = |set: &mut dyn Iterator<Item = &u64>| -> String {
-        let (mut n, mut in_slices, mut lo, mut hi) = (0, 0, f64::MAX, f64::MIN);
+    let left: Vec<u64> = due
+        .iter()
+        .copied()
+        .filter(|i| deleted.binary_search(i).is_err())
+        .collect();
+    let unowed: Vec<u64> = deleted
+        .iter()
+        .copied()
+        .filter(|i| !due.contains(i))
+        .collect();
+    let describe = |set: &[u64]| -> String {
+        let (mut in_slices, mut lo, mut hi) = (0, f64::MAX, f64::MIN);
         for &p in set {
             let key = l.key(Family::Payloads, p);
             let slice = u32::from_str_radix(&key["payloads/".len()..][..2], 16).unwrap_or(0);
-            let h = (l.age(Family::Payloads, p) - from).num_seconds() as f64 / 3600.0;
-            n += 1;
+            let age = l.age(Family::Payloads, p) + (when - at) - from;
+            let h = age.num_seconds() as f64 / 3600.0;
             in_slices += u64::from(slices.contains(&slice));
             lo = lo.min(h);
             hi = hi.max(h);
         }
-        if n == 0 {
-            "0".to_owned()
-        } else {
-            format!(
-                "{n} ({in_slices} of the first slices; {lo:.1} h to {hi:.1} h past the orphan age at the start)"
-            )
+        match set.len() {
+            0 => "0".to_owned(),
+            n => format!(
+                "{n} ({in_slices} of the first slices; {lo:.1} h to {hi:.1} h past the orphan age)"
+            ),
         }
     };
     eprintln!(
-        "scale: orphans due at the start {}, left {}, deleted though not due then {}; the pass took {:.1} h of S3 time",
+        "scale: the tail planned {} after the start; orphans due then {}, left {}, deleted though not due {}",
+        planned.map_or(
+            "never (the check did not complete)".to_owned(),
+            |p| format!("{:.2} h", (p - at).num_seconds() as f64 / 3600.0)
+        ),
         due.len(),
-        describe(&mut due.iter().filter(|i| deleted.binary_search(i).is_err())),
-        describe(&mut deleted.iter().filter(|i| !due.contains(i))),
-        took.as_secs_f64() / 3600.0,
+        describe(&left),
+        describe(&unowed),
     );
+    out.orphans_due = due.len() as u64;
+    out.orphans_left = left.len() as u64;
+    out.orphans_unowed = unowed.len() as u64;
 }
