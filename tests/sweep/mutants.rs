@@ -293,3 +293,44 @@ async fn a_pass_of_one_slot_lists_the_scopes_it_found_in_the_share_that_found_th
     // One share of the records, one of the tail.
     assert_eq!(o.pass_shares.map(|(n, _)| n), Some(2), "{o:?}");
 }
+
+/// The pass queue's stand-in that refuses every batch (SQS down): how many
+/// it refused.
+#[derive(Default)]
+struct Refused(std::sync::atomic::AtomicU64);
+
+#[async_trait]
+impl HandOn for Refused {
+    async fn hand_on(&self, _: &[Continuation]) -> Result<(), String> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err("503".into())
+    }
+}
+
+/// `share.rs` `send_on`: a hand-on that fails is one error of the share's
+/// summary each time (`+= 1`; `*=` counts none, `-=` overflows), and the
+/// share says it, so that its message is handed back. No test's hand-on
+/// failed before.
+#[tokio::test]
+async fn a_share_whose_hand_on_fails_counts_each_failed_send_as_an_error_and_says_so() {
+    let scopes: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
+    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 2)).collect();
+    let (manual, bucket) = dense_bucket(&named).await;
+    manual.advance(Duration::days(31));
+    let settings = idempotent_submit::Settings {
+        list_order: ListOrder::Any,
+        pass_concurrency: 2,
+        ..short_ttl_settings()
+    };
+    let q = Queue::with_clock(bucket.clone(), Arc::new(manual), settings);
+    let refused = Refused::default();
+    let o = q
+        .engine()
+        .sweep_share(&SweepOptions::default(), Some(&refused))
+        .await
+        .unwrap();
+    let sends = refused.0.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(sends > 0, "the share invited no continuation: {o:?}");
+    assert!(o.hand_on_failed, "{o:?}");
+    assert_eq!(o.summary.errors, sends, "{o:?}");
+}
