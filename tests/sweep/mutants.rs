@@ -293,3 +293,100 @@ async fn a_pass_of_one_slot_lists_the_scopes_it_found_in_the_share_that_found_th
     // One share of the records, one of the tail.
     assert_eq!(o.pass_shares.map(|(n, _)| n), Some(2), "{o:?}");
 }
+
+/// The pass queue's stand-in that refuses every batch (SQS down): how many
+/// it refused.
+#[derive(Default)]
+struct Refused(std::sync::atomic::AtomicU64);
+
+#[async_trait]
+impl HandOn for Refused {
+    async fn hand_on(&self, _: &[Continuation]) -> Result<(), String> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err("503".into())
+    }
+}
+
+/// `share.rs` `send_on`: a hand-on that fails is one error of the share's
+/// summary each time (`+= 1`; `*=` counts none, `-=` overflows), and the
+/// share says it, so that its message is handed back. No test's hand-on
+/// failed before.
+#[tokio::test]
+async fn a_share_whose_hand_on_fails_counts_each_failed_send_as_an_error_and_says_so() {
+    let scopes: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
+    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 2)).collect();
+    let (manual, bucket) = dense_bucket(&named).await;
+    manual.advance(Duration::days(31));
+    let settings = idempotent_submit::Settings {
+        list_order: ListOrder::Any,
+        pass_concurrency: 2,
+        ..short_ttl_settings()
+    };
+    let q = Queue::with_clock(bucket.clone(), Arc::new(manual), settings);
+    let refused = Refused::default();
+    let o = q
+        .engine()
+        .sweep_share(&SweepOptions::default(), Some(&refused))
+        .await
+        .unwrap();
+    let sends = refused.0.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(sends > 0, "the share invited no continuation: {o:?}");
+    assert!(o.hand_on_failed, "{o:?}");
+    assert_eq!(o.summary.errors, sends, "{o:?}");
+}
+
+/// The kinds of the ranges the checkpoint in `bucket` holds, in its pool
+/// and for later.
+async fn range_kinds(bucket: &MemoryStore) -> Vec<String> {
+    let body = bucket.get(CHECKPOINT).await.unwrap().body;
+    let cp: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let all = ["ranges", "later"].map(|k| cp[k].as_array().cloned().unwrap_or_default());
+    all.concat()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// `share.rs` `refit_ranges` (made `()`): a pass begun under
+/// `LIST_ORDER=bytes` and joined under `any` begins its ranges again as
+/// `any` lists them (by folders and the store's tokens), keeping its
+/// window, rather than going on with ranges that rely on the store's byte
+/// order. No test changed `LIST_ORDER` during a pass before.
+#[tokio::test]
+async fn a_pass_joined_under_the_other_list_order_begins_its_ranges_again_as_that_order_lists() {
+    let scopes: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
+    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 2)).collect();
+    let (manual, bucket) = dense_bucket(&named).await;
+    manual.advance(Duration::days(31));
+    let under = |order| idempotent_submit::Settings {
+        list_order: order,
+        pass_concurrency: 1,
+        ..short_ttl_settings()
+    };
+    let clock = Arc::new(manual.clone());
+    let bytes = Queue::with_clock(bucket.clone(), clock.clone(), under(ListOrder::Bytes));
+    let any = Queue::with_clock(bucket.clone(), clock, under(ListOrder::Any));
+    let budget = |n| SweepOptions {
+        max_records: Some(n),
+        ..Default::default()
+    };
+    let first = share(&bytes, budget(10)).await.unwrap();
+    assert!(!first.summary.complete, "{first:?}");
+    let kinds = range_kinds(&bucket).await;
+    assert!(kinds.iter().any(|k| k == "keys"), "{kinds:?}");
+    // Joined under `any`: nothing of `bytes`' ranges is left once it has
+    // claimed (its own share ended by its budget).
+    let joined = share(&any, budget(1)).await.unwrap();
+    assert!(
+        joined.summary.resumed && !joined.summary.complete,
+        "{joined:?}"
+    );
+    let kinds = range_kinds(&bucket).await;
+    assert!(!kinds.is_empty(), "{joined:?}");
+    assert!(kinds.iter().all(|k| k == "dirs" || k == "dir"), "{kinds:?}");
+    // And the pass ends under `any` with every expired record deleted once.
+    let rest = share(&any, SweepOptions::default()).await.unwrap();
+    assert!(rest.summary.complete, "{rest:?}");
+    let deleted = [&first, &joined, &rest].map(|o| o.summary.expired_deleted);
+    assert_eq!(deleted.iter().sum::<u64>(), 80, "{deleted:?}");
+}
