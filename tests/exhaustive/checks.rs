@@ -87,6 +87,10 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
     super::payloads::check_named(sim)?;
     super::payloads::check_deleted(sim)?;
     for i in 0..sim.actors.len() {
+        // A batch's sends, while it runs too (its messages go before its
+        // claims, a step or two into it: the world's bound ends most
+        // schedules before the batch does).
+        more_checks::check_batch_sends(sim, i)?;
         let a = &sim.actors[i];
         if a.state == State::Done && a.span.1 == sim.step {
             check_outcome(sim, i)?;
