@@ -7,9 +7,9 @@
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
 use idempotent_submit::Clock;
-use idempotent_submit::testing::protocol::Record;
 use idempotent_submit::testing::protocol::RecordOutcome;
 use idempotent_submit::testing::protocol::hash::{canonical_json, input_hash};
+use idempotent_submit::testing::protocol::{Record, RecordStatus};
 use idempotent_submit::{SubmitError, Submitted};
 
 use super::actors::{self, Events, Outcome, Role};
@@ -87,6 +87,10 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
     super::payloads::check_named(sim)?;
     super::payloads::check_deleted(sim)?;
     for i in 0..sim.actors.len() {
+        // A batch's sends, while it runs too (its messages go before its
+        // claims, a step or two into it: the world's bound ends most
+        // schedules before the batch does).
+        more_checks::check_batch_sends(sim, i)?;
         let a = &sim.actors[i];
         if a.state == State::Done && a.span.1 == sim.step {
             check_outcome(sim, i)?;
@@ -516,6 +520,9 @@ fn check_swept(sim: &Sim, i: usize, key: &str, o: &RecordOutcome) -> Result<(), 
             "the sweeper answered Finished for {key} and wrote nothing"
         ));
     }
+    if matches!(o, RecordOutcome::Nothing | RecordOutcome::Finished) {
+        check_settled_marker(sim, i, key)?;
+    }
     match o {
         RecordOutcome::Failed(e) => return expected_error(sim, i, e),
         RecordOutcome::Corrupt => return Err(format!("the sweeper found {key} corrupt")),
@@ -539,6 +546,48 @@ fn check_swept(sim: &Sim, i: usize, key: &str, o: &RecordOutcome) -> Result<(), 
         return Ok(());
     }
     finished(sim, life).map_err(|e| format!("guarantee 4: the sweeper's {o:?} on {key}: {e}"))
+}
+
+/// The ready index stays true (docs/protocol.md), the sweeper past the
+/// deadline: a sweeper that began on a `creating` record already past its
+/// finish deadline, and ended cleanly, leaves no marker beside the record's
+/// task once a worker has taken it. Only in a world without buquet's
+/// workers and without skew, where no task changes during the schedule
+/// and S3's time is the clock's within a second: a task not `pending` now
+/// was taken before the sweeper began, and the sweeper judged the record
+/// settled. `check_stale_markers` judges only a marker the actor's own
+/// HEAD found; this one judges a sweeper that did not look (shard 7's
+/// mutant of `Engine::check_past_deadline`, which answers without a read).
+fn check_settled_marker(sim: &Sim, i: usize, key: &str) -> Result<(), String> {
+    if sim.spec.skew != 0 || sim.actors.iter().any(|a| a.role.is_workers()) {
+        return Ok(());
+    }
+    let (start, began) = (sim.actors[i].span.0, sim.actors[i].started_at);
+    let st = &sim.settings;
+    let Some(life) = sim.checks.lives.iter().find(|l| {
+        l.key == key
+            && !l.reset()
+            && l.from <= start
+            && l.to.is_none()
+            && l.record.status == Some(RecordStatus::Creating)
+            && l.pending_task().is_some()
+            && began < l.record.expires_at
+            && began >= l.last_modified + st.finish_window + Duration::seconds(2)
+    }) else {
+        return Ok(());
+    };
+    let Some(task) = object(sim, &life.record.task_key) else {
+        return Ok(());
+    };
+    let v: serde_json::Value = serde_json::from_slice(&task).unwrap_or_default();
+    let id = life.record.task_id.to_string();
+    if v["status"] != "pending" && has_marker(sim, &id) {
+        return Err(format!(
+            "the ready index: the sweeper #{i} ended {:?} on {key}, settled, and left the marker of {} beside a task that is {}",
+            sim.actors[i].outcome, life.record.task_key, v["status"]
+        ));
+    }
+    Ok(())
 }
 
 /// Guarantee 4, its promise that nothing is lost: after every step, every

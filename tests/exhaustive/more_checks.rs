@@ -176,6 +176,35 @@ pub fn check_requests(
     Ok(())
 }
 
+/// Guarantee 8 for a batch (docs/protocol.md, "Request counts"): under
+/// `RECORD_EVENTS=submitter`, `submit_many` of N keyed items sends their
+/// due messages in at most ⌈N/10⌉ `SendMessageBatch` requests, when it met
+/// no fault (a refused send is retried, one request more), checked after
+/// every step. Added for shard 8's mutant of `Engine::due_batch` (no
+/// batch: one send per item).
+pub fn check_batch_sends(sim: &Sim, i: usize) -> Result<(), String> {
+    let a = &sim.actors[i];
+    let Role::Batch { items } = &a.role else {
+        return Ok(());
+    };
+    if a.faulted || !matches!(sim.spec.events, Events::Submitter(_)) {
+        return Ok(());
+    }
+    let sends = gate::lock(&sim.gate.state)
+        .log
+        .iter()
+        .filter(|l| l.actor == i && l.kind == Kind::Send)
+        .count();
+    let most = items.len().div_ceil(10);
+    if sends > most {
+        return Err(format!(
+            "guarantee 8: the batch #{i} of {} items made {sends} SQS sends without a fault; the table says at most {most}",
+            items.len()
+        ));
+    }
+    Ok(())
+}
+
 /// A reset's answer is true: one whose reset record landed at its key, and
 /// that no other write replaced before it answered, answers `Done` (not
 /// `Changed` or `NotFound`, which say that nothing was written).
