@@ -58,6 +58,25 @@ fn queue(
     (q, bucket, clock)
 }
 
+/// A bucket of 40 scopes of two records each, and its clock 31 days on:
+/// every record past its TTL, more scopes than a share keeps (32).
+async fn forty_scopes_past_their_ttl() -> (ManualClock, MemoryStore) {
+    let scopes: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
+    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 2)).collect();
+    let (manual, bucket) = dense_bucket(&named).await;
+    manual.advance(Duration::days(31));
+    (manual, bucket)
+}
+
+/// The short TTL's settings under `order`, with `concurrency` slots.
+fn settings(order: ListOrder, concurrency: usize) -> idempotent_submit::Settings {
+    idempotent_submit::Settings {
+        list_order: order,
+        pass_concurrency: concurrency,
+        ..short_ttl_settings()
+    }
+}
+
 /// The pass queue's stand-in: what was handed on.
 #[derive(Default)]
 struct Sent(std::sync::Mutex<Vec<Continuation>>);
@@ -174,15 +193,8 @@ async fn a_share_whose_checkpoint_read_outlasts_its_operation_time_is_an_error()
 /// and claims them again, share after share.
 #[tokio::test]
 async fn a_pass_without_a_hand_on_lists_the_scopes_it_found_in_the_share_that_found_them() {
-    let scopes: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
-    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 2)).collect();
-    let (manual, bucket) = dense_bucket(&named).await;
-    manual.advance(Duration::days(31));
-    let settings = idempotent_submit::Settings {
-        list_order: ListOrder::Any,
-        pass_concurrency: 3,
-        ..short_ttl_settings()
-    };
+    let (manual, bucket) = forty_scopes_past_their_ttl().await;
+    let settings = settings(ListOrder::Any, 3);
     let q = Queue::with_clock(bucket.clone(), Arc::new(manual), settings);
     let o = share(&q, SweepOptions::default()).await.unwrap();
     assert_eq!(o.summary.expired_deleted, 80, "{o:?}");
@@ -229,15 +241,8 @@ impl Hooks for LateAfterWrite {
 /// deadline come before it could, hands on what is left in one more write.
 #[tokio::test]
 async fn a_share_whose_deadline_comes_after_its_release_hands_on_the_rest() {
-    let scopes: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
-    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 2)).collect();
-    let (manual, bucket) = dense_bucket(&named).await;
-    manual.advance(Duration::days(31));
-    let settings = idempotent_submit::Settings {
-        list_order: ListOrder::Any,
-        pass_concurrency: 2,
-        ..short_ttl_settings()
-    };
+    let (manual, bucket) = forty_scopes_past_their_ttl().await;
+    let settings = settings(ListOrder::Any, 2);
     // The claim is the first write, the release that gives back what the
     // fan-out left (more than 32 scopes) the second.
     let store = Wrapped(LateAfterWrite {
@@ -272,15 +277,8 @@ async fn a_share_whose_deadline_comes_after_its_release_hands_on_the_rest() {
 /// without a hand-on does, and hands nothing on.
 #[tokio::test]
 async fn a_pass_of_one_slot_lists_the_scopes_it_found_in_the_share_that_found_them() {
-    let scopes: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
-    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 2)).collect();
-    let (manual, bucket) = dense_bucket(&named).await;
-    manual.advance(Duration::days(31));
-    let settings = idempotent_submit::Settings {
-        list_order: ListOrder::Any,
-        pass_concurrency: 1,
-        ..short_ttl_settings()
-    };
+    let (manual, bucket) = forty_scopes_past_their_ttl().await;
+    let settings = settings(ListOrder::Any, 1);
     let q = Queue::with_clock(bucket.clone(), Arc::new(manual), settings);
     let sent = Sent::default();
     let o = q
@@ -313,15 +311,8 @@ impl HandOn for Refused {
 /// failed before.
 #[tokio::test]
 async fn a_share_whose_hand_on_fails_counts_each_failed_send_as_an_error_and_says_so() {
-    let scopes: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
-    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 2)).collect();
-    let (manual, bucket) = dense_bucket(&named).await;
-    manual.advance(Duration::days(31));
-    let settings = idempotent_submit::Settings {
-        list_order: ListOrder::Any,
-        pass_concurrency: 2,
-        ..short_ttl_settings()
-    };
+    let (manual, bucket) = forty_scopes_past_their_ttl().await;
+    let settings = settings(ListOrder::Any, 2);
     let q = Queue::with_clock(bucket.clone(), Arc::new(manual), settings);
     let refused = Refused::default();
     let o = q
@@ -354,15 +345,8 @@ async fn range_kinds(bucket: &MemoryStore) -> Vec<String> {
 /// order. No test changed `LIST_ORDER` during a pass before.
 #[tokio::test]
 async fn a_pass_joined_under_the_other_list_order_begins_its_ranges_again_as_that_order_lists() {
-    let scopes: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
-    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 2)).collect();
-    let (manual, bucket) = dense_bucket(&named).await;
-    manual.advance(Duration::days(31));
-    let under = |order| idempotent_submit::Settings {
-        list_order: order,
-        pass_concurrency: 1,
-        ..short_ttl_settings()
-    };
+    let (manual, bucket) = forty_scopes_past_their_ttl().await;
+    let under = |order| settings(order, 1);
     let clock = Arc::new(manual.clone());
     let bytes = Queue::with_clock(bucket.clone(), clock.clone(), under(ListOrder::Bytes));
     let any = Queue::with_clock(bucket.clone(), clock, under(ListOrder::Any));
