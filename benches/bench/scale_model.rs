@@ -15,7 +15,9 @@ use idempotent_submit::Clock;
 use idempotent_submit::store::{PutMode, Store};
 use idempotent_submit::testing::protocol::sweep::{Continuation, HandOn, PayloadPlan};
 use idempotent_submit::testing::protocol::{SweepOptions, SweepSummary};
-use idempotent_submit::testing::synthetic::{Bodies, Family, Shape, SyntheticStore, TokioClock};
+use idempotent_submit::testing::synthetic::{
+    Bodies, Family, Layout, Shape, SyntheticStore, TokioClock,
+};
 use idempotent_submit::{ListOrder, Queue, Settings};
 
 /// A request's round trip from a function in the bucket's region.
@@ -273,7 +275,7 @@ fn orphans_due(
     planned: DateTime<Utc>,
 ) -> Vec<u64> {
     let l = store.layout();
-    let from = s.finish_window + s.late_write_margin * 2 + s.operation_timeout;
+    let from = orphan_age(s);
     // A first check (the checkpoint has no cursor yet): the first slices.
     let plan = PayloadPlan::after(0, None, planned);
     let every = l.shape.orphan_every;
@@ -282,11 +284,22 @@ fn orphans_due(
         .filter(|&p| {
             // Generated ages are the bucket's instant's.
             let age = l.age(Family::Payloads, p) + (planned - at);
-            let key = l.key(Family::Payloads, p);
-            let slice = u32::from_str_radix(&key["payloads/".len()..][..2], 16).unwrap_or(0);
+            let slice = slice_of(l, p);
             age >= from && (plan.slices.contains(&slice) || age < from + plan.recheck_for)
         })
         .collect()
+}
+
+/// The age at which a payload no task names is an orphan, as
+/// `Engine::payload_orphan_after` counts it.
+fn orphan_age(s: &Settings) -> Duration {
+    s.finish_window + s.late_write_margin * 2 + s.operation_timeout
+}
+
+/// The payload check's slice of generated payload `p`: its id's first byte.
+fn slice_of(l: &Layout, p: u64) -> u32 {
+    let key = l.key(Family::Payloads, p);
+    u32::from_str_radix(&key["payloads/".len()..][..2], 16).unwrap_or(0)
 }
 
 /// When the pass planned its tail: the checkpoint's `payloads_until` once
@@ -312,7 +325,7 @@ async fn account_orphans(
     let l = store.layout();
     let planned = tail_planned(store).await;
     let when = planned.unwrap_or(at);
-    let from = s.finish_window + s.late_write_margin * 2 + s.operation_timeout;
+    let from = orphan_age(s);
     let slices = PayloadPlan::after(0, None, when).slices;
     let every = l.shape.orphan_every;
     let due = orphans_due(store, s, at, when);
@@ -334,8 +347,7 @@ async fn account_orphans(
     let describe = |set: &[u64]| -> String {
         let (mut in_slices, mut lo, mut hi) = (0, f64::MAX, f64::MIN);
         for &p in set {
-            let key = l.key(Family::Payloads, p);
-            let slice = u32::from_str_radix(&key["payloads/".len()..][..2], 16).unwrap_or(0);
+            let slice = slice_of(l, p);
             let age = l.age(Family::Payloads, p) + (when - at) - from;
             let h = age.num_seconds() as f64 / 3600.0;
             in_slices += u64::from(slices.contains(&slice));
