@@ -59,6 +59,11 @@ pub enum Prelude {
     /// A submit of `k` (input 1) asked as `How` says that died after its
     /// task, before its marker.
     NoMarkerAs(How),
+    /// A submit of `k` answered, its record then turned `ready` by an
+    /// earlier version's sweeper (which promoted a record once it had seen
+    /// both objects: another `write_id`, no `pending_task`), and its task
+    /// and marker deleted since (an operator); the record's S3 event due.
+    ReadyTaskGone,
 }
 
 /// Runs `prelude` on `sim`'s bucket and clock, before any actor starts.
@@ -101,15 +106,19 @@ pub fn run(sim: &mut Sim, prelude: Prelude) {
             });
         }
         Prelude::NoMarker | Prelude::NoMarkerAs(_) => delete_markers(&bucket),
+        Prelude::ReadyTaskGone => {
+            turn_ready(&bucket);
+            delete_markers(&bucket);
+            delete_tasks(&bucket);
+            gate::lock(&sim.gate.state).queue.push(Message {
+                key: super::checks::record_key("k"),
+                sent_at: None,
+                visible: sim.clock.now(),
+            });
+        }
         Prelude::DiedAfterRecord => {
             delete_markers(&bucket);
-            for key in bucket
-                .keys()
-                .into_iter()
-                .filter(|k| k.starts_with("tasks/"))
-            {
-                now_or_never(bucket.delete(&key, None));
-            }
+            delete_tasks(&bucket);
             sim.clock.set(lm + st.stale_creating_after);
             gate::lock(&sim.gate.state).queue.push(Message {
                 key: super::checks::record_key("k"),
@@ -192,6 +201,32 @@ fn delete_markers(bucket: &MemoryStore) {
     {
         now_or_never(bucket.delete(&key, None));
     }
+}
+
+fn delete_tasks(bucket: &MemoryStore) {
+    for key in bucket
+        .keys()
+        .into_iter()
+        .filter(|k| k.starts_with("tasks/"))
+    {
+        now_or_never(bucket.delete(&key, None));
+    }
+}
+
+/// The record of `k` as an earlier version's sweeper left it: `ready`,
+/// written by the sweeper (its own `write_id`), its `pending_task` gone.
+fn turn_ready(bucket: &MemoryStore) {
+    let key = super::checks::record_key("k");
+    let obj = now_or_never(bucket.get(&key)).and_then(Result::ok);
+    let obj = obj.expect("the prelude's record");
+    let mut v: Value = serde_json::from_slice(&obj.body).expect("a record");
+    v["status"] = json!("ready");
+    v["write_id"] = json!("00000000-0000-4000-8000-00000000beef");
+    if let Some(o) = v.as_object_mut() {
+        o.remove("pending_task");
+    }
+    let body = Bytes::from(v.to_string());
+    now_or_never(bucket.put(&key, body, PutMode::Update(obj.meta.etag)));
 }
 
 /// As buquet's worker ends a task: claimed (its marker deleted), then

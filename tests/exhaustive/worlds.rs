@@ -451,6 +451,33 @@ fn a_young_reset_record_stays_until_no_put_of_the_claim_it_replaced_can_land() {
 }
 
 #[test]
+fn a_replay_over_a_record_an_earlier_version_turned_ready_answers_its_task_gone_as_missing_at_once()
+{
+    for store in STORES {
+        // The key's record as an earlier version's sweeper left it
+        // (`ready`: it had seen the task), the task and marker deleted
+        // since, the record's event due: a replay answers `missing` at
+        // once, never undetermined (no late write can land where the task
+        // was seen), and the sweeper on the event writes nothing. No other
+        // world holds a `ready` record: this one was added for shard 8's
+        // mutant of `Engine::answer_existing` (its `Ready` arm deleted).
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            prelude: Prelude::ReadyTaskGone,
+            deliver: true,
+            advances: 1,
+            depth: 5,
+            ..spec(
+                "an earlier version's ready record, task gone",
+                store,
+                vec![a],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
 fn the_sweeper_on_a_complete_records_event_beside_a_replay_writes_nothing_and_says_so() {
     for store in STORES {
         // The key answered, the clock at its record's stale age and its
