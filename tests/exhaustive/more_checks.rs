@@ -338,10 +338,10 @@ pub fn check_reset_writes(sim: &Sim) -> Result<(), String> {
 
 /// A record's life is in S3's time (docs/protocol.md, "S3's clock, not
 /// ours"): every new record a submit of ours writes has a `created_at` no
-/// later than S3's time when it landed, and no earlier than S3's time when
-/// the submit began less the machines' lag behind S3 (a cold process, which
-/// has no answer yet to learn S3's clock from, writes its own clock's time)
-/// and a second (S3's earliest time, whole seconds). (The claim is built
+/// later than S3's time when it landed plus the machines' lead over S3, and
+/// no earlier than S3's time when the submit began less the machines' lag
+/// behind S3 (a cold process, which has no answer yet to learn S3's clock
+/// from, writes its own clock's time) and a second (S3's earliest time, whole seconds). (The claim is built
 /// once, when the submit begins: its PUT may be sent later, after a clock
 /// step.) Added for shard 4's mutant
 /// of `Engine::record_life` (the learnt offset subtracted, not added).
@@ -350,7 +350,10 @@ pub fn check_record_times(sim: &mut Sim) -> Result<(), String> {
     let new = s.log[sim.checks.times_seen..].to_vec();
     sim.checks.times_seen = s.log.len();
     drop(s);
-    let lag = chrono::Duration::seconds(sim.spec.skew + 1);
+    // A cold process writes its own clock's time: up to the machines' lag
+    // before S3's, or their lead after it.
+    let lag = chrono::Duration::seconds(sim.spec.skew.max(0) + 1);
+    let lead = chrono::Duration::seconds((-sim.spec.skew).max(0));
     for l in new.iter().filter(|l| {
         l.ok && l.key.starts_with("idempotency/")
             && matches!(l.kind, Kind::PutCreate | Kind::PutUpdate | Kind::Put)
@@ -367,7 +370,7 @@ pub fn check_record_times(sim: &mut Sim) -> Result<(), String> {
             continue;
         }
         let began = sim.actors[l.actor].started_at;
-        if r.created_at > l.at || r.created_at < began - lag {
+        if r.created_at > l.at + lead || r.created_at < began - lag {
             return Err(format!(
                 "S3's clock: #{} wrote {} created at {}, begun at {} and landed at {} (S3's time, the machines {} s behind)",
                 l.actor, l.key, r.created_at, began, l.at, sim.spec.skew

@@ -44,6 +44,9 @@ pub enum Prelude {
     /// A submit of `k` answered; the clock at its record's stale age, its
     /// S3 event due: the sweeper finds the record complete.
     AnsweredEventDue,
+    /// A submit of `k` answered; its record's S3 event waiting in the due
+    /// queue, visible now and after any clock step (a redelivery).
+    AnsweredEventWaiting,
     /// A submit of `k` that died after its task, before its marker.
     NoMarker,
     /// The same, the clock at its record's finish deadline + 10 s.
@@ -80,6 +83,13 @@ pub fn run(sim: &mut Sim, prelude: Prelude) {
     let st = &sim.settings;
     match prelude {
         Prelude::Empty | Prelude::Answered | Prelude::AnsweredAs(_) => {}
+        Prelude::AnsweredEventWaiting => {
+            gate::lock(&sim.gate.state).queue.push(Message {
+                key: super::checks::record_key("k"),
+                sent_at: None,
+                visible: sim.clock.now(),
+            });
+        }
         Prelude::AnsweredTwice(_, other) => {
             submit(&bucket, &sim.gate, &sim.settings, other);
         }

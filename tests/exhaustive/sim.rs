@@ -374,14 +374,21 @@ impl Sim {
             if !key.starts_with("idempotency/") {
                 continue;
             }
-            times.extend([
+            let mut record = vec![
                 lm + st.stale_creating_after,
                 lm + st.finish_window,
                 lm + st.finish_window + st.late_write_margin,
-            ]);
-            if let Some(t) = super::checks::time_field(&body, "expires_at") {
-                times.push(t);
+            ];
+            record.extend(super::checks::time_field(&body, "expires_at"));
+            // With the machines' clocks off S3's, each boundary moved by
+            // that offset too: where a process that took the offset the
+            // wrong way round (a sign flipped) sees it already: past a
+            // deadline with the machines behind, at expiry with them ahead.
+            let off = Duration::seconds(self.spec.skew);
+            if self.spec.skew != 0 {
+                record.extend(record.clone().into_iter().map(|t| t + off));
             }
+            times.extend(record);
         }
         // An input payload's orphan age, where a scheduled pass may come
         // (the pass judges a payload by it), and a second before it.

@@ -246,6 +246,31 @@ fn with_the_machines_clock_behind_s3s_a_submit_and_the_sweeper_keep_every_guaran
 }
 
 #[test]
+fn with_the_machines_clock_ahead_of_s3s_the_sweeper_deletes_no_record_before_its_expiry() {
+    for store in STORES {
+        // The mirror of the world above: the machines 58 s ahead, from a
+        // key answered (S3's clock learnt from its answers) whose record's
+        // event is redelivered, the clock stepping to each of its record's
+        // boundaries and to each less 58 s, the sweeper by that event, a
+        // replay (the pass reads a record by its age, not by its expiry:
+        // the world above has it). Added for shard 8's mutant of
+        // `Engine::sweep_read` (the learnt offset's lower bound subtracted:
+        // with the machines ahead, S3's time judged 116 s late, a record
+        // deleted before its expiry).
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            prelude: Prelude::AnsweredEventWaiting,
+            advances: 1,
+            deliver: true,
+            depth: 5,
+            skew: -58,
+            ..spec("machine clock 58 s ahead of S3's", store, vec![a])
+        };
+        holds(w);
+    }
+}
+
+#[test]
 fn a_key_reset_beside_a_submit_of_the_key_from_an_answered_submit_keeps_every_guarantee() {
     for store in STORES {
         // The key's first submit answered (record, task, marker): the
