@@ -239,6 +239,12 @@ pub trait Store: Send + Sync + 'static {
     /// each object's one version, `null`), for [`Store::delete_version`]:
     /// how `idem doctor --probe` leaves nothing behind. The default lists
     /// none: a store without versions has its objects only.
+    ///
+    /// In S3's order: by key, each key's versions newest first (S3's pages
+    /// give a key's delete markers apart from its versions). Callers must
+    /// not rely on the order; the in-memory store keeps S3's, so that a
+    /// caller that deletes the current version before the ones beneath it
+    /// (which brings an older one back for a while) is seen doing so.
     async fn list_versions(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
         let _ = prefix;
         Ok(Vec::new())

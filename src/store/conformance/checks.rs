@@ -379,14 +379,15 @@ pub async fn deleting_the_current_version_brings_the_one_before_it_back(
     assert_eq!(back.meta.version_id, a.version_id);
 }
 
-/// Every version under a prefix, delete markers too, is listed; deleting
+/// Every version under a prefix, delete markers too, is listed, a key's
+/// versions newest first as S3 lists them; deleting
 /// each leaves nothing (what `idem doctor --probe` cleans up with).
 pub async fn every_version_under_a_prefix_is_listed_and_deleting_each_leaves_nothing(
     s: Arc<dyn Store>,
     x: Expect,
 ) {
     let a = put(&s, "x/k", b"1", PutMode::Create).await;
-    put(&s, "x/k", b"2", PutMode::Update(a.etag)).await;
+    let b = put(&s, "x/k", b"2", PutMode::Update(a.etag)).await;
     put(&s, "x/l", b"1", PutMode::Create).await;
     s.delete("x/l", None).await.unwrap();
     let versions = s.list_versions("x/").await.unwrap();
@@ -396,6 +397,16 @@ pub async fn every_version_under_a_prefix_is_listed_and_deleting_each_leaves_not
         if x.versioned { 4 } else { 1 },
         "{versions:?}"
     );
+    // S3's order: a key's versions newest first.
+    if x.versioned {
+        let of_k: Vec<Option<&str>> = versions
+            .iter()
+            .filter(|(k, _)| k == "x/k")
+            .map(|(_, v)| Some(v.as_str()))
+            .collect();
+        let newest_first = vec![b.version_id.as_deref(), a.version_id.as_deref()];
+        assert_eq!(of_k, newest_first, "{versions:?}");
+    }
     for (k, v) in &versions {
         s.delete_version(k, v).await.unwrap();
     }
