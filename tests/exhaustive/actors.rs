@@ -96,6 +96,9 @@ pub enum Role {
         input: u8,
         how: How,
     },
+    /// A submit without a key, asked as `how` says (a tenant, an offloaded
+    /// input): its task and marker, no record.
+    Plain { input: u8, how: How },
     /// A lookup of the key (`GET /idempotency-keys/{key}`).
     Lookup { key: &'static str },
     /// A keyed submit with `if_task_failed: new_task`.
@@ -259,6 +262,16 @@ pub fn start(role: &Role, q: Queue, store: GateStore, bug: Option<Bug>) -> Runni
             }
             if how.options {
                 b = b.max_retries(5);
+            }
+            if how.payload {
+                b = b.payload_refs(PAYLOAD_OVER);
+            }
+            Outcome::Submitted(vec![b.await])
+        }),
+        Role::Plain { input, how } => Box::pin(async move {
+            let mut b = q.submit(how.task_type(), input_of(input));
+            if let Some(p) = how.tenant {
+                b = b.tenant(p);
             }
             if how.payload {
                 b = b.payload_refs(PAYLOAD_OVER);

@@ -252,3 +252,36 @@ fn a_schema_that_accepts_one_input_and_refuses_another_refuses_without_writing()
         holds(w);
     }
 }
+
+#[test]
+fn a_submit_without_a_key_writes_its_task_and_marker_and_names_only_its_tenant_in_every_schedule() {
+    for store in STORES {
+        // No key, so no record: a tenant's offloaded input (its payload
+        // first, then task and marker side by side) with buquet's worker
+        // polling beside it; then a keyless submit of nobody's, alone.
+        // Added for the mutants of `submit_plain` and
+        // `put_task_and_marker`, which no keyed world reaches.
+        let offloaded = How {
+            tenant: Some("a"),
+            payload: true,
+            ..How::default()
+        };
+        let roles = vec![
+            Role::Plain {
+                input: 1,
+                how: offloaded,
+            },
+            Role::Worker,
+        ];
+        let w = Spec {
+            depth: 6,
+            ..spec("keyless, a tenant's payload, the worker", store, roles)
+        };
+        holds(w);
+        let plain = Role::Plain {
+            input: 1,
+            how: How::default(),
+        };
+        holds(spec("keyless, alone", store, vec![plain]));
+    }
+}

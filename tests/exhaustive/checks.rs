@@ -142,13 +142,21 @@ pub fn observe(sim: &mut Sim) {
         }
         // The reset's promise: the record a reset replaced never comes
         // back (a create-only PUT of its claim landing late, after the
-        // reset record was deleted too early, would bring it back).
+        // reset record was deleted too early, would bring it back). Nor
+        // does any record once replaced or deleted: a key's record only
+        // moves on (deleting a key's current version before the versions
+        // beneath it would make the one before it current again).
         let back = lives
             .iter()
-            .find(|l| l.key == key && l.body == body && reset_before(lives, l));
+            .find(|l| l.key == key && l.body == body && l.to.is_some());
         if let Some(old) = back {
+            let why = if reset_before(lives, old) {
+                "the reset's promise: a record that a reset replaced came back"
+            } else {
+                "a record once replaced or deleted came back"
+            };
             sim.checks.broken.get_or_insert(format!(
-                "the reset's promise: the record of {key} (task {}) that a reset replaced came back",
+                "{why}: the record of {key} (task {})",
                 old.record.task_id
             ));
         }
@@ -197,22 +205,26 @@ fn check_writes(sim: &mut Sim) -> Result<(), String> {
         if l.kind == Kind::Delete {
             continue;
         }
-        let Some(life) = life_of_task(&sim.checks.lives, id) else {
-            return Err(format!("guarantee 2: {} written for no record", l.key));
-        };
-        if l.ok && reset_before(&sim.checks.lives, life) {
-            return Err(format!(
-                "the reset's promise: {} written after its record was reset",
-                l.key
-            ));
-        }
-        if l.sent >= life.last_modified + window {
-            return Err(format!(
-                "deadline: a write of {} was sent at {} past its record's finish deadline {}",
-                l.key,
-                l.sent,
-                life.last_modified + window
-            ));
+        // A submit without a key writes its task with no record.
+        let keyless = matches!(sim.actors[l.actor].role, Role::Plain { .. });
+        match life_of_task(&sim.checks.lives, id) {
+            None if keyless => {}
+            None => return Err(format!("guarantee 2: {} written for no record", l.key)),
+            Some(life) if l.ok && reset_before(&sim.checks.lives, life) => {
+                return Err(format!(
+                    "the reset's promise: {} written after its record was reset",
+                    l.key
+                ));
+            }
+            Some(life) if l.sent >= life.last_modified + window => {
+                return Err(format!(
+                    "deadline: a write of {} was sent at {} past its record's finish deadline {}",
+                    l.key,
+                    l.sent,
+                    life.last_modified + window
+                ));
+            }
+            Some(_) => {}
         }
         if l.key.starts_with("tasks/") {
             if l.kind != Kind::PutCreate && l.ok {
@@ -310,6 +322,12 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
     check_markers_of(sim, i)?;
     let a = &sim.actors[i];
     match (&a.role, &a.outcome) {
+        (Role::Plain { how, .. }, Some(Outcome::Submitted(rs))) => {
+            for r in rs {
+                more_checks::check_plain(sim, i, how, r)?;
+            }
+            super::payloads::check_no_orphan(sim, i)
+        }
         (role, Some(Outcome::Submitted(rs))) => {
             for (sub, r) in role.submits().into_iter().zip(rs) {
                 check_submit(sim, i, &sub, r).map_err(|e| format!("#{i} {}: {e}", sub.key))?;
@@ -460,7 +478,7 @@ fn check_submit(
 
 /// An error that the actor's faults or the clock explain; any other error
 /// is a failure of its own.
-fn expected_error(sim: &Sim, i: usize, e: &SubmitError) -> Result<(), String> {
+pub fn expected_error(sim: &Sim, i: usize, e: &SubmitError) -> Result<(), String> {
     let a = &sim.actors[i];
     let late = sim.clock.now() >= a.started_at + sim.settings.operation_timeout;
     match e {

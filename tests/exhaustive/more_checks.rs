@@ -4,10 +4,11 @@
 use idempotent_submit::testing::protocol::Record;
 use idempotent_submit::{Clock, Reset, SubmitError, Submitted};
 
-use super::actors::{Events, Role};
+use super::actors::{self, Events, How, Role};
 use super::checks::Life;
 use super::gate::{self, Kind};
 use super::sim::Sim;
+use serde_json::Value;
 
 /// Guarantee 11 after every step: a record that names a replaced task
 /// replaced a task that was `failed` or `cancelled` when that record
@@ -404,6 +405,56 @@ pub fn check_replayed(sim: &Sim, i: usize, rkey: &str, s: &Submitted) -> Result<
             s.task_id,
             s.replayed,
             if own { "its own" } else { "another's" }
+        ));
+    }
+    Ok(())
+}
+
+/// A submit without a key (docs/protocol.md, "A submit without a key"),
+/// answered: a new task (no record, no replay) with one of buquet's
+/// statuses, in the bucket, beside its marker unless a worker took it, and
+/// naming in `idempotency` its tenant and nothing else (no `idempotency`
+/// without one); an error only where its faults or the clock explain it.
+pub fn check_plain(
+    sim: &Sim,
+    i: usize,
+    how: &How,
+    r: &Result<Submitted, SubmitError>,
+) -> Result<(), String> {
+    let s = match r {
+        Ok(s) => s,
+        Err(e) => return super::checks::expected_error(sim, i, e),
+    };
+    if s.idempotency.is_some() || s.replayed || !s.created() || s.status.is_empty() {
+        return Err(format!("#{i}: a keyless submit answered {s:?}"));
+    }
+    let Some(body) = super::checks::object(sim, &s.task_key) else {
+        return Err(format!(
+            "guarantee 3: #{i} answered {} without a key, which is not in the bucket",
+            s.task_key
+        ));
+    };
+    let task: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let marked = sim
+        .bucket
+        .keys()
+        .iter()
+        .any(|k| actors::task_of_marker(k).as_deref() == Some(s.task_key.as_str()));
+    if task["status"] == "pending" && !marked {
+        return Err(format!(
+            "guarantee 3: #{i} answered {} without a key, pending with no marker",
+            s.task_key
+        ));
+    }
+    let tenant = how.tenant().map(|t| t.id());
+    let named = task.get("idempotency");
+    let ok = match &tenant {
+        Some(t) => named.and_then(|v| v.get("tenant")).and_then(Value::as_str) == Some(t.as_str()),
+        None => named.is_none(),
+    };
+    if !ok {
+        return Err(format!(
+            "#{i}: a keyless task of tenant {tenant:?} names {named:?} in its idempotency"
         ));
     }
     Ok(())

@@ -47,6 +47,10 @@ pub enum Prelude {
     /// A submit of `k` answered; its record's S3 event waiting in the due
     /// queue, visible now and after any clock step (a redelivery).
     AnsweredEventWaiting,
+    /// A submit of `k` answered, expired, and replaced by a second submit's
+    /// record (a new task); the clock at that record's expiry and its S3
+    /// event due: on a versioned bucket the key has two versions.
+    SecondLifeExpired,
     /// A submit of `k` that died after its task, before its marker.
     NoMarker,
     /// The same, the clock at its record's finish deadline + 10 s.
@@ -141,19 +145,42 @@ pub fn run(sim: &mut Sim, prelude: Prelude) {
             sim.clock
                 .set(lm + st.finish_window + chrono::Duration::seconds(10));
         }
-        Prelude::Expired => {
+        Prelude::Expired => at_expiry(sim, &bucket),
+        Prelude::SecondLifeExpired => {
+            at_expiry(sim, &bucket);
+            gate::lock(&sim.gate.state).queue.clear();
+            // The first record's life, ended before the walk begins: the
+            // checker then knows it if it is ever current again.
             let record = super::checks::record_key("k");
-            let body = now_or_never(bucket.get(&record)).and_then(Result::ok);
-            let body = body.expect("the prelude's record").body;
-            let expiry = super::checks::time_field(&body, "expires_at");
-            sim.clock.set(expiry.expect("a record's expiry"));
-            gate::lock(&sim.gate.state).queue.push(Message {
+            let obj = now_or_never(bucket.get(&record)).and_then(Result::ok);
+            let obj = obj.expect("the prelude's record");
+            sim.checks.lives.push(super::checks::Life {
                 key: record,
-                sent_at: None,
-                visible: sim.clock.now(),
+                record: serde_json::from_slice(&obj.body).expect("a record"),
+                body: obj.body,
+                last_modified: obj.meta.last_modified,
+                from: 0,
+                to: Some(0),
             });
+            submit(&bucket, &sim.gate, &sim.settings, first);
+            at_expiry(sim, &bucket);
         }
     }
+}
+
+/// The clock at the record of `k`'s expiry, its S3 event waiting (a
+/// redelivery).
+fn at_expiry(sim: &mut Sim, bucket: &MemoryStore) {
+    let record = super::checks::record_key("k");
+    let body = now_or_never(bucket.get(&record)).and_then(Result::ok);
+    let body = body.expect("the prelude's record").body;
+    let expiry = super::checks::time_field(&body, "expires_at");
+    sim.clock.set(expiry.expect("a record's expiry"));
+    gate::lock(&sim.gate.state).queue.push(Message {
+        key: record,
+        sent_at: None,
+        visible: sim.clock.now(),
+    });
 }
 
 /// A submit of `k` with input 1, asked as `how` says, on the bucket

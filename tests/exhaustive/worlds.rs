@@ -122,6 +122,30 @@ fn a_record_past_its_expiry_is_swept_or_replaced_and_a_submit_after_it_gets_a_ne
 }
 
 #[test]
+fn a_keys_second_record_at_its_expiry_is_swept_without_bringing_the_first_back() {
+    for store in STORES {
+        // The key's first record expired and replaced by a second submit's
+        // (on a versioned bucket, two versions of the key), the clock at
+        // the second's expiry and its event redelivered: the sweeper
+        // deletes it (with `CONDITIONAL_DELETE=off`, the versions beneath
+        // first, then its own), and no record once replaced is ever current
+        // again, beside a submit of the key started at any point. Added for
+        // shard 8's mutant of `Engine::delete_expired_version` (its
+        // current version counted among those beneath: deleted first, which
+        // makes the first record current again until its own DELETE).
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            prelude: Prelude::SecondLifeExpired,
+            deliver: true,
+            late_starts: true,
+            depth: 6,
+            ..spec("a key's second record at its expiry", store, vec![a])
+        };
+        holds(w);
+    }
+}
+
+#[test]
 fn a_submit_its_replay_a_key_reset_and_a_submit_after_the_reset_keep_every_guarantee() {
     for store in STORES {
         let a = Role::Submit { key: "k", input: 1 };
