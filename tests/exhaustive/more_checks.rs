@@ -1,13 +1,13 @@
 //! Guarantees 8 (request counts) and 11 (a failed task's key reused),
 //! checked after every step beside `checks.rs`'s.
 
-use idempotent_submit::testing::protocol::Record;
+use idempotent_submit::testing::protocol::{Record, RecordOutcome};
 use idempotent_submit::{Clock, Reset, SubmitError, Submitted};
 
-use super::actors::{Events, Role};
+use super::actors::{Events, Outcome, Role};
 use super::checks::Life;
 use super::gate::{self, Kind};
-use super::sim::Sim;
+use super::sim::{Sim, State};
 
 /// Guarantee 11 after every step: a record that names a replaced task
 /// replaced a task that was `failed` or `cancelled` when that record
@@ -404,4 +404,51 @@ pub fn check_replayed(sim: &Sim, i: usize, rkey: &str, s: &Submitted) -> Result<
         ));
     }
     Ok(())
+}
+
+/// An expired record's answer is true (docs/protocol.md, "The sweeper"): a
+/// sweeper that answers `ExpiredDeleted` deleted the record it read (no
+/// record of the key that was there when it began is there still), and no
+/// store of the checker's keeps an expired record (S3 and S3 Express delete
+/// it by `If-Match`, the versioned bucket by the version read;
+/// `ExpiredKept` is for `CONDITIONAL_DELETE=off` on an unversioned bucket),
+/// so neither the sweeper nor a dry run, which answers what the sweeper
+/// would do, answers `ExpiredKept`. Checked when the actor ends. Added for
+/// the mutants of `Engine::sweep_read`'s `dry_run` guard,
+/// `Engine::deletion_owed` and `Engine::delete_version` (issue 46, the 137
+/// never run).
+pub fn check_expired_answer(sim: &Sim, i: usize) -> Result<(), String> {
+    let a = &sim.actors[i];
+    if a.state != State::Done || a.span.1 != sim.step {
+        return Ok(());
+    }
+    let (key, who) = match &a.role {
+        Role::Sweep(m) => (m.key.clone(), "the sweeper"),
+        Role::DrySweep { key } => (super::checks::record_key(key), "the dry run"),
+        _ => return Ok(()),
+    };
+    let Some(Outcome::Swept(o)) = &a.outcome else {
+        return Ok(());
+    };
+    match o {
+        RecordOutcome::ExpiredKept => Err(format!(
+            "{who} #{i} answered ExpiredKept for {key} on {:?}, which deletes an expired record safely",
+            sim.spec.store
+        )),
+        RecordOutcome::ExpiredDeleted if who == "the sweeper" => {
+            let left = sim
+                .checks
+                .lives
+                .iter()
+                .find(|l| l.key == key && l.from <= a.span.0 && l.to.is_none());
+            match left {
+                Some(l) => Err(format!(
+                    "the sweeper #{i} answered ExpiredDeleted for {key}, and the record it found there (task {}) is there still",
+                    l.record.task_id
+                )),
+                None => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
 }
