@@ -4,6 +4,7 @@
 
 use super::actors::Role;
 use super::prelude::Prelude;
+use super::script::Pick;
 use super::sim::Spec;
 use super::worlds::{STORES, holds, spec};
 
@@ -26,6 +27,41 @@ fn a_dry_run_and_the_sweeper_on_an_expired_record_answer_what_the_sweeper_does()
                 "an expired record, a dry run, the sweeper",
                 store,
                 vec![Role::DrySweep { key: "k" }],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn the_sweeper_deletes_an_old_reset_record_and_every_version_beneath_it() {
+    for store in STORES {
+        // Scripted (each step checked): the key answered, an operator
+        // resets it, and the clock steps past the reset record's keeping
+        // (no PUT of the claim it replaced can land any more). Then every
+        // schedule: the reset record's S3 event to the sweeper, which
+        // deletes it; on the versioned bucket, the versions beneath first
+        // (the answered record among them), so that the record the reset
+        // replaced never becomes current again. Added for the mutants of
+        // `Engine::delete_expired_version` (which versions are beneath,
+        // and whether the read one is still current).
+        let st = super::sim::settings(store);
+        let kept = st.operation_timeout + st.late_write_margin;
+        let script = vec![
+            Pick::Start(0),
+            Pick::Finish(0),
+            Pick::Clock(kept.num_seconds() + 1),
+        ];
+        let w = Spec {
+            prelude: Prelude::Answered,
+            late_starts: true,
+            deliver: true,
+            depth: 6,
+            script,
+            ..spec(
+                "an old reset record, the sweeper",
+                store,
+                vec![Role::Reset { key: "k" }],
             )
         };
         holds(w);
