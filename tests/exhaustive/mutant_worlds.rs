@@ -3,6 +3,7 @@
 //! never run"), on the three stores, as `worlds.rs`'s.
 
 use super::actors::Role;
+use super::gate::Fault;
 use super::prelude::Prelude;
 use super::script::Pick;
 use super::sim::Spec;
@@ -62,6 +63,45 @@ fn the_sweeper_deletes_an_old_reset_record_and_every_version_beneath_it() {
                 "an old reset record, the sweeper",
                 store,
                 vec![Role::Reset { key: "k" }],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn a_reset_record_stays_through_the_last_second_a_slow_put_of_its_claim_may_land() {
+    for store in STORES {
+        // Scripted (each step checked): #0's record PUT is slow (it may
+        // land up to the late-write margin after it was sent), its retry
+        // lands and #0 answers; an operator (#1) resets the key at once;
+        // the clock steps to a second before that slow PUT's last chance
+        // (no boundary of the walk falls between the reset record's
+        // keeping less the operation timeout and that instant). Then every
+        // schedule: the records' events to the sweeper, which keeps the
+        // reset record, and the slow PUT landing. Added for the mutant of
+        // `owed` that keeps a reset record the operation timeout less.
+        let st = super::sim::settings(store);
+        let script = vec![
+            Pick::Start(0),
+            Pick::Decide(0, "idempotency/", Fault::Slow),
+            Pick::Finish(0),
+            Pick::Start(1),
+            Pick::Finish(1),
+            Pick::Clock(st.late_write_margin.num_seconds() - 1),
+        ];
+        let a = Role::Submit { key: "k", input: 1 };
+        let w = Spec {
+            late_starts: true,
+            faults: 1,
+            crashes: 0,
+            deliver: true,
+            depth: 5,
+            script,
+            ..spec(
+                "a slow claim, a reset, the sweeper at its last second",
+                store,
+                vec![a, Role::Reset { key: "k" }],
             )
         };
         holds(w);
