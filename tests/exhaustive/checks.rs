@@ -92,6 +92,7 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
         // schedules before the batch does).
         more_checks::check_batch_sends(sim, i)?;
         more_checks::check_expired_answer(sim, i)?;
+        more_checks::check_early(sim, i)?;
         let a = &sim.actors[i];
         if a.state == State::Done && a.span.1 == sim.step {
             check_outcome(sim, i)?;

@@ -452,3 +452,40 @@ pub fn check_expired_answer(sim: &Sim, i: usize) -> Result<(), String> {
         _ => Ok(()),
     }
 }
+
+/// A sweeper's `Early` is true: a sweeper on a due message that answers
+/// `Early` (its message handed back, nothing done) read a record younger
+/// than its stale age. Its tolerance only makes it judge a record stale
+/// sooner, and S3's earliest time stands at most a second behind: a record
+/// that had reached its stale age when the sweeper began is never early.
+/// A sweeper that calls a stale record early hands its message back, and
+/// would again at every delivery: nobody finishes the record (guarantee 4).
+/// Added for the mutant of `owed` that calls every stale record early
+/// (issue 46, the 137 never run).
+pub fn check_early(sim: &Sim, i: usize) -> Result<(), String> {
+    let a = &sim.actors[i];
+    if a.state != State::Done || a.span.1 != sim.step {
+        return Ok(());
+    }
+    let (Role::Sweep(m), Some(Outcome::Swept(RecordOutcome::Early))) = (&a.role, &a.outcome) else {
+        return Ok(());
+    };
+    let stale = sim.settings.stale_creating_after;
+    let old = sim.checks.lives.iter().find(|l| {
+        l.key == m.key
+            && !l.reset()
+            && l.from <= a.span.0
+            && l.to.is_none()
+            && a.started_at >= l.last_modified + stale
+    });
+    match old {
+        Some(l) => Err(format!(
+            "guarantee 4: the sweeper #{i} answered Early for {}, whose record (task {}) was {} s old when it began (stale at {} s)",
+            m.key,
+            l.record.task_id,
+            (a.started_at - l.last_modified).num_seconds(),
+            stale.num_seconds()
+        )),
+        None => Ok(()),
+    }
+}
