@@ -489,3 +489,45 @@ pub fn check_early(sim: &Sim, i: usize) -> Result<(), String> {
         None => Ok(()),
     }
 }
+
+/// A sweeper's `PastDeadline` is true: a sweeper (or a dry run) that
+/// answers `PastDeadline` (a `creating` record past its finish deadline
+/// without its task) read the record's task and found none. Past the
+/// deadline it reads the task and checks the marker all the same: a record
+/// whose task is there is done once a stale marker beside it is removed.
+/// Added for the mutant of `Engine::check_past_deadline` that answers
+/// without a read (issue 46, the 137 never run).
+pub fn check_past_deadline(sim: &Sim, i: usize) -> Result<(), String> {
+    let a = &sim.actors[i];
+    if a.state != State::Done || a.span.1 != sim.step {
+        return Ok(());
+    }
+    let key = match &a.role {
+        Role::Sweep(m) => m.key.clone(),
+        Role::DrySweep { key } => super::checks::record_key(key),
+        _ => return Ok(()),
+    };
+    if !matches!(a.outcome, Some(Outcome::Swept(RecordOutcome::PastDeadline))) {
+        return Ok(());
+    }
+    let Some(life) = sim
+        .checks
+        .lives
+        .iter()
+        .find(|l| l.key == key && !l.reset() && l.from <= a.span.0 && l.to.is_none())
+    else {
+        return Ok(());
+    };
+    let task = &life.record.task_key;
+    let s = gate::lock(&sim.gate.state);
+    let looked = s
+        .log
+        .iter()
+        .any(|l| l.actor == i && l.kind == Kind::Get && l.key == *task && !l.ok);
+    if looked {
+        return Ok(());
+    }
+    Err(format!(
+        "#{i} answered PastDeadline for {key} and found no task missing: no read of {task} answered 404"
+    ))
+}
