@@ -107,3 +107,41 @@ fn a_reset_record_stays_through_the_last_second_a_slow_put_of_its_claim_may_land
         holds(w);
     }
 }
+
+#[test]
+fn with_the_machines_clock_behind_s3s_a_replay_writes_nothing_past_the_finish_deadline() {
+    for store in STORES {
+        // The machines 58 s behind S3's; a submit of `k` died after its
+        // record, the clock at the record's stale age. Scripted (each step
+        // checked): the clock to 10 s before the record's finish deadline,
+        // a replay of the key that reads the record and the task (missing)
+        // and sends the task's PUT. Then every schedule: the clock to any
+        // boundary (the finish deadline among them, which times that PUT
+        // out), every fault: the replay writes nothing once the deadline
+        // has come (its window closes at the deadline in S3's time, on its
+        // own clock the learnt offset earlier). Added for the mutant of
+        // `Engine::write_window` that adds the offset instead.
+        let st = super::sim::settings(store);
+        let to_deadline = st.finish_window - st.stale_creating_after;
+        let script = vec![
+            Pick::Clock(to_deadline.num_seconds() - 10),
+            Pick::Start(0),
+            Pick::UntilWrite(0, "tasks/"),
+        ];
+        let w = Spec {
+            prelude: Prelude::DiedAfterRecord,
+            skew: 58,
+            late_starts: true,
+            // The script's clock step is one of them.
+            advances: 2,
+            depth: 4,
+            script,
+            ..spec(
+                "died after its record, machine clock 58 s behind, a replay at its deadline",
+                store,
+                vec![Role::Submit { key: "k", input: 1 }],
+            )
+        };
+        holds(w);
+    }
+}
