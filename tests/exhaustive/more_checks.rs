@@ -531,3 +531,33 @@ pub fn check_past_deadline(sim: &Sim, i: usize) -> Result<(), String> {
         "#{i} answered PastDeadline for {key} and found no task missing: no read of {task} answered 404"
     ))
 }
+
+/// A submit answers `DeadlineExceeded` only once its operation deadline
+/// has come: a write that the record's finish deadline refused (its window
+/// shut first) is `Undetermined`, which says until when a late write may
+/// still land (docs/protocol.md, guarantee 7). `expected_error` lets a
+/// faulted actor answer it, and a clock step that times a request out is a
+/// fault. Added for the mutant of `Engine::refused` that answers the
+/// finish deadline's refusal as the operation's (issue 46, the 137 never
+/// run).
+pub fn check_deadline_exceeded(sim: &Sim, i: usize) -> Result<(), String> {
+    let a = &sim.actors[i];
+    if a.state != State::Done || a.span.1 != sim.step {
+        return Ok(());
+    }
+    let Some(Outcome::Submitted(rs)) = &a.outcome else {
+        return Ok(());
+    };
+    let deadline = a.started_at + sim.settings.operation_timeout;
+    let now = sim.clock.now();
+    if now < deadline
+        && rs
+            .iter()
+            .any(|r| matches!(r, Err(SubmitError::DeadlineExceeded)))
+    {
+        return Err(format!(
+            "#{i} answered DeadlineExceeded at {now}, before its operation deadline {deadline}"
+        ));
+    }
+    Ok(())
+}

@@ -3,7 +3,7 @@
 //! never run"), on the three stores, as `worlds.rs`'s.
 
 use super::actors::Role;
-use super::gate::Fault;
+use super::gate::{Fault, Message};
 use super::prelude::Prelude;
 use super::script::Pick;
 use super::sim::Spec;
@@ -140,6 +140,39 @@ fn with_the_machines_clock_behind_s3s_a_replay_writes_nothing_past_the_finish_de
                 "died after its record, machine clock 58 s behind, a replay at its deadline",
                 store,
                 vec![Role::Submit { key: "k", input: 1 }],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn the_sweeper_writes_the_marker_of_a_submit_that_died_before_it_and_says_so() {
+    for store in STORES {
+        // A submit of `k` died after its task, before its marker. Scripted:
+        // the clock to the record's stale age. Then every schedule, every
+        // fault: the sweeper on the record's due message writes the marker
+        // alone (the task is there) and answers `Finished`, never
+        // `Nothing`, beside a replay of the key. Added for the mutant of
+        // `Engine::finish` that counts a write only when both the task and
+        // the marker were written.
+        let st = super::sim::settings(store);
+        let due = Message {
+            key: super::checks::record_key("k"),
+            sent_at: None,
+            visible: chrono::DateTime::UNIX_EPOCH,
+        };
+        let script = vec![Pick::Clock(st.stale_creating_after.num_seconds())];
+        let w = Spec {
+            prelude: Prelude::NoMarker,
+            late_starts: true,
+            advances: 1,
+            depth: 7,
+            script,
+            ..spec(
+                "died before its marker, the sweeper, a replay",
+                store,
+                vec![Role::Sweep(due), Role::Submit { key: "k", input: 1 }],
             )
         };
         holds(w);
