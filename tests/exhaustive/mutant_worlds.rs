@@ -178,3 +178,37 @@ fn the_sweeper_writes_the_marker_of_a_submit_that_died_before_it_and_says_so() {
         holds(w);
     }
 }
+
+#[test]
+fn a_reset_that_a_new_task_submit_overtook_over_a_failed_tasks_key_answers_changed() {
+    for store in STORES {
+        // The key's task failed. Scripted (each step checked): an operator
+        // resets the key, and reads its record and its task. Then every
+        // schedule, fault-free, beside a `new_task` submit of the key:
+        // where the submit's record replaces the failed task's before the
+        // reset's write, the reset's PUT meets a 412 and finds another
+        // task's record there: `Changed`, never `Done` (no reset record came
+        // to the key, and the next submit replays the new task). Added for
+        // the mutant of `Engine::landed_reset` that answers every 412
+        // `Done`. (Unscripted, the world finds the new task's marker PUT,
+        // sent beside its task, landing after a reset that read the task:
+        // docs/testing.md, "The 137 never run".)
+        let script = vec![
+            Pick::Decide(0, "idempotency/", Fault::Ok),
+            Pick::Decide(0, "tasks/", Fault::Ok),
+        ];
+        let w = Spec {
+            prelude: Prelude::Failed,
+            faults: 0,
+            crashes: 0,
+            depth: 8,
+            script,
+            ..spec(
+                "a failed task's key, a reset beside new_task",
+                store,
+                vec![Role::Reset { key: "k" }, Role::Reuse { key: "k", input: 1 }],
+            )
+        };
+        holds(w);
+    }
+}
