@@ -2,7 +2,9 @@
 //! 137 of main's 321 that no shard had run; docs/testing.md, "The 137
 //! never run"), on the three stores, as `worlds.rs`'s.
 
-use super::actors::Role;
+use idempotent_submit::due_sender::DueOrder;
+
+use super::actors::{Events, Role};
 use super::gate::{Fault, Message};
 use super::prelude::Prelude;
 use super::script::Pick;
@@ -207,6 +209,46 @@ fn a_reset_that_a_new_task_submit_overtook_over_a_failed_tasks_key_answers_chang
                 "a failed task's key, a reset beside new_task",
                 store,
                 vec![Role::Reset { key: "k" }, Role::Reuse { key: "k", input: 1 }],
+            )
+        };
+        holds(w);
+    }
+}
+
+#[test]
+fn with_the_machines_clock_behind_s3s_a_cold_submitters_slow_claim_keeps_its_due_message() {
+    for store in STORES {
+        // `RECORD_EVENTS=submitter`, the machines 58 s behind S3's, and a
+        // cold process (no answer yet has told it S3's clock): its due
+        // message says it was sent 58 s before S3's time. Scripted: the
+        // message sent, the record PUT slow (it may land up to the
+        // late-write margin after it was sent), the process dead at the
+        // retry. Then every schedule: the clock twice (a second before a
+        // boundary among its steps), the message to the sweeper, the slow
+        // PUT landing: the sweeper acknowledges a message with no record
+        // only once its claim can land no more, the signing clock's 60 s
+        // and the operation deadline counted, so a record that lands
+        // always has its message (guarantee 4). Added for the mutant of
+        // `Engine::claim_may_land` that subtracts the operation timeout.
+        let script = vec![
+            Pick::Start(0),
+            Pick::Decide(0, "idempotency/", Fault::Ok),
+            Pick::Decide(0, "idempotency/", Fault::Slow),
+            Pick::Decide(0, "idempotency/", Fault::CrashBefore),
+        ];
+        let w = Spec {
+            events: Events::Submitter(DueOrder::BeforeClaim),
+            skew: 58,
+            late_starts: true,
+            faults: 2,
+            advances: 2,
+            deliver: true,
+            depth: 6,
+            script,
+            ..spec(
+                "submitter, cold, machine clock 58 s behind, a slow claim",
+                store,
+                vec![Role::Submit { key: "j", input: 1 }],
             )
         };
         holds(w);
