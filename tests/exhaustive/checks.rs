@@ -95,6 +95,7 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
         more_checks::check_early(sim, i)?;
         more_checks::check_past_deadline(sim, i)?;
         more_checks::check_deadline_exceeded(sim, i)?;
+        more_checks::check_undetermined(sim, i)?;
         let a = &sim.actors[i];
         if a.state == State::Done && a.span.1 == sim.step {
             check_outcome(sim, i)?;

@@ -561,3 +561,45 @@ pub fn check_deadline_exceeded(sim: &Sim, i: usize) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// A submit answers `Undetermined` only while a late write may still land:
+/// once S3's time is past its record's finish deadline and the late-write
+/// margin (a second more: S3's earliest time may stand a second behind),
+/// the task is there or will never be, and the answer says which
+/// (docs/protocol.md, guarantee 7). `check_submit` judges the other end (not
+/// before the finish deadline). Added for the mutant of
+/// `Engine::answer_existing` that finishes a record past its deadline
+/// (issue 46, the 137 never run).
+pub fn check_undetermined(sim: &Sim, i: usize) -> Result<(), String> {
+    let a = &sim.actors[i];
+    if a.state != State::Done || a.span.1 != sim.step {
+        return Ok(());
+    }
+    let Some(Outcome::Submitted(rs)) = &a.outcome else {
+        return Ok(());
+    };
+    let st = &sim.settings;
+    let began = a.started_at;
+    for (sub, r) in a.role.submits().iter().zip(rs) {
+        let Err(SubmitError::Undetermined { task_id, .. }) = r else {
+            continue;
+        };
+        let rkey = super::checks::record_key_as(sub.key, &sub.how);
+        let settled = sim.checks.lives.iter().find(|l| {
+            l.key == rkey
+                && l.record.task_id == *task_id
+                && began
+                    >= l.last_modified
+                        + st.finish_window
+                        + st.late_write_margin
+                        + chrono::Duration::seconds(1)
+        });
+        if let Some(l) = settled {
+            return Err(format!(
+                "guarantee 7: #{i} answered Undetermined for task {task_id}, begun at {began}, after no late write for its record could land ({})",
+                l.last_modified + st.finish_window + st.late_write_margin
+            ));
+        }
+    }
+    Ok(())
+}

@@ -254,3 +254,34 @@ fn with_the_machines_clock_behind_s3s_a_cold_submitters_slow_claim_keeps_its_due
         holds(w);
     }
 }
+
+#[test]
+fn a_replay_after_no_late_write_can_land_answers_what_the_record_came_to() {
+    for store in STORES {
+        // A submit of `k` died after its record. Scripted: the clock to a
+        // second past the record's finish deadline and the late-write
+        // margin. Then every schedule, every fault: a replay of the key
+        // answers `missing` (no task, and none can come), never
+        // `Undetermined`; the record's event to the sweeper beside it.
+        // Added for the mutant of `Engine::answer_existing` that finishes a
+        // record past its finish deadline (`||` for `&&`).
+        let st = super::sim::settings(store);
+        let past = st.finish_window + st.late_write_margin - st.stale_creating_after;
+        let script = vec![Pick::Clock(past.num_seconds() + 1)];
+        let w = Spec {
+            prelude: Prelude::DiedAfterRecord,
+            late_starts: true,
+            // The script's clock step is one of them.
+            advances: 1,
+            deliver: true,
+            depth: 5,
+            script,
+            ..spec(
+                "died after its record, settled, a replay",
+                store,
+                vec![Role::Submit { key: "k", input: 1 }],
+            )
+        };
+        holds(w);
+    }
+}
