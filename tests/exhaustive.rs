@@ -28,6 +28,8 @@ mod explore;
 mod gate;
 #[path = "exhaustive/more_checks.rs"]
 mod more_checks;
+#[path = "exhaustive/mutant_worlds.rs"]
+mod mutant_worlds;
 #[path = "exhaustive/pass_worlds.rs"]
 mod pass_worlds;
 #[path = "exhaustive/payloads.rs"]

@@ -91,6 +91,11 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
         // claims, a step or two into it: the world's bound ends most
         // schedules before the batch does).
         more_checks::check_batch_sends(sim, i)?;
+        more_checks::check_expired_answer(sim, i)?;
+        more_checks::check_early(sim, i)?;
+        more_checks::check_past_deadline(sim, i)?;
+        more_checks::check_deadline_exceeded(sim, i)?;
+        more_checks::check_undetermined(sim, i)?;
         let a = &sim.actors[i];
         if a.state == State::Done && a.span.1 == sim.step {
             check_outcome(sim, i)?;

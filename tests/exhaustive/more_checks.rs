@@ -1,13 +1,13 @@
 //! Guarantees 8 (request counts) and 11 (a failed task's key reused),
 //! checked after every step beside `checks.rs`'s.
 
-use idempotent_submit::testing::protocol::Record;
+use idempotent_submit::testing::protocol::{Record, RecordOutcome};
 use idempotent_submit::{Clock, Reset, SubmitError, Submitted};
 
-use super::actors::{self, Events, How, Role};
+use super::actors::{self, Events, How, Outcome, Role};
 use super::checks::Life;
 use super::gate::{self, Kind};
-use super::sim::Sim;
+use super::sim::{Sim, State};
 use serde_json::Value;
 
 /// Guarantee 11 after every step: a record that names a replaced task
@@ -456,6 +456,204 @@ pub fn check_plain(
         return Err(format!(
             "#{i}: a keyless task of tenant {tenant:?} names {named:?} in its idempotency"
         ));
+    }
+    Ok(())
+}
+
+/// An expired record's answer is true (docs/protocol.md, "The sweeper"): a
+/// sweeper that answers `ExpiredDeleted` deleted the record it read (no
+/// record of the key that was there when it began is there still), and no
+/// store of the checker's keeps an expired record (S3 and S3 Express delete
+/// it by `If-Match`, the versioned bucket by the version read;
+/// `ExpiredKept` is for `CONDITIONAL_DELETE=off` on an unversioned bucket),
+/// so neither the sweeper nor a dry run, which answers what the sweeper
+/// would do, answers `ExpiredKept`. Checked when the actor ends. Added for
+/// the mutants of `Engine::sweep_read`'s `dry_run` guard,
+/// `Engine::deletion_owed` and `Engine::delete_version` (issue 46, the 137
+/// never run).
+pub fn check_expired_answer(sim: &Sim, i: usize) -> Result<(), String> {
+    let a = &sim.actors[i];
+    if a.state != State::Done || a.span.1 != sim.step {
+        return Ok(());
+    }
+    let (key, who) = match &a.role {
+        Role::Sweep(m) => (m.key.clone(), "the sweeper"),
+        Role::DrySweep { key } => (super::checks::record_key(key), "the dry run"),
+        _ => return Ok(()),
+    };
+    let Some(Outcome::Swept(o)) = &a.outcome else {
+        return Ok(());
+    };
+    match o {
+        RecordOutcome::ExpiredKept => Err(format!(
+            "{who} #{i} answered ExpiredKept for {key} on {:?}, which deletes an expired record safely",
+            sim.spec.store
+        )),
+        RecordOutcome::ExpiredDeleted if who == "the sweeper" => {
+            let left = sim
+                .checks
+                .lives
+                .iter()
+                .find(|l| l.key == key && l.from <= a.span.0 && l.to.is_none());
+            match left {
+                Some(l) => Err(format!(
+                    "the sweeper #{i} answered ExpiredDeleted for {key}, and the record it found there (task {}) is there still",
+                    l.record.task_id
+                )),
+                None => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A sweeper's `Early` is true: a sweeper on a due message that answers
+/// `Early` (its message handed back, nothing done) read a record younger
+/// than its stale age. Its tolerance only makes it judge a record stale
+/// sooner, and S3's earliest time stands at most a second behind: a record
+/// that had reached its stale age when the sweeper began is never early.
+/// A sweeper that calls a stale record early hands its message back, and
+/// would again at every delivery: nobody finishes the record (guarantee 4).
+/// Added for the mutant of `owed` that calls every stale record early
+/// (issue 46, the 137 never run).
+pub fn check_early(sim: &Sim, i: usize) -> Result<(), String> {
+    let a = &sim.actors[i];
+    if a.state != State::Done || a.span.1 != sim.step {
+        return Ok(());
+    }
+    let (Role::Sweep(m), Some(Outcome::Swept(RecordOutcome::Early))) = (&a.role, &a.outcome) else {
+        return Ok(());
+    };
+    let stale = sim.settings.stale_creating_after;
+    let old = sim.checks.lives.iter().find(|l| {
+        l.key == m.key
+            && !l.reset()
+            && l.from <= a.span.0
+            && l.to.is_none()
+            && a.started_at >= l.last_modified + stale
+    });
+    match old {
+        Some(l) => Err(format!(
+            "guarantee 4: the sweeper #{i} answered Early for {}, whose record (task {}) was {} s old when it began (stale at {} s)",
+            m.key,
+            l.record.task_id,
+            (a.started_at - l.last_modified).num_seconds(),
+            stale.num_seconds()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A sweeper's `PastDeadline` is true: a sweeper (or a dry run) that
+/// answers `PastDeadline` (a `creating` record past its finish deadline
+/// without its task) read the record's task and found none. Past the
+/// deadline it reads the task and checks the marker all the same: a record
+/// whose task is there is done once a stale marker beside it is removed.
+/// Added for the mutant of `Engine::check_past_deadline` that answers
+/// without a read (issue 46, the 137 never run).
+pub fn check_past_deadline(sim: &Sim, i: usize) -> Result<(), String> {
+    let a = &sim.actors[i];
+    if a.state != State::Done || a.span.1 != sim.step {
+        return Ok(());
+    }
+    let key = match &a.role {
+        Role::Sweep(m) => m.key.clone(),
+        Role::DrySweep { key } => super::checks::record_key(key),
+        _ => return Ok(()),
+    };
+    if !matches!(a.outcome, Some(Outcome::Swept(RecordOutcome::PastDeadline))) {
+        return Ok(());
+    }
+    let Some(life) = sim
+        .checks
+        .lives
+        .iter()
+        .find(|l| l.key == key && !l.reset() && l.from <= a.span.0 && l.to.is_none())
+    else {
+        return Ok(());
+    };
+    let task = &life.record.task_key;
+    let s = gate::lock(&sim.gate.state);
+    let looked = s
+        .log
+        .iter()
+        .any(|l| l.actor == i && l.kind == Kind::Get && l.key == *task && !l.ok);
+    if looked {
+        return Ok(());
+    }
+    Err(format!(
+        "#{i} answered PastDeadline for {key} and found no task missing: no read of {task} answered 404"
+    ))
+}
+
+/// A submit answers `DeadlineExceeded` only once its operation deadline
+/// has come: a write that the record's finish deadline refused (its window
+/// shut first) is `Undetermined`, which says until when a late write may
+/// still land (docs/protocol.md, guarantee 7). `expected_error` lets a
+/// faulted actor answer it, and a clock step that times a request out is a
+/// fault. Added for the mutant of `Engine::refused` that answers the
+/// finish deadline's refusal as the operation's (issue 46, the 137 never
+/// run).
+pub fn check_deadline_exceeded(sim: &Sim, i: usize) -> Result<(), String> {
+    let a = &sim.actors[i];
+    if a.state != State::Done || a.span.1 != sim.step {
+        return Ok(());
+    }
+    let Some(Outcome::Submitted(rs)) = &a.outcome else {
+        return Ok(());
+    };
+    let deadline = a.started_at + sim.settings.operation_timeout;
+    let now = sim.clock.now();
+    if now < deadline
+        && rs
+            .iter()
+            .any(|r| matches!(r, Err(SubmitError::DeadlineExceeded)))
+    {
+        return Err(format!(
+            "#{i} answered DeadlineExceeded at {now}, before its operation deadline {deadline}"
+        ));
+    }
+    Ok(())
+}
+
+/// A submit answers `Undetermined` only while a late write may still land:
+/// once S3's time is past its record's finish deadline and the late-write
+/// margin (a second more: S3's earliest time may stand a second behind),
+/// the task is there or will never be, and the answer says which
+/// (docs/protocol.md, guarantee 7). `check_submit` judges the other end (not
+/// before the finish deadline). Added for the mutant of
+/// `Engine::answer_existing` that finishes a record past its deadline
+/// (issue 46, the 137 never run).
+pub fn check_undetermined(sim: &Sim, i: usize) -> Result<(), String> {
+    let a = &sim.actors[i];
+    if a.state != State::Done || a.span.1 != sim.step {
+        return Ok(());
+    }
+    let Some(Outcome::Submitted(rs)) = &a.outcome else {
+        return Ok(());
+    };
+    let st = &sim.settings;
+    let began = a.started_at;
+    for (sub, r) in a.role.submits().iter().zip(rs) {
+        let Err(SubmitError::Undetermined { task_id, .. }) = r else {
+            continue;
+        };
+        let rkey = super::checks::record_key_as(sub.key, &sub.how);
+        let settled = sim.checks.lives.iter().find(|l| {
+            l.key == rkey
+                && l.record.task_id == *task_id
+                && began
+                    >= l.last_modified
+                        + st.finish_window
+                        + st.late_write_margin
+                        + chrono::Duration::seconds(1)
+        });
+        if let Some(l) = settled {
+            return Err(format!(
+                "guarantee 7: #{i} answered Undetermined for task {task_id}, begun at {began}, after no late write for its record could land ({})",
+                l.last_modified + st.finish_window + st.late_write_margin
+            ));
+        }
     }
     Ok(())
 }
