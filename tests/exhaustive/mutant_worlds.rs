@@ -285,3 +285,28 @@ fn a_replay_after_no_late_write_can_land_answers_what_the_record_came_to() {
         holds(w);
     }
 }
+
+#[test]
+fn a_submits_marker_may_land_after_a_reset_that_found_its_task_and_nothing_else_of_it_does() {
+    for store in STORES {
+        // A submit of `k` and a reset of `k`, fault-free: where the reset
+        // reads the task once it has landed and writes its reset record
+        // while the submit's marker PUT (sent beside the task's) is still
+        // on its way, the marker lands after the reset record, beside its
+        // task (6 steps). The reset's promise is about tasks, and markers of
+        // no task: the check judged every marker so, and this schedule
+        // broke it (found by the world "a failed task's key, a reset beside
+        // new_task" unscripted; docs/protocol.md, "A reset").
+        let roles = vec![
+            Role::Submit { key: "k", input: 1 },
+            Role::Reset { key: "k" },
+        ];
+        let w = Spec {
+            faults: 0,
+            crashes: 0,
+            depth: 7,
+            ..spec("a submit beside a reset, fault-free", store, roles)
+        };
+        holds(w);
+    }
+}
