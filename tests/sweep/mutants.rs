@@ -374,3 +374,56 @@ async fn a_pass_joined_under_the_other_list_order_begins_its_ranges_again_as_tha
     let deleted = [&first, &joined, &rest].map(|o| o.summary.expired_deleted);
     assert_eq!(deleted.iter().sum::<u64>(), 80, "{deleted:?}");
 }
+
+/// The pass the checkpoint in `bucket` holds (its instant), and the
+/// checkpoint's bytes.
+async fn pass_in(bucket: &MemoryStore) -> (DateTime<Utc>, bytes::Bytes) {
+    let body = bucket.get(CHECKPOINT).await.unwrap().body;
+    let cp: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let pass = cp["pass"].as_str().expect("a pass").parse().unwrap();
+    (pass, body)
+}
+
+/// `share.rs` `claim_or_open`: a continuation joins only the pass it names
+/// (the guard `c.pass != k.sweep_pass || c.complete`; with `&&` one whose
+/// pass has ended joins whatever pass is open). A continuation received
+/// after its pass ended and the next one began does nothing: it claims
+/// nothing of the next pass and writes nothing.
+#[tokio::test]
+async fn a_continuation_of_an_ended_pass_claims_nothing_of_the_next_one() {
+    let scopes: Vec<String> = (0..4).map(|i| format!("s{i}")).collect();
+    let named: Vec<(&str, usize)> = scopes.iter().map(|s| (s.as_str(), 5)).collect();
+    // Records that live through both passes: each pass lists all 20.
+    let (manual, bucket) = dense_bucket_expiring(&named, "2030-01-01T00:00:00Z").await;
+    let q = Queue::with_clock(
+        bucket.clone(),
+        Arc::new(manual.clone()),
+        settings(ListOrder::Any, 2),
+    );
+    let first = share(&q, SweepOptions::default()).await.unwrap();
+    assert!(first.summary.complete, "{first:?}");
+    let (ended, _) = pass_in(&bucket).await;
+    manual.advance(Duration::days(1));
+    let next = share(
+        &q,
+        SweepOptions {
+            max_records: Some(1),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(!next.summary.complete, "{next:?}");
+    let (open, before) = pass_in(&bucket).await;
+    assert_ne!(open, ended);
+    let late = SweepOptions {
+        continuation: Some(Continuation {
+            sweep_pass: ended,
+            invite: None,
+        }),
+        ..Default::default()
+    };
+    let o = share(&q, late).await.unwrap();
+    assert_eq!(o.summary.scanned, 0, "{o:?}");
+    assert_eq!(pass_in(&bucket).await, (open, before));
+}
