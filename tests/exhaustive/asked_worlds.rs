@@ -5,7 +5,9 @@
 //! step. Each on the three stores, as `worlds.rs`'s.
 
 use super::actors::{How, Role};
+use super::gate::Fault;
 use super::prelude::Prelude;
+use super::script::Pick;
 use super::sim::{Schema, Spec};
 use super::worlds::{STORES, holds, spec};
 
@@ -282,6 +284,30 @@ fn a_submit_without_a_key_writes_its_task_and_marker_and_names_only_its_tenant_i
             input: 1,
             how: How::default(),
         };
-        holds(spec("keyless, alone", store, vec![plain]));
+        holds(spec("keyless, alone", store, vec![plain.clone()]));
+        // Scripted: the task lands, and the marker's first PUT meets a 503.
+        // Then buquet's worker, finding the task by its listing of `tasks/`
+        // (not by the marker), claims it at any point beside the marker's
+        // retry: a marker that took a retry is checked by a read of the
+        // task, and removed once the task is taken (no record, so no
+        // sweeper ever looks at this task again). (Unscripted, the claim
+        // slips in between the task and a first marker PUT answered at
+        // once: docs/protocol.md's open window of one round trip, which the
+        // scan of the ready index closes.)
+        let script = vec![
+            Pick::Decide(0, "tasks/", Fault::Ok),
+            Pick::Decide(0, "ready/", Fault::Unavailable),
+        ];
+        let w = Spec {
+            faults: 2,
+            depth: 6,
+            script,
+            ..spec(
+                "keyless, buquet's worker by tasks/",
+                store,
+                vec![plain, Role::Scanner],
+            )
+        };
+        holds(w);
     }
 }
