@@ -659,8 +659,6 @@ impl Store for MemoryStore {
                 .collect());
         };
         let history = history.lock().unwrap_or_else(|e| e.into_inner());
-        // S3's order: each key's versions newest first (the history keeps
-        // the writes' order).
         Ok(history
             .range(prefix.to_owned()..)
             .take_while(|(k, _)| k.starts_with(prefix))

@@ -438,17 +438,7 @@ fn check_submit(
                 return Err(format!("answered {id} with status {:?}", s.status));
             }
             if s.status == "missing" {
-                // A `ready` record (an earlier version's sweeper saw its task
-                // there) leaves no late write to wait for: its task gone is
-                // `missing` at once (docs/protocol.md, "Replay").
-                let ready = life.record.status == Some(RecordStatus::Ready);
-                let since = life.last_modified + st.finish_window + st.late_write_margin;
-                if object(sim, &life.record.task_key).is_some() || (!ready && now < since) {
-                    return Err(format!(
-                        "guarantee 7: missing at {now}, a late write could land until {since}"
-                    ));
-                }
-                return Ok(());
+                return check_missing(sim, life);
             }
             let past = now >= life.last_modified + st.finish_window - Duration::seconds(2);
             // The one exception, the documented limit: past the finish
@@ -487,6 +477,22 @@ fn check_submit(
         Err(SubmitError::InputInvalid { .. }) => requests::check_refused(sim, i, sub, &rkey),
         Err(e) => expected_error(sim, i, e),
     }
+}
+
+/// Guarantee 7: `missing` only with the task absent and no late write of it
+/// left to land. A `ready` record (an earlier version's sweeper saw its
+/// task there) leaves none: its task gone is `missing` at once
+/// (docs/protocol.md, "Replay").
+fn check_missing(sim: &Sim, life: &Life) -> Result<(), String> {
+    let (now, st) = (sim.clock.now(), &sim.settings);
+    let ready = life.record.status == Some(RecordStatus::Ready);
+    let since = life.last_modified + st.finish_window + st.late_write_margin;
+    if object(sim, &life.record.task_key).is_some() || (!ready && now < since) {
+        return Err(format!(
+            "guarantee 7: missing at {now}, a late write could land until {since}"
+        ));
+    }
+    Ok(())
 }
 
 /// An error that the actor's faults or the clock explain; any other error

@@ -122,30 +122,6 @@ fn a_record_past_its_expiry_is_swept_or_replaced_and_a_submit_after_it_gets_a_ne
 }
 
 #[test]
-fn a_keys_second_record_at_its_expiry_is_swept_without_bringing_the_first_back() {
-    for store in STORES {
-        // The key's first record expired and replaced by a second submit's
-        // (on a versioned bucket, two versions of the key), the clock at
-        // the second's expiry and its event redelivered: the sweeper
-        // deletes it (with `CONDITIONAL_DELETE=off`, the versions beneath
-        // first, then its own), and no record once replaced is ever current
-        // again, beside a submit of the key started at any point. Added for
-        // shard 8's mutant of `Engine::delete_expired_version` (its
-        // current version counted among those beneath: deleted first, which
-        // makes the first record current again until its own DELETE).
-        let a = Role::Submit { key: "k", input: 1 };
-        let w = Spec {
-            prelude: Prelude::SecondLifeExpired,
-            deliver: true,
-            late_starts: true,
-            depth: 6,
-            ..spec("a key's second record at its expiry", store, vec![a])
-        };
-        holds(w);
-    }
-}
-
-#[test]
 fn a_submit_its_replay_a_key_reset_and_a_submit_after_the_reset_keep_every_guarantee() {
     for store in STORES {
         let a = Role::Submit { key: "k", input: 1 };
@@ -264,31 +240,6 @@ fn with_the_machines_clock_behind_s3s_a_submit_and_the_sweeper_keep_every_guaran
             depth: 5,
             skew: 58,
             ..spec("machine clock 58 s behind S3's", store, vec![a])
-        };
-        holds(w);
-    }
-}
-
-#[test]
-fn with_the_machines_clock_ahead_of_s3s_the_sweeper_deletes_no_record_before_its_expiry() {
-    for store in STORES {
-        // The mirror of the world above: the machines 58 s ahead, from a
-        // key answered (S3's clock learnt from its answers) whose record's
-        // event is redelivered, the clock stepping to each of its record's
-        // boundaries and to each less 58 s, the sweeper by that event, a
-        // replay (the pass reads a record by its age, not by its expiry:
-        // the world above has it). Added for shard 8's mutant of
-        // `Engine::sweep_read` (the learnt offset's lower bound subtracted:
-        // with the machines ahead, S3's time judged 116 s late, a record
-        // deleted before its expiry).
-        let a = Role::Submit { key: "k", input: 1 };
-        let w = Spec {
-            prelude: Prelude::AnsweredEventWaiting,
-            advances: 1,
-            deliver: true,
-            depth: 5,
-            skew: -58,
-            ..spec("machine clock 58 s ahead of S3's", store, vec![a])
         };
         holds(w);
     }
@@ -494,33 +445,6 @@ fn a_young_reset_record_stays_until_no_put_of_the_claim_it_replaced_can_land() {
             depth: 6,
             script,
             ..spec("a slow claim, a reset, the sweeper", store, roles)
-        };
-        holds(w);
-    }
-}
-
-#[test]
-fn a_replay_over_a_record_an_earlier_version_turned_ready_answers_its_task_gone_as_missing_at_once()
-{
-    for store in STORES {
-        // The key's record as an earlier version's sweeper left it
-        // (`ready`: it had seen the task), the task and marker deleted
-        // since, the record's event due: a replay answers `missing` at
-        // once, never undetermined (no late write can land where the task
-        // was seen), and the sweeper on the event writes nothing. No other
-        // world holds a `ready` record: this one was added for shard 8's
-        // mutant of `Engine::answer_existing` (its `Ready` arm deleted).
-        let a = Role::Submit { key: "k", input: 1 };
-        let w = Spec {
-            prelude: Prelude::ReadyTaskGone,
-            deliver: true,
-            advances: 1,
-            depth: 5,
-            ..spec(
-                "an earlier version's ready record, task gone",
-                store,
-                vec![a],
-            )
         };
         holds(w);
     }
