@@ -2,14 +2,12 @@
 //! 137 of main's 321 that no shard had run; docs/testing.md, "The 137
 //! never run"), on the three stores, as `worlds.rs`'s.
 
-use idempotent_submit::due_sender::DueOrder;
-
-use super::actors::{Events, Role};
+use super::actors::Role;
 use super::gate::{Fault, Message};
 use super::prelude::Prelude;
 use super::script::Pick;
 use super::sim::Spec;
-use super::worlds::{STORES, holds, spec};
+use super::worlds::{STORES, holds, spec, submitter_slow_claim};
 
 #[test]
 fn a_dry_run_and_the_sweeper_on_an_expired_record_answer_what_the_sweeper_does() {
@@ -230,28 +228,11 @@ fn with_the_machines_clock_behind_s3s_a_cold_submitters_slow_claim_keeps_its_due
         // and the operation deadline counted, so a record that lands
         // always has its message (guarantee 4). Added for the mutant of
         // `Engine::claim_may_land` that subtracts the operation timeout.
-        let script = vec![
-            Pick::Start(0),
-            Pick::Decide(0, "idempotency/", Fault::Ok),
-            Pick::Decide(0, "idempotency/", Fault::Slow),
-            Pick::Decide(0, "idempotency/", Fault::CrashBefore),
-        ];
-        let w = Spec {
-            events: Events::Submitter(DueOrder::BeforeClaim),
-            skew: 58,
-            late_starts: true,
-            faults: 2,
-            advances: 2,
-            deliver: true,
-            depth: 6,
-            script,
-            ..spec(
-                "submitter, cold, machine clock 58 s behind, a slow claim",
-                store,
-                vec![Role::Submit { key: "j", input: 1 }],
-            )
-        };
-        holds(w);
+        holds(submitter_slow_claim(
+            "submitter, cold, machine clock 58 s behind, a slow claim",
+            store,
+            Prelude::Empty,
+        ));
     }
 }
 

@@ -231,21 +231,15 @@ fn submit(bucket: &MemoryStore, gate: &GateStore, settings: &Settings, how: How)
 }
 
 fn delete_markers(bucket: &MemoryStore) {
-    for key in bucket
-        .keys()
-        .into_iter()
-        .filter(|k| k.starts_with("ready/"))
-    {
-        now_or_never(bucket.delete(&key, None));
-    }
+    delete_under(bucket, "ready/");
 }
 
 fn delete_tasks(bucket: &MemoryStore) {
-    for key in bucket
-        .keys()
-        .into_iter()
-        .filter(|k| k.starts_with("tasks/"))
-    {
+    delete_under(bucket, "tasks/");
+}
+
+fn delete_under(bucket: &MemoryStore, prefix: &str) {
+    for key in bucket.keys().into_iter().filter(|k| k.starts_with(prefix)) {
         now_or_never(bucket.delete(&key, None));
     }
 }
@@ -253,17 +247,24 @@ fn delete_tasks(bucket: &MemoryStore) {
 /// The record of `k` as an earlier version's sweeper left it: `ready`,
 /// written by the sweeper (its own `write_id`), its `pending_task` gone.
 fn turn_ready(bucket: &MemoryStore) {
-    let key = super::checks::record_key("k");
-    let obj = now_or_never(bucket.get(&key)).and_then(Result::ok);
-    let obj = obj.expect("the prelude's record");
-    let mut v: Value = serde_json::from_slice(&obj.body).expect("a record");
-    v["status"] = json!("ready");
-    v["write_id"] = json!("00000000-0000-4000-8000-00000000beef");
-    if let Some(o) = v.as_object_mut() {
-        o.remove("pending_task");
-    }
+    rewrite(bucket, &super::checks::record_key("k"), |v| {
+        v["status"] = json!("ready");
+        v["write_id"] = json!("00000000-0000-4000-8000-00000000beef");
+        if let Some(o) = v.as_object_mut() {
+            o.remove("pending_task");
+        }
+    });
+}
+
+/// The JSON object at `key` changed by `change` and written back over it
+/// (`If-Match`).
+fn rewrite(bucket: &MemoryStore, key: &str, change: impl FnOnce(&mut Value)) {
+    let obj = now_or_never(bucket.get(key)).and_then(Result::ok);
+    let obj = obj.unwrap_or_else(|| panic!("the prelude's {key}"));
+    let mut v: Value = serde_json::from_slice(&obj.body).expect("a JSON object");
+    change(&mut v);
     let body = Bytes::from(v.to_string());
-    now_or_never(bucket.put(&key, body, PutMode::Update(obj.meta.etag)));
+    now_or_never(bucket.put(key, body, PutMode::Update(obj.meta.etag)));
 }
 
 /// As buquet's worker ends a task: claimed (its marker deleted), then
@@ -277,12 +278,7 @@ fn end_task(bucket: &MemoryStore, status: &str) {
 fn write_status(bucket: &MemoryStore, status: &str) {
     let task = bucket.keys().into_iter().find(|k| k.starts_with("tasks/"));
     let task = task.expect("the prelude's task");
-    let obj = now_or_never(bucket.get(&task)).and_then(Result::ok);
-    let obj = obj.expect("the prelude's task");
-    let mut v: Value = serde_json::from_slice(&obj.body).expect("a task");
-    v["status"] = json!(status);
-    let body = Bytes::from(v.to_string());
-    now_or_never(bucket.put(&task, body, PutMode::Update(obj.meta.etag)));
+    rewrite(bucket, &task, |v| v["status"] = json!(status));
 }
 
 /// Task type `t`'s schema, as buquet's `publish_schema` writes it: one

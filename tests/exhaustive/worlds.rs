@@ -611,29 +611,11 @@ fn with_the_machines_clock_behind_s3s_a_submitters_due_message_is_dated_in_s3s_t
         // message with no record only once its claim can land no more, so
         // a record that lands always has its message (guarantee 4). Added
         // for shard 5's mutant of `Engine::signing_time`.
-        let script = vec![
-            Pick::Start(0),
-            Pick::Decide(0, "idempotency/", Fault::Ok),
-            Pick::Decide(0, "idempotency/", Fault::Slow),
-            Pick::Decide(0, "idempotency/", Fault::CrashBefore),
-        ];
-        let w = Spec {
-            events: Events::Submitter(DueOrder::BeforeClaim),
-            prelude: Prelude::Answered,
-            skew: 58,
-            late_starts: true,
-            faults: 2,
-            advances: 2,
-            deliver: true,
-            depth: 6,
-            script,
-            ..spec(
-                "submitter, machine clock 58 s behind, a slow claim",
-                store,
-                vec![Role::Submit { key: "j", input: 1 }],
-            )
-        };
-        holds(w);
+        holds(submitter_slow_claim(
+            "submitter, machine clock 58 s behind, a slow claim",
+            store,
+            Prelude::Answered,
+        ));
     }
 }
 
@@ -659,5 +641,31 @@ fn a_replay_of_an_offloaded_submit_that_died_before_its_marker_writes_the_marker
             )
         };
         holds(w);
+    }
+}
+
+/// `RECORD_EVENTS=submitter`, the machines 58 s behind S3's, from
+/// `prelude`. Scripted: a submit of `j` sends its due message, its record
+/// PUT is slow (it may land up to the late-write margin after it was sent)
+/// and the process dies at the retry. Then every schedule: the clock twice,
+/// the message to the sweeper, the slow PUT landing.
+pub fn submitter_slow_claim(name: &'static str, store: StoreKind, prelude: Prelude) -> Spec {
+    let script = vec![
+        Pick::Start(0),
+        Pick::Decide(0, "idempotency/", Fault::Ok),
+        Pick::Decide(0, "idempotency/", Fault::Slow),
+        Pick::Decide(0, "idempotency/", Fault::CrashBefore),
+    ];
+    Spec {
+        events: Events::Submitter(DueOrder::BeforeClaim),
+        prelude,
+        skew: 58,
+        late_starts: true,
+        faults: 2,
+        advances: 2,
+        deliver: true,
+        depth: 6,
+        script,
+        ..spec(name, store, vec![Role::Submit { key: "j", input: 1 }])
     }
 }
