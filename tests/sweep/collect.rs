@@ -2,7 +2,9 @@
 //! over shares by its side object (docs/decisions.md, "The candidates'
 //! collection spread"): an invocation that dies in it is taken over from
 //! the side object, a side object gone or another's is a miss (the
-//! collection begins again, nothing wrongly deleted), and on moto and
+//! collection begins again, nothing wrongly deleted), a dry run leaves the
+//! side object as it found it, a listing error in the collection is the
+//! item's error (counted, not taken for the deadline), and on moto and
 //! SeaweedFS the side object is written, read and removed.
 
 use super::*;
@@ -254,4 +256,140 @@ async fn a_collection_cut_short_goes_on(real: Real) {
     let cp = store.get("sweeper/checkpoint.json").await.unwrap().body;
     let cp: serde_json::Value = serde_json::from_slice(&cp).unwrap();
     assert_eq!(cp["payload_slice"], json!(9));
+}
+
+/// `collect.rs` `drop_side` writes nothing in a dry run: a dry run that
+/// goes through a round a pass's collection was cut in reads its side
+/// object and leaves it, and the pass goes on from it.
+#[tokio::test(start_paused = true)]
+async fn a_dry_run_through_a_collection_cut_short_leaves_its_side_object_to_the_pass() {
+    let clock = Paused::new();
+    let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+    let inbox = Inbox::default();
+    let (p, pass, todo) = cut_in_the_collection(&clock, &bucket, &inbox).await;
+    // The pass's other item (the recent payloads) and the invitations that
+    // kept a slot for it taken out of its checkpoint: the slices item cut
+    // in its collection is what is left, free.
+    let cp = bucket.get("sweeper/checkpoint.json").await.unwrap().body;
+    let mut cp: serde_json::Value = serde_json::from_slice(&cp).unwrap();
+    cp["ranges"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|r| r["kind"] == "slices");
+    assert_eq!(cp["ranges"].as_array().unwrap().len(), 1, "{cp}");
+    cp["invites"] = json!([]);
+    let cp = serde_json::to_vec(&cp).unwrap().into();
+    bucket
+        .put("sweeper/checkpoint.json", cp, PutMode::Overwrite)
+        .await
+        .unwrap();
+    let side = bucket.get(SIDE).await.unwrap();
+    let keys = bucket.keys();
+    let watched = FaultyStore::new(bucket.clone());
+    let settings = idempotent_submit::Settings {
+        pass_concurrency: 4,
+        ..ordered(ListOrder::Any)
+    };
+    let dry = Queue::with_clock(watched.clone(), Arc::new(clock.clone()), settings);
+    let opts = SweepOptions {
+        dry_run: true,
+        continuation: todo[0],
+        ..Default::default()
+    };
+    let o = dry.engine().sweep_share(&opts, None).await.unwrap();
+    assert!(o.summary.dry_run, "{o:?}");
+    // It went through the round: it read the side object, and wrote nothing.
+    let calls = watched.calls();
+    let on_side: Vec<Op> = calls
+        .iter()
+        .filter(|c| c.key == SIDE)
+        .map(|c| c.op)
+        .collect();
+    assert_eq!(on_side, vec![Op::Get], "{calls:?}");
+    assert_eq!(bucket.keys(), keys);
+    assert_eq!(bucket.get(SIDE).await.unwrap().meta.etag, side.meta.etag);
+    // The pass goes on from the side object (`payloads/` listed from its
+    // beginning by the tail's first page and by the collection once) and
+    // deletes exactly the due orphans of the item's slices.
+    let r = pass.drive_from(Some(3), todo).await;
+    assert_eq!(r.passes().len(), 1);
+    assert_eq!(pass.begun("payloads/"), 2);
+    assert_eq!(cursor(&bucket).await, (true, 9));
+    assert_eq!(present(&bucket, &p.due), 0);
+    assert_eq!(present(&bucket, &p.named), p.named.len());
+    assert_eq!(
+        keys_under(&bucket, "sweeper/tail/").await,
+        Vec::<String>::new()
+    );
+}
+
+/// A store that refuses (403) the candidates' collection's first page:
+/// the second listing of `payloads/` from its beginning, the tail's first
+/// page being the first.
+#[derive(Clone)]
+struct RefuseCollection {
+    inner: MemoryStore,
+    begun: Arc<Mutex<usize>>,
+}
+
+#[async_trait::async_trait]
+impl common::Hooks for RefuseCollection {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        page: Option<String>,
+        limit: usize,
+    ) -> Result<idempotent_submit::store::ListPage, StoreError> {
+        if prefix == "payloads/" && start_after.is_none() && page.is_none() {
+            let mut begun = self.begun.lock().unwrap();
+            *begun += 1;
+            if *begun == 2 {
+                return Err(StoreError::Fatal("403 AccessDenied".into()));
+            }
+        }
+        self.inner.list(prefix, start_after, page, limit).await
+    }
+}
+
+/// `collect.rs` `round_candidates`: a listing error in the collection
+/// (not the deadline) is the item's error, counted, not taken for the
+/// deadline and passed over quietly.
+#[tokio::test(start_paused = true)]
+async fn a_listing_error_in_the_candidates_collection_is_counted_as_the_items_error() {
+    let clock = Paused::new();
+    let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+    // Two pages of `payloads/`: the tail's first page, then the items of
+    // the check, the collection among them.
+    let p = payload_bucket((120, 0), 3, &bucket, &clock.manual).await;
+    let refusing = RefuseCollection {
+        inner: bucket.clone(),
+        begun: Arc::default(),
+    };
+    let settings = idempotent_submit::Settings {
+        pass_concurrency: 4,
+        ..ordered(ListOrder::Any)
+    };
+    let store = common::Wrapped(refusing.clone());
+    let q = Queue::with_clock(store, Arc::new(clock.clone()), settings);
+    let o = q
+        .engine()
+        .sweep_share(&SweepOptions::default(), None)
+        .await
+        .unwrap();
+    let pass = o.pass.expect("the pass ended in its one invocation");
+    assert_eq!(
+        *refusing.begun.lock().unwrap(),
+        2,
+        "refused once, not tried again"
+    );
+    assert_eq!(pass.errors, 1, "{pass:?}");
+    // The item stopped: its payloads are checked again by the next pass.
+    assert_eq!(present(&bucket, &p.due), p.due.len());
 }
