@@ -260,7 +260,8 @@ async fn a_collection_cut_short_goes_on(real: Real) {
 
 /// `collect.rs` `drop_side` writes nothing in a dry run: a dry run that
 /// goes through a round a pass's collection was cut in reads its side
-/// object and leaves it, and the pass goes on from it.
+/// object and leaves it, and the pass goes on from it. (And
+/// `round_candidates` counts its LISTs in the share's `lists`.)
 #[tokio::test(start_paused = true)]
 async fn a_dry_run_through_a_collection_cut_short_leaves_its_side_object_to_the_pass() {
     let clock = Paused::new();
@@ -306,6 +307,9 @@ async fn a_dry_run_through_a_collection_cut_short_leaves_its_side_object_to_the_
         .map(|c| c.op)
         .collect();
     assert_eq!(on_side, vec![Op::Get], "{calls:?}");
+    // Each of its LISTs counted.
+    let lists = calls.iter().filter(|c| c.op == Op::List).count();
+    assert_eq!(o.summary.lists, lists as u64, "{o:?}");
     assert_eq!(bucket.keys(), keys);
     assert_eq!(bucket.get(SIDE).await.unwrap().meta.etag, side.meta.etag);
     // The pass goes on from the side object (`payloads/` listed from its
