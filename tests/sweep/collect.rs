@@ -397,3 +397,90 @@ async fn a_listing_error_in_the_candidates_collection_is_counted_as_the_items_er
     // The item stopped: its payloads are checked again by the next pass.
     assert_eq!(present(&bucket, &p.due), p.due.len());
 }
+
+/// A store whose LISTs of `payloads/` by a continuation token, once the
+/// candidates' collection began (the second listing from the beginning,
+/// the tail's first page being the first), never answer while `hang` is
+/// set: the collection cut inside a request, by the request's deadline.
+#[derive(Clone)]
+struct HangInCollection {
+    inner: MemoryStore,
+    begun: Arc<Mutex<usize>>,
+    hang: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[async_trait::async_trait]
+impl common::Hooks for HangInCollection {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        page: Option<String>,
+        limit: usize,
+    ) -> Result<idempotent_submit::store::ListPage, StoreError> {
+        if prefix == "payloads/" && start_after.is_none() {
+            let collecting = {
+                let mut begun = self.begun.lock().unwrap();
+                *begun += usize::from(page.is_none());
+                *begun >= 2 && page.is_some()
+            };
+            if collecting && self.hang.load(std::sync::atomic::Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+        }
+        self.inner.list(prefix, start_after, page, limit).await
+    }
+}
+
+/// `collect.rs` `round_candidates`: a collection cut inside a LIST (the
+/// request's deadline, before the run's) keeps what it found in its side
+/// object, as one cut between requests does, and the next share goes on
+/// from it rather than listing `payloads/` from its beginning again.
+#[tokio::test(start_paused = true)]
+async fn a_collection_cut_inside_a_request_keeps_what_it_found_in_its_side_object() {
+    let clock = Paused::new();
+    let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+    let p = payload_bucket((2_000, 0), 2, &bucket, &clock.manual).await;
+    let hooked = HangInCollection {
+        inner: bucket.clone(),
+        begun: Arc::default(),
+        hang: Arc::new(true.into()),
+    };
+    // A request's deadline (an operation's) comes before its retries end,
+    // and well before the run's.
+    let settings = idempotent_submit::Settings {
+        pass_concurrency: 4,
+        operation_timeout: Duration::seconds(1),
+        ..ordered(ListOrder::Any)
+    };
+    let retries = settings.retry.attempt_timeout * settings.retry.max_attempts;
+    assert!(retries > std::time::Duration::from_secs(1));
+    let store = common::Wrapped(hooked.clone());
+    let q = Queue::with_clock(store, Arc::new(clock.clone()), settings);
+    let opts = SweepOptions {
+        deadline: Some(clock.now() + Duration::minutes(1)),
+        ..Default::default()
+    };
+    let first = q.engine().sweep_share(&opts, None).await.unwrap();
+    assert!(first.pass.is_none(), "{first:?}");
+    assert_eq!(*hooked.begun.lock().unwrap(), 2);
+    assert!(bucket.keys().iter().any(|k| k == SIDE), "no side object");
+    // The next share goes on from the side object and ends the pass.
+    hooked
+        .hang
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let next = q
+        .engine()
+        .sweep_share(&SweepOptions::default(), None)
+        .await
+        .unwrap();
+    assert!(next.pass.is_some(), "{next:?}");
+    assert_eq!(*hooked.begun.lock().unwrap(), 2, "begun again");
+    assert_the_check_done(&bucket, &p).await;
+}
