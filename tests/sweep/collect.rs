@@ -484,3 +484,25 @@ async fn a_collection_cut_inside_a_request_keeps_what_it_found_in_its_side_objec
     assert_eq!(*hooked.begun.lock().unwrap(), 2, "begun again");
     assert_the_check_done(&bucket, &p).await;
 }
+
+/// `collect.rs` `round_candidates`: a slices item of more candidates than
+/// a round holds (`ROUND`, 2^16) is checked round by round, each round
+/// past the last one's last candidate: every due orphan is gone, none
+/// judged twice, the named payloads kept.
+#[tokio::test(start_paused = true)]
+async fn a_slices_item_of_more_candidates_than_a_round_is_checked_in_rounds_each_past_the_last() {
+    let clock = Paused::new();
+    let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+    // 66,600 payloads old enough, in the nine slices of one folder digit.
+    let p = payload_bucket((7_400, 0), 4, &bucket, &clock.manual).await;
+    assert!(p.named.len() + p.due.len() > 1 << 16);
+    let pass = Invocations::new(&bucket, &clock, ListOrder::Any);
+    let r = pass.drive(Some(30)).await;
+    assert_eq!(r.passes().len(), 1);
+    assert_eq!(cursor(&bucket).await, (true, 9));
+    assert_eq!(present(&bucket, &p.due), 0);
+    assert_eq!(present(&bucket, &p.named), p.named.len());
+    // Two rounds, each listing `payloads/` from its beginning once (the
+    // tail's first page the first listing).
+    assert_eq!(pass.begun("payloads/"), 3);
+}
