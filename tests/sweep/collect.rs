@@ -506,3 +506,32 @@ async fn a_slices_item_of_more_candidates_than_a_round_is_checked_in_rounds_each
     // tail's first page the first listing).
     assert_eq!(pass.begun("payloads/"), 3);
 }
+
+/// `collect.rs` `save_side` writes nothing in a dry run: a dry run cut by
+/// its deadline, wherever it comes (the candidates' collection among the
+/// places), leaves the bucket as it was.
+#[tokio::test(start_paused = true)]
+async fn a_dry_run_cut_anywhere_by_its_deadline_writes_no_side_object() {
+    let clock = Paused::new();
+    let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
+    payload_bucket((2_000, 0), 2, &bucket, &clock.manual).await;
+    let keys: std::collections::BTreeSet<String> = bucket.keys().into_iter().collect();
+    let pass = Invocations::new(&bucket, &clock, ListOrder::Any);
+    let mut ended = 0;
+    for secs in 1..=40 {
+        let opts = SweepOptions {
+            dry_run: true,
+            deadline: Some(clock.now() + Duration::seconds(secs)),
+            ..Default::default()
+        };
+        let o = pass.q.engine().sweep_share(&opts, None).await.unwrap();
+        let now: std::collections::BTreeSet<String> = bucket.keys().into_iter().collect();
+        let added: Vec<&String> = now.difference(&keys).collect();
+        assert_eq!(added, Vec::<&String>::new(), "a dry run of {secs} s wrote");
+        assert_eq!(now.len(), keys.len(), "a dry run of {secs} s deleted");
+        ended += usize::from(o.pass.is_some());
+    }
+    // The longest went through the whole pass (the collection too).
+    assert!(ended > 0);
+    assert!(pass.begun("payloads/") > 40);
+}
