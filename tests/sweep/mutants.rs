@@ -427,3 +427,26 @@ async fn a_continuation_of_an_ended_pass_claims_nothing_of_the_next_one() {
     assert_eq!(o.summary.scanned, 0, "{o:?}");
     assert_eq!(pass_in(&bucket).await, (open, before));
 }
+
+/// `folders.rs` `list_scope_dirs` and `list_dir` (and every other place a
+/// pass lists): a pass counts each LIST it made in its summary's `lists`,
+/// and each record listed in `scanned`, under either order.
+#[tokio::test]
+async fn a_pass_counts_each_list_it_made_and_each_record_it_listed_under_either_order() {
+    for order in [ListOrder::Bytes, ListOrder::Any] {
+        let (clock, bucket) = dense_bucket(&[("a", 1_500), ("b", 20)]).await;
+        let watched = FaultyStore::new(bucket.clone());
+        let settings = idempotent_submit::Settings {
+            list_order: order,
+            ..short_ttl_settings()
+        };
+        let q = Queue::with_clock(watched.clone(), Arc::new(clock.clone()), settings);
+        let o = share(&q, SweepOptions::default()).await.unwrap();
+        let pass = o.pass.expect("the pass ended in its one invocation");
+        let lists = watched.calls().iter().filter(|c| c.op == Op::List).count();
+        assert!(lists > 3, "{order:?}: {lists}");
+        assert_eq!(pass.lists, lists as u64, "{order:?}: {pass:?}");
+        // And each record it listed, once.
+        assert_eq!(pass.scanned, 1_520, "{order:?}: {pass:?}");
+    }
+}
