@@ -450,3 +450,41 @@ async fn a_pass_counts_each_list_it_made_and_each_record_it_listed_under_either_
         assert_eq!(pass.scanned, 1_520, "{order:?}: {pass:?}");
     }
 }
+
+/// `folders.rs` `refused_or_failed`: under `LIST_ORDER=any` a folder's page
+/// listed from a kept token that fails for now (a 503 on every attempt)
+/// waits for the next run with its token; only a token the store refuses
+/// for good begins the folder again. The next run lists the folder's
+/// second page alone, not its first again.
+#[tokio::test]
+async fn a_folder_page_that_fails_for_now_waits_with_its_token_and_is_not_listed_from_the_beginning_again()
+ {
+    let (clock, bucket) = dense_bucket(&[("a", 1_500), ("b", 20)]).await;
+    let f = FaultyStore::new(bucket.clone());
+    let settings = idempotent_submit::Settings {
+        list_order: ListOrder::Any,
+        ..short_ttl_settings()
+    };
+    let attempts = settings.retry.max_attempts as usize;
+    let unavailable = Fault::Fail(StoreError::Unavailable("503".into()));
+    // The folder's second page (its first LIST by a token), every attempt.
+    f.inject(Some(Op::List), "idempotency/a/", 2, attempts, unavailable);
+    let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), settings);
+    let first = share(&q, SweepOptions::default()).await.unwrap();
+    assert_eq!(first.summary.errors, 1, "{first:?}");
+    // The next scheduled runs, until the pass ends.
+    let mut runs = vec![first];
+    while runs.last().is_some_and(|o| o.pass.is_none()) {
+        assert!(runs.len() < 5, "the pass never ends: {runs:?}");
+        runs.push(share(&q, SweepOptions::default()).await.unwrap());
+    }
+    let calls = f.calls();
+    let folder = calls
+        .iter()
+        .filter(|c| c.op == Op::List && c.key == "idempotency/a/");
+    // Its first page, the failed attempts, then its second page once; each
+    // record listed once in the pass.
+    assert_eq!(folder.count(), 1 + attempts + 1, "{runs:?}");
+    let pass = runs.last().and_then(|o| o.pass.clone()).unwrap();
+    assert_eq!(pass.scanned, 1_520, "{pass:?}");
+}
