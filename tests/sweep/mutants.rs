@@ -488,3 +488,32 @@ async fn a_folder_page_that_fails_for_now_waits_with_its_token_and_is_not_listed
     let pass = runs.last().and_then(|o| o.pass.clone()).unwrap();
     assert_eq!(pass.scanned, 1_520, "{pass:?}");
 }
+
+/// `folders.rs` `refused_or_failed`: a folder's page listed from a kept
+/// token that the store refuses for good (a 403: it keeps tokens only so
+/// long) begins the folder again from its beginning, counted as an error,
+/// rather than waiting to be refused again.
+#[tokio::test]
+async fn a_folder_page_whose_token_the_store_refuses_begins_the_folder_again() {
+    let (clock, bucket) = dense_bucket(&[("a", 1_500), ("b", 20)]).await;
+    let f = FaultyStore::new(bucket.clone());
+    let settings = idempotent_submit::Settings {
+        list_order: ListOrder::Any,
+        ..short_ttl_settings()
+    };
+    let refused = Fault::Fail(StoreError::Fatal("403 expired token".into()));
+    f.inject(Some(Op::List), "idempotency/a/", 2, 1, refused);
+    let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), settings);
+    let mut runs = vec![share(&q, SweepOptions::default()).await.unwrap()];
+    assert_eq!(runs[0].summary.errors, 1, "{runs:?}");
+    while runs.last().is_some_and(|o| o.pass.is_none()) {
+        assert!(runs.len() < 5, "the pass never ends: {runs:?}");
+        runs.push(share(&q, SweepOptions::default()).await.unwrap());
+    }
+    let calls = f.calls();
+    let folder = calls
+        .iter()
+        .filter(|c| c.op == Op::List && c.key == "idempotency/a/");
+    // Its first page, the refused one, then both pages again.
+    assert_eq!(folder.count(), 1 + 1 + 2, "{runs:?}");
+}
