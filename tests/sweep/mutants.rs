@@ -451,69 +451,141 @@ async fn a_pass_counts_each_list_it_made_and_each_record_it_listed_under_either_
     }
 }
 
-/// `folders.rs` `refused_or_failed`: under `LIST_ORDER=any` a folder's page
-/// listed from a kept token that fails for now (a 503 on every attempt)
-/// waits for the next run with its token; only a token the store refuses
-/// for good begins the folder again. The next run lists the folder's
-/// second page alone, not its first again.
-#[tokio::test]
-async fn a_folder_page_that_fails_for_now_waits_with_its_token_and_is_not_listed_from_the_beginning_again()
- {
-    let (clock, bucket) = dense_bucket(&[("a", 1_500), ("b", 20)]).await;
-    let f = FaultyStore::new(bucket.clone());
-    let settings = idempotent_submit::Settings {
-        list_order: ListOrder::Any,
-        ..short_ttl_settings()
-    };
-    let attempts = settings.retry.max_attempts as usize;
-    let unavailable = Fault::Fail(StoreError::Unavailable("503".into()));
-    // The folder's second page (its first LIST by a token), every attempt.
-    f.inject(Some(Op::List), "idempotency/a/", 2, attempts, unavailable);
-    let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), settings);
-    let first = share(&q, SweepOptions::default()).await.unwrap();
-    assert_eq!(first.summary.errors, 1, "{first:?}");
-    // The next scheduled runs, until the pass ends.
-    let mut runs = vec![first];
-    while runs.last().is_some_and(|o| o.pass.is_none()) {
-        assert!(runs.len() < 5, "the pass never ends: {runs:?}");
-        runs.push(share(&q, SweepOptions::default()).await.unwrap());
-    }
-    let calls = f.calls();
-    let folder = calls
-        .iter()
-        .filter(|c| c.op == Op::List && c.key == "idempotency/a/");
-    // Its first page, the failed attempts, then its second page once; each
-    // record listed once in the pass.
-    assert_eq!(folder.count(), 1 + attempts + 1, "{runs:?}");
-    let pass = runs.last().and_then(|o| o.pass.clone()).unwrap();
-    assert_eq!(pass.scanned, 1_520, "{pass:?}");
+/// A store whose LISTs of exactly `prefix` (a folder's records, or the
+/// scopes' folders) by a token fail with `error` the first `times` times;
+/// it counts every LIST of `prefix`.
+struct TokenFails {
+    inner: MemoryStore,
+    prefix: &'static str,
+    error: StoreError,
+    times: Arc<std::sync::atomic::AtomicUsize>,
+    listed: Arc<std::sync::atomic::AtomicUsize>,
 }
 
-/// `folders.rs` `refused_or_failed`: a folder's page listed from a kept
-/// token that the store refuses for good (a 403: it keeps tokens only so
-/// long) begins the folder again from its beginning, counted as an error,
-/// rather than waiting to be refused again.
-#[tokio::test]
-async fn a_folder_page_whose_token_the_store_refuses_begins_the_folder_again() {
-    let (clock, bucket) = dense_bucket(&[("a", 1_500), ("b", 20)]).await;
-    let f = FaultyStore::new(bucket.clone());
+impl TokenFails {
+    fn answer(&self, prefix: &str, by_token: bool) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if prefix != self.prefix {
+            return Ok(());
+        }
+        self.listed.fetch_add(1, SeqCst);
+        let fail = by_token
+            && self
+                .times
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        if fail {
+            Err(self.error.clone())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait]
+impl Hooks for TokenFails {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+    async fn list_dirs(
+        &self,
+        prefix: &str,
+        page: Option<String>,
+    ) -> Result<idempotent_submit::store::DirPage, StoreError> {
+        self.answer(prefix, page.is_some())?;
+        self.inner.list_dirs(prefix, page).await
+    }
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        page: Option<String>,
+        limit: usize,
+    ) -> Result<idempotent_submit::store::ListPage, StoreError> {
+        self.answer(prefix, page.is_some())?;
+        self.inner.list(prefix, start_after, page, limit).await
+    }
+}
+
+/// A pass under `LIST_ORDER=any` over `scopes`, whose LISTs of `prefix` by
+/// a token fail `times` times with `error`, run until it ends: how many
+/// LISTs of `prefix` it made, and how many records it listed. Its first
+/// run counts the failure.
+async fn lists_after_a_token_failure(
+    scopes: &[(&str, usize)],
+    prefix: &'static str,
+    times: usize,
+    error: StoreError,
+) -> (usize, u64) {
+    let (clock, bucket) = dense_bucket(scopes).await;
+    let listed: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+    let hooks = TokenFails {
+        inner: bucket.clone(),
+        prefix,
+        error,
+        times: Arc::new(times.into()),
+        listed: listed.clone(),
+    };
     let settings = idempotent_submit::Settings {
         list_order: ListOrder::Any,
         ..short_ttl_settings()
     };
-    let refused = Fault::Fail(StoreError::Fatal("403 expired token".into()));
-    f.inject(Some(Op::List), "idempotency/a/", 2, 1, refused);
-    let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), settings);
+    let store = Wrapped(hooks);
+    let q = Queue::with_clock(store, Arc::new(clock.clone()), settings);
     let mut runs = vec![share(&q, SweepOptions::default()).await.unwrap()];
-    assert_eq!(runs[0].summary.errors, 1, "{runs:?}");
+    assert_eq!(runs[0].summary.errors, 1, "{prefix}: {runs:?}");
+    // The next scheduled runs, until the pass ends.
     while runs.last().is_some_and(|o| o.pass.is_none()) {
-        assert!(runs.len() < 5, "the pass never ends: {runs:?}");
+        assert!(runs.len() < 5, "{prefix}: the pass never ends: {runs:?}");
         runs.push(share(&q, SweepOptions::default()).await.unwrap());
     }
-    let calls = f.calls();
-    let folder = calls
-        .iter()
-        .filter(|c| c.op == Op::List && c.key == "idempotency/a/");
-    // Its first page, the refused one, then both pages again.
-    assert_eq!(folder.count(), 1 + 1 + 2, "{runs:?}");
+    let pass = runs.last().and_then(|o| o.pass.clone()).unwrap();
+    let listed = listed.load(std::sync::atomic::Ordering::SeqCst);
+    (listed, pass.scanned)
+}
+
+/// 1,001 scopes of a record each: two pages of `idempotency/`'s folders.
+fn many_scopes() -> Vec<String> {
+    (0..1_001).map(|i| format!("s{i:04}")).collect()
+}
+
+/// `folders.rs` `refused_or_failed`: under `LIST_ORDER=any` a page listed
+/// from a kept token that fails for now (a 503 on every attempt), a
+/// folder's or the scopes' folders', waits for the next run with its
+/// token; only a token the store refuses for good begins the listing
+/// again. The next run lists the second page alone, not the first again.
+#[tokio::test]
+async fn a_page_that_fails_for_now_waits_with_its_token_and_is_not_listed_from_the_beginning_again()
+{
+    let attempts = short_ttl_settings().retry.max_attempts as usize;
+    let unavailable = || StoreError::Unavailable("503".into());
+    let folder = [("a", 1_500), ("b", 20)];
+    let got = lists_after_a_token_failure(&folder, "idempotency/a/", attempts, unavailable()).await;
+    // The first page, the failed attempts, then the second page once; each
+    // record listed once.
+    assert_eq!(got, (1 + attempts + 1, 1_520), "a folder");
+    let names = many_scopes();
+    let scopes: Vec<(&str, usize)> = names.iter().map(|s| (s.as_str(), 1)).collect();
+    let got = lists_after_a_token_failure(&scopes, "idempotency/", attempts, unavailable()).await;
+    assert_eq!(got, (1 + attempts + 1, 1_001), "the scopes");
+}
+
+/// `folders.rs` `refused_or_failed`: a page listed from a kept token that
+/// the store refuses for good (a 403: it keeps tokens only so long),
+/// a folder's or the scopes' folders', begins that listing again from its
+/// beginning, counted as an error, rather than waiting to be refused again.
+#[tokio::test]
+async fn a_page_whose_token_the_store_refuses_begins_its_listing_again() {
+    let refused = || StoreError::Fatal("403 expired token".into());
+    let folder = [("a", 1_500), ("b", 20)];
+    let got = lists_after_a_token_failure(&folder, "idempotency/a/", 1, refused()).await;
+    // The first page, the refused one, then both pages again: the first
+    // page's records listed twice.
+    assert_eq!(got, (1 + 1 + 2, 1_520 + 1_000), "a folder");
+    let names = many_scopes();
+    let scopes: Vec<(&str, usize)> = names.iter().map(|s| (s.as_str(), 1)).collect();
+    let got = lists_after_a_token_failure(&scopes, "idempotency/", 1, refused()).await;
+    assert_eq!(got.0, 1 + 1 + 2, "the scopes");
 }
