@@ -99,6 +99,7 @@ fn a_summary_adds_every_count_of_another() {
         scanned: 3,
         finished: 4,
         expired_deleted: 6,
+        expired_kept: 5,
         errors: 7,
         reads: 8,
         lists: 9,
@@ -108,6 +109,8 @@ fn a_summary_adds_every_count_of_another() {
         unrecognized: 13,
         payloads_deleted: 14,
         markers_deleted: 15,
+        no_record_yet: 16,
+        due_no_record: 17,
         ..Default::default()
     };
     let mut sum = one.clone();
@@ -116,6 +119,7 @@ fn a_summary_adds_every_count_of_another() {
         scanned: 6,
         finished: 8,
         expired_deleted: 12,
+        expired_kept: 10,
         errors: 14,
         reads: 16,
         lists: 18,
@@ -125,6 +129,8 @@ fn a_summary_adds_every_count_of_another() {
         unrecognized: 26,
         payloads_deleted: 28,
         markers_deleted: 30,
+        no_record_yet: 32,
+        due_no_record: 34,
         ..Default::default()
     };
     assert_eq!(sum, twice);
