@@ -139,35 +139,62 @@ fn a_summary_adds_every_count_of_another() {
 #[test]
 fn each_outcome_counts_one_read_and_its_own_count_once() {
     use idempotent_submit::SubmitError;
+    // Each outcome tallied twice: the reads, and each count, in the order
+    // finished, expired_deleted, expired_kept, early, no_record_yet,
+    // due_no_record, past_deadline, errors.
     let tally = |o: RecordOutcome| {
         let mut s = SweepSummary::default();
         o.tally(&mut s);
         o.tally(&mut s);
-        (
-            s.reads,
+        let counts = [
             s.finished,
             s.expired_deleted,
+            s.expired_kept,
             s.early,
+            s.no_record_yet,
+            s.due_no_record,
             s.past_deadline,
             s.errors,
-        )
+        ];
+        (s.reads, counts)
     };
-    assert_eq!(tally(RecordOutcome::Nothing), (2, 0, 0, 0, 0, 0));
-    assert_eq!(tally(RecordOutcome::Finished), (2, 2, 0, 0, 0, 0));
-    assert_eq!(tally(RecordOutcome::ExpiredDeleted), (2, 0, 2, 0, 0, 0));
-    assert_eq!(tally(RecordOutcome::Early), (2, 0, 0, 2, 0, 0));
+    assert_eq!(tally(RecordOutcome::Nothing), (2, [0, 0, 0, 0, 0, 0, 0, 0]));
+    assert_eq!(
+        tally(RecordOutcome::Finished),
+        (2, [2, 0, 0, 0, 0, 0, 0, 0])
+    );
+    assert_eq!(
+        tally(RecordOutcome::ExpiredDeleted),
+        (2, [0, 2, 0, 0, 0, 0, 0, 0])
+    );
+    assert_eq!(
+        tally(RecordOutcome::ExpiredKept),
+        (2, [0, 0, 2, 0, 0, 0, 0, 0])
+    );
+    assert_eq!(tally(RecordOutcome::Early), (2, [0, 0, 0, 2, 0, 0, 0, 0]));
+    assert_eq!(
+        tally(RecordOutcome::NoRecordYet),
+        (2, [0, 0, 0, 0, 2, 0, 0, 0])
+    );
+    assert_eq!(
+        tally(RecordOutcome::NoRecord),
+        (2, [0, 0, 0, 0, 0, 2, 0, 0])
+    );
     // A record past its finish deadline is an error of its own kind.
-    assert_eq!(tally(RecordOutcome::PastDeadline), (2, 0, 0, 0, 2, 2));
-    assert_eq!(tally(RecordOutcome::Corrupt), (2, 0, 0, 0, 0, 2));
+    assert_eq!(
+        tally(RecordOutcome::PastDeadline),
+        (2, [0, 0, 0, 0, 0, 0, 2, 2])
+    );
+    assert_eq!(tally(RecordOutcome::Corrupt), (2, [0, 0, 0, 0, 0, 0, 0, 2]));
     let unavailable = SubmitError::Storage(StoreError::Unavailable("503".into()));
     assert_eq!(
         tally(RecordOutcome::Failed(unavailable)),
-        (2, 0, 0, 0, 0, 2)
+        (2, [0, 0, 0, 0, 0, 0, 0, 2])
     );
     // Cut short by the run's own deadline: it goes on next run, no error.
     assert_eq!(
         tally(RecordOutcome::Failed(SubmitError::DeadlineExceeded)),
-        (2, 0, 0, 0, 0, 0)
+        (2, [0; 8])
     );
 }
 
