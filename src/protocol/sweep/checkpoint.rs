@@ -427,6 +427,32 @@ mod tests {
     }
 
     #[test]
+    fn the_pass_tally_is_the_sum_of_its_shares_counts_and_its_summary_says_them_all() {
+        let one = SweepSummary {
+            scanned: 1,
+            finished: 2,
+            expired_deleted: 3,
+            expired_kept: 4,
+            errors: 5,
+            reads: 6,
+            lists: 7,
+            past_deadline: 8,
+            payloads_deleted: 9,
+            markers_deleted: 10,
+            ..SweepSummary::default()
+        };
+        let (mut tally, mut done) = (PassTally::default(), SweepSummary::default());
+        for _ in 0..2 {
+            tally.add(&one);
+            done.add(&one);
+        }
+        done.complete = true;
+        assert_eq!(tally.summary(false), done);
+        done.dry_run = true;
+        assert_eq!(tally.summary(true), done, "a dry run's pass");
+    }
+
+    #[test]
     fn a_new_pass_opens_after_the_complete_one_and_keeps_its_cursors() {
         let mut done = Checkpoint::new_pass(None, t("2026-01-02T00:00:00Z"), ListOrder::Bytes);
         done.complete = true;
@@ -603,6 +629,7 @@ mod tests {
         assert!(cp.release("e", (vec![], vec![]), &SweepSummary::default()));
         assert!(!cp.finish_if_done(), "an item is still in the pool");
         cp.claim("f", (now, until), 2, (false, None));
+        assert!(!cp.finish_if_done(), "a share holds the last item");
         assert!(cp.release("f", (vec![], vec![]), &SweepSummary::default()));
         assert!(cp.finish_if_done());
         assert!(!cp.finish_if_done(), "once");
@@ -613,6 +640,9 @@ mod tests {
         assert_eq!((cp.markers_until, cp.payload_slice), (Some(cp.pass), 9));
         assert_eq!(cp.payloads_until, Some(now));
         assert_eq!(cp.claim("g", (now, until), 2, (false, None)), Claim::Over);
+        // Its length so far (`SweepPassSeconds`).
+        let length = Duration::minutes(3);
+        assert_eq!(cp.age(now + length), length);
     }
 
     #[test]

@@ -374,6 +374,7 @@ pub(super) fn resume_after(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn keys(r: &[Range]) -> Vec<(String, Option<String>)> {
         r.iter()
@@ -439,6 +440,22 @@ mod tests {
         }
         // A huge scope: at most 64 ranges.
         assert_eq!(split("idempotency/t/", at(1 << 20), PAGE, SPLIT).len(), 64);
+    }
+
+    #[test]
+    fn two_ranges_worth_split_in_two_equal_parts_unless_the_last_name_sorts_past_a_cut() {
+        // About 2,000 records left, 900 a range: cut halfway through the
+        // rest of the hash space.
+        let (t, place) = ("idempotency/t/", u64::MAX / 3);
+        let half = format!("{t}{:016x}", place + (u64::MAX - place) / 2);
+        let r = split(t, at(place), PAGE, 900);
+        assert_eq!(
+            keys(&r),
+            [(t.into(), Some(at(place))), (t.into(), Some(half))]
+        );
+        // A name whose hex digits end in a letter past `f` sorts after the
+        // first cut: unsplit, rather than list again what the page listed.
+        assert_eq!(split(t, format!("{t}1z"), PAGE, 100).len(), 1);
     }
 
     /// Keys spread over the hash space.
@@ -661,6 +678,19 @@ mod tests {
             token: Some("t".into()),
         };
         assert!(dir.fits(ListOrder::Any) && !dir.fits(ListOrder::Bytes));
+        // The tail's items: the payload check's by the setting that made
+        // them, the others under either; none of them records.
+        let tail = [("slice", true, false), ("slices", false, true)];
+        for (kind, bytes, any) in tail
+            .into_iter()
+            .chain([("tail", true, true), ("recent", true, true)])
+        {
+            let item = json!({"kind": kind, "slice": 3, "from": 0, "to": 4});
+            let r: Range = serde_json::from_value(item).unwrap();
+            let fits = (r.fits(ListOrder::Bytes), r.fits(ListOrder::Any));
+            assert_eq!((fits, r.is_tail()), ((bytes, any), true), "{kind}");
+        }
+        assert!(!dir.is_tail() && !Range::first(ListOrder::Bytes).is_tail());
         // A folder's token is kept in the checkpoint, across runs.
         let json = serde_json::to_string(&dir).unwrap();
         assert_eq!(serde_json::from_str::<Range>(&json).unwrap(), dir);
