@@ -4,7 +4,7 @@
 
 use super::*;
 
-use super::tail::{Invocations, Paused, cursor};
+use super::tail::{Invocations, Paused, cursor, payload_bucket};
 
 /// A tail whose one item can never move on: every LIST of `payloads/`
 /// (the tail's first page) takes a minute, an invocation 3 s.
@@ -100,4 +100,48 @@ async fn a_tail_item_whose_request_outlasts_its_operation_time_goes_back_with_it
     assert_eq!(s.errors, 0, "{s:?}");
     assert_eq!(cursor, (true, 9), "the payload cursor moved by the plan");
     assert!(!orphan_left);
+}
+
+/// A store that counts its LISTs (of objects and of folders).
+struct CountedLists {
+    inner: MemoryStore,
+    lists: Arc<std::sync::atomic::AtomicU64>,
+}
+
+#[async_trait::async_trait]
+impl common::Hooks for CountedLists {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+
+    async fn before(&self, call: &common::Call<'_>) -> Result<(), StoreError> {
+        if call.op == Op::List {
+            self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_pass_counts_every_list_of_its_payload_check_under_either_list_order() {
+    for order in [ListOrder::Bytes, ListOrder::Any] {
+        let clock = ManualClock::at_epoch();
+        let bucket = common::memory_store(&clock);
+        payload_bucket((1_100, 2_000), 7, &bucket, &clock).await;
+        let lists: Arc<std::sync::atomic::AtomicU64> = Arc::default();
+        let store = CountedLists {
+            inner: bucket.clone(),
+            lists: lists.clone(),
+        };
+        let q = Queue::with_clock(
+            common::Wrapped(store),
+            Arc::new(clock.clone()),
+            ordered(order),
+        );
+        let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+        let made = lists.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(s.lists, made, "{order:?}: {s:?}");
+    }
 }
