@@ -145,3 +145,20 @@ async fn a_pass_counts_every_list_of_its_payload_check_under_either_list_order()
         assert_eq!(s.lists, made, "{order:?}: {s:?}");
     }
 }
+
+#[tokio::test]
+async fn a_task_folder_listing_refused_in_a_round_of_candidates_is_an_error_and_the_pass_still_completes()
+ {
+    let clock = ManualClock::at_epoch();
+    let bucket = common::memory_store(&clock);
+    // More than a page of payloads: under `any` the day's slices are one
+    // item, its task folder listed to strike its candidates.
+    payload_bucket((120, 0), 5, &bucket, &clock).await;
+    let f = FaultyStore::new(bucket.clone());
+    let refused = Fault::Fail(StoreError::Fatal("refused".into()));
+    f.inject(Some(Op::List), "tasks/0/", 1, usize::MAX, refused);
+    let q = Queue::with_clock(f, Arc::new(clock.clone()), ordered(ListOrder::Any));
+    let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+    assert!(s.errors > 0, "{s:?}");
+    assert_eq!(cursor(&bucket).await, (true, 0), "the payload cursor held");
+}
