@@ -27,8 +27,8 @@ struct SecondPerCall {
     listed: Arc<Mutex<Vec<Listed>>>,
     /// The calls on the candidates' side objects (`sweeper/tail/`).
     sides: Arc<Mutex<Vec<Op>>>,
-    /// A LIST of `tasks/0/`'s time, in milliseconds.
-    task_list_ms: u64,
+    /// A prefix whose LISTs take longer, and their time in milliseconds.
+    slow_lists: (&'static str, u64),
 }
 
 /// A request's time: an invocation of half a minute makes at most 120 of
@@ -71,9 +71,9 @@ impl common::Hooks for SecondPerCall {
         if call.key.starts_with("sweeper/tail/") {
             self.sides.lock().unwrap().push(call.op);
         }
-        let task_list = call.op == Op::List && call.key.starts_with("tasks/0/");
-        let ms = if task_list {
-            self.task_list_ms
+        let (slow, slow_ms) = self.slow_lists;
+        let ms = if call.op == Op::List && call.key.starts_with(slow) {
+            slow_ms
         } else {
             STEP_MS
         };
@@ -234,18 +234,24 @@ pub(super) struct Invocations {
 
 impl Invocations {
     pub(super) fn new(bucket: &MemoryStore, clock: &Paused, order: ListOrder) -> Self {
-        Self::with_task_lists(bucket, clock, order, STEP_MS)
+        Self::with_slow_lists(bucket, clock, order, ("tasks/0/", STEP_MS))
     }
 
-    /// As [`Self::new`], each LIST of `tasks/0/` taking `ms`.
-    fn with_task_lists(bucket: &MemoryStore, clock: &Paused, order: ListOrder, ms: u64) -> Self {
+    /// As [`Self::new`], each LIST of a prefix that begins with `slow`
+    /// taking `ms`.
+    pub(super) fn with_slow_lists(
+        bucket: &MemoryStore,
+        clock: &Paused,
+        order: ListOrder,
+        (slow, ms): (&'static str, u64),
+    ) -> Self {
         let listed: Arc<Mutex<Vec<Listed>>> = Arc::default();
         let sides: Arc<Mutex<Vec<Op>>> = Arc::default();
         let store = common::Wrapped(SecondPerCall {
             inner: bucket.clone(),
             listed: listed.clone(),
             sides: sides.clone(),
-            task_list_ms: ms,
+            slow_lists: (slow, ms),
         });
         let mut settings = idempotent_submit::Settings {
             pass_concurrency: 4,
@@ -477,7 +483,7 @@ async fn under_list_order_any_a_task_listing_cut_inside_a_request_goes_on_from_i
     let clock = Paused::new();
     let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
     let p = payload_bucket((1_100, 20_000), 5, &bucket, &clock.manual).await;
-    let pass = Invocations::with_task_lists(&bucket, &clock, ListOrder::Any, 1_100);
+    let pass = Invocations::with_slow_lists(&bucket, &clock, ListOrder::Any, ("tasks/0/", 1_100));
     let r = pass.drive(Some(5)).await;
     assert_eq!(r.passes().len(), 1, "{:?}", r.cursors);
     assert_eq!(cursor(&bucket).await, (true, 9));
