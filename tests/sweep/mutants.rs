@@ -589,3 +589,48 @@ async fn a_page_whose_token_the_store_refuses_begins_its_listing_again() {
     let got = lists_after_a_token_failure(&scopes, "idempotency/", 1, refused()).await;
     assert_eq!(got.0, 1 + 1 + 2, "the scopes");
 }
+
+/// `markers.rs` `scan_markers`, `judge_folder` and `judge_markers`: a
+/// backlog of the ready index (more than a page, so judged folder by
+/// folder) whose one marker cannot be judged (its task's GET refused):
+/// the failure is counted, every LIST is, and the scan is not complete,
+/// so the next pass judges that marker again (its age crossed this
+/// pass's window, and the next window begins where an incomplete scan's
+/// did).
+#[tokio::test]
+async fn a_backlog_scan_with_a_marker_it_could_not_judge_is_incomplete_and_the_next_pass_judges_it()
+{
+    let clock = ManualClock::at_epoch();
+    let bucket = common::memory_store(&clock);
+    let mut markers = vec![];
+    for _ in 0..1_100 {
+        markers.push(task_with_marker(&bucket, "completed", clock.now(), true).await);
+    }
+    clock.advance(Duration::days(1));
+    // The first marker's task: its GET refused once.
+    let id = markers[0].rsplit('/').next().unwrap().to_owned();
+    let task = format!("tasks/{}/{id}.json", &id[..1]);
+    let f = FaultyStore::new(bucket.clone());
+    f.inject(
+        Some(Op::Get),
+        &task,
+        1,
+        1,
+        Fault::Fail(StoreError::Fatal("403".into())),
+    );
+    let q = Queue::with_clock(f.clone(), Arc::new(clock.clone()), common::settings());
+    let first = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+    assert_eq!(
+        (first.markers_deleted, first.errors),
+        (1_099, 1),
+        "{first:?}"
+    );
+    let lists = f.calls().iter().filter(|c| c.op == Op::List).count();
+    assert_eq!(first.lists, lists as u64, "{first:?}");
+    let left = |k: &String| bucket.keys().contains(k);
+    assert!(left(&markers[0]));
+    clock.advance(Duration::days(1));
+    let next = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+    assert_eq!((next.markers_deleted, next.errors), (1, 0), "{next:?}");
+    assert!(!left(&markers[0]));
+}
