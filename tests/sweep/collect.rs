@@ -327,17 +327,44 @@ async fn a_dry_run_through_a_collection_cut_short_leaves_its_side_object_to_the_
     );
 }
 
-/// A store that refuses (403) the candidates' collection's first page:
-/// the second listing of `payloads/` from its beginning, the tail's first
-/// page being the first.
+/// What [`AtCollection`] does to the candidates' collection: its LISTs of
+/// `payloads/` once it began (the second listing from the beginning, the
+/// tail's first page being the first).
+#[derive(Clone, Copy)]
+enum CollectionFault {
+    /// Its first page is refused (403), once.
+    Refuse,
+    /// Its pages by a continuation token never answer while the flag is set.
+    Hang,
+}
+
+/// A store that does [`CollectionFault`] to the candidates' collection,
+/// counting the listings of `payloads/` from its beginning.
 #[derive(Clone)]
-struct RefuseCollection {
+struct AtCollection {
     inner: MemoryStore,
+    fault: CollectionFault,
     begun: Arc<Mutex<usize>>,
+    hang: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl AtCollection {
+    fn new(inner: &MemoryStore, fault: CollectionFault) -> Self {
+        AtCollection {
+            inner: inner.clone(),
+            fault,
+            begun: Arc::default(),
+            hang: Arc::new(true.into()),
+        }
+    }
+
+    fn begun(&self) -> usize {
+        *self.begun.lock().unwrap()
+    }
 }
 
 #[async_trait::async_trait]
-impl common::Hooks for RefuseCollection {
+impl common::Hooks for AtCollection {
     type Inner = MemoryStore;
 
     fn inner(&self) -> &MemoryStore {
@@ -351,11 +378,24 @@ impl common::Hooks for RefuseCollection {
         page: Option<String>,
         limit: usize,
     ) -> Result<idempotent_submit::store::ListPage, StoreError> {
-        if prefix == "payloads/" && start_after.is_none() && page.is_none() {
-            let mut begun = self.begun.lock().unwrap();
-            *begun += 1;
-            if *begun == 2 {
-                return Err(StoreError::Fatal("403 AccessDenied".into()));
+        if prefix == "payloads/" && start_after.is_none() {
+            let begun = {
+                let mut begun = self.begun.lock().unwrap();
+                *begun += usize::from(page.is_none());
+                *begun
+            };
+            match self.fault {
+                CollectionFault::Refuse if begun == 2 && page.is_none() => {
+                    return Err(StoreError::Fatal("403 AccessDenied".into()));
+                }
+                CollectionFault::Hang
+                    if begun >= 2
+                        && page.is_some()
+                        && self.hang.load(std::sync::atomic::Ordering::SeqCst) =>
+                {
+                    std::future::pending::<()>().await;
+                }
+                _ => {}
             }
         }
         self.inner.list(prefix, start_after, page, limit).await
@@ -372,10 +412,7 @@ async fn a_listing_error_in_the_candidates_collection_is_counted_as_the_items_er
     // Two pages of `payloads/`: the tail's first page, then the items of
     // the check, the collection among them.
     let p = payload_bucket((120, 0), 3, &bucket, &clock.manual).await;
-    let refusing = RefuseCollection {
-        inner: bucket.clone(),
-        begun: Arc::default(),
-    };
+    let refusing = AtCollection::new(&bucket, CollectionFault::Refuse);
     let settings = idempotent_submit::Settings {
         pass_concurrency: 4,
         ..ordered(ListOrder::Any)
@@ -388,54 +425,10 @@ async fn a_listing_error_in_the_candidates_collection_is_counted_as_the_items_er
         .await
         .unwrap();
     let pass = o.pass.expect("the pass ended in its one invocation");
-    assert_eq!(
-        *refusing.begun.lock().unwrap(),
-        2,
-        "refused once, not tried again"
-    );
+    assert_eq!(refusing.begun(), 2, "refused once, not tried again");
     assert_eq!(pass.errors, 1, "{pass:?}");
     // The item stopped: its payloads are checked again by the next pass.
     assert_eq!(present(&bucket, &p.due), p.due.len());
-}
-
-/// A store whose LISTs of `payloads/` by a continuation token, once the
-/// candidates' collection began (the second listing from the beginning,
-/// the tail's first page being the first), never answer while `hang` is
-/// set: the collection cut inside a request, by the request's deadline.
-#[derive(Clone)]
-struct HangInCollection {
-    inner: MemoryStore,
-    begun: Arc<Mutex<usize>>,
-    hang: Arc<std::sync::atomic::AtomicBool>,
-}
-
-#[async_trait::async_trait]
-impl common::Hooks for HangInCollection {
-    type Inner = MemoryStore;
-
-    fn inner(&self) -> &MemoryStore {
-        &self.inner
-    }
-
-    async fn list(
-        &self,
-        prefix: &str,
-        start_after: Option<&str>,
-        page: Option<String>,
-        limit: usize,
-    ) -> Result<idempotent_submit::store::ListPage, StoreError> {
-        if prefix == "payloads/" && start_after.is_none() {
-            let collecting = {
-                let mut begun = self.begun.lock().unwrap();
-                *begun += usize::from(page.is_none());
-                *begun >= 2 && page.is_some()
-            };
-            if collecting && self.hang.load(std::sync::atomic::Ordering::SeqCst) {
-                std::future::pending::<()>().await;
-            }
-        }
-        self.inner.list(prefix, start_after, page, limit).await
-    }
 }
 
 /// `collect.rs` `round_candidates`: a collection cut inside a LIST (the
@@ -447,11 +440,7 @@ async fn a_collection_cut_inside_a_request_keeps_what_it_found_in_its_side_objec
     let clock = Paused::new();
     let bucket = MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>);
     let p = payload_bucket((2_000, 0), 2, &bucket, &clock.manual).await;
-    let hooked = HangInCollection {
-        inner: bucket.clone(),
-        begun: Arc::default(),
-        hang: Arc::new(true.into()),
-    };
+    let hooked = AtCollection::new(&bucket, CollectionFault::Hang);
     // A request's deadline (an operation's) comes before its retries end,
     // and well before the run's.
     let settings = idempotent_submit::Settings {
@@ -469,7 +458,7 @@ async fn a_collection_cut_inside_a_request_keeps_what_it_found_in_its_side_objec
     };
     let first = q.engine().sweep_share(&opts, None).await.unwrap();
     assert!(first.pass.is_none(), "{first:?}");
-    assert_eq!(*hooked.begun.lock().unwrap(), 2);
+    assert_eq!(hooked.begun(), 2);
     assert!(bucket.keys().iter().any(|k| k == SIDE), "no side object");
     // The next share goes on from the side object and ends the pass.
     hooked
@@ -481,7 +470,7 @@ async fn a_collection_cut_inside_a_request_keeps_what_it_found_in_its_side_objec
         .await
         .unwrap();
     assert!(next.pass.is_some(), "{next:?}");
-    assert_eq!(*hooked.begun.lock().unwrap(), 2, "begun again");
+    assert_eq!(hooked.begun(), 2, "begun again");
     assert_the_check_done(&bucket, &p).await;
 }
 
