@@ -102,10 +102,12 @@ async fn a_tail_item_whose_request_outlasts_its_operation_time_goes_back_with_it
     assert!(!orphan_left);
 }
 
-/// A store that counts its LISTs (of objects and of folders).
+/// A store that counts its LISTs (of objects and of folders) and its HEADs
+/// of payloads.
 struct CountedLists {
     inner: MemoryStore,
     lists: Arc<std::sync::atomic::AtomicU64>,
+    payload_heads: Arc<std::sync::atomic::AtomicU64>,
 }
 
 #[async_trait::async_trait]
@@ -117,23 +119,34 @@ impl common::Hooks for CountedLists {
     }
 
     async fn before(&self, call: &common::Call<'_>) -> Result<(), StoreError> {
-        if call.op == Op::List {
-            self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
+        let counter = match call.op {
+            Op::List => &self.lists,
+            Op::Head if call.key.starts_with("payloads/") => &self.payload_heads,
+            _ => return Ok(()),
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 }
 
 #[tokio::test]
 async fn a_pass_counts_every_list_of_its_payload_check_under_either_list_order() {
-    for order in [ListOrder::Bytes, ListOrder::Any] {
+    // More than a page of payloads (the tail's slices and rounds), and one
+    // page (checked at once against the task folders listed whole, three
+    // pages of `tasks/0/`).
+    let sizes = [(1_100, 2_000), (100, 2_000)];
+    for (order, size) in [ListOrder::Bytes, ListOrder::Any]
+        .into_iter()
+        .flat_map(|o| sizes.map(|s| (o, s)))
+    {
         let clock = ManualClock::at_epoch();
         let bucket = common::memory_store(&clock);
-        payload_bucket((1_100, 2_000), 7, &bucket, &clock).await;
-        let lists: Arc<std::sync::atomic::AtomicU64> = Arc::default();
+        payload_bucket(size, 7, &bucket, &clock).await;
+        let (lists, payload_heads) = (Arc::default(), Arc::default());
         let store = CountedLists {
             inner: bucket.clone(),
-            lists: lists.clone(),
+            lists: Arc::clone(&lists),
+            payload_heads: Arc::clone(&payload_heads),
         };
         let q = Queue::with_clock(
             common::Wrapped(store),
@@ -142,7 +155,13 @@ async fn a_pass_counts_every_list_of_its_payload_check_under_either_list_order()
         );
         let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
         let made = lists.load(std::sync::atomic::Ordering::SeqCst);
-        assert_eq!(s.lists, made, "{order:?}: {s:?}");
+        assert_eq!(s.lists, made, "{order:?} {size:?}: {s:?}");
+        if size.0 < 500 {
+            // Every payload of the page has its task (none is due): the
+            // listing of the task folders strikes them all, none is HEADed.
+            let heads = payload_heads.load(std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(heads, 0, "{order:?}: payloads HEADed");
+        }
     }
 }
 
