@@ -40,6 +40,8 @@ mod planted_bugs;
 mod prelude;
 #[path = "exhaustive/requests.rs"]
 mod requests;
+#[path = "exhaustive/reset_checks.rs"]
+mod reset_checks;
 #[path = "exhaustive/script.rs"]
 mod script;
 #[path = "exhaustive/sim.rs"]

@@ -177,10 +177,11 @@ async fn interrupted_rows(w: &World) -> Vec<Row> {
     rows
 }
 
-/// A key's record looked up and reset, the reset key's next submit, and a
-/// reset of a record a moment old.
+/// A key's record looked up and reset, the reset key's next submit, a
+/// reset of a record a moment old, and one of a record whose submit died
+/// before its marker.
 async fn key_rows(w: &World) -> Vec<Row> {
-    let World { f, q, .. } = w;
+    let World { clock, mem, f, q } = w;
     let mut rows = Vec::new();
     // A key's record looked up, and reset on purpose (`GET`/`DELETE
     // /idempotency-keys/{key}`): the settled `k`; then one in flight whose
@@ -219,7 +220,33 @@ async fn key_rows(w: &World) -> Vec<Row> {
         q.reset_key("t", "young", None).await.unwrap(),
         idempotent_submit::Reset::Done { .. }
     ));
-    rows.push(("key reset of a record a moment old", count(f), (3, 3)));
+    // Its record is in its finish window: the marker's HEAD goes beside the
+    // task's GET.
+    rows.push(("key reset of a record a moment old", count(f), (4, 3)));
+    // A reset of a record whose submit died after its task, before its
+    // marker: the reset finishes the record first (docs/protocol.md,
+    // "Looking up and resetting a key", step 4).
+    let dying = FaultyStore::new(mem.clone());
+    let lost = Fault::Fail(idempotent_submit::store::StoreError::Unavailable(
+        "lost".into(),
+    ));
+    dying.inject(Some(Op::Put), "ready/", 1, usize::MAX, lost);
+    dying.inject(Some(Op::PutCreate), "tasks/", 1, 1, Fault::CrashAfter);
+    Queue::with_clock(dying, Arc::new(clock.clone()), Settings::default())
+        .submit("t", json!(1))
+        .idempotency_key("no-marker")
+        .await
+        .unwrap_err();
+    f.reset_log();
+    assert!(matches!(
+        q.reset_key("t", "no-marker", None).await.unwrap(),
+        idempotent_submit::Reset::Done { .. }
+    ));
+    rows.push((
+        "key reset of a record whose submit died before its marker (the reset writes it first)",
+        count(f),
+        (8, 6),
+    ));
     rows
 }
 
@@ -278,12 +305,14 @@ async fn failed_key_rows(w: &World) -> Vec<Row> {
         .idempotency_key("in-flight")
         .await
         .unwrap_err();
+    // Its task's GET and its marker's HEAD together: the HEAD is spent
+    // (the reset is refused), the round trip is not.
     f.reset_log();
     q.reset_key("t", "in-flight", None).await.unwrap();
     rows.push((
         "key reset refused (in flight, its task not there yet)",
         count(f),
-        (2, 2),
+        (3, 2),
     ));
     rows
 }

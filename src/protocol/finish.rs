@@ -132,7 +132,7 @@ fn marker_late(sent: DateTime<Utc>, task: DateTime<Utc>, marker: DateTime<Utc>) 
 
 /// A record's `pending_task` and where its task lives; a record without
 /// one, or whose task names another id, is corrupt.
-fn pending_task<'r>(
+pub(super) fn pending_task<'r>(
     rkey: &str,
     rec: &'r Record,
 ) -> Result<(&'r serde_json::value::RawValue, TaskLocation), SubmitError> {

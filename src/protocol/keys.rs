@@ -22,7 +22,11 @@
 //! is there); once the record is settled, nothing is written for it at all;
 //! and no finisher writes anything for a reset record. Those two cases are
 //! the only ones a reset goes ahead in, so after a reset is answered no task
-//! is ever written for the record it reset.
+//! is ever written for the record it reset. Its marker may be: a reset
+//! record holds no pending task, so no finisher can write the marker of a
+//! submit that died between its task and its marker once the reset has
+//! landed, and a reset in the record's finish window finishes the record
+//! first (the task in `tasks/`, never in the ready index, otherwise).
 
 use std::time::Duration as StdDuration;
 
@@ -32,9 +36,10 @@ use uuid::Uuid;
 
 use super::engine::{Engine, Failure};
 use super::error::SubmitError;
+use super::finish::{Start, pending_task};
 use super::hash;
 use super::names::{IdempotencyKey, Scope, Tenant, ValidationError};
-use super::record::{Record, record_key};
+use super::record::{Record, RecordStatus, record_key};
 use crate::store::{ObjectMeta, PutMode, StoreError};
 
 /// A key as a lookup or a reset names it: the scope's name exactly as the
@@ -154,14 +159,30 @@ impl Engine {
 
     /// Resets the key (see the module's docs): three requests, `GET`
     /// record, `GET` task, `PUT` reset record `If-Match` on the ETag just
-    /// read, unless a task may still be written for the record. Logged, one
-    /// line per reset.
+    /// read, unless a task may still be written for the record; a record
+    /// still in its finish window adds a `HEAD` of its marker beside the
+    /// task's `GET`, and finishes the record first if the marker is missing.
+    /// Logged, one line per reset.
     pub async fn reset_key(&self, at: &KeyRef) -> Result<Reset, SubmitError> {
         let op_deadline = self.now() + self.settings.operation_timeout;
         let Some(held) = self.read_key(at, op_deadline).await? else {
             return Ok(Reset::NotFound);
         };
-        let phase = self.phase(&held.record, &held.meta).await?;
+        let rkey = at.record_key();
+        // A submit that died after its task and before its marker leaves a
+        // record that a finisher completes, but the reset record holds no
+        // pending task: once it lands, no finisher can. So while the record
+        // may still be finished, the reset looks for the marker beside its
+        // read of the task, and finishes the record first if it is missing.
+        let finish_deadline = held.meta.last_modified + self.settings.finish_window;
+        let finishable = held.record.status == Some(RecordStatus::Creating)
+            && held.record.pending_task.is_some()
+            && self.s3_before(finish_deadline)?;
+        let (phase, marker) = tokio::join!(
+            self.phase(&held.record, &held.meta),
+            self.marker_found(&rkey, &held.record, finishable, op_deadline),
+        );
+        let phase = phase?;
         // Refused while a task may still be written for the record: in
         // flight, and no task object yet. The record's own submit may still
         // be sending its create-only PUT (a retry, or one landing late):
@@ -173,7 +194,14 @@ impl Engine {
                 retry_after: self.reset_retry_after(&held.meta)?,
             });
         }
-        let rkey = at.record_key();
+        // Only a `pending` task can be untouched (a worker deletes the
+        // marker when it claims): `finish` checks that again before it
+        // writes.
+        if marker? == Some(false) && phase.task_status.as_deref() == Some("pending") {
+            let start = Start::Check;
+            self.finish(&rkey, &held.record, start, finish_deadline, op_deadline)
+                .await?;
+        }
         // The reset's time: S3's earliest time now, in whole seconds, never
         // later than the reset record lands (docs/protocol.md says what a
         // submit makes of it).
@@ -227,6 +255,29 @@ impl Engine {
             );
         }
         Ok(answer)
+    }
+
+    /// Whether the marker of `rec`'s pending task is there, if `look` (and
+    /// `None` if not): one HEAD.
+    async fn marker_found(
+        &self,
+        rkey: &str,
+        rec: &Record,
+        look: bool,
+        op_deadline: DateTime<Utc>,
+    ) -> Result<Option<bool>, SubmitError> {
+        if !look {
+            return Ok(None);
+        }
+        let marker = pending_task(rkey, rec)?.1.marker_key();
+        match self
+            .with_retries(op_deadline, || self.store.head(&marker))
+            .await
+        {
+            Ok(_) => Ok(Some(true)),
+            Err(Failure::Store(StoreError::NotFound)) => Ok(Some(false)),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Whether the key holds the reset record `reset` itself (a retried PUT

@@ -311,32 +311,6 @@ pub fn check_after_reset(
     Ok(())
 }
 
-/// A reset touches only the key it names: every write of a reset lands at
-/// its own key's record (in its scope, under its tenant), so a reset in
-/// one scope or of one tenant never touches another's record (guarantee
-/// 1's check lets a reset record end a live record: this says whose). A
-/// lookup writes nothing.
-pub fn check_reset_writes(sim: &Sim) -> Result<(), String> {
-    let s = gate::lock(&sim.gate.state);
-    for l in s.log.iter().filter(|l| l.ok && l.kind.is_write()) {
-        let role = &sim.actors[l.actor].role;
-        let Some((key, how)) = role.names() else {
-            continue;
-        };
-        if matches!(role, Role::Lookup { .. } | Role::LookupAs { .. }) {
-            return Err(format!("the lookup #{} wrote {}", l.actor, l.key));
-        }
-        let own = super::checks::record_key_as(key, &how);
-        if l.key != own {
-            return Err(format!(
-                "the reset #{} of {own} wrote {}, another key's",
-                l.actor, l.key
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// A record's life is in S3's time (docs/protocol.md, "S3's clock, not
 /// ours"): every new record a submit of ours writes has a `created_at` no
 /// later than S3's time when it landed plus the machines' lead over S3, and

@@ -84,3 +84,53 @@ async fn idem_key_reset_exits_0_when_reset_4_when_not_found_and_1_while_in_progr
     assert!(out["retry_after_seconds"].as_u64().unwrap() >= 1, "{out}");
     assert!(q.lookup_key("t", "dying", None).await.unwrap().is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_s3_and_seaweedfs_a_reset_of_a_record_whose_submit_died_before_its_marker_leaves_the_task_to_buquets_worker_by_its_marker()
+ {
+    use common::due::{BuquetAt, CrashPoint, buquet_runs_once, holdings};
+    let (moto, sw) = (common::moto_endpoint(), common::seaweedfs());
+    let stores = [
+        (
+            common::moto_store_versioned().await,
+            (moto.as_str(), "test", "test"),
+        ),
+        (
+            common::seaweedfs_store_versioned().await,
+            (&sw.endpoint, &sw.access_key_id, &sw.secret_access_key),
+        ),
+    ];
+    for (store, (endpoint, access_key_id, secret_access_key)) in stores {
+        let bucket = store.bucket().to_owned();
+        // The submit's task landed; its marker never did, and it died.
+        let dying = CrashPoint::AfterTask.in_front_of(store.clone());
+        let q = idempotent_submit::Queue::new(dying, common::settings());
+        let died = q.submit("remind", json!({"n": 1})).idempotency_key("k");
+        died.await.unwrap_err();
+        let (tasks, markers, task_id) = holdings(&store).await;
+        assert_eq!((tasks.len(), markers.len()), (1, 0), "{bucket}");
+        let q = idempotent_submit::Queue::new(store.clone(), common::settings());
+        let Reset::Done { old_task_id } = q.reset_key("remind", "k", None).await.unwrap() else {
+            panic!("{bucket}: the reset did not go ahead");
+        };
+        assert_eq!(old_task_id.to_string(), task_id);
+        // No finisher can write the marker once the reset record is there:
+        // the reset wrote it first.
+        let (tasks, markers, _) = holdings(&store).await;
+        assert_eq!((tasks.len(), markers.len()), (1, 1), "{bucket}");
+        assert!(markers[0].ends_with(&task_id), "{bucket}: {markers:?}");
+        // buquet's worker runs the task once and deletes its marker on the
+        // claim: the ready index holds nothing stale.
+        let at = BuquetAt {
+            endpoint,
+            bucket: &bucket,
+            access_key_id,
+            secret_access_key,
+        };
+        buquet_runs_once(&at, &task_id);
+        assert_eq!(
+            common::keys_under(&store, "ready/").await,
+            Vec::<String>::new()
+        );
+    }
+}
