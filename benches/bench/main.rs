@@ -170,6 +170,7 @@ fn main() {
         let mut r = Report::new();
         rt.block_on(requests::requests(&mut r));
         splice_section(&r.0, "## S3 requests per operation", false);
+        splice_targets(&r);
         assess(&mut r);
         return;
     }
