@@ -3,13 +3,13 @@
 //! another task type in its own scope, an input its schema refuses), a
 //! lookup of the key, a submit that begins after a reset and a clock step,
 //! and a reset of a record whose submit died before its marker. Each on the
-//! three stores, as `worlds.rs`'s.
+//! three stores, as `worlds.rs`'s (but the last: it says why).
 
 use super::actors::{How, Role};
 use super::gate::Fault;
 use super::prelude::Prelude;
 use super::script::Pick;
-use super::sim::{Schema, Spec};
+use super::sim::{Schema, Spec, StoreKind};
 use super::worlds::{STORES, holds, spec};
 
 fn submit_as(key: &'static str, input: u8, how: How) -> Role {
@@ -171,23 +171,27 @@ fn a_submit_begun_after_a_reset_and_a_clock_step_gets_a_new_task() {
 
 #[test]
 fn a_reset_of_a_record_whose_submit_died_before_its_marker_leaves_the_task_with_its_marker() {
-    for store in STORES {
-        // A submit of `k` died after its task, before its marker, and its
-        // record is still in flight: a reset frees the key at once (the task
-        // is there), and a replay of the submit comes before or after it.
-        // Once the reset record lands no finisher can write the marker (the
-        // record holds no pending task any more), so the reset writes it
-        // first.
-        let roles = vec![
-            Role::Reset { key: "k" },
-            Role::Submit { key: "k", input: 1 },
-        ];
-        let w = Spec {
-            prelude: Prelude::NoMarker,
-            ..spec("died before its marker, a reset, a replay", store, roles)
-        };
-        holds(w);
-    }
+    // A submit of `k` died after its task, before its marker, and its
+    // record is still in flight: a reset frees the key at once (the task is
+    // there), and a replay of the submit comes before or after it. Once the
+    // reset record lands no finisher can write the marker (the record holds
+    // no pending task any more), so the reset writes it first. On AWS S3
+    // alone: the other stores' ETags, listings and DELETEs change none of a
+    // reset's steps, and the crate has no time to spare (docs/testing.md,
+    // "The time budget").
+    let roles = vec![
+        Role::Reset { key: "k" },
+        Role::Submit { key: "k", input: 1 },
+    ];
+    let w = Spec {
+        prelude: Prelude::NoMarker,
+        ..spec(
+            "died before its marker, a reset, a replay",
+            StoreKind::S3,
+            roles,
+        )
+    };
+    holds(w);
 }
 
 #[test]
