@@ -82,8 +82,7 @@ pub fn after_step(sim: &mut Sim) -> Result<(), String> {
         return Err(e);
     }
     check_writes(sim)?;
-    super::reset_checks::check_reset_writes(sim)?;
-    super::reset_checks::check_reset_strands(sim)?;
+    super::reset_checks::check_resets(sim)?;
     more_checks::check_record_times(sim)?;
     super::payloads::check_named(sim)?;
     super::payloads::check_deleted(sim)?;

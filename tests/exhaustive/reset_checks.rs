@@ -10,13 +10,19 @@ use super::checks::{has_marker, object, record_key_as};
 use super::gate;
 use super::sim::{Sim, State};
 
+/// Both checks of this file, after a step.
+pub fn check_resets(sim: &Sim) -> Result<(), String> {
+    check_reset_writes(sim)?;
+    check_reset_strands(sim)
+}
+
 /// A reset touches only the key it names: every write of a reset lands at
 /// its own key's record (in its scope, under its tenant), or is the marker
 /// of that record's task (a reset finishes its submit first: see
 /// [`check_reset_strands`]), so a reset in one scope or of one tenant never
 /// touches another's record (guarantee 1's check lets a reset record end a
 /// live record: this says whose). A lookup writes nothing.
-pub fn check_reset_writes(sim: &Sim) -> Result<(), String> {
+fn check_reset_writes(sim: &Sim) -> Result<(), String> {
     let s = gate::lock(&sim.gate.state);
     for l in s.log.iter().filter(|l| l.ok && l.kind.is_write()) {
         let role = &sim.actors[l.actor].role;
@@ -51,7 +57,7 @@ pub fn check_reset_writes(sim: &Sim) -> Result<(), String> {
 /// (before the finish deadline), the task there and untouched by a worker,
 /// leaves its marker there too, unless the record's own writer is still
 /// running and may yet write it.
-pub fn check_reset_strands(sim: &Sim) -> Result<(), String> {
+fn check_reset_strands(sim: &Sim) -> Result<(), String> {
     // The reset's own finish writes only while S3's latest time is before
     // the deadline: a second of offset, and the machines' skew.
     let margin = Duration::seconds(sim.spec.skew.abs() + 2);
