@@ -68,6 +68,25 @@ impl World {
         World { clock, mem, f, q }
     }
 
+    /// A submit of `key` (input 1) by another process, which dies right
+    /// after its first create-only PUT under `prefix`; under `tasks/` its
+    /// marker's first attempt fails, so the task lands first and the
+    /// process dies before the marker's retry.
+    async fn died_at(&self, key: &str, prefix: &str) {
+        let crash = FaultyStore::new(self.mem.clone());
+        if prefix == "tasks/" {
+            let lost = idempotent_submit::store::StoreError::Unavailable("503".into());
+            crash.inject(Some(Op::Put), "ready/", 1, 1, Fault::Fail(lost));
+        }
+        crash.inject(Some(Op::PutCreate), prefix, 1, 1, Fault::CrashAfter);
+        let clock = Arc::new(self.clock.clone());
+        Queue::with_clock(crash, clock, Settings::default())
+            .submit("t", json!(1))
+            .idempotency_key(key)
+            .await
+            .unwrap_err();
+    }
+
     /// The key of the bucket's first record.
     fn record(&self) -> String {
         self.mem
@@ -133,7 +152,7 @@ async fn submit_rows(w: &World) -> Vec<Row> {
 
 /// Replays that finish a submit that died after its record, or its task.
 async fn interrupted_rows(w: &World) -> Vec<Row> {
-    let World { clock, mem, f, q } = w;
+    let World { f, q, .. } = w;
     let mut rows = Vec::new();
     // An interrupted submit, finished by the next one: it died after its
     // record, and then after its task.
@@ -149,27 +168,8 @@ async fn interrupted_rows(w: &World) -> Vec<Row> {
             (6, 5),
         ),
     ] {
-        let crash = FaultyStore::new(mem.clone());
-        if prefix == "tasks/" {
-            // The marker's first attempt fails, so the task lands first and
-            // the process dies before the marker's retry.
-            crash.inject(
-                Some(Op::Put),
-                "ready/",
-                1,
-                1,
-                Fault::Fail(idempotent_submit::store::StoreError::Unavailable(
-                    "503".into(),
-                )),
-            );
-        }
-        crash.inject(Some(Op::PutCreate), prefix, 1, 1, Fault::CrashAfter);
-        let qc = Queue::with_clock(crash, Arc::new(clock.clone()), Settings::default());
         let key = format!("died-{prefix}");
-        qc.submit("t", json!(1))
-            .idempotency_key(&key)
-            .await
-            .unwrap_err();
+        w.died_at(&key, prefix).await;
         f.reset_log();
         q.submit("t", json!(1)).idempotency_key(&key).await.unwrap();
         rows.push((name, count(f), counts));
@@ -181,7 +181,7 @@ async fn interrupted_rows(w: &World) -> Vec<Row> {
 /// reset of a record a moment old, and one of a record whose submit died
 /// before its marker.
 async fn key_rows(w: &World) -> Vec<Row> {
-    let World { clock, mem, f, q } = w;
+    let World { f, q, .. } = w;
     let mut rows = Vec::new();
     // A key's record looked up, and reset on purpose (`GET`/`DELETE
     // /idempotency-keys/{key}`): the settled `k`; then one in flight whose
@@ -226,17 +226,7 @@ async fn key_rows(w: &World) -> Vec<Row> {
     // A reset of a record whose submit died after its task, before its
     // marker: the reset finishes the record first (docs/protocol.md,
     // "Looking up and resetting a key", step 4).
-    let dying = FaultyStore::new(mem.clone());
-    let lost = Fault::Fail(idempotent_submit::store::StoreError::Unavailable(
-        "lost".into(),
-    ));
-    dying.inject(Some(Op::Put), "ready/", 1, usize::MAX, lost);
-    dying.inject(Some(Op::PutCreate), "tasks/", 1, 1, Fault::CrashAfter);
-    Queue::with_clock(dying, Arc::new(clock.clone()), Settings::default())
-        .submit("t", json!(1))
-        .idempotency_key("no-marker")
-        .await
-        .unwrap_err();
+    w.died_at("no-marker", "tasks/").await;
     f.reset_log();
     assert!(matches!(
         q.reset_key("t", "no-marker", None).await.unwrap(),
@@ -253,7 +243,7 @@ async fn key_rows(w: &World) -> Vec<Row> {
 /// A failed task's key replayed and reused, and a reset refused while a
 /// record is in flight.
 async fn failed_key_rows(w: &World) -> Vec<Row> {
-    let World { clock, mem, f, q } = w;
+    let World { mem, f, q, .. } = w;
     let mut rows = Vec::new();
     // A key whose task failed for good (buquet's worker gave up on it):
     // replayed by default, claimed over for a new task with
@@ -298,13 +288,7 @@ async fn failed_key_rows(w: &World) -> Vec<Row> {
         count(f),
         (6, 5),
     ));
-    let crash = FaultyStore::new(mem.clone());
-    crash.inject(Some(Op::PutCreate), "idempotency/", 1, 1, Fault::CrashAfter);
-    Queue::with_clock(crash, Arc::new(clock.clone()), Settings::default())
-        .submit("t", json!(1))
-        .idempotency_key("in-flight")
-        .await
-        .unwrap_err();
+    w.died_at("in-flight", "idempotency/").await;
     // Its task's GET and its marker's HEAD together: the HEAD is spent
     // (the reset is refused), the round trip is not.
     f.reset_log();
