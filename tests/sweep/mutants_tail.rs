@@ -181,3 +181,72 @@ async fn a_task_folder_listing_refused_in_a_round_of_candidates_is_an_error_and_
     assert!(s.errors > 0, "{s:?}");
     assert_eq!(cursor(&bucket).await, (true, 0), "the payload cursor held");
 }
+
+/// A store that refuses (a 403) every LIST of `prefix` past its first
+/// `allowed`: a cursor that lists one page for ever ends in an error, not
+/// a test that never ends.
+struct ListsAtMost {
+    inner: MemoryStore,
+    prefix: &'static str,
+    allowed: u64,
+    lists: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl common::Hooks for ListsAtMost {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+
+    async fn before(&self, call: &common::Call<'_>) -> Result<(), StoreError> {
+        if call.op == Op::List && call.key == self.prefix {
+            let n = self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if n >= self.allowed {
+                return Err(StoreError::Fatal("listed once too often".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_task_cursor_goes_on_past_a_page_of_keys_that_name_no_task_instead_of_listing_it_again() {
+    let clock = ManualClock::at_epoch();
+    let bucket = common::memory_store(&clock);
+    // An orphan of slice 05 whose id sorts after every task of its slice,
+    // and after those tasks in `tasks/0/` more than a page of keys that
+    // name no task (another tool's objects): the cursor that looks for the
+    // orphan's task lists from the orphan's own task key, finds a page of
+    // foreign keys, and must go on from the last of them.
+    let orphan = uuid::uuid!("05ffffff-ffff-4fff-bfff-ffffffffffff");
+    let orphan_key = format!("payloads/{orphan}/input.json");
+    let foreign = (0..1_001).map(|i| format!("tasks/0/05~foreign-{i:04}"));
+    for key in std::iter::once(orphan_key.clone()).chain(foreign) {
+        let body = b"{}".to_vec().into();
+        bucket.put(&key, body, PutMode::Create).await.unwrap();
+    }
+    // More than a page of payloads: the day's slices are merged with their
+    // task folders (`LIST_ORDER=bytes`), one cursor a folder.
+    payload_bucket((120, 0), 7, &bucket, &clock).await;
+    let store = ListsAtMost {
+        inner: bucket.clone(),
+        prefix: "tasks/0/05",
+        allowed: 20,
+        lists: Default::default(),
+    };
+    let q = Queue::with_clock(
+        common::Wrapped(store),
+        Arc::new(clock.clone()),
+        ordered(ListOrder::Bytes),
+    );
+    let s = q.engine().sweep(&SweepOptions::default()).await.unwrap();
+    assert_eq!(s.errors, 0, "{s:?}");
+    assert!(s.complete, "{s:?}");
+    assert!(
+        bucket.get(&orphan_key).await.is_err(),
+        "the orphan past the foreign keys is judged and deleted"
+    );
+    assert_eq!(common::keys_under(&bucket, "tasks/0/05~").await.len(), 1_001);
+}
