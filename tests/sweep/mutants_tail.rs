@@ -248,5 +248,8 @@ async fn a_task_cursor_goes_on_past_a_page_of_keys_that_name_no_task_instead_of_
         bucket.get(&orphan_key).await.is_err(),
         "the orphan past the foreign keys is judged and deleted"
     );
-    assert_eq!(common::keys_under(&bucket, "tasks/0/05~").await.len(), 1_001);
+    assert_eq!(
+        common::keys_under(&bucket, "tasks/0/05~").await.len(),
+        1_001
+    );
 }
