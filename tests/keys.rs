@@ -194,6 +194,22 @@ async fn a_reset_of_a_record_whose_submit_died_before_its_marker_writes_the_mark
 }
 
 #[tokio::test]
+async fn a_reset_past_the_finish_deadline_of_a_record_whose_marker_never_landed_goes_ahead_and_writes_nothing_but_its_record()
+ {
+    let w = died_before_its_marker().await;
+    let settings = common::settings();
+    w.clock
+        .advance(settings.finish_window + Duration::seconds(10));
+    let reset = w.process().reset_key("t", "k", None).await.unwrap();
+    assert!(matches!(reset, Reset::Done { .. }), "{reset:?}");
+    // Nothing may be written for the record past its finish deadline (the
+    // marker's loss is the documented limit): no look for the marker.
+    let ops: Vec<Op> = w.faulty.calls().iter().map(|c| c.op).collect();
+    assert_eq!(ops, [Op::Get, Op::Get, Op::PutUpdate]);
+    assert_eq!(w.count("ready/"), 0);
+}
+
+#[tokio::test]
 async fn a_reset_of_a_record_whose_task_a_worker_has_claimed_writes_no_marker() {
     let w = died_before_its_marker().await;
     let task_key = w.keys("tasks/")[0].clone();

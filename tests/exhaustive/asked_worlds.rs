@@ -195,6 +195,24 @@ fn a_reset_of_a_record_whose_submit_died_before_its_marker_leaves_the_task_with_
 }
 
 #[test]
+fn a_reset_of_a_record_past_its_finish_deadline_whose_marker_never_landed_goes_ahead_and_writes_no_marker()
+ {
+    // The same dead submit, found 10 s past its record's finish deadline:
+    // nothing may be written for the record any more, by a reset as by
+    // anyone, and the reset goes ahead (the marker's loss is the documented
+    // limit). On AWS S3 alone, as the world above.
+    let w = Spec {
+        prelude: Prelude::MarkerLost,
+        ..spec(
+            "marker lost, a reset",
+            StoreKind::S3,
+            vec![Role::Reset { key: "k" }],
+        )
+    };
+    holds(w);
+}
+
+#[test]
 fn a_reset_and_a_lookup_in_a_custom_scope_beside_a_submit_keep_every_guarantee() {
     for store in STORES {
         // The key answered in the custom scope (`shared`): a reset, a

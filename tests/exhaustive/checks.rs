@@ -379,9 +379,8 @@ fn check_outcome(sim: &Sim, i: usize) -> Result<(), String> {
         (Role::Pass, Some(Outcome::Passed(Ok(summary)))) => {
             super::payloads::check_pass_left_none(sim, i, summary)
         }
-        (_, Some(Outcome::Reset(Err(e)))) | (_, Some(Outcome::Passed(Err(e)))) => {
-            expected_error(sim, i, e)
-        }
+        (_, Some(Outcome::Reset(Err(e)))) => super::reset_checks::check_reset_error(sim, i, e),
+        (_, Some(Outcome::Passed(Err(e)))) => expected_error(sim, i, e),
         _ => Ok(()),
     }
 }

@@ -6,7 +6,9 @@ use chrono::Duration;
 use idempotent_submit::Clock;
 
 use super::actors::{Role, task_of_marker};
-use super::checks::{has_marker, object, record_key_as};
+use idempotent_submit::SubmitError;
+
+use super::checks::{expected_error, has_marker, object, record_key_as};
 use super::gate;
 use super::sim::{Sim, State};
 
@@ -97,4 +99,25 @@ fn check_reset_strands(sim: &Sim) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A reset's error: what any actor's may be, but `Undetermined` only for a
+/// reset begun while its record could still be finished (its own finish
+/// met the deadline): begun past the deadline, a reset writes nothing for
+/// the record, and nothing of it is left to determine.
+pub fn check_reset_error(sim: &Sim, i: usize, e: &SubmitError) -> Result<(), String> {
+    let a = &sim.actors[i];
+    if let (SubmitError::Undetermined { .. }, Some((key, how))) = (e, a.role.names()) {
+        let own = record_key_as(key, &how);
+        let window = sim.settings.finish_window;
+        let finishable = sim.checks.lives.iter().any(|l| {
+            l.key == own && l.pending_task().is_some() && a.started_at < l.last_modified + window
+        });
+        if !finishable {
+            return Err(format!(
+                "#{i}: a reset begun past its record's finish deadline answered {e:?}"
+            ));
+        }
+    }
+    expected_error(sim, i, e)
 }
