@@ -319,6 +319,40 @@ async fn a_record_that_nobody_finished_can_be_reset_once_it_is_settled_and_its_t
     assert_eq!(w.count("tasks/"), 1);
 }
 
+/// The wait a refused reset names (docs/protocol.md, resetting a key, step
+/// 3): `Retry-After` points at the record's own operation's end, then its
+/// stale age, then its settling, each the first still ahead.
+#[tokio::test]
+async fn a_refused_reset_names_the_wait_until_its_records_own_submit_ends_then_its_stale_age_then_its_settling()
+ {
+    let w = World::new();
+    w.interrupted_after_its_record("k", json!(1)).await;
+    let s = common::settings();
+    let q = w.queue();
+    let mut waits = Vec::new();
+    for step in [
+        Duration::zero(),
+        s.operation_timeout,
+        s.stale_creating_after - s.operation_timeout,
+    ] {
+        w.clock.advance(step);
+        let Reset::InProgress { retry_after, .. } = q.reset_key("t", "k", None).await.unwrap()
+        else {
+            panic!("a reset went ahead while the task could still be written");
+        };
+        waits.push(Duration::from_std(retry_after).unwrap());
+    }
+    assert_eq!(
+        waits,
+        [
+            s.operation_timeout,
+            s.stale_creating_after - s.operation_timeout,
+            s.finish_window + s.late_write_margin - s.stale_creating_after,
+        ]
+    );
+    assert_eq!(w.count("idempotency/"), 1);
+}
+
 #[tokio::test]
 async fn a_reset_that_meets_a_record_replaced_since_its_read_writes_nothing() {
     let w = World::new();
@@ -643,4 +677,33 @@ async fn a_submit_begun_before_a_reset_answers_as_the_record_was_a_conflict_for_
     let same = same.unwrap();
     assert_eq!(same.task_id, first.task_id);
     assert!(same.replayed, "another submit's task");
+}
+
+/// A submit that offloaded its input beside its claim, begun before a reset
+/// and reading the reset record of another submit's record, answers as that
+/// record was and deletes its payload: no task of its own will name it.
+#[tokio::test]
+async fn a_submit_begun_before_a_reset_deletes_the_payload_it_offloaded_for_a_task_it_never_writes()
+{
+    let w = World::new();
+    let first = w.queue().submit("t", json!(1)).idempotency_key("k").await;
+    let q = w.queue_over(common::Wrapped(ResetBeforeRead {
+        inner: w.bucket.clone(),
+        clock: w.clock.clone(),
+        done: Default::default(),
+    }));
+    let other = q
+        .submit("t", json!("an input longer than sixteen bytes"))
+        .idempotency_key("k")
+        .payload_refs(16)
+        .await;
+    assert!(
+        matches!(
+            other,
+            Err(idempotent_submit::SubmitError::Conflict { task_id, .. })
+                if task_id == first.unwrap().task_id
+        ),
+        "{other:?}"
+    );
+    assert_eq!(w.keys("payloads/"), Vec::<String>::new());
 }

@@ -134,6 +134,47 @@ async fn a_message_whose_submit_wrote_nothing_is_handed_back_until_its_claim_can
     assert_eq!(d.w.count("tasks/"), 0, "nothing is written for it");
 }
 
+/// The bound itself: a second before it the claim may still land and the
+/// message is handed back; at it (S3's earliest time) no claim can, and the
+/// message is acknowledged at that delivery, not handed back once more.
+#[tokio::test]
+async fn a_message_whose_submit_wrote_nothing_is_acknowledged_at_the_very_second_its_claim_cannot_land()
+ {
+    let d = Due::new();
+    let dies = idempotent_submit::store::FaultyStore::new(d.w.bucket.clone());
+    let put = Some(idempotent_submit::store::Op::PutCreate);
+    dies.inject(
+        put,
+        "idempotency/",
+        1,
+        1,
+        idempotent_submit::store::Fault::CrashBefore,
+    );
+    let died = d.queue_over(dies);
+    let submit = died.submit("t", json!(1)).idempotency_key("k");
+    submit.await.unwrap_err();
+    let queued = d.due.queued();
+    let queue = d.w.queue();
+    let bound = queue
+        .engine()
+        .claim_may_land(queued[0].message.sent_at.unwrap());
+    let mut answers = Vec::new();
+    for at in [bound - Duration::seconds(1), bound] {
+        d.w.clock.set(at);
+        let msg = DueMessage {
+            id: queued[0].id.clone(),
+            body: queued[0].body.clone(),
+        };
+        let b = handle_messages(&queue, BUCKET, &[msg], false, None).await;
+        answers.push((
+            b.retry.len(),
+            b.summary.no_record_yet,
+            b.summary.due_no_record,
+        ));
+    }
+    assert_eq!(answers, [(1, 1, 0), (0, 0, 1)]);
+}
+
 /// The third window of the old order: a claim whose PUT lands after its
 /// message was read. The message was handed back, not acknowledged, so its
 /// next delivery finishes the record.
