@@ -8,13 +8,25 @@ use crate::common::{Call, Hooks, Wrapped};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A store whose first LIST of the scope `t`'s records takes two minutes
-/// of the clock and then fails (a 503): a listing that outlasts its
-/// operation time, the run's deadline far off, so that the store says no
-/// error of its own (the retry loop answers `Deadline`).
+/// of the clock and then fails with `answer`. A 503: a listing that
+/// outlasts its operation time, the run's deadline far off, so that the
+/// store says no error of its own (the retry loop answers `Deadline`).
 struct HungListing {
     inner: MemoryStore,
     clock: ManualClock,
     hung: AtomicBool,
+    answer: fn() -> StoreError,
+}
+
+impl HungListing {
+    fn over(w: &World, answer: fn() -> StoreError) -> Wrapped<HungListing> {
+        Wrapped(HungListing {
+            inner: w.bucket.clone(),
+            clock: w.clock.clone(),
+            hung: AtomicBool::new(false),
+            answer,
+        })
+    }
 }
 
 #[async_trait::async_trait]
@@ -29,7 +41,7 @@ impl Hooks for HungListing {
         let records = call.op == Op::List && call.key == "idempotency/t/";
         if records && !self.hung.swap(true, Ordering::SeqCst) {
             self.clock.advance(Duration::minutes(2));
-            return Err(StoreError::Unavailable("503".into()));
+            return Err((self.answer)());
         }
         Ok(())
     }
@@ -39,13 +51,28 @@ impl Hooks for HungListing {
 async fn a_record_listing_that_outlasts_its_operation_time_counts_one_error_and_its_range_is_listed_next_run()
  {
     let w = World::with_stale(&["a", "b"]).await;
-    let hung = Wrapped(HungListing {
-        inner: w.bucket.clone(),
-        clock: w.clock.clone(),
-        hung: AtomicBool::new(false),
-    });
+    let hung = HungListing::over(&w, || StoreError::Unavailable("503".into()));
     let s = w.sweep_over(hung).await;
     assert_eq!((s.errors, s.reads, s.complete), (1, 0, false), "{s:?}");
+    let s = w.sweep(false).await;
+    assert_eq!((s.errors, s.finished, s.complete), (0, 2, true), "{s:?}");
+}
+
+#[tokio::test]
+async fn a_record_listing_refused_after_the_runs_deadline_is_one_error_and_its_range_is_handed_on()
+{
+    let w = World::with_stale(&["a", "b"]).await;
+    let refused = HungListing::over(&w, || StoreError::Fatal("refused".into()));
+    let q = w.queue_over(refused);
+    // The run's deadline comes while the listing hangs.
+    let deadline = Some(w.clock.now() + Duration::minutes(1));
+    let opts = SweepOptions {
+        deadline,
+        ..Default::default()
+    };
+    let s = q.engine().sweep(&opts).await.unwrap();
+    assert_eq!((s.errors, s.reads, s.complete), (1, 0, false), "{s:?}");
+    // The next run lists it, and the pass completes.
     let s = w.sweep(false).await;
     assert_eq!((s.errors, s.finished, s.complete), (0, 2, true), "{s:?}");
 }
