@@ -24,6 +24,7 @@ mod checkpoint;
 mod collect;
 mod finish;
 mod mutants;
+mod mutants_pass;
 mod mutants_tail;
 mod payload_merge;
 mod payloads;

@@ -307,6 +307,48 @@ impl Engine {
 mod tests {
     use super::*;
 
+    /// Whether the pass of window `(previous, pass]` reads a record, the
+    /// window's ends given as the record's ages in seconds, under the
+    /// default settings (stale after 600 s, a finish window of 2,400 s, a
+    /// default TTL of 30 days).
+    fn read_in(previous: Option<i64>, pass: i64) -> bool {
+        use std::sync::Arc;
+
+        use crate::clock::ManualClock;
+        use crate::config::Settings;
+        use crate::store::MemoryStore;
+
+        let clock = ManualClock::at_epoch();
+        let store = Arc::new(MemoryStore::new(Arc::new(clock.clone())));
+        let engine = Engine::new(store, Arc::new(clock), Settings::default());
+        let written = DateTime::<Utc>::UNIX_EPOCH;
+        let at = |secs| written + Duration::seconds(secs);
+        engine.due(written, previous.map(at), at(pass))
+    }
+
+    #[test]
+    fn a_record_is_read_by_the_one_pass_whose_window_its_age_crosses_a_threshold_in() {
+        let h = 3_600;
+        // Stale: read by the pass that crosses 600 s, at it exactly, and
+        // not by the next.
+        assert!(read_in(Some(599), 600));
+        assert!(!read_in(Some(600), 601));
+        assert!(!read_in(Some(0), 599));
+        assert!(!read_in(None, 100));
+        // Only while it can still be finished: younger than the finish
+        // window (a task is written only before it ends).
+        assert!(read_in(None, 2_399));
+        assert!(!read_in(None, 2_400));
+        assert!(!read_in(Some(500), 2_400));
+        // The default TTL, 720 h.
+        assert!(read_in(Some(720 * h - 1), 720 * h));
+        assert!(!read_in(Some(720 * h), 1_000 * h));
+        // Then each 2^k hours past it: 1,024 h, 2,048 h, ...
+        assert!(read_in(Some(1_023 * h), 1_024 * h));
+        assert!(!read_in(Some(1_024 * h), 2_047 * h));
+        assert!(read_in(Some(2_047 * h), 2_048 * h));
+    }
+
     #[test]
     fn a_bounded_run_asks_for_no_more_keys_than_it_has_left() {
         assert_eq!(page_limit(None, 5_000), PAGE);
