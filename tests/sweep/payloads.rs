@@ -84,17 +84,18 @@ on_stores! { old_orphans_go_by_their_slices_day_on:
 /// A call and when it began.
 type Began = (Op, String, chrono::DateTime<chrono::Utc>);
 
-/// A store each of whose calls takes a minute of the engine's clock, and
+/// A store each of whose calls takes `each` of the engine's clock, and
 /// that logs when each began.
 #[derive(Clone)]
-struct MinutePerCall {
+struct Paced {
     inner: MemoryStore,
     clock: ManualClock,
+    each: Duration,
     began: Arc<std::sync::Mutex<Vec<Began>>>,
 }
 
 #[async_trait::async_trait]
-impl common::Hooks for MinutePerCall {
+impl common::Hooks for Paced {
     type Inner = MemoryStore;
 
     fn inner(&self) -> &MemoryStore {
@@ -106,7 +107,7 @@ impl common::Hooks for MinutePerCall {
             .lock()
             .unwrap()
             .push((call.op, call.key.to_owned(), self.clock.now()));
-        self.clock.advance(Duration::minutes(1));
+        self.clock.advance(self.each);
         Ok(())
     }
 }
@@ -115,12 +116,23 @@ impl common::Hooks for MinutePerCall {
 /// stopped by a deadline `minutes` on: its summary, the deadline, and when
 /// each call began.
 async fn pass_by_the_minute(w: &World, minutes: i64) -> (SweepSummary, DateTime<Utc>, Vec<Began>) {
-    let slow = MinutePerCall {
+    pass_paced(w, Duration::minutes(1), Duration::minutes(minutes)).await
+}
+
+/// As [`pass_by_the_minute`], each call taking `each`, the deadline `after`
+/// on.
+async fn pass_paced(
+    w: &World,
+    each: Duration,
+    after: Duration,
+) -> (SweepSummary, DateTime<Utc>, Vec<Began>) {
+    let slow = Paced {
         inner: w.bucket.clone(),
         clock: w.clock.clone(),
+        each,
         began: Arc::default(),
     };
-    let deadline = w.clock.now() + Duration::minutes(minutes);
+    let deadline = w.clock.now() + after;
     let s = w
         .queue_over(common::Wrapped(slow.clone()))
         .engine()
@@ -158,6 +170,30 @@ async fn the_payload_pass_makes_no_request_at_or_after_the_runs_deadline_and_the
     // The next run, unhurried, takes the tail again and goes on.
     assert_eq!(w.sweep(false).await.payloads_deleted, 1);
     assert!(!w.keys("payloads/").contains(&orphan));
+}
+
+#[tokio::test]
+async fn a_payload_page_whose_heads_the_runs_deadline_cuts_is_judged_again_before_its_check_completes()
+ {
+    // One orphan outside a first check's slices (0..9), eleven hours old:
+    // only this check's HEADs judge it (the next check's reach back ends an
+    // hour before this one). Each call takes 5 s (the orphan's four HEADs
+    // fit in an operation's 25 s) and the run's deadline falls after each
+    // call of the pass in turn (among the orphan's HEADs too): a page whose
+    // HEADs it cut is listed again, so the check does not complete before
+    // the orphan is judged.
+    for calls in 1..=16 {
+        let w = World::new();
+        let orphan = payload_of_slice(&w.bucket, 200).await;
+        w.clock.advance(Duration::hours(11));
+        let each = Duration::seconds(5);
+        let (cut, _, _) = pass_paced(&w, each, each * calls).await;
+        let next = w.sweep(false).await;
+        assert!(
+            !w.keys("payloads/").contains(&orphan),
+            "a deadline after {calls} calls: {cut:?}, then {next:?}"
+        );
+    }
 }
 
 /// A ready index of more than a page (a backlog): 1,100 markers over the
