@@ -572,6 +572,19 @@ async fn submit_begun_before_a_reset(
     idempotent_submit::Submitted,
     Result<idempotent_submit::Submitted, idempotent_submit::SubmitError>,
 ) {
+    let (_w, first, q) = reset_before_the_read().await;
+    let answer = q.submit("t", input).idempotency_key("k").await;
+    (first, answer)
+}
+
+/// A world whose key `k` is answered (input `1`), that submit's answer, and
+/// a queue over the world whose submits find the key reset just before
+/// they read its record.
+async fn reset_before_the_read() -> (
+    World,
+    idempotent_submit::Submitted,
+    idempotent_submit::Queue,
+) {
     let w = World::new();
     let first = w.queue().submit("t", json!(1)).idempotency_key("k").await;
     let q = w.queue_over(common::Wrapped(ResetBeforeRead {
@@ -579,8 +592,7 @@ async fn submit_begun_before_a_reset(
         clock: w.clock.clone(),
         done: Default::default(),
     }));
-    let answer = q.submit("t", input).idempotency_key("k").await;
-    (first.unwrap(), answer)
+    (w, first.unwrap(), q)
 }
 
 #[tokio::test]
@@ -609,13 +621,7 @@ async fn a_submit_begun_before_a_reset_answers_as_the_record_was_a_conflict_for_
 #[tokio::test]
 async fn a_submit_begun_before_a_reset_deletes_the_payload_it_offloaded_for_a_task_it_never_writes()
 {
-    let w = World::new();
-    let first = w.queue().submit("t", json!(1)).idempotency_key("k").await;
-    let q = w.queue_over(common::Wrapped(ResetBeforeRead {
-        inner: w.bucket.clone(),
-        clock: w.clock.clone(),
-        done: Default::default(),
-    }));
+    let (w, first, q) = reset_before_the_read().await;
     let other = q
         .submit("t", json!("an input longer than sixteen bytes"))
         .idempotency_key("k")
@@ -625,7 +631,7 @@ async fn a_submit_begun_before_a_reset_deletes_the_payload_it_offloaded_for_a_ta
         matches!(
             other,
             Err(idempotent_submit::SubmitError::Conflict { task_id, .. })
-                if task_id == first.unwrap().task_id
+                if task_id == first.task_id
         ),
         "{other:?}"
     );
